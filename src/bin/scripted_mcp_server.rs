@@ -1,0 +1,299 @@
+//! A scripted MCP server (stdio, protocol 2025-11-25) for the demo, the tests and the benchmarks.
+//!
+//! Run without arguments it serves three demo tools. With a JSON script as its only argument it
+//! can paginate, change its tool set between two pages, send list_changed (once, on a file
+//! change, or in a storm), crash, hang, write garbage, leave out the tools capability, send
+//! requests toolhost never advertised, and log every message it receives. Uses std and
+//! serde_json only, so it starts in about a millisecond.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+
+/// Everything the server can be told to do; every field is optional.
+#[derive(Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Script {
+    tools: Option<Vec<Value>>,
+    /// Read the tool set from this file at the start of every listing.
+    tools_file: Option<String>,
+    /// Poll `tools_file` and send list_changed when it changes.
+    watch_tools_file: bool,
+    /// Tools per page; 0 serves everything in one page.
+    page_size: usize,
+    cursor_prefix: Option<String>,
+    protocol_version: Option<String>,
+    capabilities: Option<Value>,
+    server_info: Option<Value>,
+    /// Append every line received to this file.
+    log_file: Option<String>,
+    /// Count launches here, for `crash_on_launch`.
+    state_dir: Option<String>,
+    /// Exit with status 3 right after `notifications/initialized` on these launches (1-based).
+    crash_on_launch: Vec<u64>,
+    /// Never answer these methods.
+    hang_methods: Vec<String>,
+    /// Write a line that is not JSON before every response.
+    garbage_before_response: bool,
+    /// In the first listing, after serving this page, switch to this tool set and send list_changed.
+    mutate_after_page: Option<Mutation>,
+    /// Always answer with the same nextCursor.
+    repeat_cursor: bool,
+    /// Answer the first request that carries a cursor with -32602.
+    reject_cursor_once: bool,
+    /// Send this many list_changed notifications right after initialized.
+    list_changed_storm: usize,
+    /// Write this many lines to stderr at start.
+    stderr_lines: usize,
+    /// Send these requests to the client after initialized.
+    server_requests: Vec<String>,
+    /// Calls to these tools answer -32602 "Unknown tool" although they are listed.
+    unknown_tools_on_call: Vec<String>,
+    /// Delay before answering each tools/list page.
+    list_delay_ms: u64,
+    /// Write one line of this many bytes at start.
+    oversized_line_bytes: usize,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Mutation {
+    page: usize,
+    tools: Vec<Value>,
+}
+
+struct Server {
+    script: Script,
+    out: Arc<Mutex<std::io::Stdout>>,
+    tools: Vec<Value>,
+    pages_served_in_first_listing: usize,
+    mutated: bool,
+    cursor_rejected: bool,
+    announce_after_response: bool,
+}
+
+fn main() {
+    let script: Script = match std::env::args().nth(1) {
+        None => Script::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|err| fail(&format!("cannot read {path}: {err}")));
+            serde_json::from_str(&text).unwrap_or_else(|err| fail(&format!("bad script {path}: {err}")))
+        }
+    };
+    let launch = count_launch(script.state_dir.as_deref());
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    for i in 0..script.stderr_lines {
+        eprintln!("scripted-mcp-server chatter line {i}");
+    }
+    if script.oversized_line_bytes > 0 {
+        write_line(&out, &"x".repeat(script.oversized_line_bytes));
+    }
+    let tools = script.tools.clone().unwrap_or_else(demo_tools);
+    let mut server = Server { script, out, tools, pages_served_in_first_listing: 0, mutated: false, cursor_rejected: false, announce_after_response: false };
+    if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
+        let out = server.out.clone();
+        std::thread::spawn(move || watch_file(&path, &out));
+    }
+    let stdin = std::io::stdin();
+    let mut log = server.script.log_file.as_ref().map(|path| {
+        std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap_or_else(|err| fail(&format!("cannot open log {path}: {err}")))
+    });
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        if let Some(log) = log.as_mut() {
+            let _ = writeln!(log, "{line}");
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+        server.handle(&message, launch);
+    }
+}
+
+impl Server {
+    fn handle(&mut self, message: &Value, launch: u64) {
+        let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
+        let id = message.get("id").cloned();
+        if method == "notifications/initialized" {
+            self.after_initialized(launch);
+            return;
+        }
+        let Some(id) = id else { return };
+        if method.is_empty() || self.script.hang_methods.iter().any(|m| m == method) {
+            return;
+        }
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        let reply = match method {
+            "initialize" => Ok(self.initialize_result(&params)),
+            "ping" => Ok(json!({})),
+            "tools/list" => self.list(&params),
+            "tools/call" => return self.call(id, &params),
+            _ => Err((-32601, format!("method not found: {method}"))),
+        };
+        self.respond(id, reply);
+        if std::mem::take(&mut self.announce_after_response) {
+            write_line(&self.out, LIST_CHANGED);
+        }
+    }
+
+    fn initialize_result(&self, params: &Value) -> Value {
+        let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-11-25");
+        let known = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+        let version = self.script.protocol_version.clone().unwrap_or_else(|| if known.contains(&requested) { requested.to_owned() } else { "2025-11-25".to_owned() });
+        json!({
+            "protocolVersion": version,
+            "capabilities": self.script.capabilities.clone().unwrap_or_else(|| json!({"tools": {"listChanged": true}})),
+            "serverInfo": self.script.server_info.clone().unwrap_or_else(|| json!({"name": "scripted-mcp-server", "version": "1.0.0"})),
+        })
+    }
+
+    fn after_initialized(&mut self, launch: u64) {
+        if self.script.crash_on_launch.contains(&launch) {
+            std::process::exit(3);
+        }
+        for (i, method) in self.script.server_requests.iter().enumerate() {
+            write_line(&self.out, &json!({"jsonrpc": "2.0", "id": format!("srv-{i}"), "method": method, "params": {}}).to_string());
+        }
+        if self.script.list_changed_storm > 0 {
+            let out = self.out.clone();
+            let count = self.script.list_changed_storm;
+            std::thread::spawn(move || {
+                for _ in 0..count {
+                    write_line(&out, LIST_CHANGED);
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+            });
+        }
+    }
+
+    fn list(&mut self, params: &Value) -> Result<Value, (i64, String)> {
+        std::thread::sleep(Duration::from_millis(self.script.list_delay_ms));
+        let prefix = self.script.cursor_prefix.clone().unwrap_or_else(|| "cursor-".to_owned());
+        let offset = match params.get("cursor").and_then(Value::as_str) {
+            None => {
+                if let Some(path) = &self.script.tools_file {
+                    self.tools = read_tools(path);
+                }
+                0
+            }
+            Some(cursor) => {
+                if self.script.reject_cursor_once && !self.cursor_rejected {
+                    self.cursor_rejected = true;
+                    return Err((-32602, "invalid cursor".to_owned()));
+                }
+                cursor.strip_prefix(&prefix).and_then(|n| n.parse::<usize>().ok()).ok_or((-32602, "invalid cursor".to_owned()))?
+            }
+        };
+        let size = if self.script.page_size == 0 { self.tools.len().max(1) } else { self.script.page_size };
+        let end = (offset + size).min(self.tools.len());
+        let page: Vec<Value> = self.tools.get(offset..end).map(<[Value]>::to_vec).unwrap_or_default();
+        let mut result = json!({ "tools": page });
+        if end < self.tools.len() || self.script.repeat_cursor {
+            let next = if self.script.repeat_cursor { format!("{prefix}0") } else { format!("{prefix}{end}") };
+            result["nextCursor"] = json!(next);
+        }
+        self.pages_served_in_first_listing += 1;
+        if let Some(mutation) = &self.script.mutate_after_page {
+            if !self.mutated && self.pages_served_in_first_listing == mutation.page {
+                // Answer first, then change and announce it: the client holds page N of the old
+                // set and a cursor into it, and the announcement precedes its next request.
+                self.mutated = true;
+                self.tools = mutation.tools.clone();
+                self.announce_after_response = true;
+            }
+        }
+        Ok(result)
+    }
+
+    fn call(&mut self, id: Value, params: &Value) {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        let listed = self.tools.iter().any(|tool| tool.get("name").and_then(Value::as_str) == Some(name.as_str()));
+        if !listed || self.script.unknown_tools_on_call.contains(&name) {
+            return self.respond(id, Err((-32602, format!("Unknown tool: {name}"))));
+        }
+        match name.as_str() {
+            "crash" => std::process::exit(3),
+            "sleep" => {
+                let millis = arguments.get("ms").and_then(Value::as_u64).unwrap_or(1000);
+                let out = self.out.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(millis));
+                    let result = json!({"content": [{"type": "text", "text": format!("slept {millis} ms")}]});
+                    write_line(&out, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+                });
+            }
+            "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
+            "add" => {
+                let sum = arguments.get("a").and_then(Value::as_f64).unwrap_or(0.0) + arguments.get("b").and_then(Value::as_f64).unwrap_or(0.0);
+                self.respond(id, Ok(json!({"content": [{"type": "text", "text": sum.to_string()}], "structuredContent": {"sum": sum}})));
+            }
+            _ => {
+                let text = arguments.to_string();
+                self.respond(id, Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": arguments})));
+            }
+        }
+    }
+
+    fn respond(&self, id: Value, reply: Result<Value, (i64, String)>) {
+        if self.script.garbage_before_response {
+            write_line(&self.out, "this is not JSON-RPC");
+        }
+        let message = match reply {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err((code, message)) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+        };
+        write_line(&self.out, &message.to_string());
+    }
+}
+
+const LIST_CHANGED: &str = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+
+fn write_line(out: &Mutex<std::io::Stdout>, line: &str) {
+    let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn watch_file(path: &str, out: &Mutex<std::io::Stdout>) {
+    let modified = || std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut last = (modified(), std::fs::read(path).unwrap_or_default());
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = (modified(), std::fs::read(path).unwrap_or_default());
+        if now != last {
+            last = now;
+            write_line(out, LIST_CHANGED);
+        }
+    }
+}
+
+fn read_tools(path: &str) -> Vec<Value> {
+    std::fs::read_to_string(path).ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+}
+
+fn count_launch(state_dir: Option<&str>) -> u64 {
+    let Some(dir) = state_dir else { return 1 };
+    let path = std::path::Path::new(dir).join("launches");
+    let launches = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse::<u64>().ok()).unwrap_or(0) + 1;
+    let _ = std::fs::write(&path, launches.to_string());
+    launches
+}
+
+fn demo_tools() -> Vec<Value> {
+    let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
+    vec![
+        json!({"name": "echo", "title": "Echo", "description": "Returns its arguments.", "inputSchema": object(json!({"text": {"type": "string"}}), json!(["text"]))}),
+        json!({"name": "add", "title": "Add", "description": "Adds two numbers.", "inputSchema": object(json!({"a": {"type": "number"}, "b": {"type": "number"}}), json!(["a", "b"])),
+               "outputSchema": object(json!({"sum": {"type": "number"}}), json!(["sum"])), "annotations": {"readOnlyHint": true}}),
+        json!({"name": "sleep", "description": "Waits `ms` milliseconds, then answers.", "inputSchema": object(json!({"ms": {"type": "integer"}}), json!([]))}),
+        json!({"name": "fail", "description": "Always reports a tool error (isError).", "inputSchema": object(json!({}), json!([]))}),
+    ]
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("scripted-mcp-server: {message}");
+    std::process::exit(2);
+}

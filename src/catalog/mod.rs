@@ -1,0 +1,5 @@
+//! The tool catalog: its vocabulary (`model`, `record`) and its SQLite persistence (`store`).
+
+pub mod model;
+pub mod record;
+pub mod store;

@@ -1,0 +1,211 @@
+//! The catalog's vocabulary: tool definitions with canonical hashes, listings built from raw
+//! pages, and the diff between two generations. No I/O.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// One tool as a server defines it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDef {
+    pub name: String,
+    /// The whole definition as canonical JSON (object keys sorted, no insignificant whitespace):
+    /// every field the server sent, known to toolhost or not.
+    pub definition: Arc<str>,
+    /// Hex SHA-256 of `definition`.
+    pub hash: String,
+}
+
+/// A complete, validated tool set, sorted by name, as one enumeration produced it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub tools: Vec<ToolDef>,
+    /// Entries that were skipped, and why (duplicates, entries without a name).
+    pub diagnostics: Vec<String>,
+}
+
+/// What changed from one tool set to the next, by tool name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+/// A committed generation of one server's tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generation {
+    pub number: u64,
+    /// Unix milliseconds of the commit.
+    pub committed_at_ms: i64,
+    /// Sorted by name, unique names.
+    pub tools: Vec<ToolDef>,
+}
+
+// === impl ToolDef ===
+
+impl ToolDef {
+    /// Builds a definition from a tool object exactly as received.
+    pub fn from_value(name: String, value: &Value) -> ToolDef {
+        let definition = canonical_json(value);
+        let hash = sha256_hex(definition.as_bytes());
+        ToolDef { name, definition: definition.into(), hash }
+    }
+}
+
+// === impl Listing ===
+
+impl Listing {
+    /// Validates raw `tools` entries from every page of one enumeration.
+    ///
+    /// Entries that are not objects with a string `name` are skipped. When a name repeats, the
+    /// first occurrence wins (deterministic, as the server ordered it) and the rest are reported.
+    pub fn from_raw(raw_tools: Vec<Value>) -> Listing {
+        let mut diagnostics = Vec::new();
+        let mut seen = HashSet::with_capacity(raw_tools.len());
+        let mut tools = Vec::with_capacity(raw_tools.len());
+        for (idx, value) in raw_tools.into_iter().enumerate() {
+            let Some(name) = value.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                diagnostics.push(format!("entry {idx} skipped: not an object with a string \"name\""));
+                continue;
+            };
+            if !seen.insert(name.clone()) {
+                diagnostics.push(format!("entry {idx} skipped: duplicate tool name {name:?} (the first one is kept)"));
+                continue;
+            }
+            tools.push(ToolDef::from_value(name, &value));
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Listing { tools, diagnostics }
+    }
+}
+
+// === impl Diff ===
+
+impl Diff {
+    /// Compares an old tool set (name → hash) with a new one.
+    pub fn between(old: &BTreeMap<String, String>, new: &[ToolDef]) -> Diff {
+        let mut diff = Diff::default();
+        let mut new_names = HashSet::with_capacity(new.len());
+        for tool in new {
+            new_names.insert(tool.name.as_str());
+            match old.get(&tool.name) {
+                None => diff.added.push(tool.name.clone()),
+                Some(hash) if *hash != tool.hash => diff.changed.push(tool.name.clone()),
+                Some(_) => {}
+            }
+        }
+        diff.removed = old.keys().filter(|name| !new_names.contains(name.as_str())).cloned().collect();
+        diff
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+// === impl Generation ===
+
+impl Generation {
+    pub fn tool(&self, name: &str) -> Option<&ToolDef> {
+        self.tools.binary_search_by(|tool| tool.name.as_str().cmp(name)).ok().map(|idx| &self.tools[idx])
+    }
+
+    pub fn hashes(&self) -> BTreeMap<String, String> {
+        self.tools.iter().map(|tool| (tool.name.clone(), tool.hash.clone())).collect()
+    }
+}
+
+/// Serialises JSON with object keys in byte order and no whitespace, whatever map type
+/// serde_json was built with, so that equal definitions always hash equally.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (idx, (key, item)) in entries.into_iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (idx, item) in items.iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn equal_definitions_hash_equally_whatever_the_key_order() {
+        let a = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object", "b": 1, "a": [1, {"z": 0, "y": 1}]}}));
+        let b: Value = serde_json::from_str(r#"{ "inputSchema": {"a": [1, {"y": 1, "z": 0}], "b": 1, "type": "object"}, "name": "t" }"#).unwrap();
+        assert_eq!(a, ToolDef::from_value("t".into(), &b));
+        assert_eq!(&*a.definition, r#"{"inputSchema":{"a":[1,{"y":1,"z":0}],"b":1,"type":"object"},"name":"t"}"#);
+        let c = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object"}, "x-vendor": true}));
+        assert_ne!(a.hash, c.hash);
+        assert!(c.definition.contains("x-vendor"), "unknown fields are kept");
+    }
+
+    #[test]
+    fn listings_skip_nameless_entries_and_keep_the_first_duplicate() {
+        let listing = Listing::from_raw(vec![
+            json!({"name": "b", "description": "first"}),
+            json!({"name": "a"}),
+            json!("not an object"),
+            json!({"description": "no name"}),
+            json!({"name": "b", "description": "second"}),
+        ]);
+        let names: Vec<&str> = listing.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(listing.tools[1].definition.contains("first"));
+        assert_eq!(listing.diagnostics.len(), 3);
+    }
+
+    #[test]
+    fn diffs_name_added_removed_and_changed_tools() {
+        let old = Listing::from_raw(vec![json!({"name": "keep"}), json!({"name": "gone"}), json!({"name": "edit", "v": 1})]);
+        let new = Listing::from_raw(vec![json!({"name": "keep"}), json!({"name": "edit", "v": 2}), json!({"name": "new"})]);
+        let old_generation = Generation { number: 1, committed_at_ms: 0, tools: old.tools };
+        let diff = Diff::between(&old_generation.hashes(), &new.tools);
+        assert_eq!(diff, Diff { added: vec!["new".into()], removed: vec!["gone".into()], changed: vec!["edit".into()] });
+        assert!(Diff::between(&old_generation.hashes(), &old_generation.tools).is_empty());
+        assert!(old_generation.tool("gone").is_some() && old_generation.tool("nope").is_none());
+    }
+}

@@ -1,0 +1,358 @@
+//! The SQLite catalog: committed generations, their history, and enumeration outcomes.
+//!
+//! All writes go through one in-process lock, so concurrent server workers never race for
+//! SQLite's write lock; reads run in parallel under WAL.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
+use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
+
+/// Enumeration records kept per server.
+const ENUMERATIONS_KEPT: i64 = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the catalog database {path}: {source}")]
+    Open { path: String, source: sqlx::Error },
+    #[error("cannot migrate the catalog database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("catalog database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("catalog database holds an unreadable value: {0}")]
+    Corrupt(String),
+}
+
+/// The result of offering a complete listing to the store.
+#[derive(Debug, Clone)]
+pub enum CommitOutcome {
+    /// The tool set changed: this generation is now current.
+    Committed { generation: Arc<Generation>, diff: Diff },
+    /// Identical to the current generation, which stays.
+    Unchanged { generation: u64 },
+}
+
+/// What the store knows about a server at boot.
+#[derive(Debug, Clone)]
+pub struct StoredServer {
+    pub generation: Arc<Generation>,
+    pub last_verified_at_ms: Option<i64>,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+    history_generations: u32,
+}
+
+// === impl Store ===
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the file cannot be opened or migrated.
+    pub async fn open(path: &Path, history_generations: u32) -> Result<Store, StoreError> {
+        let open_error = |source| StoreError::Open { path: path.display().to_string(), source };
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(open_error)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(open_error)?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Store {
+            pool,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            history_generations,
+        })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The current generation of `server`, if one was ever committed.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn load_current(&self, server: &str) -> Result<Option<StoredServer>, StoreError> {
+        let row = sqlx::query("SELECT current_generation, last_verified_at_ms FROM servers WHERE name = ?")
+            .bind(server)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let number: i64 = row.try_get(0)?;
+        if number == 0 {
+            return Ok(None);
+        }
+        let committed_at_ms: i64 = sqlx::query_scalar("SELECT committed_at_ms FROM generations WHERE server = ? AND generation = ?")
+            .bind(server)
+            .bind(number)
+            .fetch_optional(&self.pool)
+            .await?
+            .unwrap_or(0);
+        let tools = self.tools_at(server, to_u64(number)?).await?;
+        Ok(Some(StoredServer {
+            generation: Arc::new(Generation { number: to_u64(number)?, committed_at_ms, tools }),
+            last_verified_at_ms: row.try_get(1)?,
+        }))
+    }
+
+    /// The tools of `server` at `generation` (empty if that generation was pruned or never existed).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn tools_at(&self, server: &str, generation: u64) -> Result<Vec<ToolDef>, StoreError> {
+        let generation = to_i64(generation);
+        let rows = sqlx::query(
+            "SELECT v.name, d.definition, v.hash FROM tool_versions v JOIN definitions d ON d.hash = v.hash \
+             WHERE v.server = ? AND v.first_generation <= ? AND (v.last_generation IS NULL OR v.last_generation >= ?) \
+             ORDER BY v.name",
+        )
+        .bind(server)
+        .bind(generation)
+        .bind(generation)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tools = Vec::with_capacity(rows.len());
+        for row in rows {
+            let definition: String = row.try_get(1)?;
+            tools.push(ToolDef { name: row.try_get(0)?, definition: definition.into(), hash: row.try_get(2)? });
+        }
+        Ok(tools)
+    }
+
+    /// Commits a complete listing as the server's new generation if it differs from the
+    /// current one, and records the enumeration either way. One transaction.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure; nothing is committed then.
+    pub async fn commit(&self, server: &str, listing: &Listing, mut record: EnumerationRecord) -> Result<CommitOutcome, StoreError> {
+        let _write = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
+        let current: i64 = sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+        let rows = sqlx::query("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL")
+            .bind(server)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut old = BTreeMap::new();
+        for row in rows {
+            old.insert(row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?);
+        }
+        let diff = Diff::between(&old, &listing.tools);
+        let now = now_ms();
+        if diff.is_empty() && current > 0 {
+            sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(&mut *tx).await?;
+            record.outcome = EnumerationOutcome::Unchanged;
+            record.generation = to_u64(current)?;
+            insert_enumeration(&mut tx, server, &record).await?;
+            tx.commit().await?;
+            return Ok(CommitOutcome::Unchanged { generation: to_u64(current)? });
+        }
+
+        let next = current + 1;
+        let by_name: BTreeMap<&str, &ToolDef> = listing.tools.iter().map(|tool| (tool.name.as_str(), tool)).collect();
+        for name in diff.removed.iter().chain(&diff.changed) {
+            sqlx::query("UPDATE tool_versions SET last_generation = ? WHERE server = ? AND name = ? AND last_generation IS NULL")
+                .bind(current)
+                .bind(server)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for name in diff.added.iter().chain(&diff.changed) {
+            let tool = by_name[name.as_str()];
+            sqlx::query("INSERT INTO definitions (hash, definition) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING")
+                .bind(&tool.hash)
+                .bind(&*tool.definition)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT INTO tool_versions (server, name, first_generation, hash) VALUES (?, ?, ?, ?)")
+                .bind(server)
+                .bind(&tool.name)
+                .bind(next)
+                .bind(&tool.hash)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO generations (server, generation, committed_at_ms, reason, tool_count, added, removed, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(server)
+        .bind(next)
+        .bind(now)
+        .bind(record.reason.as_str())
+        .bind(i64::try_from(listing.tools.len()).unwrap_or(i64::MAX))
+        .bind(json_names(&diff.added))
+        .bind(json_names(&diff.removed))
+        .bind(json_names(&diff.changed))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE servers SET current_generation = ?, last_verified_at_ms = ? WHERE name = ?")
+            .bind(next)
+            .bind(now)
+            .bind(server)
+            .execute(&mut *tx)
+            .await?;
+        record.outcome = EnumerationOutcome::Committed;
+        record.generation = to_u64(next)?;
+        insert_enumeration(&mut tx, server, &record).await?;
+        self.prune_history(&mut tx, server, next).await?;
+        tx.commit().await?;
+        let generation = Arc::new(Generation { number: to_u64(next)?, committed_at_ms: now, tools: listing.tools.clone() });
+        Ok(CommitOutcome::Committed { generation, diff })
+    }
+
+    /// Records an enumeration that committed nothing (failed or superseded).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn record_enumeration(&self, server: &str, mut record: EnumerationRecord) -> Result<(), StoreError> {
+        let _write = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
+        let current: i64 = sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+        record.generation = to_u64(current)?;
+        insert_enumeration(&mut tx, server, &record).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The most recent enumerations of `server`, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure or an unreadable row.
+    pub async fn enumerations(&self, server: &str, limit: u32) -> Result<Vec<EnumerationRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics \
+             FROM enumerations WHERE server = ? ORDER BY id DESC LIMIT ?",
+        )
+        .bind(server)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            let reason: String = row.try_get(2)?;
+            let outcome: String = row.try_get(3)?;
+            let diagnostics: String = row.try_get(9)?;
+            records.push(EnumerationRecord {
+                started_at_ms: row.try_get(0)?,
+                duration_ms: row.try_get(1)?,
+                reason: EnumerationReason::parse(&reason).ok_or_else(|| StoreError::Corrupt(format!("reason {reason:?}")))?,
+                outcome: EnumerationOutcome::parse(&outcome).ok_or_else(|| StoreError::Corrupt(format!("outcome {outcome:?}")))?,
+                pages: u32::try_from(row.try_get::<i64, _>(4)?).unwrap_or(u32::MAX),
+                tools: u32::try_from(row.try_get::<i64, _>(5)?).unwrap_or(u32::MAX),
+                bytes: to_u64(row.try_get(6)?)?,
+                generation: to_u64(row.try_get(7)?)?,
+                error: row.try_get(8)?,
+                diagnostics: serde_json::from_str(&diagnostics).map_err(|err| StoreError::Corrupt(err.to_string()))?,
+            });
+        }
+        Ok(records)
+    }
+
+    /// The kept generations of `server`, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure or an unreadable row.
+    pub async fn history(&self, server: &str, limit: u32) -> Result<Vec<GenerationSummary>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT generation, committed_at_ms, reason, tool_count, added, removed, changed FROM generations \
+             WHERE server = ? ORDER BY generation DESC LIMIT ?",
+        )
+        .bind(server)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let names = |text: String| serde_json::from_str::<Vec<String>>(&text).map_err(|err| StoreError::Corrupt(err.to_string()));
+        let mut summaries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let reason: String = row.try_get(2)?;
+            summaries.push(GenerationSummary {
+                generation: to_u64(row.try_get(0)?)?,
+                committed_at_ms: row.try_get(1)?,
+                reason: EnumerationReason::parse(&reason).ok_or_else(|| StoreError::Corrupt(format!("reason {reason:?}")))?,
+                tool_count: u32::try_from(row.try_get::<i64, _>(3)?).unwrap_or(u32::MAX),
+                added: names(row.try_get(4)?)?,
+                removed: names(row.try_get(5)?)?,
+                changed: names(row.try_get(6)?)?,
+            });
+        }
+        Ok(summaries)
+    }
+
+    /// Drops generations older than the history bound, and definitions nothing refers to.
+    async fn prune_history(&self, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, server: &str, newest: i64) -> Result<(), StoreError> {
+        let oldest_kept = newest - i64::from(self.history_generations) + 1;
+        if oldest_kept <= 1 {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?").bind(server).bind(oldest_kept).execute(&mut **tx).await?;
+        let pruned = sqlx::query("DELETE FROM tool_versions WHERE server = ? AND last_generation IS NOT NULL AND last_generation < ?")
+            .bind(server)
+            .bind(oldest_kept)
+            .execute(&mut **tx)
+            .await?;
+        if pruned.rows_affected() > 0 {
+            sqlx::query("DELETE FROM definitions WHERE hash NOT IN (SELECT hash FROM tool_versions)").execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn insert_enumeration(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, server: &str, record: &EnumerationRecord) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO enumerations (server, started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(server)
+    .bind(record.started_at_ms)
+    .bind(record.duration_ms)
+    .bind(record.reason.as_str())
+    .bind(record.outcome.as_str())
+    .bind(i64::from(record.pages))
+    .bind(i64::from(record.tools))
+    .bind(to_i64(record.bytes))
+    .bind(to_i64(record.generation))
+    .bind(record.error.as_deref())
+    .bind(json_names(&record.diagnostics))
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("DELETE FROM enumerations WHERE server = ? AND id <= (SELECT id FROM enumerations WHERE server = ? ORDER BY id DESC LIMIT 1 OFFSET ?)")
+        .bind(server)
+        .bind(server)
+        .bind(ENUMERATIONS_KEPT)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+fn json_names(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn to_u64(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("negative counter {value}")))
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

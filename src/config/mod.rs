@@ -1,0 +1,363 @@
+//! The daemon's configuration: one typed tree, loaded from a TOML file or a desktop client's
+//! `mcpServers` JSON file, validated before anything starts.
+//!
+//! Relative paths (the store, a server's `cwd`, a `command` containing a `/`) are resolved
+//! against the configuration file's directory, never against the current directory.
+
+mod raw;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use raw::{OneOrMany, RawConfig, RawDesktopFile, RawServer};
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub source: PathBuf,
+    pub store: StoreConfig,
+    pub grpc: GrpcConfig,
+    pub daemon: DaemonConfig,
+    /// Servers by name, in name order.
+    pub servers: BTreeMap<String, ServerSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The SQLite file (absolute).
+    pub path: PathBuf,
+    /// How many generations of history to keep per server.
+    pub history_generations: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct GrpcConfig {
+    pub listen: Vec<ListenAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// How long a graceful stop may take before toolhost stops waiting.
+    pub shutdown_timeout: Duration,
+}
+
+/// One MCP server and toolhost's settings for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub transport: Transport,
+    pub enabled: bool,
+    /// Timeout of each request (initialize, each tools/list page, tools/call by default).
+    pub request_timeout: Duration,
+    /// Wall-clock bound on one complete enumeration.
+    pub enumeration_timeout: Duration,
+    pub limits: EnumerationLimits,
+    /// Longest single JSON-RPC message accepted from the server.
+    pub max_message_bytes: usize,
+    /// How long each step of the stdio shutdown sequence may take.
+    pub shutdown_grace: Duration,
+    /// Calls in flight to this server at once; more wait in a queue.
+    pub max_concurrent_calls: u32,
+    pub restart: RestartPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    Stdio(StdioSpec),
+    Http(HttpSpec),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioSpec {
+    pub command: PathBuf,
+    pub args: Vec<String>,
+    /// Added to toolhost's own environment.
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSpec {
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Bounds on one enumeration; exceeding any fails it (it is never committed as complete).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnumerationLimits {
+    pub max_pages: u32,
+    pub max_tools: u32,
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartPolicy {
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// A session that lived this long resets the backoff.
+    pub stable_after: Duration,
+    /// Consecutive failed starts after which the server is shown as crash-looping.
+    pub crash_loop_after: u32,
+}
+
+/// A configuration problem: which file, which key, what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {}{problem}", file.display(), key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: Option<String>,
+    pub problem: String,
+}
+
+/// Server names become part of agent-facing tool names, so they are kept short and plain.
+pub const MAX_SERVER_NAME_LEN: usize = 32;
+
+// === impl Config ===
+
+impl Config {
+    /// Reads and validates a configuration file: TOML, or JSON with an `mcpServers` object.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the key and the problem.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let text = std::fs::read_to_string(&absolute).map_err(|err| ConfigError {
+            file: absolute.clone(),
+            key: None,
+            problem: format!("cannot read the file: {err}"),
+        })?;
+        Config::parse(&absolute, &text)
+    }
+
+    /// Parses configuration text as if it had been read from `file`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the key and the problem.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let is_json = file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json")) || text.trim_start().starts_with('{');
+        let raw = if is_json { parse_json(file, text)? } else { parse_toml(file, text)? };
+        validate(file, raw)
+    }
+}
+
+fn parse_toml(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|err| {
+        let (line, column) = err.span().map_or((0, 0), |span| line_column(text, span.start));
+        ConfigError {
+            file: file.to_path_buf(),
+            key: None,
+            problem: format!("line {line}, column {column}: {}", err.message()),
+        }
+    })?;
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| path_error(file, &err))
+}
+
+fn parse_json(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let desktop: RawDesktopFile = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| path_error(file, &err))?;
+    let servers = desktop.mcp_servers.into_iter().map(|(name, server)| (name, RawServer::from(server))).collect();
+    Ok(RawConfig { servers, ..RawConfig::default() })
+}
+
+fn path_error<E: std::fmt::Display>(file: &Path, err: &serde_path_to_error::Error<E>) -> ConfigError {
+    let path = err.path().to_string();
+    ConfigError {
+        file: file.to_path_buf(),
+        key: (path != ".").then_some(path),
+        problem: err.inner().to_string(),
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Turns the raw shapes into the typed tree, or names the first problem found.
+fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
+    let base = file.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let error = |key: String, problem: String| ConfigError { file: file.to_path_buf(), key: Some(key), problem };
+
+    let store_path = match &raw.store.path {
+        Some(path) if path.trim().is_empty() => return Err(error("store.path".into(), "must not be empty".into())),
+        Some(path) => base.join(path),
+        None => base.join("toolhost.db"),
+    };
+    let history_generations = raw.store.history_generations.unwrap_or(50);
+    if history_generations == 0 {
+        return Err(error("store.history_generations".into(), "must be at least 1".into()));
+    }
+
+    let listen = match raw.grpc.listen {
+        None => vec!["127.0.0.1:50051".to_owned()],
+        Some(OneOrMany::One(addr)) => vec![addr],
+        Some(OneOrMany::Many(addrs)) => addrs,
+    };
+    let mut listen_addrs = Vec::new();
+    for (idx, addr) in listen.iter().enumerate() {
+        let parsed = parse_listen(&base, addr).map_err(|problem| error(format!("grpc.listen[{idx}]"), problem))?;
+        listen_addrs.push(parsed);
+    }
+    if listen_addrs.is_empty() {
+        return Err(error("grpc.listen".into(), "needs at least one address".into()));
+    }
+
+    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20)).map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
+
+    let mut servers = BTreeMap::new();
+    for (name, server) in raw.servers {
+        check_server_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
+        let spec = validate_server(&base, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
+        servers.insert(name, spec);
+    }
+
+    Ok(Config {
+        source: file.to_path_buf(),
+        store: StoreConfig { path: store_path, history_generations },
+        grpc: GrpcConfig { listen: listen_addrs },
+        daemon: DaemonConfig { shutdown_timeout },
+        servers,
+    })
+}
+
+fn check_server_name(name: &str) -> Result<(), String> {
+    let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if name.is_empty() || name.len() > MAX_SERVER_NAME_LEN || !valid_chars {
+        return Err(format!("a server name must be 1 to {MAX_SERVER_NAME_LEN} characters of letters, digits, '_' and '-'"));
+    }
+    Ok(())
+}
+
+fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("a unix: address needs a path".into());
+        }
+        return Ok(ListenAddr::Unix(base.join(path)));
+    }
+    addr.parse::<SocketAddr>()
+        .map(ListenAddr::Tcp)
+        .map_err(|_| format!("{addr:?} is neither unix:/path nor host:port with a numeric IP"))
+}
+
+type KeyProblem = (String, String);
+
+fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem> {
+    fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
+        move |problem| (key.to_owned(), problem)
+    }
+    let transport = match (raw.command, raw.url) {
+        (Some(_), Some(_)) => return Err(("url".into(), "give either command (stdio) or url (HTTP), not both".into())),
+        (None, None) => return Err(("command".into(), "missing: give command (stdio) or url (HTTP)".into())),
+        (Some(command), None) => {
+            if command.trim().is_empty() {
+                return Err(("command".into(), "must not be empty".into()));
+            }
+            if !raw.headers.is_empty() {
+                return Err(("headers".into(), "only HTTP servers (url) take headers".into()));
+            }
+            // A bare program name is looked up on PATH; a path is taken relative to the config file.
+            let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
+            Transport::Stdio(StdioSpec {
+                command,
+                args: raw.args,
+                env: raw.env,
+                cwd: raw.cwd.map(|cwd| base.join(cwd)),
+            })
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(("url".into(), format!("{url:?} is not an http:// or https:// URL")));
+            }
+            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
+                return Err(("url".into(), "args, env and cwd apply to stdio servers (command), not to url".into()));
+            }
+            Transport::Http(HttpSpec { url, headers: raw.headers })
+        }
+    };
+    if let Some(kind) = raw.kind.as_deref() {
+        let expected: &[&str] = match transport {
+            Transport::Stdio(_) => &["stdio"],
+            Transport::Http(_) => &["http", "streamable-http", "streamableHttp", "sse"],
+        };
+        if !expected.contains(&kind) {
+            return Err(("type".into(), format!("{kind:?} does not match the server's transport")));
+        }
+    }
+    let limits = EnumerationLimits {
+        max_pages: positive(raw.max_pages, 1_000).map_err(at("max_pages"))?,
+        max_tools: positive(raw.max_tools, 100_000).map_err(at("max_tools"))?,
+        max_bytes: positive(raw.max_listing_bytes, 256 * 1024 * 1024).map_err(at("max_listing_bytes"))?,
+    };
+    let max_message_bytes = positive(raw.max_message_bytes, 16 * 1024 * 1024).map_err(at("max_message_bytes"))?;
+    let restart = RestartPolicy {
+        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500)).map_err(at("restart.initial_backoff"))?,
+        max_backoff: optional_duration(raw.restart.max_backoff.as_deref(), Duration::from_secs(60)).map_err(at("restart.max_backoff"))?,
+        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60)).map_err(at("restart.stable_after"))?,
+        crash_loop_after: positive(raw.restart.crash_loop_after, 5).map_err(at("restart.crash_loop_after"))?,
+    };
+    if restart.max_backoff < restart.initial_backoff {
+        return Err(("restart.max_backoff".into(), "must not be shorter than restart.initial_backoff".into()));
+    }
+    Ok(ServerSpec {
+        transport,
+        enabled: raw.enabled.unwrap_or(true),
+        request_timeout: optional_duration(raw.request_timeout.as_deref(), Duration::from_secs(30)).map_err(at("request_timeout"))?,
+        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120)).map_err(at("enumeration_timeout"))?,
+        limits,
+        max_message_bytes: usize::try_from(max_message_bytes).map_err(|_| ("max_message_bytes".to_owned(), "too large".to_owned()))?,
+        shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2)).map_err(at("shutdown_grace"))?,
+        max_concurrent_calls: positive(raw.max_concurrent_calls, 16).map_err(at("max_concurrent_calls"))?,
+        restart,
+    })
+}
+
+fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Result<T, String> {
+    match value {
+        Some(v) if v == T::from(0) => Err("must be greater than 0".into()),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
+}
+
+fn optional_duration(text: Option<&str>, default: Duration) -> Result<Duration, String> {
+    match text {
+        None => Ok(default),
+        Some(text) => parse_duration(text),
+    }
+}
+
+/// Parses `250ms`, `30s`, `5m` or `1h` (a positive integer and a unit).
+///
+/// # Errors
+/// A message saying what is accepted.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bad = || format!("{text:?} is not a duration like \"250ms\", \"30s\", \"5m\" or \"1h\"");
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(number),
+        "s" => Duration::from_secs(number),
+        "m" => Duration::from_secs(number.saturating_mul(60)),
+        "h" => Duration::from_secs(number.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    if duration.is_zero() {
+        return Err("must be greater than 0".into());
+    }
+    Ok(duration)
+}

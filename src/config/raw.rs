@@ -1,0 +1,126 @@
+//! The configuration file as written: serde shapes for the TOML file and the desktop-client
+//! `mcpServers` JSON file. Nothing here is validated; `config::validate` does that.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The TOML file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub(crate) store: RawStore,
+    #[serde(default)]
+    pub(crate) grpc: RawGrpc,
+    #[serde(default)]
+    pub(crate) daemon: RawDaemon,
+    #[serde(default)]
+    pub(crate) servers: BTreeMap<String, RawServer>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub(crate) path: Option<String>,
+    pub(crate) history_generations: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpc {
+    pub(crate) listen: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDaemon {
+    pub(crate) shutdown_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// One `[servers.NAME]` table: the `mcpServers` keys plus toolhost's own settings.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    // --- the keys desktop MCP clients use ---
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) args: Vec<String>,
+    #[serde(default)]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) url: Option<String>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    #[serde(rename = "type")]
+    pub(crate) kind: Option<String>,
+    // --- toolhost's settings ---
+    pub(crate) enabled: Option<bool>,
+    pub(crate) request_timeout: Option<String>,
+    pub(crate) enumeration_timeout: Option<String>,
+    pub(crate) max_pages: Option<u32>,
+    pub(crate) max_tools: Option<u32>,
+    pub(crate) max_listing_bytes: Option<u64>,
+    pub(crate) max_message_bytes: Option<u64>,
+    pub(crate) shutdown_grace: Option<String>,
+    pub(crate) max_concurrent_calls: Option<u32>,
+    #[serde(default)]
+    pub(crate) restart: RawRestart,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRestart {
+    pub(crate) initial_backoff: Option<String>,
+    pub(crate) max_backoff: Option<String>,
+    pub(crate) stable_after: Option<String>,
+    pub(crate) crash_loop_after: Option<u32>,
+}
+
+/// A desktop client's JSON file: `{"mcpServers": {...}}`. Unknown keys are what those clients
+/// write for their own purposes, so they are accepted here.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawDesktopFile {
+    pub(crate) mcp_servers: BTreeMap<String, RawDesktopServer>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawDesktopServer {
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) args: Vec<String>,
+    #[serde(default)]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) url: Option<String>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    #[serde(rename = "type")]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) disabled: bool,
+}
+
+impl From<RawDesktopServer> for RawServer {
+    fn from(server: RawDesktopServer) -> Self {
+        RawServer {
+            command: server.command,
+            args: server.args,
+            env: server.env,
+            cwd: server.cwd,
+            url: server.url,
+            headers: server.headers,
+            kind: server.kind,
+            enabled: Some(!server.disabled),
+            ..RawServer::default()
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Configuration parsing and validation, checked against the messages an operator sees.
+
+use std::path::Path;
+
+use super::*;
+
+fn load(name: &str, text: &str) -> Result<Config, String> {
+    Config::parse(&Path::new("/etc/toolhost").join(name), text).map_err(|err| err.to_string())
+}
+
+#[test]
+fn a_full_toml_file_resolves_paths_against_its_directory() {
+    let config = load(
+        "toolhost.toml",
+        r#"
+        [store]
+        path = "state/catalog.db"
+        [grpc]
+        listen = ["unix:run/toolhost.sock", "127.0.0.1:7000"]
+        [servers.files]
+        command = "./bin/files-server"
+        args = ["--root", "/srv"]
+        env = { LOG = "1" }
+        cwd = "work"
+        request_timeout = "5s"
+        restart = { initial_backoff = "100ms", max_backoff = "10s" }
+        [servers.remote]
+        url = "https://mcp.example.test/mcp"
+        headers = { Authorization = "Bearer x" }
+        enabled = false
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.store.path, Path::new("/etc/toolhost/state/catalog.db"));
+    assert_eq!(
+        config.grpc.listen,
+        vec![ListenAddr::Unix("/etc/toolhost/run/toolhost.sock".into()), ListenAddr::Tcp("127.0.0.1:7000".parse().unwrap())]
+    );
+    let files = &config.servers["files"];
+    let Transport::Stdio(stdio) = &files.transport else { panic!("stdio expected") };
+    assert_eq!(stdio.command, Path::new("/etc/toolhost/./bin/files-server"));
+    assert_eq!(stdio.cwd.as_deref(), Some(Path::new("/etc/toolhost/work")));
+    assert_eq!(files.request_timeout, Duration::from_secs(5));
+    assert_eq!(files.restart.initial_backoff, Duration::from_millis(100));
+    assert!(!config.servers["remote"].enabled);
+}
+
+#[test]
+fn a_desktop_json_file_is_read_as_those_clients_write_it() {
+    let config = load(
+        "claude_desktop_config.json",
+        r#"{"mcpServers": {
+            "memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"], "env": {"A": "b"}},
+            "off": {"command": "uvx", "args": ["thing"], "disabled": true, "alwaysAllow": ["x"]}
+        }}"#,
+    )
+    .unwrap();
+    let Transport::Stdio(memory) = &config.servers["memory"].transport else { panic!("stdio expected") };
+    assert_eq!(memory.command, Path::new("npx"));
+    assert_eq!(memory.args, ["-y", "@modelcontextprotocol/server-memory"]);
+    assert!(!config.servers["off"].enabled);
+    assert_eq!(config.grpc.listen, vec![ListenAddr::Tcp("127.0.0.1:50051".parse().unwrap())]);
+}
+
+#[test]
+fn every_error_names_the_file_the_key_and_the_problem() {
+    let cases = [
+        ("[servers.a]\ncomand = \"x\"\n", "/etc/toolhost/t.toml: servers.a: unknown field `comand`"),
+        ("[servers.a]\nargs = []\n", "/etc/toolhost/t.toml: servers.a.command: missing"),
+        ("[servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n", "servers.a.url: give either command"),
+        ("[servers.a]\nurl = \"ftp://h\"\n", "servers.a.url: \"ftp://h\" is not an http"),
+        ("[servers.a]\ncommand = \"x\"\nrequest_timeout = \"soon\"\n", "servers.a.request_timeout: \"soon\" is not a duration"),
+        ("[servers.a]\ncommand = \"x\"\nmax_pages = 0\n", "servers.a.max_pages: must be greater than 0"),
+        ("[servers.\"a b\"]\ncommand = \"x\"\n", "servers.a b: a server name must be"),
+        ("[grpc]\nlisten = \"localhost\"\n", "grpc.listen[0]: \"localhost\" is neither"),
+        ("[servers.a]\ncommand = 5\n", "servers.a.command: invalid type"),
+        ("[servers.a\ncommand = \"x\"\n", "/etc/toolhost/t.toml: line 1, column"),
+    ];
+    for (text, expected) in cases {
+        let message = load("t.toml", text).unwrap_err();
+        assert!(message.contains(expected), "{message:?} should contain {expected:?}");
+    }
+    let message = load("c.json", r#"{"mcpServers": {"a": {"args": 3}}}"#).unwrap_err();
+    assert!(message.contains("mcpServers.a.args: invalid type"), "{message}");
+    let message = load("c.json", r#"{"servers": {}}"#).unwrap_err();
+    assert!(message.contains("missing field `mcpServers`"), "{message}");
+}
+
+#[test]
+fn durations_take_a_unit() {
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert!(parse_duration("10").is_err());
+    assert!(parse_duration("0s").is_err());
+    assert!(parse_duration("-1s").is_err());
+}

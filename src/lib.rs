@@ -1,0 +1,17 @@
+//! toolhost: one trustworthy view of the tools a host's MCP servers offer.
+//!
+//! See ARCHITECTURE.md for the codemap and the invariants. In short:
+//!
+//! - `config`: the typed configuration, loaded and validated before anything starts.
+//! - `mcp`: protocol knowledge without I/O (JSON-RPC framing, the handshake, tools payloads).
+//! - `upstream`: sessions with MCP servers (stdio children); knows nothing of the catalog.
+//! - `catalog`: tool definitions, generations, diffs, and their SQLite store.
+//! - `supervisor`: one worker per server; the live registry of states and generations.
+//! - `app`: the composition root that wires the rest and owns shutdown.
+
+pub mod app;
+pub mod catalog;
+pub mod config;
+pub mod mcp;
+pub mod supervisor;
+pub mod upstream;

@@ -1,0 +1,8 @@
+//! What toolhost knows about the Model Context Protocol, without any I/O.
+//!
+//! `jsonrpc` frames messages; `lifecycle` builds and checks the legacy handshake; `tools` reads
+//! `tools/list` pages and `tools/call` results.
+
+pub mod jsonrpc;
+pub mod lifecycle;
+pub mod tools;

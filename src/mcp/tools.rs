@@ -1,0 +1,121 @@
+//! `tools/list` pages and `tools/call` results, read without losing a field.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// One `tools/list` result page.
+#[derive(Debug)]
+pub struct ListPage {
+    /// Each entry exactly as the server sent it; validated by the enumerator.
+    pub tools: Vec<serde_json::Value>,
+    /// `None` ends the listing. `Some("")` continues it (an empty cursor is a valid cursor).
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawListPage {
+    tools: Vec<serde_json::Value>,
+    #[serde(default)]
+    next_cursor: Option<String>,
+}
+
+/// Reads a `tools/list` result.
+///
+/// # Errors
+/// A description of what is wrong when the result is not a `ListToolsResult`.
+pub fn parse_list_page(result: &RawValue) -> Result<ListPage, String> {
+    let page: RawListPage = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+    Ok(ListPage {
+        tools: page.tools,
+        next_cursor: page.next_cursor,
+    })
+}
+
+/// The `params` of a `tools/list` request for the page after `cursor` (or the first page).
+pub fn list_params(cursor: Option<&str>) -> Option<Box<RawValue>> {
+    let cursor = cursor?;
+    let json = serde_json::json!({ "cursor": cursor }).to_string();
+    RawValue::from_string(json).ok()
+}
+
+/// A `tools/call` result, with its payload kept as raw JSON for the agent.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    /// The `content` array as received (`[]` when the server left it out).
+    pub content: Box<RawValue>,
+    pub structured_content: Option<Box<RawValue>>,
+    pub is_error: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawCallResult {
+    #[serde(default)]
+    content: Option<Box<RawValue>>,
+    #[serde(default)]
+    structured_content: Option<Box<RawValue>>,
+    #[serde(default)]
+    is_error: Option<bool>,
+    #[serde(default)]
+    result_type: Option<String>,
+}
+
+/// Reads a `tools/call` result.
+///
+/// # Errors
+/// A description of what is wrong when the result is not a complete `CallToolResult`
+/// (an `input_required` result is an error: toolhost declares no input capabilities).
+pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, String> {
+    let raw: RawCallResult = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+    match raw.result_type.as_deref() {
+        None | Some("complete") => {}
+        Some("input_required") => {
+            return Err("the server asked for input (input_required), but toolhost declares no input capabilities".to_owned());
+        }
+        Some(other) => return Err(format!("unknown resultType {other:?}")),
+    }
+    let content = match raw.content {
+        Some(content) => content,
+        None => RawValue::from_string("[]".to_owned()).map_err(|err| err.to_string())?,
+    };
+    Ok(CallOutcome {
+        content,
+        structured_content: raw.structured_content,
+        is_error: raw.is_error.unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn an_empty_cursor_continues_and_an_absent_one_ends() {
+        let page = parse_list_page(&raw(r#"{"tools":[{"name":"a","x-extra":1}],"nextCursor":""}"#)).unwrap();
+        assert_eq!(page.next_cursor.as_deref(), Some(""));
+        assert_eq!(page.tools[0]["x-extra"], 1);
+        assert!(parse_list_page(&raw(r#"{"tools":[]}"#)).unwrap().next_cursor.is_none());
+        assert!(parse_list_page(&raw(r#"{"nextCursor":"x"}"#)).is_err());
+    }
+
+    #[test]
+    fn call_results_keep_their_payload_and_refuse_input_required() {
+        let outcome = parse_call_result(&raw(r#"{"content":[{"type":"text","text":"hi"}],"isError":true}"#)).unwrap();
+        assert!(outcome.is_error);
+        assert_eq!(outcome.content.get(), r#"[{"type":"text","text":"hi"}]"#);
+        assert_eq!(parse_call_result(&raw(r#"{"structuredContent":5}"#)).unwrap().content.get(), "[]");
+        assert!(parse_call_result(&raw(r#"{"resultType":"input_required"}"#)).is_err());
+        assert!(parse_call_result(&raw(r#"{"resultType":"mystery"}"#)).is_err());
+    }
+
+    #[test]
+    fn list_params_carry_the_cursor_verbatim() {
+        assert!(list_params(None).is_none());
+        assert_eq!(list_params(Some("a\"b")).unwrap().get(), r#"{"cursor":"a\"b"}"#);
+    }
+}

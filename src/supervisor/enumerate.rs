@@ -1,0 +1,111 @@
+//! One complete enumeration pass: `tools/list` from no cursor, following `nextCursor` to the
+//! end, bounded in pages, tools, bytes and time, and abandoned the moment the server announces
+//! a change, so that pages of two tool sets are never mixed.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::catalog::model::Listing;
+use crate::config::EnumerationLimits;
+use crate::mcp::jsonrpc::code::INVALID_PARAMS;
+use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
+use crate::mcp::tools::{list_params, parse_list_page};
+use crate::upstream::{SessionHandle, UpstreamError};
+
+/// How often a pass that hit an invalid cursor may start over before it fails.
+const INVALID_CURSOR_RESTARTS: u32 = 2;
+
+/// Counters of one pass, for the enumeration record.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PassStats {
+    pub(crate) pages: u32,
+    pub(crate) tools: u32,
+    pub(crate) bytes: u64,
+}
+
+/// Why a pass produced no listing.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PassEnd {
+    /// A list_changed arrived while the pass ran: its pages may mix two tool sets.
+    Superseded,
+    /// An error or a bound cut the pass short.
+    Failed(String),
+}
+
+/// What the pass needs to know about its server.
+pub(crate) struct PassSettings<'a> {
+    pub(crate) limits: &'a EnumerationLimits,
+    pub(crate) request_timeout: Duration,
+    pub(crate) enumeration_timeout: Duration,
+}
+
+/// Runs one pass. `changes` is marked seen at the start; any change after that supersedes it.
+pub(crate) async fn enumerate(session: &SessionHandle, settings: &PassSettings<'_>, changes: &mut watch::Receiver<u64>, stats: &mut PassStats) -> Result<Listing, PassEnd> {
+    changes.borrow_and_update();
+    let deadline = Instant::now() + settings.enumeration_timeout;
+    let limits = settings.limits;
+    let mut cursor: Option<String> = None;
+    // Cursors stay opaque: they are compared for equality only, to stop a server that loops.
+    let mut seen_cursors: HashSet<String> = HashSet::new();
+    let mut raw_tools = Vec::new();
+    let mut restarts = 0;
+    loop {
+        if stats.pages >= limits.max_pages {
+            return Err(PassEnd::Failed(format!("the listing has more than {} pages (max_pages)", limits.max_pages)));
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(PassEnd::Failed(format!("the listing took longer than {:?} (enumeration_timeout)", settings.enumeration_timeout)));
+        }
+        let params = list_params(cursor.as_deref());
+        let page_number = stats.pages + 1;
+        let request = session.request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true);
+        let result = tokio::select! {
+            biased;
+            Ok(()) = changes.changed() => return Err(PassEnd::Superseded),
+            result = request => result,
+        };
+        let result = match result {
+            Ok(result) => result,
+            Err(UpstreamError::Rpc(error)) if cursor.is_some() && error.code == INVALID_PARAMS && restarts < INVALID_CURSOR_RESTARTS => {
+                // The server no longer accepts its own cursor: start over from the first page.
+                tracing::info!(page = page_number, "the server rejected a cursor; restarting the listing from the first page");
+                restarts += 1;
+                cursor = None;
+                seen_cursors.clear();
+                raw_tools.clear();
+                continue;
+            }
+            Err(error) => return Err(PassEnd::Failed(format!("tools/list page {page_number}: {error}"))),
+        };
+        stats.pages += 1;
+        stats.bytes += result.get().len() as u64;
+        if stats.bytes > limits.max_bytes {
+            return Err(PassEnd::Failed(format!("the listing is larger than {} bytes (max_listing_bytes)", limits.max_bytes)));
+        }
+        let page = parse_list_page(&result).map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
+        stats.tools = stats.tools.saturating_add(u32::try_from(page.tools.len()).unwrap_or(u32::MAX));
+        if stats.tools > limits.max_tools {
+            return Err(PassEnd::Failed(format!("the listing has more than {} tools (max_tools)", limits.max_tools)));
+        }
+        raw_tools.extend(page.tools);
+        match page.next_cursor {
+            None => break,
+            Some(next) => {
+                if !seen_cursors.insert(next.clone()) {
+                    return Err(PassEnd::Failed(format!("the server repeated a cursor after page {page_number} (a pagination loop)")));
+                }
+                tracing::debug!(page = page_number, "following nextCursor");
+                cursor = Some(next);
+            }
+        }
+    }
+    // A change announced together with the last page also makes the pass suspect.
+    if changes.has_changed().unwrap_or(false) {
+        return Err(PassEnd::Superseded);
+    }
+    Ok(Listing::from_raw(raw_tools))
+}

@@ -1,0 +1,294 @@
+//! The per-server loop: start a session, enumerate, follow changes, and restart with backoff
+//! when the session ends. Every new session is a fresh handshake and a full enumeration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::model::Listing;
+use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
+use crate::catalog::store::{CommitOutcome, Store};
+use crate::config::ServerSpec;
+use crate::supervisor::backoff;
+use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
+use crate::supervisor::registry::{Registry, ServerState};
+use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
+
+/// A change notification that arrives while a pass runs supersedes the pass; the next pass
+/// waits until notifications have been quiet this long, so a burst costs one more pass.
+const QUIET_PERIOD: Duration = Duration::from_millis(20);
+/// ...but never waits longer than this for a burst to end.
+const MAX_QUIET_WAIT: Duration = Duration::from_secs(2);
+
+/// Requests a worker accepts from the rest of toolhost.
+#[derive(Debug)]
+pub(crate) enum WorkerCommand {
+    /// Re-enumerate now (a manual refresh, or a call that found a tool missing).
+    Refresh(EnumerationReason),
+}
+
+/// Why a session ended.
+enum SessionEnd {
+    /// toolhost is stopping this server.
+    Cancelled,
+    /// The session closed (the process exited or its output ended).
+    Closed,
+}
+
+pub(crate) struct Worker {
+    pub(crate) name: Arc<str>,
+    pub(crate) spec: ServerSpec,
+    pub(crate) store: Store,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) commands: mpsc::Receiver<WorkerCommand>,
+    pub(crate) cancel: CancellationToken,
+}
+
+// === impl Worker ===
+
+impl Worker {
+    pub(crate) async fn run(mut self) {
+        let settings = SessionSettings {
+            request_timeout: self.spec.request_timeout,
+            max_message_bytes: self.spec.max_message_bytes,
+            shutdown_grace: self.spec.shutdown_grace,
+        };
+        let mut failures: u32 = 0;
+        let mut first = true;
+        loop {
+            self.set_state(if first { ServerState::Starting } else { ServerState::Reconnecting }, None);
+            let connected = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                connected = upstream::connect(&self.name, &self.spec, &settings) => connected,
+            };
+            let permanent = match connected {
+                Ok(connection) => {
+                    let started = Instant::now();
+                    let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
+                    if let SessionEnd::Cancelled = self.run_session(connection, reason).await {
+                        break;
+                    }
+                    if started.elapsed() >= self.spec.restart.stable_after {
+                        failures = 0;
+                    }
+                    false
+                }
+                Err(error) => {
+                    tracing::warn!(server = %self.name, %error, "cannot start a session");
+                    let permanent = matches!(error, UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_));
+                    self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
+                    permanent
+                }
+            };
+            first = false;
+            failures = failures.saturating_add(1);
+            let state = match (permanent, failures >= self.spec.restart.crash_loop_after) {
+                (true, _) => ServerState::Failed,
+                (false, true) => ServerState::CrashLoop,
+                (false, false) => ServerState::Backoff,
+            };
+            let delay = backoff::delay(&self.spec.restart, failures);
+            tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
+            self.registry.update(&self.name, |view| {
+                view.state = state;
+                view.session = None;
+                view.num_restarts += 1;
+            });
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+        self.set_state(ServerState::Stopped, None);
+    }
+
+    /// Drives one session until it closes or toolhost stops it.
+    async fn run_session(&mut self, connection: Connection, reason: EnumerationReason) -> SessionEnd {
+        let handle = connection.handle().clone();
+        let hello = connection.hello().clone();
+        tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
+        let mut changes = handle.list_changed();
+        self.registry.update(&self.name, |view| {
+            view.hello = Some(hello.clone());
+            view.session = Some(handle.clone());
+            view.last_error = None;
+        });
+        let mut pending = Some(reason);
+        let mut retry_at: Option<Instant> = None;
+        let end = loop {
+            if let Some(reason) = pending.take() {
+                retry_at = None;
+                if !hello.has_tools {
+                    // The capability gate: a server without `capabilities.tools` is never sent tools/list.
+                    self.commit(Listing::default(), reason, now_ms(), Instant::now(), PassStats::default()).await;
+                    self.set_state(ServerState::NoTools, None);
+                } else {
+                    match self.enumerate_until_settled(&connection, reason, &mut changes).await {
+                        Ok(true) => self.set_state(ServerState::Ready, None),
+                        Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
+                        Err(end) => break end,
+                    }
+                }
+            }
+            let retry = async {
+                match retry_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.cancel.cancelled() => break SessionEnd::Cancelled,
+                () = handle.closed() => break SessionEnd::Closed,
+                Ok(()) = changes.changed() => {
+                    if hello.has_tools {
+                        pending = Some(EnumerationReason::ListChanged);
+                    } else {
+                        tracing::warn!(server = %self.name, "ignored tools/list_changed from a server that does not offer tools");
+                        changes.borrow_and_update();
+                    }
+                }
+                Some(WorkerCommand::Refresh(reason)) = self.commands.recv() => pending = Some(reason),
+                () = retry => pending = Some(EnumerationReason::Manual),
+            }
+        };
+        if !hello.tools_list_changed && handle.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
+        }
+        self.registry.update(&self.name, |view| view.session = None);
+        let status = connection.shutdown().await;
+        tracing::info!(server = %self.name, exit = ?status, "session ended");
+        end
+    }
+
+    /// Runs passes until one completes without being superseded. `Ok(true)`: a listing was
+    /// committed (or found unchanged); `Ok(false)`: the pass failed and nothing changed.
+    async fn enumerate_until_settled(&mut self, connection: &Connection, mut reason: EnumerationReason, changes: &mut watch::Receiver<u64>) -> Result<bool, SessionEnd> {
+        let settings = PassSettings {
+            limits: &self.spec.limits,
+            request_timeout: self.spec.request_timeout,
+            enumeration_timeout: self.spec.enumeration_timeout,
+        };
+        loop {
+            let started_at_ms = now_ms();
+            let started = Instant::now();
+            let mut stats = PassStats::default();
+            let pass = tokio::select! {
+                () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
+                pass = enumerate::enumerate(connection.handle(), &settings, changes, &mut stats) => pass,
+            };
+            match pass {
+                Ok(listing) => return Ok(self.commit(listing, reason, started_at_ms, started, stats).await),
+                Err(PassEnd::Superseded) => {
+                    tracing::debug!(server = %self.name, "enumeration superseded by tools/list_changed");
+                    self.record_failure(reason, EnumerationOutcome::Superseded, None, started_at_ms, started, stats).await;
+                    self.wait_for_quiet(changes).await?;
+                    reason = EnumerationReason::ListChanged;
+                }
+                Err(PassEnd::Failed(error)) => {
+                    tracing::warn!(server = %self.name, %error, "enumeration failed; the current generation stays");
+                    self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), started_at_ms, started, stats).await;
+                    self.set_state(ServerState::Failed, Some(error));
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] (at most [`MAX_QUIET_WAIT`]).
+    async fn wait_for_quiet(&self, changes: &mut watch::Receiver<u64>) -> Result<(), SessionEnd> {
+        let give_up = Instant::now() + MAX_QUIET_WAIT;
+        changes.borrow_and_update();
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
+                () = tokio::time::sleep(QUIET_PERIOD) => return Ok(()),
+                () = tokio::time::sleep_until(give_up) => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    changes.borrow_and_update();
+                }
+            }
+        }
+    }
+
+    /// Offers a complete listing to the store and publishes the result. Returns false if the
+    /// store failed (the listing is then not published either).
+    async fn commit(&self, listing: Listing, reason: EnumerationReason, started_at_ms: i64, started: Instant, stats: PassStats) -> bool {
+        for diagnostic in &listing.diagnostics {
+            tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
+        }
+        let record = self.record(reason, EnumerationOutcome::Committed, None, started_at_ms, started, stats, listing.diagnostics.clone());
+        match self.store.commit(&self.name, &listing, record.clone()).await {
+            Ok(CommitOutcome::Committed { generation, diff }) => {
+                tracing::info!(
+                    server = %self.name, generation = generation.number, tools = generation.tools.len(),
+                    added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
+                    "published a new tool generation"
+                );
+                let number = generation.number;
+                self.registry.update(&self.name, |view| {
+                    view.generation = Some(generation);
+                    view.revalidating = false;
+                    view.last_verified_at_ms = Some(now_ms());
+                    view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
+                });
+                true
+            }
+            Ok(CommitOutcome::Unchanged { generation }) => {
+                tracing::debug!(server = %self.name, generation, reason = reason.as_str(), "tool set unchanged");
+                self.registry.update(&self.name, |view| {
+                    view.revalidating = false;
+                    view.last_verified_at_ms = Some(now_ms());
+                    view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
+                });
+                true
+            }
+            Err(error) => {
+                tracing::error!(server = %self.name, %error, "cannot commit the tool generation");
+                self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
+                false
+            }
+        }
+    }
+
+    async fn record_failure(&self, reason: EnumerationReason, outcome: EnumerationOutcome, error: Option<String>, started_at_ms: i64, started: Instant, stats: PassStats) {
+        let record = self.record(reason, outcome, error, started_at_ms, started, stats, Vec::new());
+        if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
+            tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
+        }
+        self.registry.update(&self.name, |view| {
+            let generation = view.generation.as_ref().map_or(0, |g| g.number);
+            view.last_enumeration = Some(EnumerationRecord { generation, ..record });
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(&self, reason: EnumerationReason, outcome: EnumerationOutcome, error: Option<String>, started_at_ms: i64, started: Instant, stats: PassStats, diagnostics: Vec<String>) -> EnumerationRecord {
+        EnumerationRecord {
+            started_at_ms,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            reason,
+            outcome,
+            pages: stats.pages,
+            tools: stats.tools,
+            bytes: stats.bytes,
+            generation: 0,
+            error,
+            diagnostics,
+        }
+    }
+
+    fn set_state(&self, state: ServerState, error: Option<String>) {
+        self.registry.update(&self.name, |view| {
+            view.state = state;
+            if error.is_some() {
+                view.last_error = error;
+            }
+        });
+    }
+}

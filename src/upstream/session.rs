@@ -1,0 +1,333 @@
+//! One JSON-RPC session over a pair of byte streams: request/response correlation, answers to
+//! server-initiated requests, and change notifications.
+//!
+//! Two tasks per session: a reader that routes every incoming line, and a writer that owns the
+//! server's input. Callers never wait on each other: a request registers its reply slot in the
+//! pending map (a short, never-awaited lock), queues its line and awaits its own oneshot.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
+use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_TOOLS_LIST_CHANGED};
+use crate::upstream::UpstreamError;
+use crate::upstream::lines::{self, Line};
+
+/// How many outgoing lines may wait for the server to read them before requests are refused.
+const OUTGOING_QUEUE: usize = 1024;
+
+type Reply = Result<Box<RawValue>, RpcError>;
+
+/// Counters a session keeps about its peer's misbehaviour.
+#[derive(Debug, Default)]
+pub struct SessionStats {
+    /// Lines on the server's output that were not JSON-RPC messages.
+    pub num_bad_lines: AtomicU64,
+    /// Lines longer than the maximum message size, discarded.
+    pub num_oversized_lines: AtomicU64,
+    /// Responses that arrived after their request had timed out or been cancelled.
+    pub num_late_responses: AtomicU64,
+    /// `notifications/tools/list_changed` received.
+    pub num_list_changed: AtomicU64,
+    /// Server-to-client requests toolhost refused with -32601.
+    pub num_refused_requests: AtomicU64,
+}
+
+/// The cheap, cloneable side of a session: send requests and watch for changes.
+#[derive(Clone)]
+pub struct SessionHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    server: Arc<str>,
+    pending: Mutex<HashMap<RequestId, oneshot::Sender<Reply>>>,
+    next_id: AtomicU64,
+    outgoing: mpsc::Sender<String>,
+    /// Cancelled when the session can no longer carry messages (EOF, I/O error or close).
+    closed: CancellationToken,
+    /// Counts list_changed notifications; a watch so that bursts coalesce for free.
+    list_changed: watch::Sender<u64>,
+    stats: SessionStats,
+}
+
+/// The owning side of a session: its I/O tasks.
+pub(crate) struct SessionTasks {
+    /// Tells the writer to flush what is queued and close the server's input.
+    close_input: CancellationToken,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+/// Starts the reader and writer tasks over `output` (what the server writes) and `input`.
+pub(crate) fn start<R, W>(server: Arc<str>, output: R, input: W, max_message_bytes: usize) -> (SessionHandle, SessionTasks)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (outgoing_tx, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
+    let shared = Arc::new(Shared {
+        server,
+        pending: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        outgoing: outgoing_tx,
+        closed: CancellationToken::new(),
+        list_changed: watch::channel(0).0,
+        stats: SessionStats::default(),
+    });
+    let close_input = CancellationToken::new();
+    let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
+    let writer = tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone()));
+    let tasks = SessionTasks { close_input, reader, writer };
+    (SessionHandle { shared }, tasks)
+}
+
+// === impl SessionHandle ===
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle").field("server", &self.shared.server).field("closed", &self.is_closed()).finish()
+    }
+}
+
+impl SessionHandle {
+    /// Sends a request and waits for its result, at most `timeout`.
+    ///
+    /// If the wait ends for any reason but a reply (timeout, or the caller dropping the future),
+    /// and `cancellable` is set, the server is sent `notifications/cancelled` for it.
+    ///
+    /// # Errors
+    /// The server's JSON-RPC error, a timeout, a closed session or a full input queue.
+    pub async fn request(&self, method: &str, params: Option<&RawValue>, timeout: Duration, cancellable: bool) -> Result<Box<RawValue>, UpstreamError> {
+        if self.shared.closed.is_cancelled() {
+            return Err(UpstreamError::Closed);
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.shared.lock_pending().insert(id, reply_tx);
+        let mut guard = PendingGuard { shared: &self.shared, id, cancellable, done: false };
+        self.shared.send_line(jsonrpc::encode_request(id, method, params))?;
+        let reply = tokio::select! {
+            reply = reply_rx => reply,
+            () = tokio::time::sleep(timeout) => {
+                return Err(UpstreamError::Timeout { method: method.to_owned(), after: timeout });
+            }
+        };
+        guard.done = true;
+        match reply {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => Err(UpstreamError::Rpc(error)),
+            Err(_) => Err(UpstreamError::Closed),
+        }
+    }
+
+    /// Sends a notification.
+    ///
+    /// # Errors
+    /// A closed session or a full input queue.
+    pub fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), UpstreamError> {
+        self.shared.send_line(jsonrpc::encode_notification(method, params))
+    }
+
+    /// Completes when the session can no longer carry messages.
+    pub async fn closed(&self) {
+        self.shared.closed.cancelled().await;
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// A receiver that changes whenever the server sends `notifications/tools/list_changed`.
+    pub fn list_changed(&self) -> watch::Receiver<u64> {
+        self.shared.list_changed.subscribe()
+    }
+
+    pub fn stats(&self) -> &SessionStats {
+        &self.shared.stats
+    }
+}
+
+// === impl SessionTasks ===
+
+impl SessionTasks {
+    /// Closes the server's input after flushing what is queued.
+    pub(crate) fn close_input(&self) {
+        self.close_input.cancel();
+    }
+
+    /// Waits for both tasks, aborting them after `deadline` (a grandchild may hold a pipe open).
+    pub(crate) async fn join(self, deadline: Duration) {
+        self.close_input.cancel();
+        let SessionTasks { reader, writer, .. } = self;
+        let reader_abort = reader.abort_handle();
+        let writer_abort = writer.abort_handle();
+        if tokio::time::timeout(deadline, async {
+            let _ = reader.await;
+            let _ = writer.await;
+        })
+        .await
+        .is_err()
+        {
+            reader_abort.abort();
+            writer_abort.abort();
+        }
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, oneshot::Sender<Reply>>> {
+        // The map stays consistent even if a holder panicked: every operation is a single insert or remove.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn send_line(&self, line: String) -> Result<(), UpstreamError> {
+        self.outgoing.try_send(line).map_err(|err| match err {
+            mpsc::error::TrySendError::Full(_) => UpstreamError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => UpstreamError::Closed,
+        })
+    }
+
+    fn route(&self, line: &[u8]) {
+        match jsonrpc::parse_line(line) {
+            Ok(Incoming::Response { id, outcome }) => {
+                let slot = self.lock_pending().remove(&id);
+                match slot {
+                    Some(slot) => {
+                        let _ = slot.send(outcome.map(ToOwned::to_owned));
+                    }
+                    None => {
+                        self.stats.num_late_responses.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(server = %self.server, jsonrpc.request.id = id, "response to a request no longer waited for");
+                    }
+                }
+            }
+            Ok(Incoming::ForeignResponse) => {
+                self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(server = %self.server, "response with an id toolhost never issued");
+            }
+            Ok(Incoming::Request { id, method, .. }) => self.answer_server_request(id, method),
+            Ok(Incoming::Notification { method, .. }) => self.on_notification(method),
+            Err(error) => {
+                self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
+                let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
+                tracing::warn!(server = %self.server, %error, line.preview = %preview, "ignored a line that is not a JSON-RPC message");
+            }
+        }
+    }
+
+    fn answer_server_request(&self, id: &RawValue, method: &str) {
+        let line = if method == METHOD_PING {
+            jsonrpc::encode_result(id, "{}")
+        } else {
+            // toolhost advertises no client capabilities, so roots, sampling, elicitation and
+            // anything else are refused rather than answered with a fake success.
+            self.stats.num_refused_requests.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(server = %self.server, mcp.method.name = method, "refused a server request toolhost did not advertise");
+            jsonrpc::encode_error(id, jsonrpc::code::METHOD_NOT_FOUND, &format!("toolhost does not support {method}"))
+        };
+        if let Err(error) = self.send_line(line) {
+            tracing::warn!(server = %self.server, %error, "could not answer a server request");
+        }
+    }
+
+    fn on_notification(&self, method: &str) {
+        if method == METHOD_TOOLS_LIST_CHANGED {
+            self.stats.num_list_changed.fetch_add(1, Ordering::Relaxed);
+            self.list_changed.send_modify(|n| *n += 1);
+        } else {
+            tracing::debug!(server = %self.server, mcp.method.name = method, "notification");
+        }
+    }
+
+    /// Fails every waiting request: the session is gone.
+    fn fail_pending(&self) {
+        self.closed.cancel();
+        let drained: Vec<_> = self.lock_pending().drain().collect();
+        drop(drained);
+    }
+}
+
+/// Removes an abandoned request from the pending map and tells the server to stop working on it.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: RequestId,
+    cancellable: bool,
+    done: bool,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let was_pending = self.shared.lock_pending().remove(&self.id).is_some();
+        if was_pending && self.cancellable && !self.shared.closed.is_cancelled() {
+            let params = format!(r#"{{"requestId":{},"reason":"toolhost stopped waiting"}}"#, self.id);
+            if let Ok(params) = RawValue::from_string(params) {
+                let _ = self.shared.send_line(jsonrpc::encode_notification(METHOD_CANCELLED, Some(&params)));
+            }
+        }
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_message_bytes: usize) {
+    let mut reader = BufReader::with_capacity(64 * 1024, output);
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        match lines::read_line(&mut reader, &mut buf, max_message_bytes).await {
+            Ok(Line::Complete) if buf.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(Line::Complete) => shared.route(&buf),
+            Ok(Line::Oversized(len)) => {
+                shared.stats.num_oversized_lines.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(server = %shared.server, bytes = len, limit = max_message_bytes, "discarded a message over the size limit");
+            }
+            Ok(Line::Eof) => break,
+            Err(error) => {
+                tracing::warn!(server = %shared.server, %error, "reading from the server failed");
+                break;
+            }
+        }
+    }
+    shared.fail_pending();
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(shared: Arc<Shared>, input: W, mut outgoing: mpsc::Receiver<String>, close_input: CancellationToken) {
+    let mut writer = BufWriter::new(input);
+    loop {
+        let line = tokio::select! {
+            biased;
+            line = outgoing.recv() => line,
+            () = close_input.cancelled() => None,
+        };
+        let Some(line) = line else { break };
+        let mut result = writer.write_all(line.as_bytes()).await;
+        // Batch whatever else is already queued into the same flush.
+        while let (Ok(()), Ok(more)) = (&result, outgoing.try_recv()) {
+            result = writer.write_all(more.as_bytes()).await;
+        }
+        if let Err(error) = result.and(writer.flush().await) {
+            tracing::debug!(server = %shared.server, %error, "writing to the server failed");
+            shared.fail_pending();
+            return;
+        }
+    }
+    // Flush what was queued before the close, then drop the input: the server sees EOF.
+    while let Ok(more) = outgoing.try_recv() {
+        if writer.write_all(more.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = writer.flush().await;
+    let _ = writer.shutdown().await;
+}

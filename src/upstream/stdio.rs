@@ -1,0 +1,124 @@
+//! stdio servers: a child process in its own process group, its stderr in toolhost's log, and
+//! the MCP shutdown sequence (close stdin, wait, SIGTERM, wait, SIGKILL to the group, reap).
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+
+use crate::config::StdioSpec;
+use crate::upstream::UpstreamError;
+use crate::upstream::lines::{self, Line};
+
+/// Longest stderr line kept whole; longer lines are logged truncated.
+const STDERR_LINE_BYTES: usize = 4096;
+/// stderr lines logged per second per server; the rest are counted and summarised.
+const STDERR_LINES_PER_SECOND: u32 = 50;
+
+/// A running stdio server process and the task that drains its stderr.
+pub(crate) struct ChildProcess {
+    child: Child,
+    /// The process group id, which is the leader's pid (`process_group(0)`).
+    pgid: Option<Pid>,
+    stderr_pump: JoinHandle<()>,
+}
+
+/// Spawns the server process with piped stdio in a new process group.
+///
+/// # Errors
+/// [`UpstreamError::Spawn`] when the program cannot be started.
+pub(crate) fn spawn(server: &Arc<str>, spec: &StdioSpec) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
+    let mut command = Command::new(&spec.command);
+    command
+        .args(&spec.args)
+        .envs(&spec.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so that a shutdown reaches `npx` and the `node` it started alike.
+        .process_group(0)
+        // If toolhost's owner drops the handle without the shutdown sequence, the child still dies.
+        .kill_on_drop(true);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().map_err(|source| UpstreamError::Spawn {
+        command: spec.command.display().to_string(),
+        source,
+    })?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let (Some(stdout), Some(stdin), Some(stderr)) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
+        return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
+    };
+    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr));
+    Ok((ChildProcess { child, pgid, stderr_pump }, stdout, stdin))
+}
+
+// === impl ChildProcess ===
+
+impl ChildProcess {
+    /// Waits for the process to exit on its own, signalling its group if it does not.
+    ///
+    /// The caller has already closed the child's stdin. Returns the exit status once reaped;
+    /// anything left in the process group afterwards is killed.
+    pub(crate) async fn shutdown(mut self, grace: Duration) -> Option<ExitStatus> {
+        let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
+        if status.is_none() {
+            self.signal_group(Signal::SIGTERM);
+            status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
+        }
+        if status.is_none() {
+            self.signal_group(Signal::SIGKILL);
+            status = self.child.wait().await.ok();
+        }
+        // The leader is gone; stragglers in its group (daemonised helpers) must not outlive it.
+        self.signal_group(Signal::SIGKILL);
+        let abort = self.stderr_pump.abort_handle();
+        if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
+            abort.abort();
+        }
+        status
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH means the group is already empty.
+            let _ = killpg(pgid, signal);
+        }
+    }
+}
+
+/// Logs the server's stderr line by line, never letting a chatty child block on a full pipe.
+async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    let mut window_start = tokio::time::Instant::now();
+    let mut logged_in_window: u32 = 0;
+    let mut num_suppressed: u64 = 0;
+    loop {
+        let line = match lines::read_line(&mut reader, &mut buf, STDERR_LINE_BYTES).await {
+            Ok(Line::Complete) => String::from_utf8_lossy(&buf).into_owned(),
+            Ok(Line::Oversized(len)) => format!("<a line of {len} bytes, over the {STDERR_LINE_BYTES}-byte limit>"),
+            Ok(Line::Eof) | Err(_) => break,
+        };
+        if window_start.elapsed() >= Duration::from_secs(1) {
+            if num_suppressed > 0 {
+                tracing::warn!(server = %server, lines = num_suppressed, "server stderr lines not logged (rate limit)");
+            }
+            window_start = tokio::time::Instant::now();
+            logged_in_window = 0;
+            num_suppressed = 0;
+        }
+        if logged_in_window < STDERR_LINES_PER_SECOND {
+            logged_in_window += 1;
+            tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}");
+        } else {
+            num_suppressed += 1;
+        }
+    }
+}
