@@ -57,6 +57,10 @@ struct Script {
     list_delay_ms: u64,
     /// Write one line of this many bytes at start.
     oversized_line_bytes: usize,
+    /// Append this process's pid to this file at start.
+    pid_file: Option<String>,
+    /// Keep running this long after stdin closes (to exercise SIGTERM in the shutdown sequence).
+    linger_after_eof_ms: u64,
 }
 
 #[derive(serde::Deserialize)]
@@ -85,6 +89,14 @@ fn main() {
         }
     };
     let launch = count_launch(script.state_dir.as_deref());
+    if let Some(path) = &script.pid_file {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap_or_else(|err| fail(&format!("cannot open {path}: {err}")));
+        let _ = writeln!(file, "{}", std::process::id());
+    }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     for i in 0..script.stderr_lines {
         eprintln!("scripted-mcp-server chatter line {i}");
@@ -93,14 +105,26 @@ fn main() {
         write_line(&out, &"x".repeat(script.oversized_line_bytes));
     }
     let tools = script.tools.clone().unwrap_or_else(demo_tools);
-    let mut server = Server { script, out, tools, pages_served_in_first_listing: 0, mutated: false, cursor_rejected: false, announce_after_response: false };
+    let mut server = Server {
+        script,
+        out,
+        tools,
+        pages_served_in_first_listing: 0,
+        mutated: false,
+        cursor_rejected: false,
+        announce_after_response: false,
+    };
     if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
         let out = server.out.clone();
         std::thread::spawn(move || watch_file(&path, &out));
     }
     let stdin = std::io::stdin();
     let mut log = server.script.log_file.as_ref().map(|path| {
-        std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap_or_else(|err| fail(&format!("cannot open log {path}: {err}")))
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap_or_else(|err| fail(&format!("cannot open log {path}: {err}")))
     });
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
@@ -110,6 +134,7 @@ fn main() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
         server.handle(&message, launch);
     }
+    std::thread::sleep(Duration::from_millis(server.script.linger_after_eof_ms));
 }
 
 impl Server {
@@ -141,7 +166,11 @@ impl Server {
     fn initialize_result(&self, params: &Value) -> Value {
         let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-11-25");
         let known = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-        let version = self.script.protocol_version.clone().unwrap_or_else(|| if known.contains(&requested) { requested.to_owned() } else { "2025-11-25".to_owned() });
+        let version = self
+            .script
+            .protocol_version
+            .clone()
+            .unwrap_or_else(|| if known.contains(&requested) { requested.to_owned() } else { "2025-11-25".to_owned() });
         json!({
             "protocolVersion": version,
             "capabilities": self.script.capabilities.clone().unwrap_or_else(|| json!({"tools": {"listChanged": true}})),
@@ -195,14 +224,15 @@ impl Server {
             result["nextCursor"] = json!(next);
         }
         self.pages_served_in_first_listing += 1;
-        if let Some(mutation) = &self.script.mutate_after_page {
-            if !self.mutated && self.pages_served_in_first_listing == mutation.page {
-                // Answer first, then change and announce it: the client holds page N of the old
-                // set and a cursor into it, and the announcement precedes its next request.
-                self.mutated = true;
-                self.tools = mutation.tools.clone();
-                self.announce_after_response = true;
-            }
+        if let Some(mutation) = &self.script.mutate_after_page
+            && !self.mutated
+            && self.pages_served_in_first_listing == mutation.page
+        {
+            // Answer first, then change and announce it: the client holds page N of the old
+            // set and a cursor into it, and the announcement precedes its next request.
+            self.mutated = true;
+            self.tools = mutation.tools.clone();
+            self.announce_after_response = true;
         }
         Ok(result)
     }
@@ -227,7 +257,8 @@ impl Server {
             }
             "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
             "add" => {
-                let sum = arguments.get("a").and_then(Value::as_f64).unwrap_or(0.0) + arguments.get("b").and_then(Value::as_f64).unwrap_or(0.0);
+                let sum =
+                    arguments.get("a").and_then(Value::as_f64).unwrap_or(0.0) + arguments.get("b").and_then(Value::as_f64).unwrap_or(0.0);
                 self.respond(id, Ok(json!({"content": [{"type": "text", "text": sum.to_string()}], "structuredContent": {"sum": sum}})));
             }
             _ => {

@@ -174,8 +174,10 @@ mod tests {
 
     #[test]
     fn equal_definitions_hash_equally_whatever_the_key_order() {
-        let a = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object", "b": 1, "a": [1, {"z": 0, "y": 1}]}}));
-        let b: Value = serde_json::from_str(r#"{ "inputSchema": {"a": [1, {"y": 1, "z": 0}], "b": 1, "type": "object"}, "name": "t" }"#).unwrap();
+        let a =
+            ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object", "b": 1, "a": [1, {"z": 0, "y": 1}]}}));
+        let b: Value =
+            serde_json::from_str(r#"{ "inputSchema": {"a": [1, {"y": 1, "z": 0}], "b": 1, "type": "object"}, "name": "t" }"#).unwrap();
         assert_eq!(a, ToolDef::from_value("t".into(), &b));
         assert_eq!(&*a.definition, r#"{"inputSchema":{"a":[1,{"y":1,"z":0}],"b":1,"type":"object"},"name":"t"}"#);
         let c = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object"}, "x-vendor": true}));

@@ -95,20 +95,13 @@ impl EnumerationOutcome {
     }
 
     pub fn parse(text: &str) -> Option<EnumerationOutcome> {
-        [
-            EnumerationOutcome::Committed,
-            EnumerationOutcome::Unchanged,
-            EnumerationOutcome::Failed,
-            EnumerationOutcome::Superseded,
-        ]
-        .into_iter()
-        .find(|outcome| outcome.as_str() == text)
+        [EnumerationOutcome::Committed, EnumerationOutcome::Unchanged, EnumerationOutcome::Failed, EnumerationOutcome::Superseded]
+            .into_iter()
+            .find(|outcome| outcome.as_str() == text)
     }
 }
 
 /// Milliseconds since the Unix epoch, for stored timestamps.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

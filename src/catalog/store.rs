@@ -70,17 +70,9 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await
-            .map_err(open_error)?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(open_error)?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store {
-            pool,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
-            history_generations,
-        })
+        Ok(Store { pool, write_lock: Arc::new(tokio::sync::Mutex::new(())), history_generations })
     }
 
     pub async fn close(&self) {
@@ -147,7 +139,8 @@ impl Store {
         let _write = self.write_lock.lock().await;
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
-        let current: i64 = sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+        let current: i64 =
+            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
         let rows = sqlx::query("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL")
             .bind(server)
             .fetch_all(&mut *tx)
@@ -228,7 +221,8 @@ impl Store {
         let _write = self.write_lock.lock().await;
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
-        let current: i64 = sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+        let current: i64 =
+            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
         record.generation = to_u64(current)?;
         insert_enumeration(&mut tx, server, &record).await?;
         tx.commit().await?;
@@ -305,7 +299,11 @@ impl Store {
         if oldest_kept <= 1 {
             return Ok(());
         }
-        sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?").bind(server).bind(oldest_kept).execute(&mut **tx).await?;
+        sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?")
+            .bind(server)
+            .bind(oldest_kept)
+            .execute(&mut **tx)
+            .await?;
         let pruned = sqlx::query("DELETE FROM tool_versions WHERE server = ? AND last_generation IS NOT NULL AND last_generation < ?")
             .bind(server)
             .bind(oldest_kept)
@@ -318,7 +316,11 @@ impl Store {
     }
 }
 
-async fn insert_enumeration(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, server: &str, record: &EnumerationRecord) -> Result<(), StoreError> {
+async fn insert_enumeration(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    server: &str,
+    record: &EnumerationRecord,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO enumerations (server, started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -153,11 +153,7 @@ impl Config {
 fn parse_toml(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {
     let table: toml::Table = toml::from_str(text).map_err(|err| {
         let (line, column) = err.span().map_or((0, 0), |span| line_column(text, span.start));
-        ConfigError {
-            file: file.to_path_buf(),
-            key: None,
-            problem: format!("line {line}, column {column}: {}", err.message()),
-        }
+        ConfigError { file: file.to_path_buf(), key: None, problem: format!("line {line}, column {column}: {}", err.message()) }
     })?;
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| path_error(file, &err))
 }
@@ -174,7 +170,8 @@ fn path_error<E: std::fmt::Display>(file: &Path, err: &serde_path_to_error::Erro
     ConfigError {
         file: file.to_path_buf(),
         key: (path != ".").then_some(path),
-        problem: err.inner().to_string(),
+        // Some deserializers append "in `path`" on further lines; the key already says it.
+        problem: err.inner().to_string().lines().next().unwrap_or_default().to_owned(),
     }
 }
 
@@ -214,7 +211,8 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         return Err(error("grpc.listen".into(), "needs at least one address".into()));
     }
 
-    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20)).map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
+    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20))
+        .map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
 
     let mut servers = BTreeMap::new();
     for (name, server) in raw.servers {
@@ -247,9 +245,7 @@ fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
         }
         return Ok(ListenAddr::Unix(base.join(path)));
     }
-    addr.parse::<SocketAddr>()
-        .map(ListenAddr::Tcp)
-        .map_err(|_| format!("{addr:?} is neither unix:/path nor host:port with a numeric IP"))
+    addr.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| format!("{addr:?} is neither unix:/path nor host:port with a numeric IP"))
 }
 
 type KeyProblem = (String, String);
@@ -270,12 +266,7 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             }
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
-            Transport::Stdio(StdioSpec {
-                command,
-                args: raw.args,
-                env: raw.env,
-                cwd: raw.cwd.map(|cwd| base.join(cwd)),
-            })
+            Transport::Stdio(StdioSpec { command, args: raw.args, env: raw.env, cwd: raw.cwd.map(|cwd| base.join(cwd)) })
         }
         (None, Some(url)) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -303,9 +294,11 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
     };
     let max_message_bytes = positive(raw.max_message_bytes, 16 * 1024 * 1024).map_err(at("max_message_bytes"))?;
     let restart = RestartPolicy {
-        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500)).map_err(at("restart.initial_backoff"))?,
+        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500))
+            .map_err(at("restart.initial_backoff"))?,
         max_backoff: optional_duration(raw.restart.max_backoff.as_deref(), Duration::from_secs(60)).map_err(at("restart.max_backoff"))?,
-        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60)).map_err(at("restart.stable_after"))?,
+        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60))
+            .map_err(at("restart.stable_after"))?,
         crash_loop_after: positive(raw.restart.crash_loop_after, 5).map_err(at("restart.crash_loop_after"))?,
     };
     if restart.max_backoff < restart.initial_backoff {
@@ -315,7 +308,8 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
         transport,
         enabled: raw.enabled.unwrap_or(true),
         request_timeout: optional_duration(raw.request_timeout.as_deref(), Duration::from_secs(30)).map_err(at("request_timeout"))?,
-        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120)).map_err(at("enumeration_timeout"))?,
+        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120))
+            .map_err(at("enumeration_timeout"))?,
         limits,
         max_message_bytes: usize::try_from(max_message_bytes).map_err(|_| ("max_message_bytes".to_owned(), "too large".to_owned()))?,
         shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2)).map_err(at("shutdown_grace"))?,

@@ -65,7 +65,7 @@ fn a_desktop_json_file_is_read_as_those_clients_write_it() {
 #[test]
 fn every_error_names_the_file_the_key_and_the_problem() {
     let cases = [
-        ("[servers.a]\ncomand = \"x\"\n", "/etc/toolhost/t.toml: servers.a: unknown field `comand`"),
+        ("[servers.a]\ncomand = \"x\"\n", "/etc/toolhost/t.toml: servers.a.comand: unknown field `comand`"),
         ("[servers.a]\nargs = []\n", "/etc/toolhost/t.toml: servers.a.command: missing"),
         ("[servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n", "servers.a.url: give either command"),
         ("[servers.a]\nurl = \"ftp://h\"\n", "servers.a.url: \"ftp://h\" is not an http"),

@@ -92,15 +92,8 @@ pub fn parse_line(line: &[u8]) -> Result<Incoming<'_>, FrameError> {
         Err(err) => return Err(FrameError::NotJson(err.to_string())),
     };
     match (envelope.method, envelope.id) {
-        (Some(method), Some(id)) if id.get() != "null" => Ok(Incoming::Request {
-            id,
-            method,
-            params: envelope.params,
-        }),
-        (Some(method), _) => Ok(Incoming::Notification {
-            method,
-            params: envelope.params,
-        }),
+        (Some(method), Some(id)) if id.get() != "null" => Ok(Incoming::Request { id, method, params: envelope.params }),
+        (Some(method), _) => Ok(Incoming::Notification { method, params: envelope.params }),
         (None, id) => {
             let Some(id) = id.and_then(|id| id.get().parse::<RequestId>().ok()) else {
                 if envelope.result.is_some() || envelope.error.is_some() {

@@ -77,8 +77,7 @@ struct ToolsCapability {
 /// # Errors
 /// [`HandshakeError`] when the result is malformed or names a version toolhost does not speak.
 pub fn check_initialize_result(result: &RawValue) -> Result<ServerHello, HandshakeError> {
-    let parsed: InitializeResult<'_> =
-        serde_json::from_str(result.get()).map_err(|err| HandshakeError::Malformed(err.to_string()))?;
+    let parsed: InitializeResult<'_> = serde_json::from_str(result.get()).map_err(|err| HandshakeError::Malformed(err.to_string()))?;
     if !LEGACY_VERSIONS.contains(&parsed.protocol_version.as_str()) {
         return Err(HandshakeError::UnsupportedVersion(parsed.protocol_version));
     }

@@ -26,10 +26,7 @@ struct RawListPage {
 /// A description of what is wrong when the result is not a `ListToolsResult`.
 pub fn parse_list_page(result: &RawValue) -> Result<ListPage, String> {
     let page: RawListPage = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
-    Ok(ListPage {
-        tools: page.tools,
-        next_cursor: page.next_cursor,
-    })
+    Ok(ListPage { tools: page.tools, next_cursor: page.next_cursor })
 }
 
 /// The `params` of a `tools/list` request for the page after `cursor` (or the first page).
@@ -79,11 +76,7 @@ pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, String> {
         Some(content) => content,
         None => RawValue::from_string("[]".to_owned()).map_err(|err| err.to_string())?,
     };
-    Ok(CallOutcome {
-        content,
-        structured_content: raw.structured_content,
-        is_error: raw.is_error.unwrap_or(false),
-    })
+    Ok(CallOutcome { content, structured_content: raw.structured_content, is_error: raw.is_error.unwrap_or(false) })
 }
 
 #[cfg(test)]

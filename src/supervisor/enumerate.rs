@@ -43,7 +43,12 @@ pub(crate) struct PassSettings<'a> {
 }
 
 /// Runs one pass. `changes` is marked seen at the start; any change after that supersedes it.
-pub(crate) async fn enumerate(session: &SessionHandle, settings: &PassSettings<'_>, changes: &mut watch::Receiver<u64>, stats: &mut PassStats) -> Result<Listing, PassEnd> {
+pub(crate) async fn enumerate(
+    session: &SessionHandle,
+    settings: &PassSettings<'_>,
+    changes: &mut watch::Receiver<u64>,
+    stats: &mut PassStats,
+) -> Result<Listing, PassEnd> {
     changes.borrow_and_update();
     let deadline = Instant::now() + settings.enumeration_timeout;
     let limits = settings.limits;
@@ -86,7 +91,8 @@ pub(crate) async fn enumerate(session: &SessionHandle, settings: &PassSettings<'
         if stats.bytes > limits.max_bytes {
             return Err(PassEnd::Failed(format!("the listing is larger than {} bytes (max_listing_bytes)", limits.max_bytes)));
         }
-        let page = parse_list_page(&result).map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
+        let page = parse_list_page(&result)
+            .map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
         stats.tools = stats.tools.saturating_add(u32::try_from(page.tools.len()).unwrap_or(u32::MAX));
         if stats.tools > limits.max_tools {
             return Err(PassEnd::Failed(format!("the listing has more than {} tools (max_tools)", limits.max_tools)));

@@ -53,13 +53,13 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`StoreError`] when the stored catalog cannot be read.
-    pub async fn start(servers: &BTreeMap<String, ServerSpec>, store: Store, registry: Arc<Registry>, cancel: CancellationToken) -> Result<Supervisor, StoreError> {
-        let mut supervisor = Supervisor {
-            registry,
-            workers: BTreeMap::new(),
-            tracker: TaskTracker::new(),
-            cancel,
-        };
+    pub async fn start(
+        servers: &BTreeMap<String, ServerSpec>,
+        store: Store,
+        registry: Arc<Registry>,
+        cancel: CancellationToken,
+    ) -> Result<Supervisor, StoreError> {
+        let mut supervisor = Supervisor { registry, workers: BTreeMap::new(), tracker: TaskTracker::new(), cancel };
         for (name, spec) in servers {
             let name: Arc<str> = name.as_str().into();
             let stored = store.load_current(&name).await?;
@@ -99,9 +99,7 @@ impl Supervisor {
 
     /// A cheap, cloneable way to ask for refreshes from other tasks.
     pub fn refresher(&self) -> Refresher {
-        Refresher {
-            senders: Arc::new(self.workers.iter().map(|(name, worker)| (name.clone(), worker.commands.clone())).collect()),
-        }
+        Refresher { senders: Arc::new(self.workers.iter().map(|(name, worker)| (name.clone(), worker.commands.clone())).collect()) }
     }
 
     /// Stops every worker (each runs its session's shutdown sequence) and waits for them, at
@@ -120,14 +118,8 @@ impl Supervisor {
     fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec, store: Store) {
         let (commands_tx, commands_rx) = mpsc::channel(WORKER_QUEUE);
         let cancel = self.cancel.child_token();
-        let worker = Worker {
-            name: name.clone(),
-            spec,
-            store,
-            registry: self.registry.clone(),
-            commands: commands_rx,
-            cancel: cancel.clone(),
-        };
+        let worker =
+            Worker { name: name.clone(), spec, store, registry: self.registry.clone(), commands: commands_rx, cancel: cancel.clone() };
         let span = tracing::info_span!("server", server = %name);
         self.tracker.spawn(worker.run().instrument(span));
         self.workers.insert(name, WorkerHandle { commands: commands_tx, cancel });

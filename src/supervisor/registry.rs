@@ -101,11 +101,7 @@ impl ServerView {
 
 impl Registry {
     pub fn new() -> Registry {
-        Registry {
-            current: ArcSwap::from_pointee(CatalogSnapshot::default()),
-            write: Mutex::new(()),
-            revision_tx: watch::channel(0).0,
-        }
+        Registry { current: ArcSwap::from_pointee(CatalogSnapshot::default()), write: Mutex::new(()), revision_tx: watch::channel(0).0 }
     }
 
     /// The current snapshot. Cheap: one atomic load and a reference count.

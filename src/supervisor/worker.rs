@@ -78,7 +78,8 @@ impl Worker {
                 }
                 Err(error) => {
                     tracing::warn!(server = %self.name, %error, "cannot start a session");
-                    let permanent = matches!(error, UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_));
+                    let permanent =
+                        matches!(error, UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_));
                     self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
                     permanent
                 }
@@ -165,7 +166,12 @@ impl Worker {
 
     /// Runs passes until one completes without being superseded. `Ok(true)`: a listing was
     /// committed (or found unchanged); `Ok(false)`: the pass failed and nothing changed.
-    async fn enumerate_until_settled(&mut self, connection: &Connection, mut reason: EnumerationReason, changes: &mut watch::Receiver<u64>) -> Result<bool, SessionEnd> {
+    async fn enumerate_until_settled(
+        &mut self,
+        connection: &Connection,
+        mut reason: EnumerationReason,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<bool, SessionEnd> {
         let settings = PassSettings {
             limits: &self.spec.limits,
             request_timeout: self.spec.request_timeout,
@@ -235,7 +241,8 @@ impl Worker {
                     view.generation = Some(generation);
                     view.revalidating = false;
                     view.last_verified_at_ms = Some(now_ms());
-                    view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
+                    view.last_enumeration =
+                        Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
                 });
                 true
             }
@@ -256,7 +263,15 @@ impl Worker {
         }
     }
 
-    async fn record_failure(&self, reason: EnumerationReason, outcome: EnumerationOutcome, error: Option<String>, started_at_ms: i64, started: Instant, stats: PassStats) {
+    async fn record_failure(
+        &self,
+        reason: EnumerationReason,
+        outcome: EnumerationOutcome,
+        error: Option<String>,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+    ) {
         let record = self.record(reason, outcome, error, started_at_ms, started, stats, Vec::new());
         if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
             tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
@@ -268,7 +283,16 @@ impl Worker {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn record(&self, reason: EnumerationReason, outcome: EnumerationOutcome, error: Option<String>, started_at_ms: i64, started: Instant, stats: PassStats, diagnostics: Vec<String>) -> EnumerationRecord {
+    fn record(
+        &self,
+        reason: EnumerationReason,
+        outcome: EnumerationOutcome,
+        error: Option<String>,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+        diagnostics: Vec<String>,
+    ) -> EnumerationRecord {
         EnumerationRecord {
             started_at_ms,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),

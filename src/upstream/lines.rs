@@ -75,7 +75,7 @@ mod tests {
             seen,
             vec![
                 ("Complete".into(), "short".into()),
-                ("Oversized(24)".into(), String::new()),
+                ("Oversized(25)".into(), String::new()),
                 ("Complete".into(), "ok".into()),
                 ("Complete".into(), "last".into()),
             ]

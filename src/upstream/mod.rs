@@ -75,12 +75,11 @@ pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSet
     };
     let (process, stdout, stdin) = stdio::spawn(server, stdio_spec)?;
     let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
-    let params = serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;
+    let params =
+        serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;
     // `initialize` must not be cancelled (lifecycle spec), so a timeout just ends the session.
     let handshake = async {
-        let result = handle
-            .request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false)
-            .await?;
+        let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).await?;
         let hello = lifecycle::check_initialize_result(&result)?;
         handle.notify(lifecycle::METHOD_INITIALIZED, None)?;
         Ok::<_, UpstreamError>(hello)
@@ -94,13 +93,7 @@ pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSet
             return Err(error);
         }
     };
-    Ok(Connection {
-        handle,
-        hello,
-        tasks,
-        process,
-        shutdown_grace: settings.shutdown_grace,
-    })
+    Ok(Connection { handle, hello, tasks, process, shutdown_grace: settings.shutdown_grace })
 }
 
 // === impl Connection ===

@@ -106,7 +106,13 @@ impl SessionHandle {
     ///
     /// # Errors
     /// The server's JSON-RPC error, a timeout, a closed session or a full input queue.
-    pub async fn request(&self, method: &str, params: Option<&RawValue>, timeout: Duration, cancellable: bool) -> Result<Box<RawValue>, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+        cancellable: bool,
+    ) -> Result<Box<RawValue>, UpstreamError> {
         if self.shared.closed.is_cancelled() {
             return Err(UpstreamError::Closed);
         }
@@ -302,7 +308,12 @@ async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_mes
     shared.fail_pending();
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(shared: Arc<Shared>, input: W, mut outgoing: mpsc::Receiver<String>, close_input: CancellationToken) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    input: W,
+    mut outgoing: mpsc::Receiver<String>,
+    close_input: CancellationToken,
+) {
     let mut writer = BufWriter::new(input);
     loop {
         let line = tokio::select! {

@@ -47,10 +47,7 @@ pub(crate) fn spawn(server: &Arc<str>, spec: &StdioSpec) -> Result<(ChildProcess
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
-    let mut child = command.spawn().map_err(|source| UpstreamError::Spawn {
-        command: spec.command.display().to_string(),
-        source,
-    })?;
+    let mut child = command.spawn().map_err(|source| UpstreamError::Spawn { command: spec.command.display().to_string(), source })?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     let (Some(stdout), Some(stdin), Some(stderr)) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));

@@ -1,1 +1,11 @@
+//! The integration tests: one binary, real child processes, a real SQLite file.
 
+// Test modules share helpers with `pub`; the binary exports nothing.
+#![allow(unreachable_pub)]
+
+mod harness;
+
+mod config_cli;
+mod enumeration;
+mod lifecycle;
+mod restart;

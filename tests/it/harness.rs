@@ -1,0 +1,134 @@
+//! Test harness: a temporary directory with scripts for the scripted MCP server, a real
+//! configuration file and SQLite database, and helpers to wait for the daemon's state.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolhost::app::App;
+use toolhost::config::Config;
+use toolhost::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+
+/// How long any wait in a test may take before it fails. Generous: CI machines are busy.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        TestDir { dir: tempfile::tempdir().expect("a temporary directory") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes a script for server `name`, adding a message log, a pid file and a state directory.
+    pub fn script(&self, name: &str, mut script: Value) -> PathBuf {
+        let state_dir = self.path(&format!("{name}-state"));
+        std::fs::create_dir_all(&state_dir).expect("state dir");
+        script["log_file"] = json!(self.path(&format!("{name}.log")));
+        script["pid_file"] = json!(self.path(&format!("{name}.pids")));
+        script["state_dir"] = json!(state_dir);
+        let path = self.path(&format!("{name}.json"));
+        std::fs::write(&path, script.to_string()).expect("write script");
+        path
+    }
+
+    /// Every message server `name` received, in order, across all its launches.
+    pub fn received(&self, name: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default();
+        text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+    }
+
+    /// The methods server `name` received, in order.
+    pub fn methods(&self, name: &str) -> Vec<String> {
+        self.received(name).iter().filter_map(|m| m["method"].as_str().map(str::to_owned)).collect()
+    }
+
+    /// The pids of every launch of server `name`.
+    pub fn pids(&self, name: &str) -> Vec<i32> {
+        let text = std::fs::read_to_string(self.path(&format!("{name}.pids"))).unwrap_or_default();
+        text.lines().filter_map(|line| line.trim().parse().ok()).collect()
+    }
+
+    /// Writes `toolhost.toml` with the store in this directory and the given server tables.
+    pub fn config(&self, servers: &str) -> Config {
+        let text = format!("[store]\npath = \"catalog.db\"\n\n{servers}");
+        let path = self.path("toolhost.toml");
+        std::fs::write(&path, &text).expect("write config");
+        Config::load(&path).unwrap_or_else(|err| panic!("test config is invalid: {err}\n{text}"))
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.path("catalog.db")
+    }
+}
+
+/// The path of the scripted MCP server binary that cargo built for these tests.
+pub fn scripted_server() -> &'static str {
+    env!("CARGO_BIN_EXE_scripted-mcp-server")
+}
+
+/// A `[servers.NAME]` table running the scripted server with `script`, plus extra settings,
+/// which replace the fast test defaults for `request_timeout` and `restart`.
+pub fn server_table(name: &str, script: &std::path::Path, extra: &str) -> String {
+    let mut table = format!("[servers.{name}]\ncommand = {:?}\nargs = [{:?}]\n", scripted_server(), script.display().to_string());
+    if !extra.contains("request_timeout") {
+        table.push_str("request_timeout = \"5s\"\n");
+    }
+    if !extra.contains("restart") {
+        table.push_str("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n");
+    }
+    table.push_str(extra);
+    table.push('\n');
+    table
+}
+
+pub async fn start(config: Config) -> App {
+    App::start(config).await.expect("toolhost starts")
+}
+
+/// Waits until `condition` holds for the registry's snapshot, or fails the test saying `what`.
+pub async fn wait_until(registry: &Arc<Registry>, what: &str, condition: impl Fn(&CatalogSnapshot) -> bool) -> Arc<CatalogSnapshot> {
+    let mut revisions = registry.subscribe();
+    let waited = tokio::time::timeout(WAIT, async {
+        loop {
+            let snapshot = registry.snapshot();
+            if condition(&snapshot) {
+                return snapshot;
+            }
+            let _ = revisions.changed().await;
+        }
+    })
+    .await;
+    match waited {
+        Ok(snapshot) => snapshot,
+        Err(_) => panic!("timed out waiting until {what}; servers: {:#?}", registry.snapshot().servers),
+    }
+}
+
+/// Waits until server `name` satisfies `condition`.
+pub async fn wait_for_server(registry: &Arc<Registry>, name: &str, what: &str, condition: impl Fn(&ServerView) -> bool) -> Arc<ServerView> {
+    let snapshot =
+        wait_until(registry, &format!("{name}: {what}"), |snapshot| snapshot.servers.get(name).is_some_and(|view| condition(view))).await;
+    snapshot.servers[name].clone()
+}
+
+/// Tool names of a server's current generation.
+pub fn tool_names(view: &ServerView) -> Vec<String> {
+    view.generation.as_ref().map(|g| g.tools.iter().map(|t| t.name.clone()).collect()).unwrap_or_default()
+}
+
+/// `n` simple tool definitions named `{prefix}{i}`.
+pub fn tools(prefix: &str, n: usize) -> Vec<Value> {
+    (0..n).map(|i| json!({"name": format!("{prefix}{i}"), "description": format!("tool {i}"), "inputSchema": {"type": "object"}})).collect()
+}
+
+/// Whether a process is still present (alive or a zombie) in /proc.
+pub fn process_exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
