@@ -9,8 +9,11 @@
 //! - `supervisor`: one worker per server; the live registry of states and generations.
 //! - `app`: the composition root that wires the rest and owns shutdown.
 
+pub mod api;
 pub mod app;
+pub mod calls;
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod mcp;
 pub mod supervisor;

@@ -1,14 +1,13 @@
-//! The `toolhost` command: parse arguments, load the configuration, set up logging, run.
+//! The `toolhost` command: the daemon (`serve`) and the operator's client commands.
+//! Parses arguments, sets up logging and the runtime, and maps failures to exit codes.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use toolhost::cli::{ClientCommand, ClientOptions, EXIT_CONFIG};
 use toolhost::config::Config;
-
-/// Exit code for a bad configuration (`EX_USAGE` in sysexits.h).
-const EXIT_CONFIG: u8 = 64;
 
 #[derive(Parser)]
 #[command(name = "toolhost", version, about = "One trustworthy view of the tools a host's MCP servers offer")]
@@ -32,6 +31,77 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// List the servers with their state and generation.
+    Servers(ClientArgs),
+    /// List the tools of all servers or some.
+    Tools {
+        /// Only this server (repeatable).
+        #[arg(long)]
+        server: Vec<String>,
+        /// Only tools whose name contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Call a tool by qualified name (or SERVER/TOOL).
+    Call {
+        name: String,
+        /// The arguments, a JSON object.
+        #[arg(long)]
+        args: Option<String>,
+        /// Refuse the call if the tool's definition hash is no longer this one.
+        #[arg(long)]
+        hash: Option<String>,
+        /// The call's deadline in milliseconds.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print catalog changes as they happen.
+    Watch {
+        /// Start after this catalog revision (default: from now).
+        #[arg(long, default_value_t = 0)]
+        from_revision: u64,
+        #[arg(long)]
+        server: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show a server's generations and recent enumerations.
+    History {
+        server: String,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Re-enumerate a server now.
+    Refresh {
+        server: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Restart a server's session.
+    Restart {
+        server: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Args)]
+struct ClientArgs {
+    /// The daemon: unix:PATH or host:port (default: from --config, else 127.0.0.1:50051).
+    #[arg(long)]
+    addr: Option<String>,
+    /// Read the daemon's address from this configuration file.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -42,49 +112,63 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::CheckConfig { config } => match Config::load(&config) {
-            Ok(config) => {
-                let _ = writeln_stdout(&format!("{}: ok, {} servers", config.source.display(), config.servers.len()));
-                ExitCode::SUCCESS
-            }
-            Err(error) => config_failure(&error),
-        },
-        Command::Serve { config, log_format } => {
-            let config = match Config::load(&config) {
-                Ok(config) => config,
-                Err(error) => return config_failure(&error),
-            };
-            init_logging(log_format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    tracing::error!(%error, "cannot start the async runtime");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(toolhost::app::run(config, shutdown_signal())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!(%error, "toolhost could not start");
-                    ExitCode::FAILURE
-                }
-            }
+    let (command, client) = match cli.command {
+        Command::Serve { config, log_format } => return serve(&config, log_format),
+        Command::CheckConfig { config } => return check_config(&config),
+        Command::Servers(client) => (ClientCommand::Servers, client),
+        Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),
+        Command::Call { name, args, hash, timeout_ms, client } => (ClientCommand::Call { name, args, hash, timeout_ms }, client),
+        Command::Watch { from_revision, server, client } => (ClientCommand::Watch { from_revision, servers: server }, client),
+        Command::History { server, limit, client } => (ClientCommand::History { server, limit }, client),
+        Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),
+        Command::Restart { server, client } => (ClientCommand::Restart { server }, client),
+    };
+    let options = ClientOptions { addr: client.addr, config: client.config, json: client.json };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
+    };
+    match runtime.block_on(toolhost::cli::run(command, options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(toolhost::cli::ClientError::ToolError) => ExitCode::from(toolhost::cli::EXIT_TOOL_ERROR),
+        Err(error) => fail(&error.to_string(), error.exit_code()),
+    }
+}
+
+fn serve(config: &std::path::Path, log_format: LogFormat) -> ExitCode {
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+    };
+    init_logging(log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
+    };
+    match runtime.block_on(toolhost::app::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "toolhost could not start");
+            ExitCode::FAILURE
         }
     }
 }
 
-fn config_failure(error: &toolhost::config::ConfigError) -> ExitCode {
-    #[allow(clippy::print_stderr)]
-    {
-        eprintln!("toolhost: invalid configuration: {error}");
+fn check_config(config: &std::path::Path) -> ExitCode {
+    match Config::load(config) {
+        Ok(config) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout(), "{}: ok, {} servers", config.source.display(), config.servers.len());
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
     }
-    ExitCode::from(EXIT_CONFIG)
 }
 
-fn writeln_stdout(text: &str) -> std::io::Result<()> {
+fn fail(message: &str, code: u8) -> ExitCode {
     use std::io::Write;
-    writeln!(std::io::stdout(), "{text}")
+    let _ = writeln!(std::io::stderr(), "toolhost: {message}");
+    ExitCode::from(code)
 }
 
 fn init_logging(format: LogFormat) {

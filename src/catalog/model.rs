@@ -17,6 +17,23 @@ pub struct ToolDef {
     pub definition: Arc<str>,
     /// Hex SHA-256 of `definition`.
     pub hash: String,
+    /// Fields agents read often, extracted once per generation rather than on every listing.
+    pub fields: Arc<ToolFields>,
+}
+
+/// The parts of a definition an agent-facing listing shows, as JSON text where they are JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFields {
+    /// `title`, else `annotations.title`, else empty (display falls back to the name).
+    pub title: String,
+    pub description: String,
+    pub input_schema: String,
+    /// Empty when the tool declares none.
+    pub output_schema: String,
+    /// Empty when the tool declares none.
+    pub annotations: String,
+    /// `execution.taskSupport` is `"required"`: the tool cannot be called without MCP tasks.
+    pub task_required: bool,
 }
 
 /// A complete, validated tool set, sorted by name, as one enumeration produced it.
@@ -52,7 +69,32 @@ impl ToolDef {
     pub fn from_value(name: String, value: &Value) -> ToolDef {
         let definition = canonical_json(value);
         let hash = sha256_hex(definition.as_bytes());
-        ToolDef { name, definition: definition.into(), hash }
+        ToolDef { name, definition: definition.into(), hash, fields: Arc::new(ToolFields::extract(value)) }
+    }
+
+    /// Rebuilds a definition read back from the store.
+    pub fn from_stored(name: String, definition: String, hash: String) -> ToolDef {
+        let fields = serde_json::from_str::<Value>(&definition).map(|value| ToolFields::extract(&value)).unwrap_or_default();
+        ToolDef { name, definition: definition.into(), hash, fields: Arc::new(fields) }
+    }
+}
+
+// === impl ToolFields ===
+
+impl ToolFields {
+    pub fn extract(value: &Value) -> ToolFields {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+        let json = |v: Option<&Value>| v.filter(|v| !v.is_null()).map(canonical_json).unwrap_or_default();
+        let annotations = value.get("annotations");
+        let title = value.get("title").or_else(|| annotations.and_then(|a| a.get("title")));
+        ToolFields {
+            title: text(title),
+            description: text(value.get("description")),
+            input_schema: json(value.get("inputSchema")),
+            output_schema: json(value.get("outputSchema")),
+            annotations: json(annotations),
+            task_required: value.pointer("/execution/taskSupport").and_then(Value::as_str) == Some("required"),
+        }
     }
 }
 

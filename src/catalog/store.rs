@@ -124,10 +124,39 @@ impl Store {
         .await?;
         let mut tools = Vec::with_capacity(rows.len());
         for row in rows {
-            let definition: String = row.try_get(1)?;
-            tools.push(ToolDef { name: row.try_get(0)?, definition: definition.into(), hash: row.try_get(2)? });
+            tools.push(ToolDef::from_stored(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
         }
         Ok(tools)
+    }
+
+    /// The generation that removed tool `name` from `server`, if history still shows one and
+    /// the tool has not come back since.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn removed_in(&self, server: &str, name: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT last_generation FROM tool_versions WHERE server = ? AND name = ? ORDER BY first_generation DESC LIMIT 1",
+        )
+        .bind(server)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some((Some(last),)) => Ok(Some(to_u64(last)? + 1)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every tool name `server` had in the kept history, current or not.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn names_in_history(&self, server: &str) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT DISTINCT name FROM tool_versions WHERE server = ? ORDER BY name")
+            .bind(server)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Commits a complete listing as the server's new generation if it differs from the

@@ -235,6 +235,10 @@ fn check_server_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_SERVER_NAME_LEN || !valid_chars {
         return Err(format!("a server name must be 1 to {MAX_SERVER_NAME_LEN} characters of letters, digits, '_' and '-'"));
     }
+    // The first "__" in a qualified tool name ends the server part (see catalog::names).
+    if name.contains("__") || name.ends_with('_') {
+        return Err("a server name must not contain \"__\" or end with '_' (it prefixes tool names as SERVER__TOOL)".to_owned());
+    }
     Ok(())
 }
 

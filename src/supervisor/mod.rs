@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError};
-use crate::config::ServerSpec;
+use crate::config::{ServerSpec, Transport};
 use registry::{Registry, ServerState, ServerView};
 use worker::{Worker, WorkerCommand};
 
@@ -63,7 +63,12 @@ impl Supervisor {
         for (name, spec) in servers {
             let name: Arc<str> = name.as_str().into();
             let stored = store.load_current(&name).await?;
-            let mut view = ServerView::new(name.clone(), if spec.enabled { ServerState::Starting } else { ServerState::Disabled });
+            let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
+            let transport = match spec.transport {
+                Transport::Stdio(_) => "stdio",
+                Transport::Http(_) => "http",
+            };
+            let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
             if let Some(stored) = stored {
                 view.generation = Some(stored.generation);
                 view.last_verified_at_ms = stored.last_verified_at_ms;
@@ -139,9 +144,17 @@ pub struct Refresher {
 }
 
 impl Refresher {
+    /// Asks for a re-enumeration; requests that find the worker busy coalesce.
     pub fn refresh(&self, server: &str, reason: EnumerationReason) {
         if let Some(sender) = self.senders.get(server) {
             let _ = sender.try_send(WorkerCommand::Refresh(reason));
+        }
+    }
+
+    /// Asks for a fresh session.
+    pub fn restart(&self, server: &str) {
+        if let Some(sender) = self.senders.get(server) {
+            let _ = sender.try_send(WorkerCommand::Restart);
         }
     }
 }

@@ -1,16 +1,29 @@
 //! The live view of every server: state, session, current generation. Workers publish into it;
 //! readers (the API) take a consistent snapshot without locking.
+//!
+//! Every publish makes a new [`CatalogSnapshot`] with a higher revision. The registry keeps the
+//! most recent snapshots (so that paging and revision preconditions can refer to one) and a
+//! bounded log of [`CatalogEvent`]s (so that watchers get every change in order, or are told
+//! they fell behind).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
-use crate::catalog::model::Generation;
+use crate::catalog::model::{Diff, Generation};
+use crate::catalog::names::{QualifiedIndex, qualify};
 use crate::catalog::record::EnumerationRecord;
 use crate::mcp::lifecycle::ServerHello;
 use crate::upstream::SessionHandle;
+
+/// Snapshots kept for paging and revision preconditions.
+const SNAPSHOTS_KEPT: usize = 64;
+/// Events kept for watchers that are behind.
+const EVENTS_KEPT: usize = 4096;
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +42,8 @@ pub enum ServerState {
     Backoff,
     /// Restarts keep failing; still retried, at the longest backoff.
     CrashLoop,
-    /// The server cannot be used as configured (it cannot be started, or it speaks an
-    /// unsupported protocol version, or its tools cannot be enumerated); see `last_error`.
+    /// The server cannot be used as configured (it cannot be started, speaks an unsupported
+    /// protocol version, or its tools cannot be enumerated); see `last_error`.
     Failed,
     /// toolhost is shutting down.
     Stopped,
@@ -41,6 +54,8 @@ pub enum ServerState {
 pub struct ServerView {
     pub name: Arc<str>,
     pub state: ServerState,
+    /// "stdio" or "http".
+    pub transport: &'static str,
     /// The live session, while there is one.
     pub session: Option<SessionHandle>,
     /// What the server said about itself in the current (or last) session.
@@ -48,6 +63,8 @@ pub struct ServerView {
     /// The current generation. It stays while the server is down: its tools are then
     /// unavailable, not deleted.
     pub generation: Option<Arc<Generation>>,
+    /// Qualified names of `generation`'s tools; rebuilt whenever the generation changes.
+    pub qualified: Arc<QualifiedIndex>,
     /// The generation was loaded from the store and no session of this daemon has confirmed it yet.
     pub revalidating: bool,
     pub last_verified_at_ms: Option<i64>,
@@ -55,6 +72,26 @@ pub struct ServerView {
     pub last_error: Option<String>,
     /// Sessions started after the first.
     pub num_restarts: u64,
+    /// Per-server state that outlives snapshots: the call queue and race counters.
+    pub shared: Arc<ServerShared>,
+}
+
+/// Per-server state shared by every snapshot of that server.
+#[derive(Debug)]
+pub struct ServerShared {
+    /// Limits calls in flight; callers beyond it wait in line.
+    pub call_permits: Arc<Semaphore>,
+    /// The call timeout when the caller sets no deadline.
+    pub request_timeout: Duration,
+    pub races: RaceCounters,
+}
+
+/// Stale-tool races seen on one server, by kind.
+#[derive(Debug, Default)]
+pub struct RaceCounters {
+    pub removed_before_call: AtomicU64,
+    pub changed_since_listed: AtomicU64,
+    pub upstream_unknown_tool: AtomicU64,
 }
 
 /// A consistent picture of every server at one revision.
@@ -65,29 +102,82 @@ pub struct CatalogSnapshot {
     pub servers: BTreeMap<Arc<str>, Arc<ServerView>>,
 }
 
+/// One change, as watchers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogEvent {
+    pub revision: u64,
+    pub change: CatalogChange,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogChange {
+    /// A new generation became current. Names are qualified names.
+    GenerationPublished {
+        server: Arc<str>,
+        generation: u64,
+        previous: u64,
+        added: Vec<String>,
+        removed: Vec<String>,
+        changed: Vec<String>,
+    },
+    StateChanged {
+        server: Arc<str>,
+        state: ServerState,
+        previous: ServerState,
+        available: bool,
+        error: Option<String>,
+    },
+}
+
+/// The watcher asked for changes the registry no longer keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged;
+
 /// The live catalog.
 pub struct Registry {
     current: ArcSwap<CatalogSnapshot>,
-    /// Serialises writers; readers never take it.
-    write: Mutex<()>,
+    history: Mutex<History>,
     revision_tx: watch::Sender<u64>,
+}
+
+/// Recent snapshots and events; guarded together with publishing so both stay in order.
+#[derive(Default)]
+struct History {
+    snapshots: VecDeque<Arc<CatalogSnapshot>>,
+    events: VecDeque<CatalogEvent>,
+    /// The highest revision of an event dropped from `events`.
+    trimmed_through: u64,
 }
 
 // === impl ServerView ===
 
 impl ServerView {
-    pub fn new(name: Arc<str>, state: ServerState) -> ServerView {
+    pub fn new(
+        name: Arc<str>,
+        state: ServerState,
+        transport: &'static str,
+        max_concurrent_calls: u32,
+        request_timeout: Duration,
+    ) -> ServerView {
+        let permits = usize::try_from(max_concurrent_calls).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
         ServerView {
             name,
             state,
+            transport,
             session: None,
             hello: None,
             generation: None,
+            qualified: Arc::default(),
             revalidating: false,
             last_verified_at_ms: None,
             last_enumeration: None,
             last_error: None,
             num_restarts: 0,
+            shared: Arc::new(ServerShared {
+                call_permits: Arc::new(Semaphore::new(permits)),
+                request_timeout,
+                races: RaceCounters::default(),
+            }),
         }
     }
 
@@ -95,18 +185,31 @@ impl ServerView {
     pub fn is_available(&self) -> bool {
         self.state == ServerState::Ready && self.session.is_some()
     }
+
+    pub fn generation_number(&self) -> u64 {
+        self.generation.as_ref().map_or(0, |g| g.number)
+    }
 }
 
 // === impl Registry ===
 
 impl Registry {
     pub fn new() -> Registry {
-        Registry { current: ArcSwap::from_pointee(CatalogSnapshot::default()), write: Mutex::new(()), revision_tx: watch::channel(0).0 }
+        Registry { current: ArcSwap::from_pointee(CatalogSnapshot::default()), history: Mutex::default(), revision_tx: watch::channel(0).0 }
     }
 
     /// The current snapshot. Cheap: one atomic load and a reference count.
     pub fn snapshot(&self) -> Arc<CatalogSnapshot> {
         self.current.load_full()
+    }
+
+    /// The snapshot at `revision`, if it is still kept.
+    pub fn snapshot_at(&self, revision: u64) -> Option<Arc<CatalogSnapshot>> {
+        let current = self.current.load_full();
+        if current.revision == revision {
+            return Some(current);
+        }
+        self.lock_history().snapshots.iter().find(|snapshot| snapshot.revision == revision).cloned()
     }
 
     /// The view of one server in the current snapshot.
@@ -119,35 +222,104 @@ impl Registry {
         self.revision_tx.subscribe()
     }
 
+    /// Every event with a revision above `after`, in order.
+    ///
+    /// # Errors
+    /// [`Lagged`] when events after `after` were already dropped from the log.
+    pub fn events_after(&self, after: u64) -> Result<Vec<CatalogEvent>, Lagged> {
+        let history = self.lock_history();
+        if after < history.trimmed_through {
+            return Err(Lagged);
+        }
+        let start = history.events.partition_point(|event| event.revision <= after);
+        Ok(history.events.range(start..).cloned().collect())
+    }
+
     /// Adds or replaces a server's view.
-    pub(crate) fn insert(&self, view: ServerView) {
-        self.publish(|servers| {
+    pub(crate) fn insert(&self, mut view: ServerView) {
+        if let Some(generation) = &view.generation {
+            view.qualified = Arc::new(QualifiedIndex::build(&view.name, generation));
+        }
+        self.publish(|servers, _| {
             servers.insert(view.name.clone(), Arc::new(view));
         });
     }
 
-    /// Changes one server's view; does nothing if the server is unknown.
+    /// Changes one server's view; does nothing if the server is unknown. Emits events for a
+    /// state change and for a new generation.
     pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut ServerView)) {
-        self.publish(|servers| {
-            if let Some(view) = servers.get_mut(name) {
-                change(Arc::make_mut(view));
+        self.publish(|servers, events| {
+            let Some(view) = servers.get_mut(name) else { return };
+            let before = view.clone();
+            let after = Arc::make_mut(view);
+            change(after);
+            let generation_changed = match (&before.generation, &after.generation) {
+                (Some(old), Some(new)) => !Arc::ptr_eq(old, new),
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            if generation_changed && let Some(new) = &after.generation {
+                after.qualified = Arc::new(QualifiedIndex::build(name, new));
+                events.push(generation_event(&before, new));
+            }
+            if before.state != after.state || before.is_available() != after.is_available() {
+                events.push(CatalogChange::StateChanged {
+                    server: after.name.clone(),
+                    state: after.state,
+                    previous: before.state,
+                    available: after.is_available(),
+                    error: after.last_error.clone(),
+                });
             }
         });
     }
 
-    fn publish(&self, change: impl FnOnce(&mut BTreeMap<Arc<str>, Arc<ServerView>>)) {
-        let _write = self.write.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = self.current.load();
+    fn publish(&self, change: impl FnOnce(&mut BTreeMap<Arc<str>, Arc<ServerView>>, &mut Vec<CatalogChange>)) {
+        let mut history = self.lock_history();
+        let current = self.current.load_full();
         let mut servers = current.servers.clone();
-        change(&mut servers);
+        let mut changes = Vec::new();
+        change(&mut servers, &mut changes);
         let revision = current.revision + 1;
+        for change in changes {
+            if history.events.len() == EVENTS_KEPT
+                && let Some(dropped) = history.events.pop_front()
+            {
+                history.trimmed_through = dropped.revision;
+            }
+            history.events.push_back(CatalogEvent { revision, change });
+        }
+        if history.snapshots.len() == SNAPSHOTS_KEPT {
+            history.snapshots.pop_front();
+        }
+        history.snapshots.push_back(current);
         self.current.store(Arc::new(CatalogSnapshot { revision, servers }));
         self.revision_tx.send_replace(revision);
+    }
+
+    fn lock_history(&self) -> std::sync::MutexGuard<'_, History> {
+        // History is append-and-trim only; a panic mid-update cannot leave it inconsistent.
+        self.history.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Default for Registry {
     fn default() -> Self {
         Registry::new()
+    }
+}
+
+fn generation_event(before: &ServerView, new: &Generation) -> CatalogChange {
+    let server = before.name.clone();
+    let old_hashes = before.generation.as_ref().map(|g| g.hashes()).unwrap_or_default();
+    let diff = Diff::between(&old_hashes, &new.tools);
+    let qualified = |names: Vec<String>| names.iter().map(|name| qualify(&server, name)).collect();
+    CatalogChange::GenerationPublished {
+        generation: new.number,
+        previous: before.generation_number(),
+        added: qualified(diff.added),
+        removed: qualified(diff.removed),
+        changed: qualified(diff.changed),
+        server,
     }
 }

@@ -28,6 +28,8 @@ const MAX_QUIET_WAIT: Duration = Duration::from_secs(2);
 pub(crate) enum WorkerCommand {
     /// Re-enumerate now (a manual refresh, or a call that found a tool missing).
     Refresh(EnumerationReason),
+    /// End the session and start a fresh one at once.
+    Restart,
 }
 
 /// Why a session ended.
@@ -36,6 +38,8 @@ enum SessionEnd {
     Cancelled,
     /// The session closed (the process exited or its output ended).
     Closed,
+    /// An operator asked for a fresh session.
+    Restart,
 }
 
 pub(crate) struct Worker {
@@ -68,8 +72,15 @@ impl Worker {
                 Ok(connection) => {
                     let started = Instant::now();
                     let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
-                    if let SessionEnd::Cancelled = self.run_session(connection, reason).await {
-                        break;
+                    match self.run_session(connection, reason).await {
+                        SessionEnd::Cancelled => break,
+                        SessionEnd::Restart => {
+                            // Asked for, not a failure: no backoff, and the failure count stays.
+                            first = false;
+                            self.registry.update(&self.name, |view| view.num_restarts += 1);
+                            continue;
+                        }
+                        SessionEnd::Closed => {}
                     }
                     if started.elapsed() >= self.spec.restart.stable_after {
                         failures = 0;
@@ -151,7 +162,10 @@ impl Worker {
                         changes.borrow_and_update();
                     }
                 }
-                Some(WorkerCommand::Refresh(reason)) = self.commands.recv() => pending = Some(reason),
+                Some(command) = self.commands.recv() => match command {
+                    WorkerCommand::Refresh(reason) => pending = Some(reason),
+                    WorkerCommand::Restart => break SessionEnd::Restart,
+                },
                 () = retry => pending = Some(EnumerationReason::Manual),
             }
         };

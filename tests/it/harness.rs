@@ -57,7 +57,7 @@ impl TestDir {
 
     /// Writes `toolhost.toml` with the store in this directory and the given server tables.
     pub fn config(&self, servers: &str) -> Config {
-        let text = format!("[store]\npath = \"catalog.db\"\n\n{servers}");
+        let text = format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{servers}");
         let path = self.path("toolhost.toml");
         std::fs::write(&path, &text).expect("write config");
         Config::load(&path).unwrap_or_else(|err| panic!("test config is invalid: {err}\n{text}"))

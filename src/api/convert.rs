@@ -1,0 +1,128 @@
+//! Conversions from domain types to protobuf messages. The only place that builds them.
+
+use std::sync::atomic::Ordering;
+
+use crate::api::pb;
+use crate::catalog::model::ToolDef;
+use crate::catalog::record::{EnumerationRecord, GenerationSummary};
+use crate::supervisor::registry::{CatalogChange, CatalogEvent, ServerState, ServerView};
+
+pub(crate) fn server(view: &ServerView) -> pb::Server {
+    let hello = view.hello.as_ref();
+    let races = &view.shared.races;
+    pb::Server {
+        name: view.name.to_string(),
+        state: state(view.state) as i32,
+        available: view.is_available(),
+        transport: view.transport.to_owned(),
+        protocol_version: hello.map(|h| h.protocol_version.clone()).unwrap_or_default(),
+        server_info_json: hello.and_then(|h| h.server_info.clone()).unwrap_or_default(),
+        generation: view.generation_number(),
+        tool_count: view.generation.as_ref().map_or(0, |g| u32::try_from(g.tools.len()).unwrap_or(u32::MAX)),
+        revalidating: view.revalidating,
+        last_verified_unix_ms: view.last_verified_at_ms.unwrap_or(0),
+        last_enumeration: view.last_enumeration.as_ref().map(enumeration),
+        last_error: view.last_error.clone().unwrap_or_default(),
+        restarts: view.num_restarts,
+        stale_tool_races: Some(pb::StaleToolRaces {
+            removed_before_call: races.removed_before_call.load(Ordering::Relaxed),
+            changed_since_listed: races.changed_since_listed.load(Ordering::Relaxed),
+            upstream_unknown_tool: races.upstream_unknown_tool.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+pub(crate) fn state(state: ServerState) -> pb::ServerState {
+    match state {
+        ServerState::Starting => pb::ServerState::Starting,
+        ServerState::Ready => pb::ServerState::Ready,
+        ServerState::NoTools => pb::ServerState::NoTools,
+        ServerState::Reconnecting => pb::ServerState::Reconnecting,
+        ServerState::Backoff => pb::ServerState::Backoff,
+        ServerState::CrashLoop => pb::ServerState::CrashLoop,
+        ServerState::Failed => pb::ServerState::Failed,
+        ServerState::Disabled => pb::ServerState::Disabled,
+        ServerState::Stopped => pb::ServerState::Stopped,
+    }
+}
+
+pub(crate) fn enumeration(record: &EnumerationRecord) -> pb::Enumeration {
+    pb::Enumeration {
+        started_unix_ms: record.started_at_ms,
+        duration_ms: u64::try_from(record.duration_ms).unwrap_or(0),
+        reason: record.reason.as_str().to_owned(),
+        outcome: record.outcome.as_str().to_owned(),
+        pages: record.pages,
+        tools: record.tools,
+        bytes: record.bytes,
+        generation: record.generation,
+        error: record.error.clone().unwrap_or_default(),
+        diagnostics: record.diagnostics.clone(),
+    }
+}
+
+pub(crate) fn tool(view: &ServerView, qualified_name: &str, tool: &ToolDef, generation: u64, with_definition: bool) -> pb::Tool {
+    let fields = &tool.fields;
+    pb::Tool {
+        qualified_name: qualified_name.to_owned(),
+        server: view.name.to_string(),
+        name: tool.name.clone(),
+        title: fields.title.clone(),
+        description: fields.description.clone(),
+        input_schema_json: fields.input_schema.clone(),
+        output_schema_json: fields.output_schema.clone(),
+        annotations_json: fields.annotations.clone(),
+        definition_hash: tool.hash.clone(),
+        generation,
+        available: view.is_available() && !fields.task_required,
+        definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
+    }
+}
+
+pub(crate) fn generation_change(summary: GenerationSummary) -> pb::GenerationChange {
+    pb::GenerationChange {
+        generation: summary.generation,
+        committed_unix_ms: summary.committed_at_ms,
+        reason: summary.reason.as_str().to_owned(),
+        tool_count: summary.tool_count,
+        added: summary.added,
+        removed: summary.removed,
+        changed: summary.changed,
+    }
+}
+
+pub(crate) fn event(event: CatalogEvent) -> pb::CatalogEvent {
+    let inner = match event.change {
+        CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed } => {
+            pb::catalog_event::Event::GenerationPublished(pb::GenerationPublished {
+                server: server.to_string(),
+                generation,
+                previous_generation: previous,
+                added,
+                removed,
+                changed,
+            })
+        }
+        CatalogChange::StateChanged { server, state: now, previous, available, error } => {
+            pb::catalog_event::Event::ServerStateChanged(pb::ServerStateChanged {
+                server: server.to_string(),
+                state: state(now) as i32,
+                previous_state: state(previous) as i32,
+                available,
+                error: error.unwrap_or_default(),
+            })
+        }
+    };
+    pb::CatalogEvent { revision: event.revision, event: Some(inner) }
+}
+
+pub(crate) fn resync(revision: u64, reason: &str) -> pb::CatalogEvent {
+    pb::CatalogEvent { revision, event: Some(pb::catalog_event::Event::Resync(pb::Resync { reason: reason.to_owned() })) }
+}
+
+/// The server a catalog change concerns.
+pub(crate) fn change_server(change: &CatalogChange) -> &str {
+    match change {
+        CatalogChange::GenerationPublished { server, .. } | CatalogChange::StateChanged { server, .. } => server,
+    }
+}

@@ -1,0 +1,183 @@
+//! The gRPC boundary: the only module that knows about protobuf and tonic.
+//!
+//! `service` handles requests, `convert` builds messages, `status` maps every error to a gRPC
+//! status, `watch` streams catalog changes. `serve` binds the listeners and runs tonic with the
+//! standard health and reflection services beside `toolhost.v1.ToolHost`.
+
+mod convert;
+mod service;
+mod status;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::UnixListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::server::TcpIncoming;
+
+use crate::calls::Calls;
+use crate::catalog::store::Store;
+use crate::config::ListenAddr;
+use crate::supervisor::Refresher;
+use crate::supervisor::registry::{Registry, ServerState};
+
+/// The generated protobuf types.
+#[allow(clippy::all, clippy::pedantic, unreachable_pub, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("toolhost.v1");
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("toolhost_descriptor");
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiStartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(String),
+}
+
+/// An address the API actually listens on (a TCP port 0 resolved to the real port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoundAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+enum Bound {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// What the API serves from.
+pub struct ApiParts {
+    pub registry: Arc<Registry>,
+    pub store: Store,
+    pub calls: Calls,
+    pub refresher: Refresher,
+}
+
+/// Binds every listener first, so that a bad address fails the start before anything runs.
+///
+/// # Errors
+/// [`ApiStartError::Bind`] naming the address.
+pub async fn bind(addrs: &[ListenAddr]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
+    let mut bound = Vec::new();
+    let mut listeners = Vec::new();
+    for addr in addrs {
+        match addr {
+            ListenAddr::Tcp(socket) => {
+                let listener =
+                    TcpListener::bind(socket).await.map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
+                let local = listener.local_addr().map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
+                bound.push(BoundAddr::Tcp(local));
+                listeners.push(Bound::Tcp(listener));
+            }
+            ListenAddr::Unix(path) => {
+                let listener =
+                    bind_unix(path).map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                bound.push(BoundAddr::Unix(path.clone()));
+                listeners.push(Bound::Unix(listener, path.clone()));
+            }
+        }
+    }
+    Ok((bound, BoundListeners(listeners)))
+}
+
+/// Listeners bound by [`bind`], waiting for [`serve`].
+pub struct BoundListeners(Vec<Bound>);
+
+fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    // A socket left by a previous run would make bind fail; anything else at that path is kept.
+    if let Ok(metadata) = std::fs::symlink_metadata(path)
+        && metadata.file_type().is_socket()
+    {
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    // Owner and group only: membership of the service's group is what grants access.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+/// Serves the API on every listener until `cancel` fires, then lets RPCs in flight finish.
+/// Every task goes into `tracker`.
+///
+/// # Errors
+/// [`ApiStartError::Reflection`] if the reflection service cannot be built.
+pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, cancel: CancellationToken) -> Result<(), ApiStartError> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let reflection = |builder: tonic_reflection::server::Builder<'static>| {
+        builder
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 =
+        reflection(tonic_reflection::server::Builder::configure()).build_v1().map_err(|err| ApiStartError::Reflection(err.to_string()))?;
+    let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+        .build_v1alpha()
+        .map_err(|err| ApiStartError::Reflection(err.to_string()))?;
+    let service = service::ToolHostService {
+        registry: parts.registry.clone(),
+        store: parts.store,
+        calls: parts.calls,
+        refresher: parts.refresher,
+        watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone() },
+    };
+    tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
+    for listener in listeners.0 {
+        let router = tonic::transport::Server::builder()
+            .add_service(health_service.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
+            .add_service(pb::tool_host_server::ToolHostServer::new(service.clone()));
+        let shutdown = cancel.clone().cancelled_owned();
+        match listener {
+            Bound::Tcp(listener) => {
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                tracker.spawn(async move {
+                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                        tracing::error!(%error, "the gRPC server on a TCP listener stopped");
+                    }
+                });
+            }
+            Bound::Unix(listener, path) => {
+                let incoming = UnixListenerStream::new(listener);
+                tracker.spawn(async move {
+                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                        tracing::error!(%error, "the gRPC server on a Unix socket stopped");
+                    }
+                    let _ = std::fs::remove_file(&path);
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// NOT_SERVING until every enabled server has had its first connection attempt, then SERVING.
+async fn report_health(registry: Arc<Registry>, reporter: tonic_health::server::HealthReporter, cancel: CancellationToken) {
+    const SERVICE: &str = "toolhost.v1.ToolHost";
+    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+    reporter.set_service_status(SERVICE, tonic_health::ServingStatus::NotServing).await;
+    let mut revisions = registry.subscribe();
+    loop {
+        let settled = registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting);
+        if settled {
+            reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+            reporter.set_service_status(SERVICE, tonic_health::ServingStatus::Serving).await;
+            break;
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = revisions.changed() => if changed.is_err() { return },
+        }
+    }
+    cancel.cancelled().await;
+    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+    reporter.set_service_status(SERVICE, tonic_health::ServingStatus::NotServing).await;
+}

@@ -1,0 +1,311 @@
+//! The `toolhost.v1.ToolHost` service: decode, ask the registry, the store or the call router,
+//! encode. No catalog logic lives here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::api::status::ApiError;
+use crate::api::{convert, pb, watch};
+use crate::calls::{CallRequest, Calls, ToolRef};
+use crate::catalog::model::sha256_hex;
+use crate::catalog::names;
+use crate::catalog::record::EnumerationReason;
+use crate::catalog::store::Store;
+use crate::supervisor::Refresher;
+use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
+
+const DEFAULT_PAGE_SIZE: u32 = 500;
+const MAX_PAGE_SIZE: u32 = 5000;
+/// A call's upstream timeout ends this much before the caller's deadline, so that the caller
+/// gets toolhost's DEADLINE_EXCEEDED (with details) rather than a bare transport cancellation.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
+
+/// Everything the handlers need. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct ToolHostService {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) store: Store,
+    pub(crate) calls: Calls,
+    pub(crate) refresher: Refresher,
+    pub(crate) watchers: watch::Watchers,
+}
+
+#[tonic::async_trait]
+impl pb::tool_host_server::ToolHost for ToolHostService {
+    async fn list_servers(&self, _request: Request<pb::ListServersRequest>) -> Result<Response<pb::ListServersResponse>, Status> {
+        let snapshot = self.registry.snapshot();
+        let servers = snapshot.servers.values().map(|view| convert::server(view)).collect();
+        Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision }))
+    }
+
+    async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let request = request.into_inner();
+        let page_size = match request.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let fingerprint = filter_fingerprint(&request, page_size);
+        let (snapshot, start) = match request.page_token.as_str() {
+            "" => (self.registry.snapshot(), Position::default()),
+            token => {
+                let (revision, token_fingerprint, position) =
+                    parse_page_token(token).ok_or_else(|| ApiError::InvalidArgument("malformed page_token".into()))?;
+                if token_fingerprint != fingerprint {
+                    return Err(ApiError::InvalidArgument("page_token was issued for different filters".into()).into());
+                }
+                (self.registry.snapshot_at(revision).ok_or(ApiError::PageExpired(revision))?, position)
+            }
+        };
+        for server in &request.servers {
+            if !snapshot.servers.contains_key(server.as_str()) {
+                return Err(ApiError::UnknownServer(server.clone()).into());
+            }
+        }
+        let (tools, next) = collect_page(&snapshot, &request, start, page_size);
+        let next_page_token = next.map(|position| page_token(snapshot.revision, &fingerprint, position)).unwrap_or_default();
+        Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision, next_page_token }))
+    }
+
+    async fn get_tool(&self, request: Request<pb::GetToolRequest>) -> Result<Response<pb::GetToolResponse>, Status> {
+        let request = request.into_inner();
+        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
+        let snapshot = self.registry.snapshot();
+        let view = snapshot.servers.get(server.as_str()).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
+        let not_found = || ApiError::UnknownTool { server: server.clone(), tool: name.clone() };
+        let current = view.generation.as_ref();
+        let tool = match (request.generation, current) {
+            (0, Some(generation)) => generation.tool(&name).cloned().map(|tool| (tool, generation.number)),
+            (0, None) => None,
+            (wanted, Some(generation)) if wanted == generation.number => generation.tool(&name).cloned().map(|tool| (tool, wanted)),
+            (wanted, _) => self
+                .store
+                .tools_at(&server, wanted)
+                .await
+                .map_err(ApiError::from)?
+                .into_iter()
+                .find(|t| t.name == name)
+                .map(|tool| (tool, wanted)),
+        };
+        let (tool, generation) = tool.ok_or_else(not_found)?;
+        let qualified = names::qualify(&server, &tool.name);
+        let tool = convert::tool(view, &qualified, &tool, generation, true);
+        Ok(Response::new(pb::GetToolResponse { tool: Some(tool), catalog_revision: snapshot.revision }))
+    }
+
+    async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
+        let request = request.into_inner();
+        if self.registry.server(&request.server).is_none() {
+            return Err(ApiError::UnknownServer(request.server).into());
+        }
+        let limit = if request.limit == 0 { 20 } else { request.limit.min(1000) };
+        let generations = self.store.history(&request.server, limit).await.map_err(ApiError::from)?;
+        let enumerations = self.store.enumerations(&request.server, 20).await.map_err(ApiError::from)?;
+        Ok(Response::new(pb::HistoryResponse {
+            generations: generations.into_iter().map(convert::generation_change).collect(),
+            enumerations: enumerations.iter().map(convert::enumeration).collect(),
+        }))
+    }
+
+    type WatchCatalogStream = ReceiverStream<Result<pb::CatalogEvent, Status>>;
+
+    async fn watch_catalog(&self, request: Request<pb::WatchCatalogRequest>) -> Result<Response<Self::WatchCatalogStream>, Status> {
+        let request = request.into_inner();
+        for server in &request.servers {
+            if self.registry.server(server).is_none() {
+                return Err(ApiError::UnknownServer(server.clone()).into());
+            }
+        }
+        let stream = self.watchers.watch(self.registry.clone(), request.from_revision, request.servers)?;
+        Ok(Response::new(stream))
+    }
+
+    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
+        let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
+        let request = request.into_inner();
+        let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
+            (qualified, "", "") if !qualified.is_empty() => ToolRef::Qualified(qualified.to_owned()),
+            ("", server, name) if !server.is_empty() && !name.is_empty() => {
+                ToolRef::ServerTool { server: server.to_owned(), name: name.to_owned() }
+            }
+            _ => return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into()),
+        };
+        let call = CallRequest {
+            tool,
+            arguments: Some(request.arguments_json.as_str()),
+            expected_hash: Some(request.expected_definition_hash.as_str()),
+            expected_revision: Some(request.expected_catalog_revision),
+            timeout,
+        };
+        let result = self.calls.call(call).await?;
+        Ok(Response::new(pb::CallToolResponse {
+            content_json: result.outcome.content.get().to_owned(),
+            structured_content_json: result.outcome.structured_content.map(|s| s.get().to_owned()).unwrap_or_default(),
+            is_error: result.outcome.is_error,
+            server: result.server.to_string(),
+            name: result.name,
+            generation: result.generation,
+            definition_hash: result.definition_hash,
+        }))
+    }
+
+    async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
+        let server = request.into_inner().server;
+        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
+        if view.state == ServerState::Disabled {
+            return Err(ApiError::Disabled(server).into());
+        }
+        self.refresher.refresh(&server, EnumerationReason::Manual);
+        Ok(Response::new(pb::RefreshServerResponse {}))
+    }
+
+    async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
+        let server = request.into_inner().server;
+        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
+        if view.state == ServerState::Disabled {
+            return Err(ApiError::Disabled(server).into());
+        }
+        self.refresher.restart(&server);
+        Ok(Response::new(pb::RestartServerResponse {}))
+    }
+}
+
+impl ToolHostService {
+    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(String, String), ApiError> {
+        if !qualified.is_empty() {
+            let server =
+                names::server_of(qualified).ok_or_else(|| ApiError::UnknownTool { server: String::new(), tool: qualified.to_owned() })?;
+            let view = self.registry.server(server).ok_or_else(|| ApiError::UnknownServer(server.to_owned()))?;
+            let idx = view
+                .qualified
+                .position(qualified)
+                .ok_or_else(|| ApiError::UnknownTool { server: server.to_owned(), tool: qualified.to_owned() })?;
+            let generation =
+                view.generation.as_ref().ok_or_else(|| ApiError::UnknownTool { server: server.to_owned(), tool: qualified.to_owned() })?;
+            return Ok((server.to_owned(), generation.tools[idx].name.clone()));
+        }
+        if server.is_empty() || name.is_empty() {
+            return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()));
+        }
+        Ok((server.to_owned(), name.to_owned()))
+    }
+}
+
+/// Where a page starts: the index of the server in the snapshot, and of the tool in its generation.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    server: usize,
+    tool: usize,
+}
+
+/// Walks the snapshot from `start` and returns one page, plus where the next one starts.
+/// Cost is proportional to the tools walked, never to the offset.
+fn collect_page(
+    snapshot: &CatalogSnapshot,
+    request: &pb::ListToolsRequest,
+    start: Position,
+    page_size: u32,
+) -> (Vec<pb::Tool>, Option<Position>) {
+    let mut tools = Vec::new();
+    for (server_idx, view) in snapshot.servers.values().enumerate().skip(start.server) {
+        if !request.servers.is_empty() && !request.servers.iter().any(|s| **s == *view.name) {
+            continue;
+        }
+        if request.available_only && !view.is_available() {
+            continue;
+        }
+        let Some(generation) = &view.generation else { continue };
+        let first = if server_idx == start.server { start.tool } else { 0 };
+        for (tool_idx, tool) in generation.tools.iter().enumerate().skip(first) {
+            let qualified = view.qualified.name(tool_idx);
+            if !request.name_contains.is_empty()
+                && !contains_ignore_case(qualified, &request.name_contains)
+                && !contains_ignore_case(&tool.name, &request.name_contains)
+            {
+                continue;
+            }
+            if tools.len() == page_size as usize {
+                return (tools, Some(Position { server: server_idx, tool: tool_idx }));
+            }
+            tools.push(convert::tool(view, qualified, tool, generation.number, false));
+        }
+    }
+    (tools, None)
+}
+
+fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    let (haystack, needle) = (haystack.as_bytes(), needle.as_bytes());
+    needle.len() <= haystack.len() && haystack.windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle))
+}
+
+fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32) -> String {
+    let filters = format!("{:?}|{}|{}|{page_size}", request.servers, request.name_contains, request.available_only);
+    sha256_hex(filters.as_bytes())[..12].to_owned()
+}
+
+fn page_token(revision: u64, fingerprint: &str, position: Position) -> String {
+    format!("{revision}.{fingerprint}.{}.{}", position.server, position.tool)
+}
+
+fn parse_page_token(token: &str) -> Option<(u64, String, Position)> {
+    let mut parts = token.split('.');
+    let revision = parts.next()?.parse().ok()?;
+    let fingerprint = parts.next()?.to_owned();
+    let server = parts.next()?.parse().ok()?;
+    let tool = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((revision, fingerprint, Position { server, tool }))
+}
+
+/// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`).
+fn grpc_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_reject_garbage() {
+        let position = Position { server: 3, tool: 17 };
+        assert_eq!(parse_page_token(&page_token(42, "abc", position)), Some((42, "abc".to_owned(), position)));
+        for bad in ["", "1.2.3", "x.a.1.2", "1.a.1.2.3"] {
+            assert_eq!(parse_page_token(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit() {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        for (header, expected) in [
+            ("250m", Duration::from_millis(250)),
+            ("3S", Duration::from_secs(3)),
+            ("2M", Duration::from_secs(120)),
+            ("5u", Duration::from_micros(5)),
+        ] {
+            metadata.insert("grpc-timeout", header.parse().unwrap());
+            assert_eq!(grpc_deadline(&metadata), Some(expected));
+        }
+        metadata.insert("grpc-timeout", "soon".parse().unwrap());
+        assert_eq!(grpc_deadline(&metadata), None);
+    }
+
+    #[test]
+    fn name_filters_ignore_ascii_case() {
+        assert!(contains_ignore_case("files__Read_File", "read_f"));
+        assert!(!contains_ignore_case("ab", "abc"));
+    }
+}

@@ -1,0 +1,343 @@
+//! Tool calls: resolve a tool against the live catalog, check the caller's preconditions,
+//! queue behind the server's concurrency limit, and forward `tools/call` to the owning session.
+//!
+//! Stale-tool races are classified here and never hidden: a call is never retried silently.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use crate::catalog::model::ToolDef;
+use crate::catalog::names;
+use crate::catalog::record::EnumerationReason;
+use crate::catalog::store::Store;
+use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
+use crate::mcp::tools::{CallOutcome, parse_call_result};
+use crate::supervisor::Refresher;
+use crate::supervisor::registry::{Registry, ServerState, ServerView};
+use crate::upstream::UpstreamError;
+
+/// Which tool a caller means.
+#[derive(Debug, Clone)]
+pub enum ToolRef {
+    Qualified(String),
+    ServerTool { server: String, name: String },
+}
+
+/// A call as the API hands it over.
+#[derive(Debug)]
+pub struct CallRequest<'a> {
+    pub tool: ToolRef,
+    /// A JSON object as text; `None` means `{}`.
+    pub arguments: Option<&'a str>,
+    pub expected_hash: Option<&'a str>,
+    pub expected_revision: Option<u64>,
+    /// The caller's deadline; the server's request timeout applies when it has none.
+    pub timeout: Option<Duration>,
+}
+
+/// A completed call: the tool's result (which may itself report a failure) and what it ran against.
+#[derive(Debug)]
+pub struct CallResult {
+    pub outcome: CallOutcome,
+    pub server: Arc<str>,
+    pub name: String,
+    pub generation: u64,
+    pub definition_hash: String,
+}
+
+/// The kinds of stale-tool race.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaceKind {
+    /// The tool is not in its server's current generation.
+    RemovedBeforeCall,
+    /// The caller's definition hash or revision is older than the current definition.
+    ChangedSinceListed,
+    /// The server said it does not know a tool toolhost listed.
+    UpstreamUnknownTool,
+}
+
+/// A stale-tool race, with what the caller needs to recover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleTool {
+    pub kind: RaceKind,
+    pub server: String,
+    pub tool: String,
+    pub current_generation: u64,
+    pub removed_in_generation: Option<u64>,
+    pub current_hash: Option<String>,
+    pub detail: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("the arguments are not a JSON object: {0}")]
+    InvalidArguments(String),
+    #[error("no tool {tool:?}{}", server.as_deref().map(|s| format!(" on server {s:?}")).unwrap_or_default())]
+    UnknownTool { server: Option<String>, tool: String },
+    #[error("no server named {0:?}")]
+    UnknownServer(String),
+    #[error("server {server:?} is not available ({state:?}){}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Unavailable { server: String, tool: String, state: ServerState, reason: Option<String> },
+    #[error("stale tool {}/{}: {}", .0.server, .0.tool, .0.detail)]
+    Stale(Box<StaleTool>),
+    #[error("catalog revision {0} is no longer kept; send the definition hash instead")]
+    RevisionNotKept(u64),
+    #[error("{server}/{tool} did not answer within {after:?}")]
+    DeadlineExceeded { server: String, tool: String, generation: u64, after: Duration },
+    #[error("the session with {server:?} ended during the call; its outcome is unknown and it was not retried")]
+    SessionLost { server: String, tool: String, generation: u64 },
+    #[error("{server:?} is not reading its input; try again later")]
+    Overloaded { server: String, tool: String },
+    #[error("{server}/{tool} rejected the arguments: {message}")]
+    UpstreamInvalidParams { server: String, tool: String, generation: u64, message: String },
+    #[error("{server}/{tool} failed with JSON-RPC error {code}: {message}")]
+    Upstream { server: String, tool: String, generation: u64, code: i64, message: String },
+    #[error("{server}/{tool} answered with an invalid result: {message}")]
+    InvalidResult { server: String, tool: String, generation: u64, message: String },
+    #[error("{server}/{tool} can only run as an MCP task (execution.taskSupport = required), which toolhost does not offer")]
+    TaskRequired { server: String, tool: String },
+    #[error("catalog store: {0}")]
+    Store(String),
+}
+
+/// Routes calls. Cheap to clone.
+#[derive(Clone)]
+pub struct Calls {
+    registry: Arc<Registry>,
+    store: Store,
+    refresher: Refresher,
+}
+
+// === impl Calls ===
+
+impl Calls {
+    pub fn new(registry: Arc<Registry>, store: Store, refresher: Refresher) -> Calls {
+        Calls { registry, store, refresher }
+    }
+
+    /// Calls a tool.
+    ///
+    /// # Errors
+    /// [`CallError`]; a tool's own failure is an `Ok` result with `is_error` set.
+    pub async fn call(&self, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+        let snapshot = self.registry.snapshot();
+        let (view, idx) = self.resolve(&snapshot.servers, &request.tool).await?;
+        let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
+        let tool = &generation.tools[idx];
+        self.check_preconditions(&view, tool, generation.number, &request)?;
+        if tool.fields.task_required {
+            return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
+        }
+        if !view.is_available() {
+            return Err(CallError::Unavailable {
+                server: view.name.to_string(),
+                tool: tool.name.clone(),
+                state: view.state,
+                reason: view.last_error.clone(),
+            });
+        }
+        let Some(session) = view.session.clone() else {
+            return Err(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason: None });
+        };
+        let params = call_params(&tool.name, request.arguments)?;
+        let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let expired = || CallError::DeadlineExceeded {
+            server: view.name.to_string(),
+            tool: tool.name.clone(),
+            generation: generation.number,
+            after: timeout,
+        };
+        // Calls beyond the server's limit wait here; the wait counts against the caller's deadline.
+        let _permit = match tokio::time::timeout_at(deadline, view.shared.call_permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
+            Err(_) => return Err(expired()),
+        };
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let result = session.request(METHOD_TOOLS_CALL, Some(&params), remaining, true).await;
+        let at = |server: &ServerView| (server.name.to_string(), tool.name.clone(), generation.number);
+        match result {
+            Ok(result) => {
+                let outcome = parse_call_result(&result).map_err(|message| {
+                    let (server, tool, generation) = at(&view);
+                    CallError::InvalidResult { server, tool, generation, message }
+                })?;
+                Ok(CallResult {
+                    outcome,
+                    server: view.name.clone(),
+                    name: tool.name.clone(),
+                    generation: generation.number,
+                    definition_hash: tool.hash.clone(),
+                })
+            }
+            Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message) => {
+                view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
+                // The server knows better than the catalog: look again, at once.
+                self.refresher.refresh(&view.name, EnumerationReason::StaleTool);
+                tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
+                Err(CallError::Stale(Box::new(StaleTool {
+                    kind: RaceKind::UpstreamUnknownTool,
+                    server: view.name.to_string(),
+                    tool: tool.name.clone(),
+                    current_generation: generation.number,
+                    removed_in_generation: None,
+                    current_hash: Some(tool.hash.clone()),
+                    detail: format!("the server answered {} ({}); a re-enumeration has started", error.code, error.message),
+                })))
+            }
+            Err(UpstreamError::Rpc(error)) if error.code == INVALID_PARAMS => {
+                let (server, tool, generation) = at(&view);
+                Err(CallError::UpstreamInvalidParams { server, tool, generation, message: error.message })
+            }
+            Err(UpstreamError::Rpc(error)) => {
+                let (server, tool, generation) = at(&view);
+                Err(CallError::Upstream { server, tool, generation, code: error.code, message: error.message })
+            }
+            Err(UpstreamError::Timeout { .. }) => Err(expired()),
+            Err(UpstreamError::Overloaded) => Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
+            Err(_) => {
+                let (server, tool, generation) = at(&view);
+                Err(CallError::SessionLost { server, tool, generation })
+            }
+        }
+    }
+
+    /// Finds the server view and the tool's index in its current generation, or explains why not.
+    async fn resolve(
+        &self,
+        servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>,
+        tool: &ToolRef,
+    ) -> Result<(Arc<ServerView>, usize), CallError> {
+        let server_name = match tool {
+            ToolRef::Qualified(qualified) => names::server_of(qualified).ok_or_else(|| unknown(tool))?,
+            ToolRef::ServerTool { server, .. } => server.as_str(),
+        };
+        let Some(view) = servers.get(server_name).cloned() else {
+            return Err(match tool {
+                ToolRef::Qualified(_) => unknown(tool),
+                ToolRef::ServerTool { server, .. } => CallError::UnknownServer(server.clone()),
+            });
+        };
+        let position = match (tool, &view.generation) {
+            (_, None) => None,
+            (ToolRef::Qualified(qualified), Some(_)) => view.qualified.position(qualified),
+            (ToolRef::ServerTool { name, .. }, Some(generation)) => generation.tools.binary_search_by(|t| t.name.as_str().cmp(name)).ok(),
+        };
+        if let Some(idx) = position {
+            return Ok((view, idx));
+        }
+        // Not current. If history shows the tool, this is a race, not a typo.
+        let original = match tool {
+            ToolRef::ServerTool { name, .. } => Some(name.clone()),
+            ToolRef::Qualified(qualified) => {
+                let history = self.store.names_in_history(server_name).await.map_err(|err| CallError::Store(err.to_string()))?;
+                history.into_iter().find(|name| names::qualify(server_name, name) == *qualified)
+            }
+        };
+        let Some(original) = original else { return Err(unknown(tool)) };
+        let removed_in = self.store.removed_in(server_name, &original).await.map_err(|err| CallError::Store(err.to_string()))?;
+        let Some(removed_in) = removed_in else { return Err(unknown(tool)) };
+        view.shared.races.removed_before_call.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(server = server_name, tool = %original, removed_in, "stale tool: called after its removal");
+        Err(CallError::Stale(Box::new(StaleTool {
+            kind: RaceKind::RemovedBeforeCall,
+            server: server_name.to_owned(),
+            tool: original,
+            current_generation: view.generation_number(),
+            removed_in_generation: Some(removed_in),
+            current_hash: None,
+            detail: format!("removed in generation {removed_in}"),
+        })))
+    }
+
+    fn check_preconditions(&self, view: &ServerView, tool: &ToolDef, generation: u64, request: &CallRequest<'_>) -> Result<(), CallError> {
+        let stale = |listed: &str| {
+            view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(server = %view.name, tool = %tool.name, generation, "stale tool: changed since the caller listed it");
+            CallError::Stale(Box::new(StaleTool {
+                kind: RaceKind::ChangedSinceListed,
+                server: view.name.to_string(),
+                tool: tool.name.clone(),
+                current_generation: generation,
+                removed_in_generation: None,
+                current_hash: Some(tool.hash.clone()),
+                detail: format!("the definition changed since {listed}; the current hash is {}", tool.hash),
+            }))
+        };
+        if let Some(expected) = request.expected_hash.filter(|hash| !hash.is_empty())
+            && expected != tool.hash
+        {
+            return Err(stale("the hash the caller sent"));
+        }
+        if let Some(revision) = request.expected_revision.filter(|revision| *revision > 0) {
+            let listed = self.registry.snapshot_at(revision).ok_or(CallError::RevisionNotKept(revision))?;
+            let listed_hash =
+                listed.servers.get(&view.name).and_then(|v| v.generation.as_ref()).and_then(|g| g.tool(&tool.name)).map(|t| &t.hash);
+            if listed_hash != Some(&tool.hash) {
+                return Err(stale(&format!("catalog revision {revision}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unknown(tool: &ToolRef) -> CallError {
+    match tool {
+        ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
+        ToolRef::ServerTool { server, name } => CallError::UnknownTool { server: Some(server.clone()), tool: name.clone() },
+    }
+}
+
+/// `{"name": ..., "arguments": ...}`, with the arguments checked to be one JSON object but not
+/// parsed into a tree: they are forwarded byte for byte.
+fn call_params(name: &str, arguments: Option<&str>) -> Result<Box<RawValue>, CallError> {
+    let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
+    let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
+    if !raw.get().starts_with('{') {
+        return Err(CallError::InvalidArguments("expected an object, like {\"key\": \"value\"}".to_owned()));
+    }
+    let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
+    RawValue::from_string(format!(r#"{{"name":{name},"arguments":{}}}"#, raw.get()))
+        .map_err(|err| CallError::InvalidArguments(err.to_string()))
+}
+
+/// -32601 always means the tool (or method) is unknown. -32602 also means "invalid arguments",
+/// so it counts as an unknown tool only when the message says so.
+fn is_unknown_tool(code: i64, message: &str) -> bool {
+    if code == METHOD_NOT_FOUND {
+        return true;
+    }
+    let message = message.to_ascii_lowercase();
+    code == INVALID_PARAMS && ["unknown tool", "tool not found", "no such tool", "not found", "unknown"].iter().any(|p| message.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_must_be_one_json_object_and_are_forwarded_verbatim() {
+        assert_eq!(call_params("t", None).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        assert_eq!(
+            call_params("t", Some(r#"{"big": 12345678901234567890}"#)).unwrap().get(),
+            r#"{"name":"t","arguments":{"big": 12345678901234567890}}"#
+        );
+        for bad in ["[1]", "\"x\"", "{", "{} {}", "null"] {
+            assert!(matches!(call_params("t", Some(bad)), Err(CallError::InvalidArguments(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_tool_errors_are_told_apart_from_bad_arguments() {
+        assert!(is_unknown_tool(-32601, "Method not found"));
+        assert!(is_unknown_tool(-32602, "Unknown tool: x"));
+        assert!(is_unknown_tool(-32602, "Tool x not found"));
+        assert!(!is_unknown_tool(-32602, "Invalid arguments: missing field a"));
+        assert!(!is_unknown_tool(-32603, "unknown failure"));
+    }
+}

@@ -1,0 +1,187 @@
+//! The operator's command line, a gRPC client of the daemon's own API.
+//!
+//! Exit codes: 0 success, 1 the tool reported an error (`isError`), 2 a usage error, 3 an RPC
+//! error (the status is printed), 64 a bad configuration file.
+
+mod output;
+
+use std::path::{Path, PathBuf};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::api::pb;
+use crate::api::pb::tool_host_client::ToolHostClient;
+use crate::config::{Config, ListenAddr};
+
+pub const EXIT_TOOL_ERROR: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_RPC_ERROR: u8 = 3;
+pub const EXIT_CONFIG: u8 = 64;
+
+/// What a client command should do.
+#[derive(Debug, Clone)]
+pub enum ClientCommand {
+    Servers,
+    Tools { servers: Vec<String>, name_contains: Option<String> },
+    Call { name: String, args: Option<String>, hash: Option<String>, timeout_ms: Option<u64> },
+    Watch { from_revision: u64, servers: Vec<String> },
+    History { server: String, limit: u32 },
+    Refresh { server: String },
+    Restart { server: String },
+}
+
+/// Where the daemon is and how to print.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// `unix:PATH` or `host:port`; when absent, the first address of `config`, else 127.0.0.1:50051.
+    pub addr: Option<String>,
+    pub config: Option<PathBuf>,
+    pub json: bool,
+}
+
+/// Why a client command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot reach toolhost at {addr}: {source}")]
+    Connect { addr: String, source: tonic::transport::Error },
+    #[error("{}: {}", .0.code(), .0.message())]
+    Rpc(#[from] tonic::Status),
+    #[error("the tool reported an error")]
+    ToolError,
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl ClientError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Usage(_) => EXIT_USAGE,
+            ClientError::Config(_) => EXIT_CONFIG,
+            ClientError::Connect { .. } | ClientError::Rpc(_) | ClientError::Output(_) => EXIT_RPC_ERROR,
+            ClientError::ToolError => EXIT_TOOL_ERROR,
+        }
+    }
+}
+
+/// Runs one client command against the daemon.
+///
+/// # Errors
+/// [`ClientError`], whose [`ClientError::exit_code`] tells the kinds apart.
+pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), ClientError> {
+    let addr = resolve_addr(&options)?;
+    let mut client = ToolHostClient::new(connect(&addr).await?);
+    let mut out = output::Printer::new(options.json);
+    match command {
+        ClientCommand::Servers => {
+            let response = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
+            out.servers(&response.servers)?;
+        }
+        ClientCommand::Tools { servers, name_contains } => {
+            let mut request = pb::ListToolsRequest { servers, name_contains: name_contains.unwrap_or_default(), ..Default::default() };
+            let mut tools = Vec::new();
+            loop {
+                let response = client.list_tools(request.clone()).await?.into_inner();
+                tools.extend(response.tools);
+                if response.next_page_token.is_empty() {
+                    break;
+                }
+                request.page_token = response.next_page_token;
+            }
+            out.tools(&tools)?;
+        }
+        ClientCommand::Call { name, args, hash, timeout_ms } => {
+            let (qualified_name, server, tool) = match name.split_once('/') {
+                Some((server, tool)) => (String::new(), server.to_owned(), tool.to_owned()),
+                None => (name, String::new(), String::new()),
+            };
+            let mut request = tonic::Request::new(pb::CallToolRequest {
+                qualified_name,
+                server,
+                name: tool,
+                arguments_json: args.unwrap_or_default(),
+                expected_definition_hash: hash.unwrap_or_default(),
+                expected_catalog_revision: 0,
+            });
+            if let Some(ms) = timeout_ms {
+                request.set_timeout(std::time::Duration::from_millis(ms));
+            }
+            let result = client.call_tool(request).await?.into_inner();
+            out.call(&result)?;
+            if result.is_error {
+                return Err(ClientError::ToolError);
+            }
+        }
+        ClientCommand::Watch { from_revision, servers } => {
+            let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision, servers }).await?.into_inner();
+            while let Some(event) = stream.message().await? {
+                out.event(&event)?;
+            }
+        }
+        ClientCommand::History { server, limit } => {
+            let response = client.history(pb::HistoryRequest { server, limit }).await?.into_inner();
+            out.history(&response)?;
+        }
+        ClientCommand::Refresh { server } => {
+            client.refresh_server(pb::RefreshServerRequest { server: server.clone() }).await?;
+            out.done(&format!("refresh of {server} requested"))?;
+        }
+        ClientCommand::Restart { server } => {
+            client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
+            out.done(&format!("restart of {server} requested"))?;
+        }
+    }
+    Ok(())
+}
+
+fn resolve_addr(options: &ClientOptions) -> Result<ListenAddr, ClientError> {
+    if let Some(addr) = &options.addr {
+        return parse_addr(addr);
+    }
+    if let Some(path) = &options.config {
+        let config = Config::load(path)?;
+        if let Some(first) = config.grpc.listen.first() {
+            return Ok(first.clone());
+        }
+    }
+    Ok(ListenAddr::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 50051))))
+}
+
+fn parse_addr(addr: &str) -> Result<ListenAddr, ClientError> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        return Ok(ListenAddr::Unix(Path::new(path).to_path_buf()));
+    }
+    addr.parse().map(ListenAddr::Tcp).map_err(|_| ClientError::Usage(format!("--addr {addr:?} is neither unix:PATH nor host:port")))
+}
+
+/// A channel to the daemon over TCP or a Unix socket.
+///
+/// # Errors
+/// [`ClientError::Connect`] when the daemon cannot be reached.
+pub async fn connect(addr: &ListenAddr) -> Result<Channel, ClientError> {
+    match addr {
+        ListenAddr::Tcp(socket) => {
+            let endpoint = Endpoint::from_shared(format!("http://{socket}"))
+                .map_err(|source| ClientError::Connect { addr: socket.to_string(), source })?;
+            endpoint.connect().await.map_err(|source| ClientError::Connect { addr: socket.to_string(), source })
+        }
+        ListenAddr::Unix(path) => {
+            let path = path.clone();
+            let display = format!("unix:{}", path.display());
+            // The URI is required by the API but unused: the connector below dials the socket.
+            let endpoint = Endpoint::from_static("http://localhost");
+            endpoint
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move { UnixStream::connect(path).await.map(TokioIo::new) }
+                }))
+                .await
+                .map_err(|source| ClientError::Connect { addr: display, source })
+        }
+    }
+}

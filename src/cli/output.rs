@@ -1,0 +1,219 @@
+//! How the command line prints: aligned tables for people, JSON for programs.
+
+#![allow(clippy::print_stdout)]
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use crate::api::pb;
+
+pub(crate) struct Printer {
+    json: bool,
+    out: std::io::Stdout,
+}
+
+impl Printer {
+    pub(crate) fn new(json: bool) -> Printer {
+        Printer { json, out: std::io::stdout() }
+    }
+
+    pub(crate) fn servers(&mut self, servers: &[pb::Server]) -> std::io::Result<()> {
+        if self.json {
+            let rows: Vec<Value> = servers
+                .iter()
+                .map(|s| {
+                    let races = s.stale_tool_races.unwrap_or_default();
+                    json!({
+                        "name": s.name, "state": state_name(s.state), "available": s.available, "transport": s.transport,
+                        "protocol_version": s.protocol_version, "generation": s.generation, "tool_count": s.tool_count,
+                        "revalidating": s.revalidating, "restarts": s.restarts, "last_error": s.last_error,
+                        "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
+                        "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
+                    })
+                })
+                .collect();
+            return self.json_line(&Value::Array(rows));
+        }
+        let rows: Vec<Vec<String>> = servers
+            .iter()
+            .map(|s| {
+                let races = s.stale_tool_races.unwrap_or_default();
+                let race_total = races.removed_before_call + races.changed_since_listed + races.upstream_unknown_tool;
+                vec![
+                    s.name.clone(),
+                    state_name(s.state).to_owned(),
+                    s.generation.to_string(),
+                    s.tool_count.to_string(),
+                    s.protocol_version.clone(),
+                    s.restarts.to_string(),
+                    race_total.to_string(),
+                    s.last_error.clone(),
+                ]
+            })
+            .collect();
+        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "LAST ERROR"], &rows)
+    }
+
+    pub(crate) fn tools(&mut self, tools: &[pb::Tool]) -> std::io::Result<()> {
+        if self.json {
+            let rows: Vec<Value> = tools
+                .iter()
+                .map(|t| {
+                    json!({"name": t.qualified_name, "server": t.server, "tool": t.name, "title": t.title, "description": t.description,
+                           "generation": t.generation, "hash": t.definition_hash, "available": t.available,
+                           "input_schema": parse_or_null(&t.input_schema_json)})
+                })
+                .collect();
+            return self.json_line(&Value::Array(rows));
+        }
+        let rows: Vec<Vec<String>> = tools
+            .iter()
+            .map(|t| {
+                vec![
+                    t.qualified_name.clone(),
+                    t.generation.to_string(),
+                    t.definition_hash[..12.min(t.definition_hash.len())].to_owned(),
+                    first_line(&t.description),
+                ]
+            })
+            .collect();
+        self.table(&["TOOL", "GEN", "HASH", "DESCRIPTION"], &rows)
+    }
+
+    pub(crate) fn call(&mut self, result: &pb::CallToolResponse) -> std::io::Result<()> {
+        let content = parse_or_null(&result.content_json);
+        if self.json {
+            return self.json_line(&json!({
+                "content": content, "structuredContent": parse_or_null(&result.structured_content_json), "isError": result.is_error,
+                "server": result.server, "tool": result.name, "generation": result.generation, "hash": result.definition_hash,
+            }));
+        }
+        for block in content.as_array().into_iter().flatten() {
+            match block.get("text").and_then(Value::as_str) {
+                Some(text) => writeln!(self.out, "{text}")?,
+                None => writeln!(self.out, "{block}")?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn event(&mut self, event: &pb::CatalogEvent) -> std::io::Result<()> {
+        use pb::catalog_event::Event;
+        let value = match &event.event {
+            Some(Event::GenerationPublished(g)) => json!({"revision": event.revision, "type": "generation_published", "server": g.server,
+                "generation": g.generation, "previous_generation": g.previous_generation, "added": g.added, "removed": g.removed, "changed": g.changed}),
+            Some(Event::ServerStateChanged(s)) => json!({"revision": event.revision, "type": "server_state_changed", "server": s.server,
+                "state": state_name(s.state), "previous_state": state_name(s.previous_state), "available": s.available, "error": s.error}),
+            Some(Event::Resync(r)) => json!({"revision": event.revision, "type": "resync", "reason": r.reason}),
+            None => json!({"revision": event.revision, "type": "unknown"}),
+        };
+        if self.json {
+            return self.json_line(&value);
+        }
+        let line = match &event.event {
+            Some(Event::GenerationPublished(g)) => format!(
+                "r{} {} generation {} (+{} -{} ~{})",
+                event.revision,
+                g.server,
+                g.generation,
+                g.added.len(),
+                g.removed.len(),
+                g.changed.len()
+            ),
+            Some(Event::ServerStateChanged(s)) => {
+                format!("r{} {} {} -> {}", event.revision, s.server, state_name(s.previous_state), state_name(s.state))
+            }
+            Some(Event::Resync(r)) => format!("r{} resync: {}", event.revision, r.reason),
+            None => format!("r{} (unknown event)", event.revision),
+        };
+        writeln!(self.out, "{line}")?;
+        self.out.flush()
+    }
+
+    pub(crate) fn history(&mut self, history: &pb::HistoryResponse) -> std::io::Result<()> {
+        if self.json {
+            let generations: Vec<Value> = history
+                .generations
+                .iter()
+                .map(|g| json!({"generation": g.generation, "committed_unix_ms": g.committed_unix_ms, "reason": g.reason, "tool_count": g.tool_count, "added": g.added, "removed": g.removed, "changed": g.changed}))
+                .collect();
+            let enumerations: Vec<Value> = history.enumerations.iter().map(enumeration_json).collect();
+            return self.json_line(&json!({"generations": generations, "enumerations": enumerations}));
+        }
+        let rows: Vec<Vec<String>> = history
+            .generations
+            .iter()
+            .map(|g| {
+                vec![
+                    g.generation.to_string(),
+                    g.reason.clone(),
+                    g.tool_count.to_string(),
+                    g.added.join(","),
+                    g.removed.join(","),
+                    g.changed.join(","),
+                ]
+            })
+            .collect();
+        self.table(&["GEN", "REASON", "TOOLS", "ADDED", "REMOVED", "CHANGED"], &rows)
+    }
+
+    pub(crate) fn done(&mut self, message: &str) -> std::io::Result<()> {
+        if self.json {
+            return self.json_line(&json!({"ok": true}));
+        }
+        writeln!(self.out, "{message}")
+    }
+
+    fn json_line(&mut self, value: &Value) -> std::io::Result<()> {
+        writeln!(self.out, "{value}")?;
+        self.out.flush()
+    }
+
+    fn table(&mut self, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+        for row in rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+            padded.join("  ").trim_end().to_owned()
+        };
+        writeln!(self.out, "{}", line(header.to_vec()))?;
+        for row in rows {
+            writeln!(self.out, "{}", line(row.iter().map(String::as_str).collect()))?;
+        }
+        Ok(())
+    }
+}
+
+fn enumeration_json(e: &pb::Enumeration) -> Value {
+    json!({"started_unix_ms": e.started_unix_ms, "duration_ms": e.duration_ms, "reason": e.reason, "outcome": e.outcome,
+           "pages": e.pages, "tools": e.tools, "bytes": e.bytes, "generation": e.generation, "error": e.error, "diagnostics": e.diagnostics})
+}
+
+fn parse_or_null(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() > 80 { format!("{}…", line.chars().take(79).collect::<String>()) } else { line.to_owned() }
+}
+
+pub(crate) fn state_name(state: i32) -> &'static str {
+    match pb::ServerState::try_from(state).unwrap_or(pb::ServerState::Unspecified) {
+        pb::ServerState::Unspecified => "unknown",
+        pb::ServerState::Starting => "starting",
+        pb::ServerState::Ready => "ready",
+        pb::ServerState::NoTools => "no_tools",
+        pb::ServerState::Reconnecting => "reconnecting",
+        pb::ServerState::Backoff => "backoff",
+        pb::ServerState::CrashLoop => "crash_loop",
+        pb::ServerState::Failed => "failed",
+        pb::ServerState::Disabled => "disabled",
+        pb::ServerState::Stopped => "stopped",
+    }
+}
