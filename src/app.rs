@@ -46,7 +46,7 @@ impl App {
     pub async fn start(config: Config) -> Result<App, StartError> {
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
-        let registry = Arc::new(Registry::new());
+        let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
         let supervisor = Supervisor::start(&config.servers, store.clone(), registry.clone(), CancellationToken::new()).await?;
         let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher());
         let api_tasks = TaskTracker::new();

@@ -50,7 +50,7 @@ pub enum ClientError {
     Config(#[from] crate::config::ConfigError),
     #[error("cannot reach toolhost at {addr}: {source}")]
     Connect { addr: String, source: tonic::transport::Error },
-    #[error("{}: {}", .0.code(), .0.message())]
+    #[error("{}", describe_status(.0))]
     Rpc(#[from] tonic::Status),
     #[error("the tool reported an error")]
     ToolError,
@@ -184,4 +184,21 @@ pub async fn connect(addr: &ListenAddr) -> Result<Channel, ClientError> {
                 .map_err(|source| ClientError::Connect { addr: display, source })
         }
     }
+}
+
+/// `NOT_FOUND (UNKNOWN_TOOL): no tool "x" [server=a tool=x]`: the code, toolhost's reason and
+/// the details, so that scripts can match on the first two words.
+fn describe_status(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    let code: String = format!("{:?}", status.code()).chars().fold(String::new(), |mut acc, c| {
+        if c.is_uppercase() && !acc.is_empty() {
+            acc.push('_');
+        }
+        acc.push(c.to_ascii_uppercase());
+        acc
+    });
+    let Some(info) = status.get_details_error_info() else { return format!("{code}: {}", status.message()) };
+    let mut metadata: Vec<String> = info.metadata.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
+    metadata.sort();
+    format!("{code} ({}): {} [{}]", info.reason, status.message(), metadata.join(" "))
 }

@@ -38,6 +38,8 @@ pub struct StoreConfig {
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
     pub listen: Vec<ListenAddr>,
+    /// Catalog events kept for watchers that fall behind; older ones get a resync.
+    pub watch_backlog: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +213,8 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         return Err(error("grpc.listen".into(), "needs at least one address".into()));
     }
 
+    let watch_backlog = positive(raw.grpc.watch_backlog, 4096).map_err(|p| error("grpc.watch_backlog".into(), p))?;
+    let watch_backlog = usize::try_from(watch_backlog).unwrap_or(usize::MAX);
     let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20))
         .map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
 
@@ -224,7 +228,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     Ok(Config {
         source: file.to_path_buf(),
         store: StoreConfig { path: store_path, history_generations },
-        grpc: GrpcConfig { listen: listen_addrs },
+        grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
         daemon: DaemonConfig { shutdown_timeout },
         servers,
     })

@@ -30,6 +30,7 @@ pub(crate) struct RawStore {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGrpc {
     pub(crate) listen: Option<OneOrMany>,
+    pub(crate) watch_backlog: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, Default)]

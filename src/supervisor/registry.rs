@@ -22,8 +22,8 @@ use crate::upstream::SessionHandle;
 
 /// Snapshots kept for paging and revision preconditions.
 const SNAPSHOTS_KEPT: usize = 64;
-/// Events kept for watchers that are behind.
-const EVENTS_KEPT: usize = 4096;
+/// Events kept for watchers that are behind, unless configured otherwise.
+pub const DEFAULT_EVENTS_KEPT: usize = 4096;
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +136,7 @@ pub struct Lagged;
 /// The live catalog.
 pub struct Registry {
     current: ArcSwap<CatalogSnapshot>,
+    events_kept: usize,
     history: Mutex<History>,
     revision_tx: watch::Sender<u64>,
 }
@@ -195,7 +196,17 @@ impl ServerView {
 
 impl Registry {
     pub fn new() -> Registry {
-        Registry { current: ArcSwap::from_pointee(CatalogSnapshot::default()), history: Mutex::default(), revision_tx: watch::channel(0).0 }
+        Registry::with_event_log(DEFAULT_EVENTS_KEPT)
+    }
+
+    /// A registry that keeps `events_kept` events for watchers that fall behind.
+    pub fn with_event_log(events_kept: usize) -> Registry {
+        Registry {
+            current: ArcSwap::from_pointee(CatalogSnapshot::default()),
+            events_kept: events_kept.max(1),
+            history: Mutex::default(),
+            revision_tx: watch::channel(0).0,
+        }
     }
 
     /// The current snapshot. Cheap: one atomic load and a reference count.
@@ -282,7 +293,7 @@ impl Registry {
         change(&mut servers, &mut changes);
         let revision = current.revision + 1;
         for change in changes {
-            if history.events.len() == EVENTS_KEPT
+            if history.events.len() >= self.events_kept
                 && let Some(dropped) = history.events.pop_front()
             {
                 history.trimmed_through = dropped.revision;

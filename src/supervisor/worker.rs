@@ -174,7 +174,8 @@ impl Worker {
         }
         self.registry.update(&self.name, |view| view.session = None);
         let status = connection.shutdown().await;
-        tracing::info!(server = %self.name, exit = ?status, "session ended");
+        let exit = status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
+        tracing::info!(server = %self.name, %exit, "session ended");
         end
     }
 

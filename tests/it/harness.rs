@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toolhost::api::BoundAddr;
+use toolhost::api::pb::tool_host_client::ToolHostClient;
 use toolhost::app::App;
-use toolhost::config::Config;
+use toolhost::config::{Config, ListenAddr};
 use toolhost::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// How long any wait in a test may take before it fails. Generous: CI machines are busy.
@@ -131,4 +133,42 @@ pub fn tools(prefix: &str, n: usize) -> Vec<Value> {
 /// Whether a process is still present (alive or a zombie) in /proc.
 pub fn process_exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A gRPC client of the daemon over its TCP listener.
+pub async fn client(app: &App) -> ToolHostClient<tonic::transport::Channel> {
+    let addr = app.grpc_addrs().iter().find_map(|a| match a {
+        BoundAddr::Tcp(addr) => Some(ListenAddr::Tcp(*addr)),
+        BoundAddr::Unix(_) => None,
+    });
+    let channel = toolhost::cli::connect(&addr.expect("a TCP listener")).await.expect("connect over TCP");
+    ToolHostClient::new(channel)
+}
+
+/// A gRPC client of the daemon over its Unix socket.
+pub async fn unix_client(app: &App) -> ToolHostClient<tonic::transport::Channel> {
+    let path = app.grpc_addrs().iter().find_map(|a| match a {
+        BoundAddr::Unix(path) => Some(ListenAddr::Unix(path.clone())),
+        BoundAddr::Tcp(_) => None,
+    });
+    let channel = toolhost::cli::connect(&path.expect("a Unix listener")).await.expect("connect over the Unix socket");
+    ToolHostClient::new(channel)
+}
+
+/// `--addr` for the CLI, pointing at the daemon's TCP listener.
+pub fn cli_addr(app: &App) -> String {
+    app.grpc_addrs()
+        .iter()
+        .find_map(|a| match a {
+            BoundAddr::Tcp(addr) => Some(addr.to_string()),
+            BoundAddr::Unix(_) => None,
+        })
+        .expect("a TCP listener")
+}
+
+/// The ErrorInfo reason and metadata toolhost attaches to every error status.
+pub fn error_info(status: &tonic::Status) -> (String, std::collections::HashMap<String, String>) {
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info().unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    (info.reason, info.metadata)
 }

@@ -5,6 +5,8 @@
 
 mod harness;
 
+mod calls;
+mod catalog_api;
 mod config_cli;
 mod enumeration;
 mod lifecycle;
