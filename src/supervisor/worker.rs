@@ -77,7 +77,10 @@ impl Worker {
                         SessionEnd::Restart => {
                             // Asked for, not a failure: no backoff, and the failure count stays.
                             first = false;
-                            self.registry.update(&self.name, |view| view.num_restarts += 1);
+                            self.registry.update(&self.name, |view| {
+                                view.num_restarts += 1;
+                                view.state = ServerState::Reconnecting;
+                            });
                             continue;
                         }
                         SessionEnd::Closed => {}
