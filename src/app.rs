@@ -1,7 +1,8 @@
-//! The composition root: opens the store, starts the supervisor and the API, and owns the
-//! shutdown order. The only module that wires subsystems together.
+//! The composition root: opens the store, starts the supervisor and the API, tells the service
+//! manager how things stand, reloads on request, and owns the shutdown order. The only module
+//! that wires subsystems together.
 
-use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +13,14 @@ use crate::api::{self, ApiParts, ApiStartError, BoundAddr};
 use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
-use crate::supervisor::Supervisor;
-use crate::supervisor::registry::Registry;
+use crate::signals::{Event, Signals};
+use crate::supervisor::registry::{Registry, ServerState};
+use crate::supervisor::{ReloadSummary, Supervisor};
+use crate::systemd::{self, Notifier};
+use crate::upstream::reaper::Reaper;
+
+/// How often at most the service manager's STATUS line is updated.
+const STATUS_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -22,49 +29,83 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Api(#[from] ApiStartError),
+    #[error("cannot start the orphan guard: {0}")]
+    Reaper(std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Process-level settings that do not come from the configuration file.
+pub struct RuntimeOptions {
+    /// The program to run as `PROGRAM __reap` (toolhost itself); `None` runs without the guard.
+    pub reaper_program: Option<PathBuf>,
+    pub notifier: Notifier,
 }
 
 /// A running daemon: what tests and `main` hold while it runs.
 pub struct App {
+    config: Config,
     store: Store,
     supervisor: Supervisor,
     calls: Calls,
+    reaper: Arc<Reaper>,
+    notifier: Arc<Notifier>,
     grpc_addrs: Vec<BoundAddr>,
     api_tasks: TaskTracker,
     api_cancel: CancellationToken,
-    shutdown_timeout: Duration,
+    /// Status and watchdog reporting.
+    background: TaskTracker,
+    background_cancel: CancellationToken,
 }
 
 // === impl App ===
 
 impl App {
-    /// Binds the API listeners, opens and migrates the store, loads the stored catalog, starts
-    /// every enabled server, and serves the API.
+    /// Starts without a service manager or an orphan guard (tests, embedding).
     ///
     /// # Errors
-    /// [`StartError`] when a listener cannot be bound or the store cannot be opened or read.
+    /// See [`App::start_with`].
     pub async fn start(config: Config) -> Result<App, StartError> {
+        App::start_with(config, RuntimeOptions { reaper_program: None, notifier: Notifier::disabled() }).await
+    }
+
+    /// Binds the API listeners, opens and migrates the store, loads the stored catalog, starts
+    /// every enabled server, serves the API, and then tells the service manager it is ready.
+    ///
+    /// # Errors
+    /// [`StartError`] when a listener cannot be bound, the store cannot be opened or read, or
+    /// the orphan guard cannot be started.
+    pub async fn start_with(config: Config, options: RuntimeOptions) -> Result<App, StartError> {
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
+        let reaper = Arc::new(match &options.reaper_program {
+            Some(program) => Reaper::spawn(program).map_err(StartError::Reaper)?,
+            None => Reaper::disabled(),
+        });
         let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
-        let supervisor = Supervisor::start(&config.servers, store.clone(), registry.clone(), CancellationToken::new()).await?;
+        let supervisor = Supervisor::start(&config.servers, store.clone(), registry.clone(), reaper.clone()).await?;
         let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher());
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
-        let parts = ApiParts { registry, store: store.clone(), calls: calls.clone(), refresher: supervisor.refresher() };
+        let parts = ApiParts { registry: registry.clone(), store: store.clone(), calls: calls.clone(), refresher: supervisor.refresher() };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
-        Ok(App { store, supervisor, calls, grpc_addrs, api_tasks, api_cancel, shutdown_timeout: config.daemon.shutdown_timeout })
+        let notifier = Arc::new(options.notifier);
+        let background = TaskTracker::new();
+        let background_cancel = CancellationToken::new();
+        background.spawn(report_status(registry, notifier.clone(), background_cancel.clone()));
+        if let Some(interval) = systemd::watchdog_interval() {
+            background.spawn(feed_watchdog(notifier.clone(), interval, background_cancel.clone()));
+        }
+        // The store is migrated and every listener is bound: agents can connect now.
+        notifier.ready();
+        Ok(App { config, store, supervisor, calls, reaper, notifier, grpc_addrs, api_tasks, api_cancel, background, background_cancel })
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
         self.supervisor.registry()
-    }
-
-    pub fn supervisor(&self) -> &Supervisor {
-        &self.supervisor
     }
 
     pub fn store(&self) -> &Store {
@@ -80,11 +121,29 @@ impl App {
         &self.grpc_addrs
     }
 
+    /// Applies a new configuration's servers: adds, removes and restarts only what changed.
+    /// Store and listener settings need a restart; a change to them is reported, not applied.
+    ///
+    /// # Errors
+    /// [`StoreError`] if an added server's stored catalog cannot be read.
+    pub async fn reload(&mut self, config: Config) -> Result<ReloadSummary, StoreError> {
+        self.notifier.reloading();
+        if config.store.path != self.config.store.path || config.grpc.listen != self.config.grpc.listen {
+            tracing::warn!("[store] and [grpc] changes take effect at the next restart");
+        }
+        let result = self.supervisor.reconcile(&config.servers).await;
+        if result.is_ok() {
+            self.config.servers = config.servers;
+        }
+        self.notifier.ready();
+        result
+    }
+
     /// Stops accepting RPCs and lets those in flight finish, stops every server (the stdio
-    /// shutdown sequence), then closes the store. The whole sequence is bounded by the
-    /// configured shutdown timeout.
+    /// shutdown sequence), then closes the store. Bounded by `daemon.shutdown_timeout`.
     pub async fn shutdown(self) {
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        self.notifier.stopping();
+        let deadline = tokio::time::Instant::now() + self.config.daemon.shutdown_timeout;
         self.api_cancel.cancel();
         self.api_tasks.close();
         if tokio::time::timeout_at(deadline, self.api_tasks.wait()).await.is_err() {
@@ -92,19 +151,67 @@ impl App {
         }
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         self.supervisor.shutdown(remaining.max(Duration::from_secs(1))).await;
+        self.reaper.stop().await;
+        self.background_cancel.cancel();
+        self.background.close();
+        self.background.wait().await;
         self.store.close().await;
     }
 }
 
-/// Runs the daemon until `shutdown` completes.
+/// Runs the daemon until SIGTERM or SIGINT; SIGHUP reloads `config_path`.
 ///
 /// # Errors
 /// [`StartError`] when the daemon cannot start.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    let app = App::start(config).await?;
+pub async fn run(config_path: &Path, config: Config, options: RuntimeOptions) -> Result<(), StartError> {
+    let mut signals = Signals::install().map_err(StartError::Signals)?;
+    let mut app = App::start_with(config, options).await?;
     tracing::info!(servers = app.registry().snapshot().servers.len(), "toolhost is running");
-    shutdown.await;
+    while signals.next().await == Event::Reload {
+        match Config::load(config_path) {
+            Err(error) => tracing::error!(%error, "the new configuration is invalid; keeping the current one"),
+            Ok(config) => match app.reload(config).await {
+                Ok(summary) => tracing::info!(
+                    added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
+                    unchanged = summary.unchanged.len(), "configuration reloaded"
+                ),
+                Err(error) => tracing::error!(%error, "the reload failed part way; servers not yet reconciled keep their old settings"),
+            },
+        }
+    }
     tracing::info!("stopping");
     app.shutdown().await;
     Ok(())
+}
+
+/// Keeps the service manager's STATUS line current: servers ready and tools served.
+async fn report_status(registry: Arc<Registry>, notifier: Arc<Notifier>, cancel: CancellationToken) {
+    let mut revisions = registry.subscribe();
+    loop {
+        let snapshot = registry.snapshot();
+        let enabled = snapshot.servers.values().filter(|v| v.state != ServerState::Disabled).count();
+        let ready = snapshot.servers.values().filter(|v| v.is_available()).count();
+        let tools: usize =
+            snapshot.servers.values().filter(|v| v.is_available()).filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
+        notifier.status(&format!("{ready}/{enabled} servers ready, {tools} tools"));
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(STATUS_INTERVAL) => {}
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = revisions.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Sends WATCHDOG=1 from the runtime itself: a stuck runtime stops sending it.
+async fn feed_watchdog(notifier: Arc<Notifier>, interval: Duration, cancel: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => notifier.watchdog(),
+        }
+    }
 }

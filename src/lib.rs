@@ -16,5 +16,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod mcp;
+pub mod signals;
 pub mod supervisor;
+pub mod systemd;
 pub mod upstream;

@@ -89,6 +89,9 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Internal: the orphan guard that `serve` starts (kills server process groups it outlives).
+    #[command(name = "__reap", hide = true)]
+    Reap,
 }
 
 #[derive(Args)]
@@ -115,6 +118,10 @@ fn main() -> ExitCode {
     let (command, client) = match cli.command {
         Command::Serve { config, log_format } => return serve(&config, log_format),
         Command::CheckConfig { config } => return check_config(&config),
+        Command::Reap => {
+            toolhost::upstream::reaper::run_helper();
+            return ExitCode::SUCCESS;
+        }
         Command::Servers(client) => (ClientCommand::Servers, client),
         Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),
         Command::Call { name, args, hash, timeout_ms, client } => (ClientCommand::Call { name, args, hash, timeout_ms }, client),
@@ -135,8 +142,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(config: &std::path::Path, log_format: LogFormat) -> ExitCode {
-    let config = match Config::load(config) {
+fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
+    let config = match Config::load(config_path) {
         Ok(config) => config,
         Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
     };
@@ -145,7 +152,9 @@ fn serve(config: &std::path::Path, log_format: LogFormat) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
     };
-    match runtime.block_on(toolhost::app::run(config, shutdown_signal())) {
+    let options =
+        toolhost::app::RuntimeOptions { reaper_program: std::env::current_exe().ok(), notifier: toolhost::systemd::Notifier::from_env() };
+    match runtime.block_on(toolhost::app::run(config_path, config, options)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "toolhost could not start");
@@ -178,22 +187,5 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().init(),
         // Colour codes only on a terminal: journald stores them verbatim otherwise.
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-    }
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(terminate) => terminate,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT will stop toolhost");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("received SIGTERM"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("received SIGINT"),
     }
 }

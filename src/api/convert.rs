@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use crate::api::pb;
 use crate::catalog::model::ToolDef;
 use crate::catalog::record::{EnumerationRecord, GenerationSummary};
-use crate::supervisor::registry::{CatalogChange, CatalogEvent, ServerState, ServerView};
+use crate::supervisor::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState, ServerView};
 
 pub(crate) fn server(view: &ServerView) -> pb::Server {
     let hello = view.hello.as_ref();
@@ -112,6 +112,15 @@ pub(crate) fn event(event: CatalogEvent) -> pb::CatalogEvent {
                 error: error.unwrap_or_default(),
             })
         }
+        CatalogChange::ConfigChanged { server, change } => pb::catalog_event::Event::ServerConfigChanged(pb::ServerConfigChanged {
+            server: server.to_string(),
+            change: match change {
+                ConfigChange::Added => "added",
+                ConfigChange::Removed => "removed",
+                ConfigChange::Changed => "changed",
+            }
+            .to_owned(),
+        }),
     };
     pb::CatalogEvent { revision: event.revision, event: Some(inner) }
 }
@@ -123,6 +132,8 @@ pub(crate) fn resync(revision: u64, reason: &str) -> pb::CatalogEvent {
 /// The server a catalog change concerns.
 pub(crate) fn change_server(change: &CatalogChange) -> &str {
     match change {
-        CatalogChange::GenerationPublished { server, .. } | CatalogChange::StateChanged { server, .. } => server,
+        CatalogChange::GenerationPublished { server, .. }
+        | CatalogChange::StateChanged { server, .. }
+        | CatalogChange::ConfigChanged { server, .. } => server,
     }
 }

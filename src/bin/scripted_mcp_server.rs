@@ -61,6 +61,8 @@ struct Script {
     pid_file: Option<String>,
     /// Keep running this long after stdin closes (to exercise SIGTERM in the shutdown sequence).
     linger_after_eof_ms: u64,
+    /// Start a `sleep` child (a grandchild of toolhost) and append its pid to `pid_file`.
+    spawn_grandchild: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -96,6 +98,16 @@ fn main() {
             .open(path)
             .unwrap_or_else(|err| fail(&format!("cannot open {path}: {err}")));
         let _ = writeln!(file, "{}", std::process::id());
+        if script.spawn_grandchild {
+            let grandchild = std::process::Command::new("sleep")
+                .arg("600")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn();
+            if let Ok(grandchild) = grandchild {
+                let _ = writeln!(file, "{}", grandchild.id());
+            }
+        }
     }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     for i in 0..script.stderr_lines {

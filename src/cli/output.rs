@@ -106,6 +106,9 @@ impl Printer {
             Some(Event::ServerStateChanged(s)) => json!({"revision": event.revision, "type": "server_state_changed", "server": s.server,
                 "state": state_name(s.state), "previous_state": state_name(s.previous_state), "available": s.available, "error": s.error}),
             Some(Event::Resync(r)) => json!({"revision": event.revision, "type": "resync", "reason": r.reason}),
+            Some(Event::ServerConfigChanged(c)) => {
+                json!({"revision": event.revision, "type": "server_config_changed", "server": c.server, "change": c.change})
+            }
             None => json!({"revision": event.revision, "type": "unknown"}),
         };
         if self.json {
@@ -125,6 +128,7 @@ impl Printer {
                 format!("r{} {} {} -> {}", event.revision, s.server, state_name(s.previous_state), state_name(s.state))
             }
             Some(Event::Resync(r)) => format!("r{} resync: {}", event.revision, r.reason),
+            Some(Event::ServerConfigChanged(c)) => format!("r{} {} configuration {}", event.revision, c.server, c.change),
             None => format!("r{} (unknown event)", event.revision),
         };
         writeln!(self.out, "{line}")?;

@@ -7,10 +7,11 @@ pub mod registry;
 mod worker;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -18,31 +19,41 @@ use tracing::Instrument;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::{ServerSpec, Transport};
-use registry::{Registry, ServerState, ServerView};
+use crate::upstream::reaper::Reaper;
+use registry::{ConfigChange, Registry, ServerState, ServerView};
 use worker::{Worker, WorkerCommand};
 
 /// Commands a worker may have queued before it reads them.
 const WORKER_QUEUE: usize = 16;
+/// How long a reload waits for a removed or changed server to stop.
+const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(15);
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SupervisorError {
-    #[error("no server named {0:?}")]
-    UnknownServer(String),
-    #[error("server {0:?} is disabled")]
-    Disabled(String),
-}
+type Senders = Arc<RwLock<BTreeMap<Arc<str>, mpsc::Sender<WorkerCommand>>>>;
 
 /// Owns the workers. Dropping it without [`Supervisor::shutdown`] cancels them all the same.
 pub struct Supervisor {
     registry: Arc<Registry>,
+    store: Store,
+    reaper: Arc<Reaper>,
+    specs: BTreeMap<Arc<str>, ServerSpec>,
     workers: BTreeMap<Arc<str>, WorkerHandle>,
+    senders: Senders,
     tracker: TaskTracker,
     cancel: CancellationToken,
 }
 
 struct WorkerHandle {
-    commands: mpsc::Sender<WorkerCommand>,
     cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// What a reload changed, by server name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadSummary {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    pub unchanged: Vec<String>,
 }
 
 // === impl Supervisor ===
@@ -57,27 +68,20 @@ impl Supervisor {
         servers: &BTreeMap<String, ServerSpec>,
         store: Store,
         registry: Arc<Registry>,
-        cancel: CancellationToken,
+        reaper: Arc<Reaper>,
     ) -> Result<Supervisor, StoreError> {
-        let mut supervisor = Supervisor { registry, workers: BTreeMap::new(), tracker: TaskTracker::new(), cancel };
+        let mut supervisor = Supervisor {
+            registry,
+            store,
+            reaper,
+            specs: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            senders: Senders::default(),
+            tracker: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        };
         for (name, spec) in servers {
-            let name: Arc<str> = name.as_str().into();
-            let stored = store.load_current(&name).await?;
-            let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
-            let transport = match spec.transport {
-                Transport::Stdio(_) => "stdio",
-                Transport::Http(_) => "http",
-            };
-            let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
-            if let Some(stored) = stored {
-                view.generation = Some(stored.generation);
-                view.last_verified_at_ms = stored.last_verified_at_ms;
-                view.revalidating = spec.enabled;
-            }
-            supervisor.registry.insert(view);
-            if spec.enabled {
-                supervisor.spawn_worker(name, spec.clone(), store.clone());
-            }
+            supervisor.add(name.as_str().into(), spec.clone(), None).await?;
         }
         Ok(supervisor)
     }
@@ -86,48 +90,103 @@ impl Supervisor {
         &self.registry
     }
 
-    /// Asks a server's worker to re-enumerate now. Requests that find the worker busy coalesce.
-    ///
-    /// # Errors
-    /// [`SupervisorError`] for an unknown or disabled server.
-    pub fn refresh(&self, server: &str, reason: EnumerationReason) -> Result<(), SupervisorError> {
-        let Some(worker) = self.workers.get(server) else {
-            return Err(match self.registry.server(server) {
-                Some(_) => SupervisorError::Disabled(server.to_owned()),
-                None => SupervisorError::UnknownServer(server.to_owned()),
-            });
-        };
-        // A full queue already holds a refresh that will run after this moment; dropping is fine.
-        let _ = worker.commands.try_send(WorkerCommand::Refresh(reason));
-        Ok(())
+    /// A cheap, cloneable way to ask workers for refreshes and restarts from other tasks.
+    pub fn refresher(&self) -> Refresher {
+        Refresher { senders: self.senders.clone() }
     }
 
-    /// A cheap, cloneable way to ask for refreshes from other tasks.
-    pub fn refresher(&self) -> Refresher {
-        Refresher { senders: Arc::new(self.workers.iter().map(|(name, worker)| (name.clone(), worker.commands.clone())).collect()) }
+    /// Brings the running servers in line with a new configuration: starts added servers, stops
+    /// removed ones, restarts those whose settings changed, and leaves the rest running.
+    ///
+    /// # Errors
+    /// [`StoreError`] when an added server's stored catalog cannot be read.
+    pub async fn reconcile(&mut self, servers: &BTreeMap<String, ServerSpec>) -> Result<ReloadSummary, StoreError> {
+        let mut summary = ReloadSummary::default();
+        let removed: Vec<Arc<str>> = self.specs.keys().filter(|name| !servers.contains_key(&***name)).cloned().collect();
+        for name in removed {
+            self.stop_worker(&name).await;
+            self.specs.remove(&name);
+            self.registry.remove(&name);
+            summary.removed.push(name.to_string());
+        }
+        for (name, spec) in servers {
+            let name: Arc<str> = name.as_str().into();
+            match self.specs.get(&name) {
+                None => {
+                    self.add(name.clone(), spec.clone(), Some(ConfigChange::Added)).await?;
+                    summary.added.push(name.to_string());
+                }
+                Some(old) if old != spec => {
+                    self.stop_worker(&name).await;
+                    self.add(name.clone(), spec.clone(), Some(ConfigChange::Changed)).await?;
+                    summary.changed.push(name.to_string());
+                }
+                Some(_) => summary.unchanged.push(name.to_string()),
+            }
+        }
+        Ok(summary)
     }
 
     /// Stops every worker (each runs its session's shutdown sequence) and waits for them, at
     /// most `deadline`.
     pub async fn shutdown(self, deadline: Duration) {
         self.cancel.cancel();
-        for worker in self.workers.values() {
-            worker.cancel.cancel();
-        }
         self.tracker.close();
         if tokio::time::timeout(deadline, self.tracker.wait()).await.is_err() {
             tracing::warn!(deadline_ms = deadline.as_millis() as u64, "servers did not stop within the shutdown deadline");
         }
     }
 
-    fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec, store: Store) {
+    /// Publishes a server (with its stored generation) and starts its worker if enabled.
+    async fn add(&mut self, name: Arc<str>, spec: ServerSpec, change: Option<ConfigChange>) -> Result<(), StoreError> {
+        let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
+        let transport = match spec.transport {
+            Transport::Stdio(_) => "stdio",
+            Transport::Http(_) => "http",
+        };
+        let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
+        if let Some(stored) = self.store.load_current(&name).await? {
+            view.generation = Some(stored.generation);
+            view.last_verified_at_ms = stored.last_verified_at_ms;
+            view.revalidating = spec.enabled;
+        }
+        self.registry.insert(view, change);
+        if spec.enabled {
+            self.spawn_worker(name.clone(), spec.clone());
+        }
+        self.specs.insert(name, spec);
+        Ok(())
+    }
+
+    fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec) {
         let (commands_tx, commands_rx) = mpsc::channel(WORKER_QUEUE);
         let cancel = self.cancel.child_token();
-        let worker =
-            Worker { name: name.clone(), spec, store, registry: self.registry.clone(), commands: commands_rx, cancel: cancel.clone() };
+        let worker = Worker {
+            name: name.clone(),
+            spec,
+            store: self.store.clone(),
+            registry: self.registry.clone(),
+            reaper: self.reaper.clone(),
+            commands: commands_rx,
+            cancel: cancel.clone(),
+            session_listed_ok: false,
+            empty_listing_held: false,
+        };
         let span = tracing::info_span!("server", server = %name);
-        self.tracker.spawn(worker.run().instrument(span));
-        self.workers.insert(name, WorkerHandle { commands: commands_tx, cancel });
+        let task = self.tracker.spawn(worker.run().instrument(span));
+        self.senders.write().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), commands_tx);
+        self.workers.insert(name, WorkerHandle { cancel, task });
+    }
+
+    async fn stop_worker(&mut self, name: &str) {
+        self.senders.write().unwrap_or_else(PoisonError::into_inner).remove(name);
+        let Some(worker) = self.workers.remove(name) else { return };
+        worker.cancel.cancel();
+        let abort = worker.task.abort_handle();
+        if tokio::time::timeout(WORKER_STOP_DEADLINE, worker.task).await.is_err() {
+            tracing::warn!(server = name, "the server did not stop in time; its task was aborted");
+            abort.abort();
+        }
     }
 }
 
@@ -137,24 +196,28 @@ impl Drop for Supervisor {
     }
 }
 
-/// Sends refresh requests to workers; held by the call path to report stale tools.
+/// Sends refresh and restart requests to workers; held by the API and the call path.
 #[derive(Clone)]
 pub struct Refresher {
-    senders: Arc<BTreeMap<Arc<str>, mpsc::Sender<WorkerCommand>>>,
+    senders: Senders,
 }
 
 impl Refresher {
     /// Asks for a re-enumeration; requests that find the worker busy coalesce.
     pub fn refresh(&self, server: &str, reason: EnumerationReason) {
-        if let Some(sender) = self.senders.get(server) {
-            let _ = sender.try_send(WorkerCommand::Refresh(reason));
-        }
+        self.send(server, WorkerCommand::Refresh(reason));
     }
 
     /// Asks for a fresh session.
     pub fn restart(&self, server: &str) {
-        if let Some(sender) = self.senders.get(server) {
-            let _ = sender.try_send(WorkerCommand::Restart);
+        self.send(server, WorkerCommand::Restart);
+    }
+
+    fn send(&self, server: &str, command: WorkerCommand) {
+        let sender = self.senders.read().unwrap_or_else(PoisonError::into_inner).get(server).cloned();
+        // A full queue already holds a request that will run after this moment.
+        if let Some(sender) = sender {
+            let _ = sender.try_send(command);
         }
     }
 }

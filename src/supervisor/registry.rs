@@ -127,6 +127,18 @@ pub enum CatalogChange {
         available: bool,
         error: Option<String>,
     },
+    /// A reload added, removed or changed the server's configuration.
+    ConfigChanged {
+        server: Arc<str>,
+        change: ConfigChange,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigChange {
+    Added,
+    Removed,
+    Changed,
 }
 
 /// The watcher asked for changes the registry no longer keeps.
@@ -246,13 +258,25 @@ impl Registry {
         Ok(history.events.range(start..).cloned().collect())
     }
 
-    /// Adds or replaces a server's view.
-    pub(crate) fn insert(&self, mut view: ServerView) {
+    /// Adds or replaces a server's view; `change` says why, for watchers (none at boot).
+    pub(crate) fn insert(&self, mut view: ServerView, change: Option<ConfigChange>) {
         if let Some(generation) = &view.generation {
             view.qualified = Arc::new(QualifiedIndex::build(&view.name, generation));
         }
-        self.publish(|servers, _| {
+        self.publish(|servers, events| {
+            if let Some(change) = change {
+                events.push(CatalogChange::ConfigChanged { server: view.name.clone(), change });
+            }
             servers.insert(view.name.clone(), Arc::new(view));
+        });
+    }
+
+    /// Removes a server that is no longer configured.
+    pub(crate) fn remove(&self, name: &str) {
+        self.publish(|servers, events| {
+            if let Some((server, _)) = servers.remove_entry(name) {
+                events.push(CatalogChange::ConfigChanged { server, change: ConfigChange::Removed });
+            }
         });
     }
 

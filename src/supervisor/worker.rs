@@ -15,6 +15,7 @@ use crate::config::ServerSpec;
 use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
+use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
 /// A change notification that arrives while a pass runs supersedes the pass; the next pass
@@ -47,8 +48,13 @@ pub(crate) struct Worker {
     pub(crate) spec: ServerSpec,
     pub(crate) store: Store,
     pub(crate) registry: Arc<Registry>,
+    pub(crate) reaper: Arc<Reaper>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) cancel: CancellationToken,
+    /// A listing of this session was committed (or found unchanged).
+    pub(crate) session_listed_ok: bool,
+    /// The previous listing was empty and was held back for confirmation.
+    pub(crate) empty_listing_held: bool,
 }
 
 // === impl Worker ===
@@ -59,6 +65,7 @@ impl Worker {
             request_timeout: self.spec.request_timeout,
             max_message_bytes: self.spec.max_message_bytes,
             shutdown_grace: self.spec.shutdown_grace,
+            reaper: self.reaper.clone(),
         };
         let mut failures: u32 = 0;
         let mut first = true;
@@ -133,6 +140,8 @@ impl Worker {
         });
         let mut pending = Some(reason);
         let mut retry_at: Option<Instant> = None;
+        self.session_listed_ok = false;
+        self.empty_listing_held = false;
         let end = loop {
             if let Some(reason) = pending.take() {
                 retry_at = None;
@@ -204,7 +213,17 @@ impl Worker {
                 pass = enumerate::enumerate(connection.handle(), &settings, changes, &mut stats) => pass,
             };
             match pass {
-                Ok(listing) => return Ok(self.commit(listing, reason, started_at_ms, started, stats).await),
+                Ok(listing) => {
+                    if let Some(error) = self.suspicious_empty_listing(&listing) {
+                        tracing::warn!(server = %self.name, %error, "not committed; confirming with another listing");
+                        self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), started_at_ms, started, stats).await;
+                        self.set_state(ServerState::Failed, Some(error));
+                        return Ok(false);
+                    }
+                    let committed = self.commit(listing, reason, started_at_ms, started, stats).await;
+                    self.session_listed_ok |= committed;
+                    return Ok(committed);
+                }
                 Err(PassEnd::Superseded) => {
                     tracing::debug!(server = %self.name, "enumeration superseded by tools/list_changed");
                     self.record_failure(reason, EnumerationOutcome::Superseded, None, started_at_ms, started, stats).await;
@@ -219,6 +238,26 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// An empty listing that would empty a non-empty catalog right after (re)connecting or after
+    /// a failure is held back once: servers that lost their credentials or state often answer
+    /// with nothing. A second empty listing in a row confirms it.
+    fn suspicious_empty_listing(&mut self, listing: &Listing) -> Option<String> {
+        if !listing.tools.is_empty() {
+            self.empty_listing_held = false;
+            return None;
+        }
+        let current = self.registry.server(&self.name).and_then(|view| view.generation.clone())?;
+        if current.tools.is_empty() || self.session_listed_ok || self.empty_listing_held {
+            return None;
+        }
+        self.empty_listing_held = true;
+        Some(format!(
+            "the server listed no tools right after connecting; generation {} ({} tools) stays until a second listing confirms it",
+            current.number,
+            current.tools.len()
+        ))
     }
 
     /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] (at most [`MAX_QUIET_WAIT`]).

@@ -4,6 +4,7 @@
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
 mod lines;
+pub mod reaper;
 pub mod session;
 mod stdio;
 
@@ -46,12 +47,14 @@ impl UpstreamError {
 }
 
 /// Timeouts and limits that apply to one server's sessions.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SessionSettings {
     pub request_timeout: Duration,
     pub max_message_bytes: usize,
     /// How long each step of the shutdown sequence may take.
     pub shutdown_grace: Duration,
+    /// Told about every process group, so that none outlives a killed daemon.
+    pub reaper: Arc<reaper::Reaper>,
 }
 
 /// An initialized session that the supervisor owns: the handle plus the process and tasks behind it.
@@ -73,7 +76,7 @@ pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSet
         Transport::Stdio(stdio_spec) => stdio_spec,
         Transport::Http(_) => return Err(UpstreamError::UnsupportedTransport("Streamable HTTP")),
     };
-    let (process, stdout, stdin) = stdio::spawn(server, stdio_spec)?;
+    let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
     let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
     let params =
         serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;

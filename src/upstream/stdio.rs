@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use crate::config::StdioSpec;
 use crate::upstream::UpstreamError;
 use crate::upstream::lines::{self, Line};
+use crate::upstream::reaper::Reaper;
 
 /// Longest stderr line kept whole; longer lines are logged truncated.
 const STDERR_LINE_BYTES: usize = 4096;
@@ -26,16 +27,25 @@ pub(crate) struct ChildProcess {
     /// The process group id, which is the leader's pid (`process_group(0)`).
     pgid: Option<Pid>,
     stderr_pump: JoinHandle<()>,
+    reaper: Arc<Reaper>,
 }
 
 /// Spawns the server process with piped stdio in a new process group.
 ///
 /// # Errors
 /// [`UpstreamError::Spawn`] when the program cannot be started.
-pub(crate) fn spawn(server: &Arc<str>, spec: &StdioSpec) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
+pub(crate) fn spawn(
+    server: &Arc<str>,
+    spec: &StdioSpec,
+    reaper: Arc<Reaper>,
+) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
     let mut command = Command::new(&spec.command);
     command
         .args(&spec.args)
+        // The service manager's variables are toolhost's, not the server's.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .envs(&spec.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -49,11 +59,14 @@ pub(crate) fn spawn(server: &Arc<str>, spec: &StdioSpec) -> Result<(ChildProcess
     }
     let mut child = command.spawn().map_err(|source| UpstreamError::Spawn { command: spec.command.display().to_string(), source })?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    if let Some(pgid) = pgid {
+        reaper.register(pgid);
+    }
     let (Some(stdout), Some(stdin), Some(stderr)) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
     };
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr));
-    Ok((ChildProcess { child, pgid, stderr_pump }, stdout, stdin))
+    Ok((ChildProcess { child, pgid, stderr_pump, reaper }, stdout, stdin))
 }
 
 // === impl ChildProcess ===
@@ -75,6 +88,9 @@ impl ChildProcess {
         }
         // The leader is gone; stragglers in its group (daemonised helpers) must not outlive it.
         self.signal_group(Signal::SIGKILL);
+        if let Some(pgid) = self.pgid {
+            self.reaper.unregister(pgid);
+        }
         let abort = self.stderr_pump.abort_handle();
         if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
             abort.abort();

@@ -8,6 +8,7 @@ mod harness;
 mod calls;
 mod catalog_api;
 mod config_cli;
+mod daemon;
 mod enumeration;
 mod lifecycle;
 mod restart;

@@ -97,3 +97,29 @@ async fn the_catalog_survives_a_daemon_restart() {
     assert_eq!(view.generation.as_ref().unwrap().number, 2);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_listing_after_a_reconnect_needs_confirmation_before_it_empties_the_catalog() {
+    let dir = TestDir::new();
+    let tools_file = dir.path("tools.json");
+    let mut listed = tools("t", 2);
+    listed.push(json!({"name": "crash", "inputSchema": {"type": "object"}}));
+    std::fs::write(&tools_file, json!(listed).to_string()).unwrap();
+    let script = dir.script("amnesiac", json!({"tools_file": tools_file}));
+    let app =
+        start(dir.config(&server_table("amnesiac", &script, "restart = { initial_backoff = \"300ms\", max_backoff = \"1s\" }"))).await;
+    let view = wait_for_server(app.registry(), "amnesiac", "ready", |v| v.state == ServerState::Ready).await;
+    std::fs::write(&tools_file, "[]").unwrap();
+    let params = serde_json::value::RawValue::from_string(json!({"name": "crash"}).to_string()).unwrap();
+    let _ = view.session.clone().unwrap().request("tools/call", Some(&params), Duration::from_secs(5), true).await;
+
+    let view = wait_for_server(app.registry(), "amnesiac", "the empty listing held back", |v| {
+        v.last_error.as_deref().is_some_and(|e| e.contains("second listing confirms"))
+    })
+    .await;
+    assert_eq!(view.generation.as_ref().unwrap().tools.len(), 3, "the catalog did not shrink on the first empty listing");
+    let view = wait_for_server(app.registry(), "amnesiac", "the confirmed empty generation", |v| v.generation_number() == 2).await;
+    assert!(tool_names(&view).is_empty());
+    assert_eq!(view.state, ServerState::Ready);
+    app.shutdown().await;
+}

@@ -1,0 +1,90 @@
+//! The orphan guard: a tiny helper process (`toolhost __reap`) that outlives the daemon just long
+//! enough to kill every server process group the daemon left behind.
+//!
+//! The daemon tells the helper, over a pipe, which process groups it started (`+PGID`) and which
+//! it has reaped (`-PGID`). When the pipe closes, because the daemon exited or was killed with
+//! SIGKILL, the helper sends SIGKILL to every group still registered and exits. Process groups
+//! reach grandchildren (`npx` and the `node` it starts) that `PR_SET_PDEATHSIG` would miss.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// The daemon's side: registers and unregisters process groups with the helper.
+pub struct Reaper {
+    inner: Mutex<Option<(Child, ChildStdin)>>,
+}
+
+impl Reaper {
+    /// Starts the helper: `program __reap`, in its own process group so that a terminal's
+    /// Ctrl-C does not take it down before the daemon has stopped its servers.
+    ///
+    /// # Errors
+    /// The spawn error.
+    pub fn spawn(program: &Path) -> std::io::Result<Reaper> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new(program).arg("__reap").stdin(Stdio::piped()).stdout(Stdio::null()).process_group(0).spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the helper's stdin was not piped"))?;
+        Ok(Reaper { inner: Mutex::new(Some((child, stdin))) })
+    }
+
+    /// A reaper that guards nothing (tests that run the daemon in-process).
+    pub fn disabled() -> Reaper {
+        Reaper { inner: Mutex::new(None) }
+    }
+
+    pub(crate) fn register(&self, pgid: Pid) {
+        self.send(&format!("+{pgid}\n"));
+    }
+
+    pub(crate) fn unregister(&self, pgid: Pid) {
+        self.send(&format!("-{pgid}\n"));
+    }
+
+    fn send(&self, line: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        // A line of a few bytes into a pipe the helper drains at once: this never blocks for long.
+        if let Some((_, stdin)) = inner.as_mut()
+            && let Err(error) = stdin.write_all(line.as_bytes())
+        {
+            tracing::warn!(%error, "the orphan guard is gone; server processes may outlive a crashed daemon");
+            *inner = None;
+        }
+    }
+
+    /// Closes the pipe (every server is stopped by now) and reaps the helper.
+    pub async fn stop(&self) {
+        let taken = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some((mut child, stdin)) = taken {
+            drop(stdin);
+            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+    }
+}
+
+/// The helper's main loop (`toolhost __reap`): track groups, kill the rest at end of input.
+pub fn run_helper() {
+    let mut groups: BTreeSet<i32> = BTreeSet::new();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let (sign, number) = line.split_at(line.len().min(1));
+        let Ok(pgid) = number.parse::<i32>() else { continue };
+        match sign {
+            "+" => {
+                groups.insert(pgid);
+            }
+            "-" => {
+                groups.remove(&pgid);
+            }
+            _ => {}
+        }
+    }
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,232 @@
+//! The `toolhost serve` process as systemd runs it: notify protocol, reload on SIGHUP, a clean
+//! stop on SIGTERM, and no surviving descendant after SIGKILL.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::api::pb::tool_host_client::ToolHostClient;
+use toolhost::config::ListenAddr;
+
+use crate::harness::*;
+
+/// A `toolhost serve` child with its stderr in a file.
+struct Daemon {
+    child: Child,
+    socket: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &TestDir, servers: &str, env: &[(&str, String)]) -> Daemon {
+        let config = dir.path("daemon.toml");
+        write_config(dir, servers);
+        let log = dir.path("daemon.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, socket: dir.path("daemon.sock"), log }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).unwrap();
+    }
+
+    async fn client(&self) -> ToolHostClient<tonic::transport::Channel> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(channel) = toolhost::cli::connect(&ListenAddr::Unix(self.socket.clone())).await {
+                return ToolHostClient::new(channel);
+            }
+            assert!(Instant::now() < deadline, "the daemon never listened; log:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn wait_servers(&self, what: &str, condition: impl Fn(&[pb::Server]) -> bool) -> Vec<pb::Server> {
+        let mut client = self.client().await;
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+            if condition(&servers) {
+                return servers;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting until {what}: {servers:#?}\nlog:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the daemon did not exit; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(dir: &TestDir, servers: &str) {
+    let text = format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:daemon.sock\"]\n\n{servers}");
+    std::fs::write(dir.path("daemon.toml"), text).unwrap();
+}
+
+fn ready(servers: &[pb::Server]) -> bool {
+    servers.iter().all(|s| s.state == pb::ServerState::Ready as i32)
+}
+
+/// Whether a process still runs (a zombie waiting for its reaper counts as gone).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_status_watchdog_reload_and_stopping_reach_the_notify_socket() {
+    let dir = TestDir::new();
+    let notify_path = dir.path("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let script = dir.script("one", json!({"tools": tools("t", 3)}));
+    let env = [("NOTIFY_SOCKET", notify_path.display().to_string()), ("WATCHDOG_USEC", "200000".to_owned())];
+    let mut daemon = Daemon::start(&dir, &server_table("one", &script, ""), &env);
+
+    let mut messages: Vec<String> = Vec::new();
+    let receive_until = |messages: &mut Vec<String>, what: &str, done: &dyn Fn(&[String]) -> bool| {
+        let deadline = Instant::now() + WAIT;
+        let mut buf = [0u8; 4096];
+        while !done(messages) {
+            assert!(Instant::now() < deadline, "no {what}; got {messages:?}");
+            if let Ok(n) = notify.recv(&mut buf) {
+                messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    };
+    receive_until(&mut messages, "READY=1", &|m| m.iter().any(|m| m == "READY=1"));
+    // READY=1 promises bound listeners: the API answers at once.
+    daemon.client().await.list_servers(pb::ListServersRequest {}).await.unwrap();
+    receive_until(&mut messages, "a status with the server ready", &|m| m.iter().any(|m| m == "STATUS=1/1 servers ready, 3 tools"));
+    receive_until(&mut messages, "two watchdog pings", &|m| m.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2);
+
+    daemon.signal(Signal::SIGHUP);
+    receive_until(&mut messages, "RELOADING=1", &|m| m.iter().any(|m| m.starts_with("RELOADING=1\nMONOTONIC_USEC=")));
+    let reloading_at = messages.iter().position(|m| m.starts_with("RELOADING=1")).unwrap();
+    receive_until(&mut messages, "READY=1 after the reload", &|m| m[reloading_at..].iter().any(|m| m == "READY=1"));
+
+    daemon.signal(Signal::SIGTERM);
+    receive_until(&mut messages, "STOPPING=1", &|m| m.iter().any(|m| m == "STOPPING=1"));
+    assert!(daemon.wait_exit().success());
+    let server_pid = dir.pids("one")[0];
+    assert!(!running(server_pid), "the server stopped with the daemon");
+    assert!(!daemon.socket.exists(), "the socket is removed on a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_removes_and_restarts_only_what_changed() {
+    let dir = TestDir::new();
+    let scripts: Vec<_> = ["gone", "edited", "kept", "added"].iter().map(|n| dir.script(n, json!({"tools": tools(n, 1)}))).collect();
+    let before = [server_table("gone", &scripts[0], ""), server_table("edited", &scripts[1], ""), server_table("kept", &scripts[2], "")];
+    let daemon = Daemon::start(&dir, &before.join("\n"), &[]);
+    daemon.wait_servers("all ready", |s| s.len() == 3 && ready(s)).await;
+
+    // An invalid file is refused and everything keeps running.
+    std::fs::write(dir.path("daemon.toml"), "[servers.kept\ncommand = ").unwrap();
+    daemon.signal(Signal::SIGHUP);
+    let deadline = Instant::now() + WAIT;
+    while !daemon.log_text().contains("the new configuration is invalid") {
+        assert!(Instant::now() < deadline, "no refusal logged:\n{}", daemon.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(daemon.log_text().contains("daemon.toml"), "the refusal names the file");
+    daemon.wait_servers("still three", |s| s.len() == 3 && ready(s)).await;
+
+    let after = [
+        server_table("edited", &scripts[1], "request_timeout = \"7s\""),
+        server_table("kept", &scripts[2], ""),
+        server_table("added", &scripts[3], ""),
+    ];
+    write_config(&dir, &after.join("\n"));
+    daemon.signal(Signal::SIGHUP);
+    let servers = daemon
+        .wait_servers("the new set, ready", |s| {
+            s.iter().map(|s| s.name.as_str()).collect::<Vec<_>>() == ["added", "edited", "kept"] && ready(s)
+        })
+        .await;
+    assert_eq!(servers.len(), 3);
+    assert_eq!(dir.pids("kept").len(), 1, "an unchanged server keeps its process");
+    assert!(running(dir.pids("kept")[0]));
+    assert_eq!(dir.pids("edited").len(), 2, "a changed server is restarted");
+    assert!(!running(dir.pids("gone")[0]), "a removed server is stopped");
+    assert_eq!(dir.pids("added").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_descendant_survives_a_sigkill_of_the_daemon() {
+    let dir = TestDir::new();
+    let scripts: Vec<_> = ["a", "b"].iter().map(|n| dir.script(n, json!({"tools": tools(n, 1), "spawn_grandchild": true}))).collect();
+    let servers = [server_table("a", &scripts[0], ""), server_table("b", &scripts[1], "")];
+    let daemon = Daemon::start(&dir, &servers.join("\n"), &[]);
+    daemon.wait_servers("ready", |s| s.len() == 2 && ready(s)).await;
+    let mut pids = dir.pids("a");
+    pids.extend(dir.pids("b"));
+    assert_eq!(pids.len(), 4, "two servers and their grandchildren");
+    assert!(pids.iter().all(|pid| running(*pid)));
+
+    daemon.signal(Signal::SIGKILL);
+    let deadline = Instant::now() + WAIT;
+    while pids.iter().any(|pid| running(*pid)) {
+        let alive: Vec<_> = pids.iter().filter(|pid| running(**pid)).collect();
+        assert!(Instant::now() < deadline, "still running after the daemon was killed: {alive:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
+    let dir = TestDir::new();
+    let script = dir.script("s", json!({"tools": tools("t", 4)}));
+    let mut daemon = Daemon::start(&dir, &server_table("s", &script, ""), &[]);
+    daemon.wait_servers("ready", ready).await;
+    daemon.signal(Signal::SIGTERM);
+    assert!(daemon.wait_exit().success());
+    drop(daemon);
+
+    // Now the server hangs at initialize: only the store can answer.
+    let hanging = dir.script("s", json!({"tools": tools("t", 4), "hang_methods": ["initialize"]}));
+    let daemon = Daemon::start(&dir, &server_table("s", &hanging, "request_timeout = \"30s\""), &[]);
+    let mut client = daemon.client().await;
+    let tools = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    assert_eq!(tools.len(), 4, "the previous catalog is served right after the restart");
+    assert!(tools.iter().all(|t| !t.available));
+    let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+    assert!(server.revalidating && server.last_verified_unix_ms > 0);
+    assert_eq!(server.generation, 1);
+}
