@@ -111,14 +111,16 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
 /// [`ApiStartError::Reflection`] if the reflection service cannot be built.
 pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, cancel: CancellationToken) -> Result<(), ApiStartError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let reflection = |builder: tonic_reflection::server::Builder<'static>| {
-        builder
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 =
-        reflection(tonic_reflection::server::Builder::configure()).build_v1().map_err(|err| ApiStartError::Reflection(err.to_string()))?;
-    let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+    // Two separate builder chains. A single closure that built both was compiled into a
+    // use-after-free in release builds (rustc 1.95; found with valgrind): keep them apart.
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|err| ApiStartError::Reflection(err.to_string()))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|err| ApiStartError::Reflection(err.to_string()))?;
     let service = service::ToolHostService {

@@ -106,23 +106,42 @@ impl Listing {
     /// Entries that are not objects with a string `name` are skipped. When a name repeats, the
     /// first occurrence wins (deterministic, as the server ordered it) and the rest are reported.
     pub fn from_raw(raw_tools: Vec<Value>) -> Listing {
+        Listing::from_entries(define_entries(raw_tools))
+    }
+
+    /// Assembles a listing from entries already defined page by page (see [`define_entries`]),
+    /// in the order the server sent them.
+    pub fn from_entries(entries: impl IntoIterator<Item = Option<ToolDef>>) -> Listing {
         let mut diagnostics = Vec::new();
-        let mut seen = HashSet::with_capacity(raw_tools.len());
-        let mut tools = Vec::with_capacity(raw_tools.len());
-        for (idx, value) in raw_tools.into_iter().enumerate() {
-            let Some(name) = value.get("name").and_then(Value::as_str).map(str::to_owned) else {
+        let mut seen = HashSet::new();
+        let mut tools = Vec::new();
+        for (idx, entry) in entries.into_iter().enumerate() {
+            let Some(tool) = entry else {
                 diagnostics.push(format!("entry {idx} skipped: not an object with a string \"name\""));
                 continue;
             };
-            if !seen.insert(name.clone()) {
-                diagnostics.push(format!("entry {idx} skipped: duplicate tool name {name:?} (the first one is kept)"));
+            if !seen.insert(tool.name.clone()) {
+                diagnostics.push(format!("entry {idx} skipped: duplicate tool name {:?} (the first one is kept)", tool.name));
                 continue;
             }
-            tools.push(ToolDef::from_value(name, &value));
+            tools.push(tool);
         }
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         Listing { tools, diagnostics }
     }
+}
+
+/// Defines each raw entry of one page: `None` for an entry without a string `name`. This is the
+/// CPU-heavy part of an enumeration (canonical JSON and hashing), kept separate so that it can
+/// run while the next page is fetched.
+pub fn define_entries(raw_tools: Vec<Value>) -> Vec<Option<ToolDef>> {
+    raw_tools
+        .into_iter()
+        .map(|value| {
+            let name = value.get("name").and_then(Value::as_str)?.to_owned();
+            Some(ToolDef::from_value(name, &value))
+        })
+        .collect()
 }
 
 // === impl Diff ===
@@ -130,18 +149,44 @@ impl Listing {
 impl Diff {
     /// Compares an old tool set (name → hash) with a new one.
     pub fn between(old: &BTreeMap<String, String>, new: &[ToolDef]) -> Diff {
+        Diff::between_sorted(old.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), new)
+    }
+
+    /// Compares two tool sets that are both sorted by name, in one merge pass.
+    pub fn between_sorted<'a>(old: impl IntoIterator<Item = (&'a str, &'a str)>, new: &[ToolDef]) -> Diff {
         let mut diff = Diff::default();
-        let mut new_names = HashSet::with_capacity(new.len());
-        for tool in new {
-            new_names.insert(tool.name.as_str());
-            match old.get(&tool.name) {
-                None => diff.added.push(tool.name.clone()),
-                Some(hash) if *hash != tool.hash => diff.changed.push(tool.name.clone()),
-                Some(_) => {}
+        let mut old = old.into_iter().peekable();
+        let mut new = new.iter().peekable();
+        loop {
+            match (old.peek(), new.peek()) {
+                (None, None) => return diff,
+                (Some((name, _)), None) => {
+                    diff.removed.push((*name).to_owned());
+                    old.next();
+                }
+                (None, Some(tool)) => {
+                    diff.added.push(tool.name.clone());
+                    new.next();
+                }
+                (Some((name, hash)), Some(tool)) => match (*name).cmp(tool.name.as_str()) {
+                    std::cmp::Ordering::Less => {
+                        diff.removed.push((*name).to_owned());
+                        old.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        diff.added.push(tool.name.clone());
+                        new.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if *hash != tool.hash {
+                            diff.changed.push(tool.name.clone());
+                        }
+                        old.next();
+                        new.next();
+                    }
+                },
             }
         }
-        diff.removed = old.keys().filter(|name| !new_names.contains(name.as_str())).cloned().collect();
-        diff
     }
 
     pub fn is_empty(&self) -> bool {
@@ -164,38 +209,41 @@ impl Generation {
 /// Serialises JSON with object keys in byte order and no whitespace, whatever map type
 /// serde_json was built with, so that equal definitions always hash equally.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(256);
     write_canonical(value, &mut out);
-    out
+    // Only serde_json's own string escaping and ASCII punctuation were written.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
             for (idx, (key, item)) in entries.into_iter().enumerate() {
                 if idx > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
                 write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (idx, item) in items.iter().enumerate() {
                 if idx > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
 }
 

@@ -160,25 +160,38 @@ impl Store {
     }
 
     /// Commits a complete listing as the server's new generation if it differs from the
-    /// current one, and records the enumeration either way. One transaction.
+    /// current one, and records the enumeration either way. One transaction. `previous` is the
+    /// caller's copy of the current generation, if it has one.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure; nothing is committed then.
-    pub async fn commit(&self, server: &str, listing: &Listing, mut record: EnumerationRecord) -> Result<CommitOutcome, StoreError> {
+    pub async fn commit(
+        &self,
+        server: &str,
+        listing: Listing,
+        mut record: EnumerationRecord,
+        previous: Option<&Generation>,
+    ) -> Result<CommitOutcome, StoreError> {
         let _write = self.write_lock.lock().await;
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
         let current: i64 =
             sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
-        let rows = sqlx::query("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL")
-            .bind(server)
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut old = BTreeMap::new();
-        for row in rows {
-            old.insert(row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?);
-        }
-        let diff = Diff::between(&old, &listing.tools);
+        // The caller's copy of the current generation saves reading every row back, as long as
+        // it is the one the database holds.
+        let diff = match previous {
+            Some(previous) if to_i64(previous.number) == current => {
+                Diff::between_sorted(previous.tools.iter().map(|t| (t.name.as_str(), t.hash.as_str())), &listing.tools)
+            }
+            _ => {
+                let rows: Vec<(String, String)> =
+                    sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
+                        .bind(server)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools)
+            }
+        };
         let now = now_ms();
         if diff.is_empty() && current > 0 {
             sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(&mut *tx).await?;
@@ -238,7 +251,7 @@ impl Store {
         insert_enumeration(&mut tx, server, &record).await?;
         self.prune_history(&mut tx, server, next).await?;
         tx.commit().await?;
-        let generation = Arc::new(Generation { number: to_u64(next)?, committed_at_ms: now, tools: listing.tools.clone() });
+        let generation = Arc::new(Generation { number: to_u64(next)?, committed_at_ms: now, tools: listing.tools });
         Ok(CommitOutcome::Committed { generation, diff })
     }
 

@@ -29,6 +29,28 @@ pub fn parse_list_page(result: &RawValue) -> Result<ListPage, String> {
     Ok(ListPage { tools: page.tools, next_cursor: page.next_cursor })
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ShallowListPage<'a> {
+    #[serde(borrow)]
+    tools: &'a RawValue,
+    #[serde(default)]
+    next_cursor: Option<String>,
+}
+
+/// Reads only the cursor of a `tools/list` result (and checks that `tools` is an array), so that
+/// the next page can be requested while this one is processed.
+///
+/// # Errors
+/// A description of what is wrong when the result is not a `ListToolsResult`.
+pub fn peek_next_cursor(result: &RawValue) -> Result<Option<String>, String> {
+    let page: ShallowListPage<'_> = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+    if !page.tools.get().starts_with('[') {
+        return Err("`tools` is not an array".to_owned());
+    }
+    Ok(page.next_cursor)
+}
+
 /// The `params` of a `tools/list` request for the page after `cursor` (or the first page).
 pub fn list_params(cursor: Option<&str>) -> Option<Box<RawValue>> {
     let cursor = cursor?;
@@ -104,6 +126,14 @@ mod tests {
         assert_eq!(parse_call_result(&raw(r#"{"structuredContent":5}"#)).unwrap().content.get(), "[]");
         assert!(parse_call_result(&raw(r#"{"resultType":"input_required"}"#)).is_err());
         assert!(parse_call_result(&raw(r#"{"resultType":"mystery"}"#)).is_err());
+    }
+
+    #[test]
+    fn the_cursor_is_read_without_the_tools() {
+        assert_eq!(peek_next_cursor(&raw(r#"{"tools":[{"name":"a"}],"nextCursor":"c1"}"#)), Ok(Some("c1".to_owned())));
+        assert_eq!(peek_next_cursor(&raw(r#"{"tools":[]}"#)), Ok(None));
+        assert!(peek_next_cursor(&raw(r#"{"tools":{}}"#)).is_err());
+        assert!(peek_next_cursor(&raw(r#"{"nextCursor":"c"}"#)).is_err());
     }
 
     #[test]

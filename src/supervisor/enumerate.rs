@@ -8,11 +8,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::catalog::model::Listing;
+use crate::catalog::model::{Listing, ToolDef, define_entries};
 use crate::config::EnumerationLimits;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
-use crate::mcp::tools::{list_params, parse_list_page};
+use crate::mcp::tools::{list_params, parse_list_page, peek_next_cursor};
 use crate::upstream::{SessionHandle, UpstreamError};
 
 /// How often a pass that hit an invalid cursor may start over before it fails.
@@ -55,7 +55,9 @@ pub(crate) async fn enumerate(
     let mut cursor: Option<String> = None;
     // Cursors stay opaque: they are compared for equality only, to stop a server that loops.
     let mut seen_cursors: HashSet<String> = HashSet::new();
-    let mut raw_tools = Vec::new();
+    // Each page is parsed, canonicalised and hashed on the blocking pool while the next page is
+    // fetched: on two cores the server's work and toolhost's overlap.
+    let mut pages: Vec<tokio::task::JoinHandle<Result<Vec<Option<ToolDef>>, String>>> = Vec::new();
     let mut restarts = 0;
     loop {
         if stats.pages >= limits.max_pages {
@@ -81,7 +83,7 @@ pub(crate) async fn enumerate(
                 restarts += 1;
                 cursor = None;
                 seen_cursors.clear();
-                raw_tools.clear();
+                pages.clear();
                 continue;
             }
             Err(error) => return Err(PassEnd::Failed(format!("tools/list page {page_number}: {error}"))),
@@ -91,14 +93,10 @@ pub(crate) async fn enumerate(
         if stats.bytes > limits.max_bytes {
             return Err(PassEnd::Failed(format!("the listing is larger than {} bytes (max_listing_bytes)", limits.max_bytes)));
         }
-        let page = parse_list_page(&result)
+        let next_cursor = peek_next_cursor(&result)
             .map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
-        stats.tools = stats.tools.saturating_add(u32::try_from(page.tools.len()).unwrap_or(u32::MAX));
-        if stats.tools > limits.max_tools {
-            return Err(PassEnd::Failed(format!("the listing has more than {} tools (max_tools)", limits.max_tools)));
-        }
-        raw_tools.extend(page.tools);
-        match page.next_cursor {
+        pages.push(tokio::task::spawn_blocking(move || parse_list_page(&result).map(|page| define_entries(page.tools))));
+        match next_cursor {
             None => break,
             Some(next) => {
                 if !seen_cursors.insert(next.clone()) {
@@ -109,9 +107,19 @@ pub(crate) async fn enumerate(
             }
         }
     }
+    let mut entries = Vec::new();
+    for (idx, page) in pages.into_iter().enumerate() {
+        let defined = page.await.map_err(|err| PassEnd::Failed(format!("processing tools/list page {}: {err}", idx + 1)))?;
+        let defined = defined.map_err(|err| PassEnd::Failed(format!("tools/list page {} is not a tools/list result: {err}", idx + 1)))?;
+        entries.extend(defined);
+        stats.tools = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+        if stats.tools > limits.max_tools {
+            return Err(PassEnd::Failed(format!("the listing has more than {} tools (max_tools)", limits.max_tools)));
+        }
+    }
     // A change announced together with the last page also makes the pass suspect.
     if changes.has_changed().unwrap_or(false) {
         return Err(PassEnd::Superseded);
     }
-    Ok(Listing::from_raw(raw_tools))
+    Ok(Listing::from_entries(entries))
 }

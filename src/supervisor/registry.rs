@@ -346,8 +346,8 @@ impl Default for Registry {
 
 fn generation_event(before: &ServerView, new: &Generation) -> CatalogChange {
     let server = before.name.clone();
-    let old_hashes = before.generation.as_ref().map(|g| g.hashes()).unwrap_or_default();
-    let diff = Diff::between(&old_hashes, &new.tools);
+    let old = before.generation.as_ref().map(|g| g.tools.as_slice()).unwrap_or_default();
+    let diff = Diff::between_sorted(old.iter().map(|t| (t.name.as_str(), t.hash.as_str())), &new.tools);
     let qualified = |names: Vec<String>| names.iter().map(|name| qualify(&server, name)).collect();
     CatalogChange::GenerationPublished {
         generation: new.number,

@@ -23,6 +23,11 @@ use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 const QUIET_PERIOD: Duration = Duration::from_millis(20);
 /// ...but never waits longer than this for a burst to end.
 const MAX_QUIET_WAIT: Duration = Duration::from_secs(2);
+/// At most this many passes per [`BURST_WINDOW`] start the moment a list_changed arrives; past
+/// that, notifications count as a burst and the next pass waits for quiet. Isolated changes
+/// are thus published at once, and a storm costs a handful of passes.
+const IMMEDIATE_PASSES: usize = 2;
+const BURST_WINDOW: Duration = Duration::from_secs(1);
 
 /// Requests a worker accepts from the rest of toolhost.
 #[derive(Debug)]
@@ -140,6 +145,7 @@ impl Worker {
         });
         let mut pending = Some(reason);
         let mut retry_at: Option<Instant> = None;
+        let mut recent_passes: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
         self.session_listed_ok = false;
         self.empty_listing_held = false;
         let end = loop {
@@ -150,6 +156,16 @@ impl Worker {
                     self.commit(Listing::default(), reason, now_ms(), Instant::now(), PassStats::default()).await;
                     self.set_state(ServerState::NoTools, None);
                 } else {
+                    if reason == EnumerationReason::ListChanged {
+                        recent_passes.retain(|started: &Instant| started.elapsed() < BURST_WINDOW);
+                        if recent_passes.len() >= IMMEDIATE_PASSES {
+                            tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
+                            if let Err(end) = self.wait_for_quiet(&mut changes).await {
+                                break end;
+                            }
+                        }
+                        recent_passes.push_back(Instant::now());
+                    }
                     match self.enumerate_until_settled(&connection, reason, &mut changes).await {
                         Ok(true) => self.set_state(ServerState::Ready, None),
                         Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
@@ -286,7 +302,8 @@ impl Worker {
             tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, started_at_ms, started, stats, listing.diagnostics.clone());
-        match self.store.commit(&self.name, &listing, record.clone()).await {
+        let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());
+        match self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await {
             Ok(CommitOutcome::Committed { generation, diff }) => {
                 tracing::info!(
                     server = %self.name, generation = generation.number, tools = generation.tools.len(),

@@ -1,0 +1,38 @@
+//! What toolhost costs an agent, measured side by side in one run.
+//!
+//! `cargo bench --bench toolhost` runs every scenario; name some to run only those:
+//! `cargo bench --bench toolhost -- overhead throughput propagation scale storm`.
+//! The daemon under test is the real `toolhost serve` process, reached over a Unix socket; the
+//! MCP servers are this binary in `--serve-mcp N` mode (see `fast_server`).
+
+#![allow(clippy::print_stdout, clippy::print_stderr, unreachable_pub)]
+
+mod daemon;
+mod fast_server;
+mod scenarios;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-mcp") {
+        let tools = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(10);
+        fast_server::serve(tools);
+        return;
+    }
+    let wanted: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| !a.starts_with('-')).collect();
+    let all = ["overhead", "throughput", "propagation", "storm", "scale"];
+    let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    for scenario in chosen {
+        println!("\n## {scenario}\n");
+        runtime.block_on(async {
+            match scenario {
+                "overhead" => scenarios::overhead().await,
+                "throughput" => scenarios::throughput().await,
+                "propagation" => scenarios::propagation().await,
+                "storm" => scenarios::storm().await,
+                "scale" => scenarios::scale().await,
+                other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
+            }
+        });
+    }
+}

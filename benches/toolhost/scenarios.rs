@@ -1,0 +1,360 @@
+//! The benchmark scenarios. Each prints a small Markdown table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use toolhost::api::pb;
+use toolhost::config::Config;
+use toolhost::upstream::reaper::Reaper;
+use toolhost::upstream::{self, Connection, SessionSettings};
+
+use crate::daemon::{self, Daemon};
+
+fn bench_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolhost-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A direct session with a benchmark server: a Rust MCP client on its own stdio pipe.
+async fn direct_session(tools: usize) -> Connection {
+    let text = daemon::servers(&["direct".to_owned()], tools, "");
+    let config = Config::parse(std::path::Path::new("/bench/direct.toml"), &text).expect("bench config");
+    let spec = &config.servers["direct"];
+    let settings = SessionSettings {
+        request_timeout: Duration::from_secs(30),
+        max_message_bytes: 64 << 20,
+        shutdown_grace: Duration::from_secs(1),
+        reaper: Arc::new(Reaper::disabled()),
+    };
+    upstream::connect(&"direct".into(), spec, &settings).await.expect("direct session")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e6)
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn call_request(tool: &str) -> pb::CallToolRequest {
+    pb::CallToolRequest { qualified_name: tool.to_owned(), arguments_json: r#"{"x":1}"#.to_owned(), ..Default::default() }
+}
+
+/// Per-call latency, direct vs through toolhost, interleaved in blocks so both see the same noise.
+pub async fn overhead() {
+    const ROUNDS: usize = 10;
+    const PER_ROUND: usize = 2000;
+    let dir = bench_dir("overhead");
+    let daemon = Daemon::start(&dir, &daemon::servers(&["bench".to_owned()], 10, ""));
+    daemon.wait_ready(1, Instant::now()).await;
+    let mut client = daemon.client().await;
+    let direct = direct_session(10).await;
+    let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
+    let session = direct.handle().clone();
+    for _ in 0..PER_ROUND {
+        session.request("tools/call", Some(&params), Duration::from_secs(10), true).await.expect("direct call");
+        client.call_tool(call_request("bench__tool_1")).await.expect("call through toolhost");
+    }
+    let mut health = tonic_health::pb::health_client::HealthClient::new(daemon.channel().await);
+    let health_check = tonic_health::pb::HealthCheckRequest { service: String::new() };
+    let mut direct_times = Vec::with_capacity(ROUNDS * PER_ROUND);
+    let mut through_times = Vec::with_capacity(ROUNDS * PER_ROUND);
+    let mut floor_times = Vec::with_capacity(ROUNDS * PER_ROUND);
+    let mut daemon_cpu = Duration::ZERO;
+    for round in 0..ROUNDS {
+        for leg in 0..2 {
+            if (round + leg) % 2 == 0 {
+                for _ in 0..PER_ROUND {
+                    let started = Instant::now();
+                    session.request("tools/call", Some(&params), Duration::from_secs(10), true).await.expect("direct call");
+                    direct_times.push(started.elapsed());
+                }
+            } else {
+                let cpu_before = daemon.cpu_time();
+                for _ in 0..PER_ROUND {
+                    let started = Instant::now();
+                    client.call_tool(call_request("bench__tool_1")).await.expect("call through toolhost");
+                    through_times.push(started.elapsed());
+                }
+                daemon_cpu += daemon.cpu_time() - cpu_before;
+            }
+        }
+        for _ in 0..PER_ROUND / 4 {
+            let started = Instant::now();
+            health.check(health_check.clone()).await.expect("health check");
+            floor_times.push(started.elapsed());
+        }
+    }
+    floor_times.sort();
+    direct_times.sort();
+    through_times.sort();
+    let (d50, d99) = (percentile(&direct_times, 0.5), percentile(&direct_times, 0.99));
+    let (t50, t99) = (percentile(&through_times, 0.5), percentile(&through_times, 0.99));
+    println!("{} calls each, interleaved in blocks of {PER_ROUND}.\n", ROUNDS * PER_ROUND);
+    println!("| path | p50 µs | p90 µs | p99 µs |");
+    println!("|---|---:|---:|---:|");
+    println!("| direct stdio session (Rust client) | {} | {} | {} |", micros(d50), micros(percentile(&direct_times, 0.9)), micros(d99));
+    println!("| through toolhost (gRPC, Unix socket) | {} | {} | {} |", micros(t50), micros(percentile(&through_times, 0.9)), micros(t99));
+    println!("| **added by toolhost** | **{}** | | **{}** |", micros(t50.saturating_sub(d50)), micros(t99.saturating_sub(d99)));
+    println!(
+        "| gRPC floor: a Health/Check round trip on the same socket | {} | {} | {} |",
+        micros(percentile(&floor_times, 0.5)),
+        micros(percentile(&floor_times, 0.9)),
+        micros(percentile(&floor_times, 0.99))
+    );
+    println!(
+        "\nratio at p50: {:.2}x; daemon CPU per call: {} µs",
+        t50.as_secs_f64() / d50.as_secs_f64(),
+        micros(daemon_cpu / (ROUNDS * PER_ROUND / 2 * 2) as u32)
+    );
+    direct.shutdown().await;
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Calls per second with many concurrent agents over several servers.
+pub async fn throughput() {
+    const SERVERS: usize = 4;
+    const SECONDS: u64 = 4;
+    let dir = bench_dir("throughput");
+    let names: Vec<String> = (0..SERVERS).map(|i| format!("s{i}")).collect();
+    let daemon = Daemon::start(&dir, &daemon::servers(&names, 10, "max_concurrent_calls = 256"));
+    daemon.wait_ready(SERVERS, Instant::now()).await;
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        channels.push(daemon.channel().await);
+    }
+    println!(
+        "{SERVERS} servers, {SECONDS} s per level, 4 HTTP/2 connections shared by the agents; the load generator shares the 2 cores.\n"
+    );
+    println!("| concurrent agents | calls/s | p50 µs | p99 µs | daemon CPU µs/call | servers CPU µs/call | client CPU µs/call |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for agents in [1, 8, 32, 128] {
+        let done = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + Duration::from_secs(SECONDS);
+        let servers_before: Duration = daemon::children_of(daemon.pid()).iter().map(|p| daemon::cpu_time_of(*p)).sum();
+        let daemon_before = daemon.cpu_time();
+        let client_before = daemon::cpu_time_of(std::process::id() as i32);
+        let mut tasks = Vec::new();
+        for agent in 0..agents {
+            let mut client = pb::tool_host_client::ToolHostClient::new(channels[agent % channels.len()].clone());
+            let done = done.clone();
+            let tool = format!("s{}__tool_1", agent % SERVERS);
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    if client.call_tool(call_request(&tool)).await.is_ok() {
+                        latencies.push(started.elapsed());
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                latencies
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.expect("agent task"));
+        }
+        latencies.sort();
+        let calls = done.load(Ordering::Relaxed).max(1);
+        let servers_cpu: Duration =
+            daemon::children_of(daemon.pid()).iter().map(|p| daemon::cpu_time_of(*p)).sum::<Duration>().saturating_sub(servers_before);
+        let per_call = |d: Duration| micros(d / calls as u32);
+        println!(
+            "| {agents} | {:.0} | {} | {} | {} | {} | {} |",
+            calls as f64 / SECONDS as f64,
+            micros(percentile(&latencies, 0.5)),
+            micros(percentile(&latencies, 0.99)),
+            per_call(daemon.cpu_time() - daemon_before),
+            per_call(servers_cpu),
+            per_call(daemon::cpu_time_of(std::process::id() as i32) - client_before),
+        );
+    }
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Time from list_changed to a watcher seeing the new generation, against the server's own
+/// time to serve the full listing.
+pub async fn propagation() {
+    println!("Median of 7 isolated changes (600 ms apart). The change is one tool's description; pages hold 100 tools.\n");
+    println!("| tools | pages | server's full listing ms | list_changed → watcher ms | goal (1.2 × listing + 2 ms) | met |");
+    println!("|---:|---:|---:|---:|---:|:---:|");
+    for tools in [10usize, 1_000, 10_000] {
+        let direct = direct_session(tools).await;
+        let mut listing_times = Vec::new();
+        for _ in 0..7 {
+            let started = Instant::now();
+            let mut cursor: Option<String> = None;
+            loop {
+                let params = toolhost::mcp::tools::list_params(cursor.as_deref());
+                let result = direct.handle().request("tools/list", params.as_deref(), Duration::from_secs(30), true).await.expect("list");
+                let page = toolhost::mcp::tools::parse_list_page(&result).expect("page");
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            listing_times.push(started.elapsed());
+        }
+        direct.shutdown().await;
+        listing_times.sort();
+        let listing = listing_times[listing_times.len() / 2];
+
+        let dir = bench_dir(&format!("propagation-{tools}"));
+        let daemon = Daemon::start(&dir, &daemon::servers(&["p".to_owned()], tools, "request_timeout = \"60s\""));
+        daemon.wait_ready(1, Instant::now()).await;
+        let mut client = daemon.client().await;
+        let mut watch = client.watch_catalog(pb::WatchCatalogRequest::default()).await.expect("watch").into_inner();
+        let mut latencies = Vec::new();
+        for _ in 0..7 {
+            // Isolated changes: a burst (more than two in a second) waits for quiet by design;
+            // the storm scenario measures that.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            client.call_tool(call_request("p__mutate")).await.expect("mutate");
+            let started = Instant::now();
+            loop {
+                let event = watch.message().await.expect("watch stream").expect("an event");
+                if let Some(pb::catalog_event::Event::GenerationPublished(_)) = event.event {
+                    break;
+                }
+            }
+            latencies.push(started.elapsed());
+        }
+        latencies.sort();
+        let latency = latencies[latencies.len() / 2];
+        let goal = listing.mul_f64(1.2) + Duration::from_millis(2);
+        println!(
+            "| {tools} | {} | {} | {} | {} | {} |",
+            tools / 100 + 1,
+            millis(listing),
+            millis(latency),
+            millis(goal),
+            if latency <= goal { "yes" } else { "no" }
+        );
+        daemon.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// 1,000 list_changed notifications in about one second from one server.
+pub async fn storm() {
+    let dir = bench_dir("storm");
+    let daemon = Daemon::start(&dir, &daemon::servers(&["storm".to_owned()], 100, ""));
+    daemon.wait_ready(1, Instant::now()).await;
+    let mut client = daemon.client().await;
+    let since = toolhost::catalog::record::now_ms();
+    client.call_tool(call_request("storm__storm")).await.expect("storm");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = client.history(pb::HistoryRequest { server: "storm".into(), limit: 1 }).await.expect("history").into_inner();
+    let during: Vec<_> = history.enumerations.iter().filter(|e| e.started_unix_ms >= since).collect();
+    let count = |outcome: &str| during.iter().filter(|e| e.outcome == outcome).count();
+    println!("| notifications | enumerations started | completed (unchanged or committed) | superseded | goal | met |");
+    println!("|---:|---:|---:|---:|---:|:---:|");
+    println!(
+        "| 1000 | {} | {} | {} | ≤ 3 | {} |",
+        during.len(),
+        count("unchanged") + count("committed"),
+        count("superseded"),
+        if during.len() <= 3 { "yes" } else { "no" }
+    );
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 1,000 servers with 100 tools each.
+pub async fn scale() {
+    const SERVERS: usize = 1000;
+    const TOOLS: usize = 100;
+    let dir = bench_dir("scale");
+    let baseline = Daemon::start(&dir.join("baseline"), "");
+    baseline.wait_ready(0, Instant::now()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let base_rss = baseline.rss_kib();
+    baseline.stop();
+
+    let names: Vec<String> = (0..SERVERS).map(|i| format!("server{i:04}")).collect();
+    let servers = daemon::servers(&names, TOOLS, "");
+    let started = Instant::now();
+    let daemon = Daemon::start(&dir, &servers);
+    let cold = daemon.wait_ready(SERVERS, started).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = daemon.rss_kib();
+    let mut client = daemon.client().await;
+    let mut whole = Vec::new();
+    let mut total_tools = 0;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let mut request = pb::ListToolsRequest { page_size: 5000, ..Default::default() };
+        total_tools = 0;
+        loop {
+            let page = client.list_tools(request.clone()).await.expect("ListTools").into_inner();
+            total_tools += page.tools.len();
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            request.page_token = page.next_page_token;
+        }
+        whole.push(started.elapsed());
+    }
+    whole.sort();
+    let mut one = Vec::new();
+    for _ in 0..50 {
+        let started = Instant::now();
+        let page = client
+            .list_tools(pb::ListToolsRequest { servers: vec!["server0500".into()], ..Default::default() })
+            .await
+            .expect("ListTools one")
+            .into_inner();
+        assert_eq!(page.tools.len(), TOOLS + 2);
+        one.push(started.elapsed());
+    }
+    one.sort();
+    daemon.stop();
+
+    // Restart: how soon is the stored catalog served?
+    let started = Instant::now();
+    let restarted = Daemon::start(&dir, &servers);
+    let mut client = restarted.client().await;
+    let first_page = loop {
+        let page = client.list_tools(pb::ListToolsRequest { page_size: 5000, ..Default::default() }).await.expect("ListTools").into_inner();
+        if page.tools.len() == 5000 {
+            break started.elapsed();
+        }
+    };
+    let listening = started.elapsed();
+    restarted.stop();
+
+    println!("| measure | value | goal | met |");
+    println!("|---|---:|---:|:---:|");
+    println!("| servers × tools | {SERVERS} × {} = {total_tools} | | |", TOOLS + 2);
+    println!("| cold start to every server enumerated | {:.2} s | | |", cold.as_secs_f64());
+    let per_server_kib = (rss.saturating_sub(base_rss)) as f64 / SERVERS as f64;
+    println!("| daemon RSS: baseline / with servers | {base_rss} KiB / {rss} KiB | | |");
+    println!(
+        "| daemon memory per server | {per_server_kib:.0} KiB | ≤ 1024 KiB | {} |",
+        if per_server_kib <= 1024.0 { "yes" } else { "no" }
+    );
+    println!("| ListTools, whole catalog (pages of 5,000), median of 5 | {} ms | | |", millis(whole[whole.len() / 2]));
+    println!("| ListTools, one server, p50 / p99 of 50 | {} / {} ms | | |", millis(percentile(&one, 0.5)), millis(percentile(&one, 0.99)));
+    println!(
+        "| restart to the stored catalog served (process start → first page) | {} ms | ≤ 100 ms | {} |",
+        millis(first_page),
+        if first_page <= Duration::from_millis(100) { "yes" } else { "no" }
+    );
+    let _ = listening;
+    let _ = std::fs::remove_dir_all(&dir);
+}
