@@ -76,6 +76,7 @@ impl App {
     /// [`StartError`] when a listener cannot be bound, the store cannot be opened or read, or
     /// the orphan guard cannot be started.
     pub async fn start_with(config: Config, options: RuntimeOptions) -> Result<App, StartError> {
+        let started = std::time::Instant::now();
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
         let reaper = Arc::new(match &options.reaper_program {
@@ -83,7 +84,15 @@ impl App {
             None => Reaper::disabled(),
         });
         let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
-        let supervisor = Supervisor::start(&config.servers, store.clone(), registry.clone(), reaper.clone()).await?;
+        let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone()).await?;
+        let snapshot = registry.snapshot();
+        let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
+        tracing::info!(
+            servers = snapshot.servers.len(),
+            tools = stored_tools,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "stored catalog loaded"
+        );
         let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher());
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
@@ -99,6 +108,8 @@ impl App {
         if let Some(interval) = systemd::watchdog_interval() {
             background.spawn(feed_watchdog(notifier.clone(), interval, background_cancel.clone()));
         }
+        // The stored catalog is served from here on; the servers start behind it.
+        supervisor.start_workers();
         // The store is migrated and every listener is bound: agents can connect now.
         notifier.ready();
         Ok(App { config, store, supervisor, calls, reaper, notifier, grpc_addrs, api_tasks, api_cancel, background, background_cancel })

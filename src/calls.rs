@@ -129,7 +129,7 @@ impl Calls {
         let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
         let tool = &generation.tools[idx];
         self.check_preconditions(&view, tool, generation.number, &request)?;
-        if tool.fields.task_required {
+        if tool.fields().task_required {
             return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
         }
         if !view.is_available() {

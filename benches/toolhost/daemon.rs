@@ -34,7 +34,7 @@ impl Daemon {
         std::fs::write(&config, text).expect("write config");
         let child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
             .args(["serve", "--config", config.to_str().expect("utf-8 path")])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".to_owned()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -110,8 +110,13 @@ pub fn cpu_time_of(pid: i32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// The pids of a process's children.
+/// The pids of a process's children (spawned by any of its threads).
 pub fn children_of(pid: i32) -> Vec<i32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    children
 }

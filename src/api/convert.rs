@@ -62,7 +62,7 @@ pub(crate) fn enumeration(record: &EnumerationRecord) -> pb::Enumeration {
 }
 
 pub(crate) fn tool(view: &ServerView, qualified_name: &str, tool: &ToolDef, generation: u64, with_definition: bool) -> pb::Tool {
-    let fields = &tool.fields;
+    let fields = tool.fields();
     pb::Tool {
         qualified_name: qualified_name.to_owned(),
         server: view.name.to_string(),

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -17,8 +17,9 @@ pub struct ToolDef {
     pub definition: Arc<str>,
     /// Hex SHA-256 of `definition`.
     pub hash: String,
-    /// Fields agents read often, extracted once per generation rather than on every listing.
-    pub fields: Arc<ToolFields>,
+    /// Fields agents read often, extracted once rather than on every listing; lazily for
+    /// definitions loaded from the store, so that a restart serves the catalog at once.
+    fields: Arc<OnceLock<ToolFields>>,
 }
 
 /// The parts of a definition an agent-facing listing shows, as JSON text where they are JSON.
@@ -69,13 +70,18 @@ impl ToolDef {
     pub fn from_value(name: String, value: &Value) -> ToolDef {
         let definition = canonical_json(value);
         let hash = sha256_hex(definition.as_bytes());
-        ToolDef { name, definition: definition.into(), hash, fields: Arc::new(ToolFields::extract(value)) }
+        ToolDef { name, definition: definition.into(), hash, fields: Arc::new(OnceLock::from(ToolFields::extract(value))) }
     }
 
     /// Rebuilds a definition read back from the store.
     pub fn from_stored(name: String, definition: String, hash: String) -> ToolDef {
-        let fields = serde_json::from_str::<Value>(&definition).map(|value| ToolFields::extract(&value)).unwrap_or_default();
-        ToolDef { name, definition: definition.into(), hash, fields: Arc::new(fields) }
+        ToolDef { name, definition: definition.into(), hash, fields: Arc::default() }
+    }
+
+    /// Title, description, schemas and annotations, extracted on first use.
+    pub fn fields(&self) -> &ToolFields {
+        self.fields
+            .get_or_init(|| serde_json::from_str::<Value>(&self.definition).map(|value| ToolFields::extract(&value)).unwrap_or_default())
     }
 }
 

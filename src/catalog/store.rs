@@ -3,7 +3,7 @@
 //! All writes go through one in-process lock, so concurrent server workers never race for
 //! SQLite's write lock; reads run in parallel under WAL.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -104,6 +104,48 @@ impl Store {
             generation: Arc::new(Generation { number: to_u64(number)?, committed_at_ms, tools }),
             last_verified_at_ms: row.try_get(1)?,
         }))
+    }
+
+    /// The current generation of every server that has one, in three queries whatever the
+    /// number of servers: what a restart serves before any session is up.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn load_all_current(&self) -> Result<HashMap<String, StoredServer>, StoreError> {
+        let heads: Vec<(String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT s.name, s.current_generation, s.last_verified_at_ms, g.committed_at_ms FROM servers s \
+             LEFT JOIN generations g ON g.server = s.name AND g.generation = s.current_generation WHERE s.current_generation > 0",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        // One row per server, its tools packed by SQLite into one JSON array of
+        // [name, hash, definition]: a hundred thousand tools decode in one pass per server
+        // instead of a row each.
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT v.server, '[' || group_concat('[' || json_quote(v.name) || ',' || json_quote(v.hash) || ',' || d.definition || ']', ',') || ']' \
+             FROM tool_versions v JOIN definitions d ON d.hash = v.hash WHERE v.last_generation IS NULL GROUP BY v.server",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tools: HashMap<String, Vec<ToolDef>> = HashMap::with_capacity(rows.len());
+        for (server, packed) in rows {
+            let entries: Vec<(String, String, Box<serde_json::value::RawValue>)> =
+                serde_json::from_str(&packed).map_err(|err| StoreError::Corrupt(format!("tools of {server}: {err}")))?;
+            let mut defs: Vec<ToolDef> =
+                entries.into_iter().map(|(name, hash, definition)| ToolDef::from_stored(name, definition.get().to_owned(), hash)).collect();
+            defs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+            tools.insert(server, defs);
+        }
+        let mut servers = HashMap::with_capacity(heads.len());
+        for (name, number, last_verified_at_ms, committed_at_ms) in heads {
+            let generation = Generation {
+                number: to_u64(number)?,
+                committed_at_ms: committed_at_ms.unwrap_or(0),
+                tools: tools.remove(&name).unwrap_or_default(),
+            };
+            servers.insert(name, StoredServer { generation: Arc::new(generation), last_verified_at_ms });
+        }
+        Ok(servers)
     }
 
     /// The tools of `server` at `generation` (empty if that generation was pruned or never existed).

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::catalog::record::EnumerationReason;
-use crate::catalog::store::{Store, StoreError};
+use crate::catalog::store::{Store, StoreError, StoredServer};
 use crate::config::{ServerSpec, Transport};
 use crate::upstream::reaper::Reaper;
 use registry::{ConfigChange, Registry, ServerState, ServerView};
@@ -25,6 +25,8 @@ use worker::{Worker, WorkerCommand};
 
 /// Commands a worker may have queued before it reads them.
 const WORKER_QUEUE: usize = 16;
+/// Sessions that may be starting (connecting and enumerating for the first time) at once.
+const CONCURRENT_STARTS: usize = 32;
 /// How long a reload waits for a removed or changed server to stop.
 const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(15);
 
@@ -40,6 +42,7 @@ pub struct Supervisor {
     senders: Senders,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    start_permits: Arc<tokio::sync::Semaphore>,
 }
 
 struct WorkerHandle {
@@ -59,17 +62,19 @@ pub struct ReloadSummary {
 // === impl Supervisor ===
 
 impl Supervisor {
-    /// Loads each server's last committed generation from the store (served at once, marked
-    /// as revalidating) and starts a worker per enabled server.
+    /// Publishes every configured server with its last committed generation from the store
+    /// (served at once, marked as revalidating). No server is started yet: see
+    /// [`Supervisor::start_workers`].
     ///
     /// # Errors
     /// [`StoreError`] when the stored catalog cannot be read.
-    pub async fn start(
+    pub async fn load(
         servers: &BTreeMap<String, ServerSpec>,
         store: Store,
         registry: Arc<Registry>,
         reaper: Arc<Reaper>,
     ) -> Result<Supervisor, StoreError> {
+        let mut stored = store.load_all_current().await?;
         let mut supervisor = Supervisor {
             registry,
             store,
@@ -79,11 +84,27 @@ impl Supervisor {
             senders: Senders::default(),
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            start_permits: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_STARTS)),
         };
+        let mut views = Vec::with_capacity(servers.len());
         for (name, spec) in servers {
-            supervisor.add(name.as_str().into(), spec.clone(), None).await?;
+            let name: Arc<str> = name.as_str().into();
+            views.push(supervisor.view(&name, spec, stored.remove(&*name)));
+            supervisor.specs.insert(name, spec.clone());
         }
+        supervisor.registry.insert_all(views);
         Ok(supervisor)
+    }
+
+    /// Starts a worker for every enabled server.
+    pub fn start_workers(&mut self) {
+        let enabled: Vec<(Arc<str>, ServerSpec)> =
+            self.specs.iter().filter(|(_, spec)| spec.enabled).map(|(n, s)| (n.clone(), s.clone())).collect();
+        for (name, spec) in enabled {
+            if !self.workers.contains_key(&name) {
+                self.spawn_worker(name, spec);
+            }
+        }
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -139,23 +160,29 @@ impl Supervisor {
 
     /// Publishes a server (with its stored generation) and starts its worker if enabled.
     async fn add(&mut self, name: Arc<str>, spec: ServerSpec, change: Option<ConfigChange>) -> Result<(), StoreError> {
-        let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
-        let transport = match spec.transport {
-            Transport::Stdio(_) => "stdio",
-            Transport::Http(_) => "http",
-        };
-        let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
-        if let Some(stored) = self.store.load_current(&name).await? {
-            view.generation = Some(stored.generation);
-            view.last_verified_at_ms = stored.last_verified_at_ms;
-            view.revalidating = spec.enabled;
-        }
+        let stored = self.store.load_current(&name).await?;
+        let view = self.view(&name, &spec, stored);
         self.registry.insert(view, change);
         if spec.enabled {
             self.spawn_worker(name.clone(), spec.clone());
         }
         self.specs.insert(name, spec);
         Ok(())
+    }
+
+    fn view(&self, name: &Arc<str>, spec: &ServerSpec, stored: Option<StoredServer>) -> ServerView {
+        let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
+        let transport = match spec.transport {
+            Transport::Stdio(_) => "stdio",
+            Transport::Http(_) => "http",
+        };
+        let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
+        if let Some(stored) = stored {
+            view.generation = Some(stored.generation);
+            view.last_verified_at_ms = stored.last_verified_at_ms;
+            view.revalidating = spec.enabled;
+        }
+        view
     }
 
     fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec) {
@@ -167,6 +194,7 @@ impl Supervisor {
             store: self.store.clone(),
             registry: self.registry.clone(),
             reaper: self.reaper.clone(),
+            start_permits: self.start_permits.clone(),
             commands: commands_rx,
             cancel: cancel.clone(),
             session_listed_ok: false,

@@ -271,6 +271,24 @@ impl Registry {
         });
     }
 
+    /// Publishes many servers at once (boot): one snapshot, however many servers.
+    pub(crate) fn insert_all(&self, views: Vec<ServerView>) {
+        let views: Vec<ServerView> = views
+            .into_iter()
+            .map(|mut view| {
+                if let Some(generation) = &view.generation {
+                    view.qualified = Arc::new(QualifiedIndex::build(&view.name, generation));
+                }
+                view
+            })
+            .collect();
+        self.publish(|servers, _| {
+            for view in views {
+                servers.insert(view.name.clone(), Arc::new(view));
+            }
+        });
+    }
+
     /// Removes a server that is no longer configured.
     pub(crate) fn remove(&self, name: &str) {
         self.publish(|servers, events| {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +54,8 @@ pub(crate) struct Worker {
     pub(crate) store: Store,
     pub(crate) registry: Arc<Registry>,
     pub(crate) reaper: Arc<Reaper>,
+    /// Shared by all workers: bounds how many sessions start (connect and first enumeration) at once.
+    pub(crate) start_permits: Arc<Semaphore>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) cancel: CancellationToken,
     /// A listing of this session was committed (or found unchanged).
@@ -76,6 +78,12 @@ impl Worker {
         let mut first = true;
         loop {
             self.set_state(if first { ServerState::Starting } else { ServerState::Reconnecting }, None);
+            // Only so many servers start at once: a boot with a thousand servers must not starve
+            // the API (which is already serving the stored catalog) or the machine.
+            let permit = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                permit = self.start_permits.clone().acquire_owned() => permit.ok(),
+            };
             let connected = tokio::select! {
                 () = self.cancel.cancelled() => break,
                 connected = upstream::connect(&self.name, &self.spec, &settings) => connected,
@@ -84,7 +92,7 @@ impl Worker {
                 Ok(connection) => {
                     let started = Instant::now();
                     let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
-                    match self.run_session(connection, reason).await {
+                    match self.run_session(connection, reason, permit).await {
                         SessionEnd::Cancelled => break,
                         SessionEnd::Restart => {
                             // Asked for, not a failure: no backoff, and the failure count stays.
@@ -133,7 +141,12 @@ impl Worker {
     }
 
     /// Drives one session until it closes or toolhost stops it.
-    async fn run_session(&mut self, connection: Connection, reason: EnumerationReason) -> SessionEnd {
+    async fn run_session(
+        &mut self,
+        connection: Connection,
+        reason: EnumerationReason,
+        mut start_permit: Option<OwnedSemaphorePermit>,
+    ) -> SessionEnd {
         let handle = connection.handle().clone();
         let hello = connection.hello().clone();
         tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
@@ -173,6 +186,8 @@ impl Worker {
                     }
                 }
             }
+            // The session is up and enumerated (or its first pass has failed): let the next start.
+            drop(start_permit.take());
             let retry = async {
                 match retry_at {
                     Some(at) => tokio::time::sleep_until(at).await,
