@@ -17,6 +17,7 @@ use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
 use crate::systemd::{self, Notifier};
+use crate::telemetry::metrics::{self, Metrics};
 use crate::upstream::reaper::Reaper;
 
 /// How often at most the service manager's STATUS line is updated.
@@ -56,6 +57,8 @@ pub struct App {
     /// Status and watchdog reporting.
     background: TaskTracker,
     background_cancel: CancellationToken,
+    /// Keeps the registry gauges' callbacks registered.
+    _gauges: metrics::RegistryGauges,
 }
 
 // === impl App ===
@@ -84,7 +87,9 @@ impl App {
             None => Reaper::disabled(),
         });
         let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
-        let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone()).await?;
+        let metrics = Metrics::global();
+        let gauges = metrics::register_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), registry.clone());
+        let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone(), metrics.clone()).await?;
         let snapshot = registry.snapshot();
         let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
         tracing::info!(
@@ -93,7 +98,7 @@ impl App {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "stored catalog loaded"
         );
-        let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher());
+        let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher(), metrics);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
         let parts = ApiParts { registry: registry.clone(), store: store.clone(), calls: calls.clone(), refresher: supervisor.refresher() };
@@ -112,7 +117,7 @@ impl App {
         supervisor.start_workers();
         // The store is migrated and every listener is bound: agents can connect now.
         notifier.ready();
-        Ok(App { config, store, supervisor, calls, reaper, notifier, grpc_addrs, api_tasks, api_cancel, background, background_cancel })
+        Ok(App { config, store, supervisor, calls, reaper, notifier, grpc_addrs, api_tasks, api_cancel, background, background_cancel, _gauges: gauges })
     }
 
     pub fn registry(&self) -> &Arc<Registry> {

@@ -3,11 +3,15 @@
 //!
 //! Stale-tool races are classified here and never hidden: a call is never retried silently.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use opentelemetry::KeyValue;
 use serde_json::value::RawValue;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::model::ToolDef;
 use crate::catalog::names;
@@ -18,6 +22,8 @@ use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
 use crate::mcp::tools::{CallOutcome, parse_call_result};
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{Registry, ServerState, ServerView};
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::propagation;
 use crate::upstream::UpstreamError;
 
 /// Which tool a caller means.
@@ -110,24 +116,58 @@ pub struct Calls {
     registry: Arc<Registry>,
     store: Store,
     refresher: Refresher,
+    metrics: Metrics,
 }
 
 // === impl Calls ===
 
 impl Calls {
-    pub fn new(registry: Arc<Registry>, store: Store, refresher: Refresher) -> Calls {
-        Calls { registry, store, refresher }
+    pub fn new(registry: Arc<Registry>, store: Store, refresher: Refresher, metrics: Metrics) -> Calls {
+        Calls { registry, store, refresher, metrics }
     }
 
-    /// Calls a tool.
+    /// Calls a tool. The current span (the API's call span) gets the attributes the trace
+    /// needs: the server, the generation and definition hash the call ran against, what the
+    /// caller had listed, and a `toolhost.stale_tool` event for a race.
     ///
     /// # Errors
     /// [`CallError`]; a tool's own failure is an `Ok` result with `is_error` set.
     pub async fn call(&self, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+        let started = Instant::now();
+        let span = tracing::Span::current();
+        if let Some(hash) = request.expected_hash.filter(|h| !h.is_empty()) {
+            span.set_attribute("toolhost.listed.definition_hash", hash.to_owned());
+        }
+        if let Some(revision) = request.expected_revision.filter(|r| *r > 0) {
+            span.set_attribute("toolhost.listed.catalog_revision", revision as i64);
+        }
+        let result = self.call_inner(request).await;
+        let (outcome, error_type) = match &result {
+            Ok(result) if result.outcome.is_error => ("tool_error", Some("tool_error")),
+            Ok(_) => ("ok", None),
+            Err(error) => ("error", Some(error.kind())),
+        };
+        if let Some(error_type) = error_type {
+            span.set_attribute("error.type", error_type);
+        }
+        let server = match &result {
+            Ok(result) => result.server.to_string(),
+            Err(error) => error.server().unwrap_or_default().to_owned(),
+        };
+        self.metrics.record_call(&server, started.elapsed(), outcome, error_type);
+        result
+    }
+
+    async fn call_inner(&self, request: CallRequest<'_>) -> Result<CallResult, CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, &request.tool).await?;
         let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
         let tool = &generation.tools[idx];
+        let span = tracing::Span::current();
+        span.set_attribute("toolhost.server", view.name.to_string());
+        span.set_attribute("toolhost.generation", generation.number as i64);
+        span.set_attribute("toolhost.definition_hash", tool.hash.clone());
+        span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
         self.check_preconditions(&view, tool, generation.number, &request)?;
         if tool.fields().task_required {
             return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
@@ -143,7 +183,17 @@ impl Calls {
         let Some(session) = view.session.clone() else {
             return Err(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason: None });
         };
-        let params = call_params(&tool.name, request.arguments)?;
+        let upstream_span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", tool.name), otel.kind = "client");
+        upstream_span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
+        upstream_span.set_attribute("gen_ai.tool.name", tool.name.clone());
+        upstream_span.set_attribute("network.transport", "pipe");
+        upstream_span.set_attribute("toolhost.server", view.name.to_string());
+        upstream_span.set_attribute("toolhost.generation", generation.number as i64);
+        if let Some(hello) = &view.hello {
+            upstream_span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
+        }
+        let trace_meta = upstream_span.in_scope(propagation::current_meta);
+        let params = call_params(&tool.name, request.arguments, &trace_meta)?;
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
         let deadline = tokio::time::Instant::now() + timeout;
         let expired = || CallError::DeadlineExceeded {
@@ -159,7 +209,12 @@ impl Calls {
             Err(_) => return Err(expired()),
         };
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let result = session.request(METHOD_TOOLS_CALL, Some(&params), remaining, true).await;
+        let result = session.request(METHOD_TOOLS_CALL, Some(&params), remaining, true).instrument(upstream_span.clone()).await;
+        match &result {
+            Ok(_) => {}
+            Err(UpstreamError::Rpc(error)) => upstream_span.set_attribute("rpc.response.status_code", error.code.to_string()),
+            Err(error) => upstream_span.set_attribute("error.type", upstream_error_type(error)),
+        }
         let at = |server: &ServerView| (server.name.to_string(), tool.name.clone(), generation.number);
         match result {
             Ok(result) => {
@@ -167,6 +222,9 @@ impl Calls {
                     let (server, tool, generation) = at(&view);
                     CallError::InvalidResult { server, tool, generation, message }
                 })?;
+                if outcome.is_error {
+                    upstream_span.set_attribute("error.type", "tool_error");
+                }
                 Ok(CallResult {
                     outcome,
                     server: view.name.clone(),
@@ -177,8 +235,11 @@ impl Calls {
             }
             Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message) => {
                 view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
-                // The server knows better than the catalog: look again, at once.
-                self.refresher.refresh(&view.name, EnumerationReason::StaleTool);
+                self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
+                upstream_span.set_attribute("error.type", "stale_tool");
+                // The server knows better than the catalog: look again, at once. The enumeration
+                // that follows links back to this call.
+                self.refresher.refresh_linked(&view.name, EnumerationReason::StaleTool, crate::telemetry::span_context(&tracing::Span::current()));
                 tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
                 Err(CallError::Stale(Box::new(StaleTool {
                     kind: RaceKind::UpstreamUnknownTool,
@@ -243,6 +304,7 @@ impl Calls {
         let removed_in = self.store.removed_in(server_name, &original).await.map_err(|err| CallError::Store(err.to_string()))?;
         let Some(removed_in) = removed_in else { return Err(unknown(tool)) };
         view.shared.races.removed_before_call.fetch_add(1, Ordering::Relaxed);
+        self.race_event(&view, RaceKind::RemovedBeforeCall, &original, view.generation_number(), Some(removed_in));
         tracing::warn!(server = server_name, tool = %original, removed_in, "stale tool: called after its removal");
         Err(CallError::Stale(Box::new(StaleTool {
             kind: RaceKind::RemovedBeforeCall,
@@ -258,6 +320,7 @@ impl Calls {
     fn check_preconditions(&self, view: &ServerView, tool: &ToolDef, generation: u64, request: &CallRequest<'_>) -> Result<(), CallError> {
         let stale = |listed: &str| {
             view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
+            self.race_event(view, RaceKind::ChangedSinceListed, &tool.name, generation, Some(generation));
             tracing::warn!(server = %view.name, tool = %tool.name, generation, "stale tool: changed since the caller listed it");
             CallError::Stale(Box::new(StaleTool {
                 kind: RaceKind::ChangedSinceListed,
@@ -286,6 +349,92 @@ impl Calls {
     }
 }
 
+impl Calls {
+    /// Records a race on the call span: an event, a link to the enumeration that published the
+    /// generation in question (the one that removed or changed the tool), and the metric.
+    fn race_event(&self, view: &ServerView, kind: RaceKind, tool: &str, current_generation: u64, link_generation: Option<u64>) {
+        let span = tracing::Span::current();
+        span.add_event(
+            "toolhost.stale_tool",
+            vec![
+                KeyValue::new("toolhost.race.kind", kind.as_str()),
+                KeyValue::new("toolhost.server", view.name.to_string()),
+                KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+                KeyValue::new("toolhost.generation", current_generation as i64),
+            ],
+        );
+        span.set_attribute("toolhost.race.kind", kind.as_str());
+        if let Some(context) = link_generation.and_then(|g| view.shared.generation_span(g)) {
+            span.add_link_with_attributes(context, vec![KeyValue::new("toolhost.link", "enumeration that published the generation")]);
+        }
+        self.metrics.record_race(&view.name, kind.as_str());
+    }
+}
+
+// === impl RaceKind ===
+
+impl RaceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RaceKind::RemovedBeforeCall => "removed_before_call",
+            RaceKind::ChangedSinceListed => "changed_since_listed",
+            RaceKind::UpstreamUnknownTool => "upstream_unknown_tool",
+        }
+    }
+}
+
+// === impl CallError ===
+
+impl CallError {
+    /// A short, stable name for `error.type` on spans and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::InvalidArguments(_) => "invalid_arguments",
+            CallError::UnknownTool { .. } => "unknown_tool",
+            CallError::UnknownServer(_) => "unknown_server",
+            CallError::Unavailable { .. } => "unavailable",
+            CallError::Stale(_) => "stale_tool",
+            CallError::RevisionNotKept(_) => "revision_not_kept",
+            CallError::DeadlineExceeded { .. } => "timeout",
+            CallError::SessionLost { .. } => "session_lost",
+            CallError::Overloaded { .. } => "overloaded",
+            CallError::UpstreamInvalidParams { .. } => "invalid_params",
+            CallError::Upstream { .. } => "upstream_error",
+            CallError::InvalidResult { .. } => "invalid_result",
+            CallError::TaskRequired { .. } => "task_required",
+            CallError::Store(_) => "internal",
+        }
+    }
+
+    /// The server the error concerns, when it is known.
+    pub fn server(&self) -> Option<&str> {
+        match self {
+            CallError::Unavailable { server, .. }
+            | CallError::DeadlineExceeded { server, .. }
+            | CallError::SessionLost { server, .. }
+            | CallError::Overloaded { server, .. }
+            | CallError::UpstreamInvalidParams { server, .. }
+            | CallError::Upstream { server, .. }
+            | CallError::InvalidResult { server, .. }
+            | CallError::TaskRequired { server, .. } => Some(server),
+            CallError::Stale(stale) => Some(&stale.server),
+            CallError::UnknownTool { server, .. } => server.as_deref(),
+            CallError::UnknownServer(server) => Some(server),
+            CallError::InvalidArguments(_) | CallError::RevisionNotKept(_) | CallError::Store(_) => None,
+        }
+    }
+}
+
+fn upstream_error_type(error: &UpstreamError) -> &'static str {
+    match error {
+        UpstreamError::Timeout { .. } => "timeout",
+        UpstreamError::Closed => "session_lost",
+        UpstreamError::Overloaded => "overloaded",
+        _ => "upstream_error",
+    }
+}
+
+
 fn unknown(tool: &ToolRef) -> CallError {
     match tool {
         ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
@@ -293,17 +442,23 @@ fn unknown(tool: &ToolRef) -> CallError {
     }
 }
 
-/// `{"name": ..., "arguments": ...}`, with the arguments checked to be one JSON object but not
-/// parsed into a tree: they are forwarded byte for byte.
-fn call_params(name: &str, arguments: Option<&str>) -> Result<Box<RawValue>, CallError> {
+/// `{"name": ..., "arguments": ..., "_meta": {...}}`, with the arguments checked to be one JSON
+/// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
+/// trace context when a trace is recorded.
+fn call_params(name: &str, arguments: Option<&str>, meta: &HashMap<String, String>) -> Result<Box<RawValue>, CallError> {
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     if !raw.get().starts_with('{') {
         return Err(CallError::InvalidArguments("expected an object, like {\"key\": \"value\"}".to_owned()));
     }
     let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
-    RawValue::from_string(format!(r#"{{"name":{name},"arguments":{}}}"#, raw.get()))
-        .map_err(|err| CallError::InvalidArguments(err.to_string()))
+    let params = if meta.is_empty() {
+        format!(r#"{{"name":{name},"arguments":{}}}"#, raw.get())
+    } else {
+        let meta = serde_json::to_string(meta).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
+        format!(r#"{{"name":{name},"arguments":{},"_meta":{meta}}}"#, raw.get())
+    };
+    RawValue::from_string(params).map_err(|err| CallError::InvalidArguments(err.to_string()))
 }
 
 /// -32601 always means the tool (or method) is unknown. -32602 also means "invalid arguments",
@@ -322,13 +477,16 @@ mod tests {
 
     #[test]
     fn arguments_must_be_one_json_object_and_are_forwarded_verbatim() {
-        assert_eq!(call_params("t", None).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        let none = HashMap::new();
+        assert_eq!(call_params("t", None, &none).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        let meta = HashMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]);
+        assert_eq!(call_params("t", None, &meta).unwrap().get(), r#"{"name":"t","arguments":{},"_meta":{"traceparent":"00-abc-def-01"}}"#);
         assert_eq!(
-            call_params("t", Some(r#"{"big": 12345678901234567890}"#)).unwrap().get(),
+            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none).unwrap().get(),
             r#"{"name":"t","arguments":{"big": 12345678901234567890}}"#
         );
         for bad in ["[1]", "\"x\"", "{", "{} {}", "null"] {
-            assert!(matches!(call_params("t", Some(bad)), Err(CallError::InvalidArguments(_))), "{bad}");
+            assert!(matches!(call_params("t", Some(bad), &none), Err(CallError::InvalidArguments(_))), "{bad}");
         }
     }
 

@@ -19,4 +19,5 @@ pub mod mcp;
 pub mod signals;
 pub mod supervisor;
 pub mod systemd;
+pub mod telemetry;
 pub mod upstream;

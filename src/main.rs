@@ -1,7 +1,6 @@
 //! The `toolhost` command: the daemon (`serve`) and the operator's client commands.
 //! Parses arguments, sets up logging and the runtime, and maps failures to exit codes.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -147,20 +146,28 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
         Ok(config) => config,
         Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
     };
-    init_logging(log_format);
+    let format = match log_format {
+        LogFormat::Text => toolhost::telemetry::LogFormat::Text,
+        LogFormat::Json => toolhost::telemetry::LogFormat::Json,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
     };
     let options =
         toolhost::app::RuntimeOptions { reaper_program: std::env::current_exe().ok(), notifier: toolhost::systemd::Notifier::from_env() };
-    match runtime.block_on(toolhost::app::run(config_path, config, options)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "toolhost could not start");
-            ExitCode::FAILURE
-        }
+    // The OTLP exporters are built inside the runtime (tonic needs one) and flushed after it.
+    let telemetry = match runtime.block_on(async { toolhost::telemetry::init(&config.telemetry, format) }) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return fail(&error.to_string(), 1),
+    };
+    let result = runtime.block_on(toolhost::app::run(config_path, config, options));
+    if let Err(error) = &result {
+        tracing::error!(%error, "toolhost could not start");
     }
+    telemetry.shutdown();
+    drop(runtime);
+    if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 fn check_config(config: &std::path::Path) -> ExitCode {
@@ -180,12 +187,3 @@ fn fail(message: &str, code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        // Colour codes only on a terminal: journald stores them verbatim otherwise.
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-    }
-}

@@ -16,6 +16,9 @@ use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
+use crate::telemetry::propagation;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 const DEFAULT_PAGE_SIZE: u32 = 500;
 const MAX_PAGE_SIZE: u32 = 5000;
@@ -123,6 +126,43 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     }
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
+        let target = match request.get_ref() {
+            r if !r.qualified_name.is_empty() => r.qualified_name.clone(),
+            r => format!("{}/{}", r.server, r.name),
+        };
+        // The gRPC server span of the call, continuing the agent's trace if it sent one.
+        let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {target}"), otel.kind = "server");
+        propagation::continue_from(&span, request.metadata());
+        span.set_attribute("mcp.method.name", "tools/call");
+        span.set_attribute("gen_ai.tool.name", target);
+        span.set_attribute("rpc.system", "grpc");
+        span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
+        self.call_tool_in(request).instrument(span).await
+    }
+
+    async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
+        let server = request.into_inner().server;
+        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
+        if view.state == ServerState::Disabled {
+            return Err(ApiError::Disabled(server).into());
+        }
+        self.refresher.refresh(&server, EnumerationReason::Manual);
+        Ok(Response::new(pb::RefreshServerResponse {}))
+    }
+
+    async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
+        let server = request.into_inner().server;
+        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
+        if view.state == ServerState::Disabled {
+            return Err(ApiError::Disabled(server).into());
+        }
+        self.refresher.restart(&server);
+        Ok(Response::new(pb::RestartServerResponse {}))
+    }
+}
+
+impl ToolHostService {
+    async fn call_tool_in(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
         let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
@@ -151,28 +191,6 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         }))
     }
 
-    async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
-        let server = request.into_inner().server;
-        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
-        if view.state == ServerState::Disabled {
-            return Err(ApiError::Disabled(server).into());
-        }
-        self.refresher.refresh(&server, EnumerationReason::Manual);
-        Ok(Response::new(pb::RefreshServerResponse {}))
-    }
-
-    async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
-        let server = request.into_inner().server;
-        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
-        if view.state == ServerState::Disabled {
-            return Err(ApiError::Disabled(server).into());
-        }
-        self.refresher.restart(&server);
-        Ok(Response::new(pb::RestartServerResponse {}))
-    }
-}
-
-impl ToolHostService {
     fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(String, String), ApiError> {
         if !qualified.is_empty() {
             let server =

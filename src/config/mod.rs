@@ -23,6 +23,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub grpc: GrpcConfig,
     pub daemon: DaemonConfig,
+    pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerSpec>,
 }
@@ -46,6 +47,19 @@ pub struct GrpcConfig {
 pub enum ListenAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// OpenTelemetry export. Off unless an endpoint is set here or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name`; else `OTEL_SERVICE_NAME`, else "toolhost".
+    pub service_name: Option<String>,
+    pub traces: bool,
+    pub metrics: bool,
+    pub metrics_interval: Duration,
+    pub export_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -218,6 +232,22 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20))
         .map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
 
+    let telemetry = TelemetryConfig {
+        otlp_endpoint: match raw.telemetry.otlp_endpoint {
+            Some(endpoint) if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) => {
+                return Err(error("telemetry.otlp_endpoint".into(), format!("{endpoint:?} is not an http:// or https:// URL")));
+            }
+            endpoint => endpoint,
+        },
+        service_name: raw.telemetry.service_name,
+        traces: raw.telemetry.traces.unwrap_or(true),
+        metrics: raw.telemetry.metrics.unwrap_or(true),
+        metrics_interval: optional_duration(raw.telemetry.metrics_interval.as_deref(), Duration::from_secs(15))
+            .map_err(|p| error("telemetry.metrics_interval".into(), p))?,
+        export_timeout: optional_duration(raw.telemetry.export_timeout.as_deref(), Duration::from_secs(3))
+            .map_err(|p| error("telemetry.export_timeout".into(), p))?,
+    };
+
     let mut servers = BTreeMap::new();
     for (name, server) in raw.servers {
         check_server_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
@@ -230,6 +260,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         store: StoreConfig { path: store_path, history_generations },
         grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
         daemon: DaemonConfig { shutdown_timeout },
+        telemetry,
         servers,
     })
 }

@@ -16,6 +16,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) daemon: RawDaemon,
     #[serde(default)]
+    pub(crate) telemetry: RawTelemetry,
+    #[serde(default)]
     pub(crate) servers: BTreeMap<String, RawServer>,
 }
 
@@ -37,6 +39,17 @@ pub(crate) struct RawGrpc {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDaemon {
     pub(crate) shutdown_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetry {
+    pub(crate) otlp_endpoint: Option<String>,
+    pub(crate) service_name: Option<String>,
+    pub(crate) traces: Option<bool>,
+    pub(crate) metrics: Option<bool>,
+    pub(crate) metrics_interval: Option<String>,
+    pub(crate) export_timeout: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,9 @@ use crate::config::EnumerationLimits;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
 use crate::mcp::tools::{list_params, parse_list_page, peek_next_cursor};
+use crate::supervisor::trace;
 use crate::upstream::{SessionHandle, UpstreamError};
+use tracing::Instrument;
 
 /// How often a pass that hit an invalid cursor may start over before it fails.
 const INVALID_CURSOR_RESTARTS: u32 = 2;
@@ -37,6 +39,7 @@ pub(crate) enum PassEnd {
 
 /// What the pass needs to know about its server.
 pub(crate) struct PassSettings<'a> {
+    pub(crate) server: &'a str,
     pub(crate) limits: &'a EnumerationLimits,
     pub(crate) request_timeout: Duration,
     pub(crate) enumeration_timeout: Duration,
@@ -69,7 +72,9 @@ pub(crate) async fn enumerate(
         }
         let params = list_params(cursor.as_deref());
         let page_number = stats.pages + 1;
-        let request = session.request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true);
+        let request = session
+            .request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true)
+            .instrument(trace::page(settings.server, page_number));
         let result = tokio::select! {
             biased;
             Ok(()) = changes.changed() => return Err(PassEnd::Superseded),

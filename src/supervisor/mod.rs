@@ -4,6 +4,7 @@
 mod backoff;
 mod enumerate;
 pub mod registry;
+mod trace;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use tracing::Instrument;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError, StoredServer};
 use crate::config::{ServerSpec, Transport};
+use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
 use registry::{ConfigChange, Registry, ServerState, ServerView};
 use worker::{Worker, WorkerCommand};
@@ -34,6 +36,7 @@ type Senders = Arc<RwLock<BTreeMap<Arc<str>, mpsc::Sender<WorkerCommand>>>>;
 
 /// Owns the workers. Dropping it without [`Supervisor::shutdown`] cancels them all the same.
 pub struct Supervisor {
+    metrics: Metrics,
     registry: Arc<Registry>,
     store: Store,
     reaper: Arc<Reaper>,
@@ -73,9 +76,11 @@ impl Supervisor {
         store: Store,
         registry: Arc<Registry>,
         reaper: Arc<Reaper>,
+        metrics: Metrics,
     ) -> Result<Supervisor, StoreError> {
         let mut stored = store.load_all_current().await?;
         let mut supervisor = Supervisor {
+            metrics,
             registry,
             store,
             reaper,
@@ -195,6 +200,7 @@ impl Supervisor {
             registry: self.registry.clone(),
             reaper: self.reaper.clone(),
             start_permits: self.start_permits.clone(),
+            metrics: self.metrics.clone(),
             commands: commands_rx,
             cancel: cancel.clone(),
             session_listed_ok: false,
@@ -233,7 +239,13 @@ pub struct Refresher {
 impl Refresher {
     /// Asks for a re-enumeration; requests that find the worker busy coalesce.
     pub fn refresh(&self, server: &str, reason: EnumerationReason) {
-        self.send(server, WorkerCommand::Refresh(reason));
+        self.send(server, WorkerCommand::Refresh(reason, None));
+    }
+
+    /// Asks for a re-enumeration whose trace links back to `cause` (the call that found a tool
+    /// missing).
+    pub fn refresh_linked(&self, server: &str, reason: EnumerationReason, cause: Option<opentelemetry::trace::SpanContext>) {
+        self.send(server, WorkerCommand::Refresh(reason, cause));
     }
 
     /// Asks for a fresh session.

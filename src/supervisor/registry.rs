@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use opentelemetry::trace::SpanContext;
 use tokio::sync::{Semaphore, watch};
 
 use crate::catalog::model::{Diff, Generation};
@@ -84,6 +85,28 @@ pub struct ServerShared {
     /// The call timeout when the caller sets no deadline.
     pub request_timeout: Duration,
     pub races: RaceCounters,
+    /// The trace span of the refresh that published each recent generation, so that a stale-tool
+    /// race can link to the enumeration that observed the change.
+    generation_spans: Mutex<VecDeque<(u64, SpanContext)>>,
+}
+
+/// Generations whose publishing span is remembered.
+const GENERATION_SPANS_KEPT: usize = 32;
+
+impl ServerShared {
+    pub(crate) fn remember_generation_span(&self, generation: u64, context: SpanContext) {
+        let mut spans = self.generation_spans.lock().unwrap_or_else(PoisonError::into_inner);
+        if spans.len() == GENERATION_SPANS_KEPT {
+            spans.pop_front();
+        }
+        spans.push_back((generation, context));
+    }
+
+    /// The span of the refresh that published `generation`, if it is still remembered.
+    pub fn generation_span(&self, generation: u64) -> Option<SpanContext> {
+        let spans = self.generation_spans.lock().unwrap_or_else(PoisonError::into_inner);
+        spans.iter().rev().find(|(g, _)| *g == generation).map(|(_, context)| context.clone())
+    }
 }
 
 /// Stale-tool races seen on one server, by kind.
@@ -190,6 +213,7 @@ impl ServerView {
                 call_permits: Arc::new(Semaphore::new(permits)),
                 request_timeout,
                 races: RaceCounters::default(),
+                generation_spans: Mutex::default(),
             }),
         }
     }

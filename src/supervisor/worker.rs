@@ -1,9 +1,14 @@
 //! The per-server loop: start a session, enumerate, follow changes, and restart with backoff
 //! when the session ends. Every new session is a fresh handshake and a full enumeration.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanContext;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,6 +20,10 @@ use crate::config::ServerSpec;
 use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
+use crate::mcp::lifecycle::ServerHello;
+use crate::supervisor::trace;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::span_context;
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
@@ -32,8 +41,9 @@ const BURST_WINDOW: Duration = Duration::from_secs(1);
 /// Requests a worker accepts from the rest of toolhost.
 #[derive(Debug)]
 pub(crate) enum WorkerCommand {
-    /// Re-enumerate now (a manual refresh, or a call that found a tool missing).
-    Refresh(EnumerationReason),
+    /// Re-enumerate now (a manual refresh, or a call that found a tool missing, whose span the
+    /// refresh links to).
+    Refresh(EnumerationReason, Option<SpanContext>),
     /// End the session and start a fresh one at once.
     Restart,
 }
@@ -56,6 +66,7 @@ pub(crate) struct Worker {
     pub(crate) reaper: Arc<Reaper>,
     /// Shared by all workers: bounds how many sessions start (connect and first enumeration) at once.
     pub(crate) start_permits: Arc<Semaphore>,
+    pub(crate) metrics: Metrics,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) cancel: CancellationToken,
     /// A listing of this session was committed (or found unchanged).
@@ -97,6 +108,7 @@ impl Worker {
                         SessionEnd::Restart => {
                             // Asked for, not a failure: no backoff, and the failure count stays.
                             first = false;
+                            self.metrics.record_restart(&self.name);
                             self.registry.update(&self.name, |view| {
                                 view.num_restarts += 1;
                                 view.state = ServerState::Reconnecting;
@@ -127,6 +139,7 @@ impl Worker {
             };
             let delay = backoff::delay(&self.spec.restart, failures);
             tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
+            self.metrics.record_restart(&self.name);
             self.registry.update(&self.name, |view| {
                 view.state = state;
                 view.session = None;
@@ -156,34 +169,31 @@ impl Worker {
             view.session = Some(handle.clone());
             view.last_error = None;
         });
+        let session_span = trace::session(&self.name, &hello);
+        let session_context = span_context(&session_span);
         let mut pending = Some(reason);
+        let mut cause: Option<SpanContext> = None;
+        let mut change_seen_at: Option<Instant> = None;
         let mut retry_at: Option<Instant> = None;
-        let mut recent_passes: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
+        let mut recent_passes: VecDeque<Instant> = VecDeque::new();
         self.session_listed_ok = false;
         self.empty_listing_held = false;
         let end = loop {
             if let Some(reason) = pending.take() {
                 retry_at = None;
-                if !hello.has_tools {
-                    // The capability gate: a server without `capabilities.tools` is never sent tools/list.
-                    self.commit(Listing::default(), reason, now_ms(), Instant::now(), PassStats::default()).await;
-                    self.set_state(ServerState::NoTools, None);
-                } else {
-                    if reason == EnumerationReason::ListChanged {
-                        recent_passes.retain(|started: &Instant| started.elapsed() < BURST_WINDOW);
-                        if recent_passes.len() >= IMMEDIATE_PASSES {
-                            tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
-                            if let Err(end) = self.wait_for_quiet(&mut changes).await {
-                                break end;
-                            }
+                let span = trace::refresh(&self.name, reason, session_context.clone(), cause.take());
+                let refreshed = self
+                    .refresh(&connection, &hello, reason, &mut changes, &mut recent_passes)
+                    .instrument(span)
+                    .await;
+                match refreshed {
+                    Ok(true) => {
+                        if let Some(seen) = change_seen_at.take() {
+                            self.metrics.record_propagation(&self.name, seen.elapsed());
                         }
-                        recent_passes.push_back(Instant::now());
                     }
-                    match self.enumerate_until_settled(&connection, reason, &mut changes).await {
-                        Ok(true) => self.set_state(ServerState::Ready, None),
-                        Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
-                        Err(end) => break end,
-                    }
+                    Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
+                    Err(end) => break end,
                 }
             }
             // The session is up and enumerated (or its first pass has failed): let the next start.
@@ -200,13 +210,17 @@ impl Worker {
                 Ok(()) = changes.changed() => {
                     if hello.has_tools {
                         pending = Some(EnumerationReason::ListChanged);
+                        change_seen_at.get_or_insert_with(Instant::now);
                     } else {
                         tracing::warn!(server = %self.name, "ignored tools/list_changed from a server that does not offer tools");
                         changes.borrow_and_update();
                     }
                 }
                 Some(command) = self.commands.recv() => match command {
-                    WorkerCommand::Refresh(reason) => pending = Some(reason),
+                    WorkerCommand::Refresh(reason, link) => {
+                        pending = Some(reason);
+                        cause = link;
+                    }
                     WorkerCommand::Restart => break SessionEnd::Restart,
                 },
                 () = retry => pending = Some(EnumerationReason::Manual),
@@ -219,7 +233,44 @@ impl Worker {
         let status = connection.shutdown().await;
         let exit = status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
         tracing::info!(server = %self.name, %exit, "session ended");
+        session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
         end
+    }
+
+    /// One refresh: the capability gate, burst coalescing, then passes until one settles.
+    /// `Ok(true)`: a listing was committed or found unchanged.
+    async fn refresh(
+        &mut self,
+        connection: &Connection,
+        hello: &ServerHello,
+        reason: EnumerationReason,
+        changes: &mut watch::Receiver<u64>,
+        recent_passes: &mut VecDeque<Instant>,
+    ) -> Result<bool, SessionEnd> {
+        let span = tracing::Span::current();
+        if !hello.has_tools {
+            // The capability gate: a server without `capabilities.tools` is never sent tools/list.
+            self.commit(Listing::default(), reason, now_ms(), Instant::now(), PassStats::default()).await;
+            self.set_state(ServerState::NoTools, None);
+            return Ok(true);
+        }
+        if reason == EnumerationReason::ListChanged {
+            let received = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
+            span.add_event("notification received", vec![opentelemetry::KeyValue::new("toolhost.notifications.total", received as i64)]);
+            recent_passes.retain(|started| started.elapsed() < BURST_WINDOW);
+            if recent_passes.len() >= IMMEDIATE_PASSES {
+                tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
+                self.wait_for_quiet(changes).await?;
+                let now = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
+                span.add_event("coalesced", vec![opentelemetry::KeyValue::new("toolhost.notifications.coalesced", (now - received + 1) as i64)]);
+            }
+            recent_passes.push_back(Instant::now());
+        }
+        let settled = self.enumerate_until_settled(connection, reason, changes).await?;
+        if settled {
+            self.set_state(ServerState::Ready, None);
+        }
+        Ok(settled)
     }
 
     /// Runs passes until one completes without being superseded. `Ok(true)`: a listing was
@@ -231,6 +282,7 @@ impl Worker {
         changes: &mut watch::Receiver<u64>,
     ) -> Result<bool, SessionEnd> {
         let settings = PassSettings {
+            server: &self.name,
             limits: &self.spec.limits,
             request_timeout: self.spec.request_timeout,
             enumeration_timeout: self.spec.enumeration_timeout,
@@ -239,10 +291,21 @@ impl Worker {
             let started_at_ms = now_ms();
             let started = Instant::now();
             let mut stats = PassStats::default();
+            let pass_span = trace::pass(&self.name, reason);
             let pass = tokio::select! {
                 () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
-                pass = enumerate::enumerate(connection.handle(), &settings, changes, &mut stats) => pass,
+                pass = enumerate::enumerate(connection.handle(), &settings, changes, &mut stats).instrument(pass_span.clone()) => pass,
             };
+            let (outcome, error) = match &pass {
+                Ok(_) => ("complete", None),
+                Err(PassEnd::Superseded) => ("superseded", Some("superseded by tools/list_changed")),
+                Err(PassEnd::Failed(error)) => ("failed", Some(error.as_str())),
+            };
+            trace::finish_pass(&pass_span, outcome, &stats, error);
+            drop(pass_span);
+            if outcome != "complete" {
+                self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, started.elapsed());
+            }
             match pass {
                 Ok(listing) => {
                     if let Some(error) = self.suspicious_empty_listing(&listing) {
@@ -313,19 +376,45 @@ impl Worker {
     /// Offers a complete listing to the store and publishes the result. Returns false if the
     /// store failed (the listing is then not published either).
     async fn commit(&self, listing: Listing, reason: EnumerationReason, started_at_ms: i64, started: Instant, stats: PassStats) -> bool {
+        // The refresh span: a stale-tool race on this generation will link to it.
+        let refresh_context = span_context(&tracing::Span::current());
+        let span = trace::commit(&self.name);
+        self.commit_in(listing, reason, started_at_ms, started, stats, refresh_context).instrument(span).await
+    }
+
+    async fn commit_in(
+        &self,
+        listing: Listing,
+        reason: EnumerationReason,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+        refresh_context: Option<SpanContext>,
+    ) -> bool {
+        let span = tracing::Span::current();
         for diagnostic in &listing.diagnostics {
             tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, started_at_ms, started, stats, listing.diagnostics.clone());
         let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());
-        match self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await {
+        let committed = self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await;
+        let outcome = match committed {
             Ok(CommitOutcome::Committed { generation, diff }) => {
                 tracing::info!(
                     server = %self.name, generation = generation.number, tools = generation.tools.len(),
                     added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
                     "published a new tool generation"
                 );
+                span.set_attribute("toolhost.diff.added", diff.added.len() as i64);
+                span.set_attribute("toolhost.diff.removed", diff.removed.len() as i64);
+                span.set_attribute("toolhost.diff.changed", diff.changed.len() as i64);
                 let number = generation.number;
+                span.set_attribute("toolhost.generation", number as i64);
+                if let Some(context) = refresh_context
+                    && let Some(view) = self.registry.server(&self.name)
+                {
+                    view.shared.remember_generation_span(number, context);
+                }
                 self.registry.update(&self.name, |view| {
                     view.generation = Some(generation);
                     view.revalidating = false;
@@ -333,23 +422,29 @@ impl Worker {
                     view.last_enumeration =
                         Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
                 });
-                true
+                EnumerationOutcome::Committed
             }
             Ok(CommitOutcome::Unchanged { generation }) => {
                 tracing::debug!(server = %self.name, generation, reason = reason.as_str(), "tool set unchanged");
+                span.set_attribute("toolhost.generation", generation as i64);
                 self.registry.update(&self.name, |view| {
                     view.revalidating = false;
                     view.last_verified_at_ms = Some(now_ms());
                     view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
                 });
-                true
+                EnumerationOutcome::Unchanged
             }
             Err(error) => {
                 tracing::error!(server = %self.name, %error, "cannot commit the tool generation");
+                span.set_attribute("error.type", "store");
                 self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
-                false
+                return false;
             }
-        }
+        };
+        span.set_attribute("toolhost.enumeration.outcome", outcome.as_str());
+        span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
+        self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), started.elapsed());
+        true
     }
 
     async fn record_failure(

@@ -117,6 +117,8 @@ impl SessionHandle {
             return Err(UpstreamError::Closed);
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        // The request's span (a page of tools/list, an upstream tools/call) carries its id.
+        tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "jsonrpc.request.id", id.to_string());
         let (reply_tx, reply_rx) = oneshot::channel();
         self.shared.lock_pending().insert(id, reply_tx);
         let mut guard = PendingGuard { shared: &self.shared, id, cancellable, done: false };

@@ -1,0 +1,141 @@
+//! The metrics toolhost records. Instruments come from the global meter provider, which is a
+//! no-op unless telemetry export is on, so recording costs next to nothing when it is off.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
+
+use crate::supervisor::registry::{Registry, ServerState};
+
+/// Every instrument, created once and shared.
+#[derive(Clone)]
+pub struct Metrics {
+    /// `mcp.client.operation.duration` (semantic conventions): upstream request durations.
+    operation_duration: Histogram<f64>,
+    calls: Counter<u64>,
+    enumerations: Counter<u64>,
+    propagation: Histogram<f64>,
+    races: Counter<u64>,
+    restarts: Counter<u64>,
+}
+
+/// Gauges read from the registry at each collection; dropping them unregisters the callbacks.
+pub struct RegistryGauges {
+    _sessions: ObservableGauge<u64>,
+    _tools: ObservableGauge<u64>,
+}
+
+impl Metrics {
+    pub fn new(meter: &Meter) -> Metrics {
+        Metrics {
+            operation_duration: meter
+                .f64_histogram("mcp.client.operation.duration")
+                .with_unit("s")
+                .with_description("Duration of MCP requests toolhost sent upstream")
+                .with_boundaries(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+                .build(),
+            calls: meter.u64_counter("toolhost.calls").with_description("Tool calls by outcome").build(),
+            enumerations: meter.u64_counter("toolhost.enumerations").with_description("Enumerations by reason and outcome").build(),
+            propagation: meter
+                .f64_histogram("toolhost.list_changed.duration")
+                .with_unit("s")
+                .with_description("From tools/list_changed received to the generation published or found unchanged")
+                .with_boundaries(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+                .build(),
+            races: meter.u64_counter("toolhost.stale_tool.races").with_description("Stale-tool races by kind").build(),
+            restarts: meter.u64_counter("toolhost.server.restarts").with_description("Sessions started after a server's first").build(),
+        }
+    }
+
+    /// Instruments on the global meter provider.
+    pub fn global() -> Metrics {
+        Metrics::new(&opentelemetry::global::meter(super::SCOPE))
+    }
+
+    pub fn record_call(&self, server: &str, duration: Duration, outcome: &'static str, error_type: Option<&'static str>) {
+        let mut attributes = vec![KeyValue::new("mcp.method.name", "tools/call"), KeyValue::new("toolhost.server", server.to_owned())];
+        if let Some(error_type) = error_type {
+            attributes.push(KeyValue::new("error.type", error_type));
+        }
+        self.operation_duration.record(duration.as_secs_f64(), &attributes);
+        self.calls.add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.call.outcome", outcome)]);
+    }
+
+    pub fn record_enumeration(&self, server: &str, reason: &'static str, outcome: &'static str, duration: Duration) {
+        let attributes = [
+            KeyValue::new("toolhost.server", server.to_owned()),
+            KeyValue::new("toolhost.enumeration.reason", reason),
+            KeyValue::new("toolhost.enumeration.outcome", outcome),
+        ];
+        self.enumerations.add(1, &attributes);
+        self.operation_duration.record(duration.as_secs_f64(), &[KeyValue::new("mcp.method.name", "tools/list"), KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+
+    pub fn record_propagation(&self, server: &str, duration: Duration) {
+        self.propagation.record(duration.as_secs_f64(), &[KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+
+    pub fn record_race(&self, server: &str, kind: &'static str) {
+        self.races.add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.race.kind", kind)]);
+    }
+
+    pub fn record_restart(&self, server: &str) {
+        self.restarts.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+}
+
+/// Registers `toolhost.sessions` (servers by state) and `toolhost.tools` (tools per server).
+pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges {
+    let for_sessions = registry.clone();
+    let sessions = meter
+        .u64_observable_gauge("toolhost.sessions")
+        .with_description("Servers by state")
+        .with_callback(move |observer| {
+            let snapshot = for_sessions.snapshot();
+            for state in ALL_STATES {
+                let count = snapshot.servers.values().filter(|view| view.state == state).count() as u64;
+                observer.observe(count, &[KeyValue::new("toolhost.server.state", state_name(state))]);
+            }
+        })
+        .build();
+    let tools = meter
+        .u64_observable_gauge("toolhost.tools")
+        .with_description("Tools in each server's current generation")
+        .with_callback(move |observer| {
+            for view in registry.snapshot().servers.values() {
+                let count = view.generation.as_ref().map_or(0, |g| g.tools.len() as u64);
+                observer.observe(count, &[KeyValue::new("toolhost.server", view.name.to_string()), KeyValue::new("toolhost.server.available", view.is_available())]);
+            }
+        })
+        .build();
+    RegistryGauges { _sessions: sessions, _tools: tools }
+}
+
+const ALL_STATES: [ServerState; 9] = [
+    ServerState::Disabled,
+    ServerState::Starting,
+    ServerState::Ready,
+    ServerState::NoTools,
+    ServerState::Reconnecting,
+    ServerState::Backoff,
+    ServerState::CrashLoop,
+    ServerState::Failed,
+    ServerState::Stopped,
+];
+
+/// The lowercase name of a state, as the API and the metrics show it.
+pub fn state_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Disabled => "disabled",
+        ServerState::Starting => "starting",
+        ServerState::Ready => "ready",
+        ServerState::NoTools => "no_tools",
+        ServerState::Reconnecting => "reconnecting",
+        ServerState::Backoff => "backoff",
+        ServerState::CrashLoop => "crash_loop",
+        ServerState::Failed => "failed",
+        ServerState::Stopped => "stopped",
+    }
+}

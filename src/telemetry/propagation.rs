@@ -1,0 +1,47 @@
+//! W3C trace context in and out: from an agent's gRPC metadata into toolhost's spans, and from
+//! toolhost's spans into the upstream request's `params._meta`.
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+struct Metadata<'a>(&'a tonic::metadata::MetadataMap);
+
+impl Extractor for Metadata<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|key| match key {
+                tonic::metadata::KeyRef::Ascii(key) => Some(key.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Makes `span` a child of the caller's trace, if the request carries a `traceparent`.
+pub fn continue_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    let parent = TraceContextPropagator::new().extract(&Metadata(metadata));
+    use opentelemetry::trace::TraceContextExt;
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// `"traceparent"` and `"tracestate"` of the current span, as `_meta` entries (empty when no
+/// trace is being recorded).
+pub fn current_meta() -> HashMap<String, String> {
+    let mut carrier = HashMap::new();
+    let context = tracing::Span::current().context();
+    use opentelemetry::trace::TraceContextExt;
+    if context.span().span_context().is_valid() {
+        TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    }
+    carrier
+}
