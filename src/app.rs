@@ -117,7 +117,20 @@ impl App {
         supervisor.start_workers();
         // The store is migrated and every listener is bound: agents can connect now.
         notifier.ready();
-        Ok(App { config, store, supervisor, calls, reaper, notifier, grpc_addrs, api_tasks, api_cancel, background, background_cancel, _gauges: gauges })
+        Ok(App {
+            config,
+            store,
+            supervisor,
+            calls,
+            reaper,
+            notifier,
+            grpc_addrs,
+            api_tasks,
+            api_cancel,
+            background,
+            background_cancel,
+            _gauges: gauges,
+        })
     }
 
     pub fn registry(&self) -> &Arc<Registry> {

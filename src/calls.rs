@@ -239,7 +239,11 @@ impl Calls {
                 upstream_span.set_attribute("error.type", "stale_tool");
                 // The server knows better than the catalog: look again, at once. The enumeration
                 // that follows links back to this call.
-                self.refresher.refresh_linked(&view.name, EnumerationReason::StaleTool, crate::telemetry::span_context(&tracing::Span::current()));
+                self.refresher.refresh_linked(
+                    &view.name,
+                    EnumerationReason::StaleTool,
+                    crate::telemetry::span_context(&tracing::Span::current()),
+                );
                 tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
                 Err(CallError::Stale(Box::new(StaleTool {
                     kind: RaceKind::UpstreamUnknownTool,
@@ -433,7 +437,6 @@ fn upstream_error_type(error: &UpstreamError) -> &'static str {
         _ => "upstream_error",
     }
 }
-
 
 fn unknown(tool: &ToolRef) -> CallError {
     match tool {

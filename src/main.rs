@@ -186,4 +186,3 @@ fn fail(message: &str, code: u8) -> ExitCode {
     let _ = writeln!(std::io::stderr(), "toolhost: {message}");
     ExitCode::from(code)
 }
-

@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanContext;
-use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::{CommitOutcome, Store};
 use crate::config::ServerSpec;
+use crate::mcp::lifecycle::ServerHello;
 use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
-use crate::mcp::lifecycle::ServerHello;
 use crate::supervisor::trace;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
@@ -182,10 +182,7 @@ impl Worker {
             if let Some(reason) = pending.take() {
                 retry_at = None;
                 let span = trace::refresh(&self.name, reason, session_context.clone(), cause.take());
-                let refreshed = self
-                    .refresh(&connection, &hello, reason, &mut changes, &mut recent_passes)
-                    .instrument(span)
-                    .await;
+                let refreshed = self.refresh(&connection, &hello, reason, &mut changes, &mut recent_passes).instrument(span).await;
                 match refreshed {
                     Ok(true) => {
                         if let Some(seen) = change_seen_at.take() {
@@ -262,7 +259,10 @@ impl Worker {
                 tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
                 self.wait_for_quiet(changes).await?;
                 let now = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
-                span.add_event("coalesced", vec![opentelemetry::KeyValue::new("toolhost.notifications.coalesced", (now - received + 1) as i64)]);
+                span.add_event(
+                    "coalesced",
+                    vec![opentelemetry::KeyValue::new("toolhost.notifications.coalesced", (now - received + 1) as i64)],
+                );
             }
             recent_passes.push_back(Instant::now());
         }

@@ -34,7 +34,9 @@ impl Metrics {
                 .f64_histogram("mcp.client.operation.duration")
                 .with_unit("s")
                 .with_description("Duration of MCP requests toolhost sent upstream")
-                .with_boundaries(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+                .with_boundaries(vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ])
                 .build(),
             calls: meter.u64_counter("toolhost.calls").with_description("Tool calls by outcome").build(),
             enumerations: meter.u64_counter("toolhost.enumerations").with_description("Enumerations by reason and outcome").build(),
@@ -70,7 +72,10 @@ impl Metrics {
             KeyValue::new("toolhost.enumeration.outcome", outcome),
         ];
         self.enumerations.add(1, &attributes);
-        self.operation_duration.record(duration.as_secs_f64(), &[KeyValue::new("mcp.method.name", "tools/list"), KeyValue::new("toolhost.server", server.to_owned())]);
+        self.operation_duration.record(
+            duration.as_secs_f64(),
+            &[KeyValue::new("mcp.method.name", "tools/list"), KeyValue::new("toolhost.server", server.to_owned())],
+        );
     }
 
     pub fn record_propagation(&self, server: &str, duration: Duration) {
@@ -106,7 +111,13 @@ pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges
         .with_callback(move |observer| {
             for view in registry.snapshot().servers.values() {
                 let count = view.generation.as_ref().map_or(0, |g| g.tools.len() as u64);
-                observer.observe(count, &[KeyValue::new("toolhost.server", view.name.to_string()), KeyValue::new("toolhost.server.available", view.is_available())]);
+                observer.observe(
+                    count,
+                    &[
+                        KeyValue::new("toolhost.server", view.name.to_string()),
+                        KeyValue::new("toolhost.server.available", view.is_available()),
+                    ],
+                );
             }
         })
         .build();

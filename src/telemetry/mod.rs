@@ -68,7 +68,12 @@ pub fn init(config: &TelemetryConfig, format: LogFormat) -> Result<Telemetry, Te
         }
     };
     let traces = tracer_provider.as_ref().map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(SCOPE)));
-    tracing_subscriber::registry().with(filter).with(logs).with(traces).try_init().map_err(|err| TelemetryError::Subscriber(err.to_string()))?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .try_init()
+        .map_err(|err| TelemetryError::Subscriber(err.to_string()))?;
     if enabled {
         tracing::info!(traces = config.traces, metrics = config.metrics, "exporting telemetry over OTLP");
     }

@@ -12,3 +12,4 @@ mod daemon;
 mod enumeration;
 mod lifecycle;
 mod restart;
+mod telemetry;

@@ -1,0 +1,387 @@
+//! Traces and metrics: span names, attributes, events, links and parents checked with the SDK's
+//! in-memory exporter, and an end-to-end export to an OTLP/gRPC receiver started by the test.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::{SpanKind, TracerProvider as _};
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+use tracing_subscriber::layer::SubscriberExt;
+
+use crate::harness::*;
+
+/// The process-wide in-memory exporter; spans of every test land here, told apart by server name.
+fn exporter() -> &'static InMemorySpanExporter {
+    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
+    EXPORTER.get_or_init(|| {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new("info"))
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("toolhost")));
+        tracing::subscriber::set_global_default(subscriber).expect("the test binary's only global subscriber");
+        // The provider must outlive every test.
+        std::mem::forget(provider);
+        exporter
+    })
+}
+
+fn attr<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| &kv.value)
+}
+
+fn attr_str(span: &SpanData, key: &str) -> String {
+    attr(span, key).map(|v| v.as_str().into_owned()).unwrap_or_default()
+}
+
+/// Finished spans whose name mentions `needle`, waiting for them to appear.
+async fn spans_named(needle: &str, at_least: usize) -> Vec<SpanData> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let spans: Vec<SpanData> = exporter().get_finished_spans().unwrap().into_iter().filter(|s| s.name.contains(needle)).collect();
+        if spans.len() >= at_least {
+            return spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {at_least} spans named like {needle:?}; have {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn event<'a>(span: &'a SpanData, name: &str) -> Option<&'a opentelemetry::trace::Event> {
+    span.events.iter().find(|e| e.name == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_continues_the_agents_trace_and_passes_it_upstream() {
+    exporter();
+    let dir = TestDir::new();
+    let script = dir.script("traced", json!({}));
+    let app = start(dir.config(&server_table("traced", &script, ""))).await;
+    wait_for_server(app.registry(), "traced", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut request = tonic::Request::new(pb::CallToolRequest {
+        qualified_name: "traced__echo".into(),
+        arguments_json: r#"{"text":"hi"}"#.into(),
+        ..Default::default()
+    });
+    request.metadata_mut().insert("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap());
+    client.call_tool(request).await.unwrap();
+
+    let server_span = spans_named("tools/call traced__echo", 1).await.remove(0);
+    assert_eq!(server_span.span_kind, SpanKind::Server);
+    assert_eq!(server_span.span_context.trace_id().to_string(), trace_id, "the agent's trace continues");
+    assert_eq!(server_span.parent_span_id.to_string(), "00f067aa0ba902b7");
+    assert_eq!(attr_str(&server_span, "mcp.method.name"), "tools/call");
+    assert_eq!(attr_str(&server_span, "toolhost.server"), "traced");
+    assert_eq!(attr(&server_span, "toolhost.generation"), Some(&Value::I64(1)));
+    assert_eq!(attr_str(&server_span, "toolhost.definition_hash").len(), 64);
+    assert!(attr(&server_span, "toolhost.catalog.revision").is_some());
+
+    let upstream = spans_named("tools/call echo", 1).await.into_iter().find(|s| attr_str(s, "toolhost.server") == "traced").unwrap();
+    assert_eq!(upstream.span_kind, SpanKind::Client);
+    assert_eq!(upstream.parent_span_id, server_span.span_context.span_id(), "the upstream call is a child of the gRPC span");
+    assert_eq!(attr_str(&upstream, "gen_ai.tool.name"), "echo");
+    assert_eq!(attr_str(&upstream, "mcp.protocol.version"), "2025-11-25");
+    assert_eq!(attr_str(&upstream, "network.transport"), "pipe");
+    let request_id = attr_str(&upstream, "jsonrpc.request.id");
+    let received = dir.received("traced");
+    let call = received.iter().find(|m| m["method"] == "tools/call").unwrap();
+    assert_eq!(call["id"].to_string(), request_id);
+    let traceparent = call["params"]["_meta"]["traceparent"].as_str().expect("traceparent in params._meta");
+    assert_eq!(traceparent, format!("00-{trace_id}-{}-01", upstream.span_context.span_id()));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enumeration_shows_the_chain_from_notification_to_watchers() {
+    exporter();
+    let dir = TestDir::new();
+    let file = dir.path("tools.json");
+    std::fs::write(&file, json!(tools("t", 5)).to_string()).unwrap();
+    let script =
+        dir.script("chain", json!({"tools_file": file, "watch_tools_file": true, "page_size": 2, "cursor_prefix": "SECRET-CURSOR-"}));
+    let app = start(dir.config(&server_table("chain", &script, ""))).await;
+    wait_for_server(app.registry(), "chain", "ready", |v| v.state == ServerState::Ready).await;
+    std::fs::write(&file, json!(tools("t", 6)).to_string()).unwrap();
+    wait_for_server(app.registry(), "chain", "generation 2", |v| v.generation_number() == 2).await;
+
+    let refresh = spans_named("notifications/tools/list_changed chain", 1).await.remove(0);
+    assert_eq!(attr_str(&refresh, "toolhost.enumeration.reason"), "list_changed");
+    assert!(event(&refresh, "notification received").is_some());
+    assert!(refresh.links.iter().next().is_some(), "the refresh links to its session's span");
+    let trace = refresh.span_context.trace_id();
+    let all: Vec<SpanData> = exporter().get_finished_spans().unwrap().into_iter().filter(|s| s.span_context.trace_id() == trace).collect();
+    let pass = all.iter().find(|s| s.name == "tools/list chain").expect("a pass span");
+    assert_eq!(pass.parent_span_id, refresh.span_context.span_id());
+    assert_eq!(attr(pass, "toolhost.enumeration.pages"), Some(&Value::I64(3)));
+    assert_eq!(attr_str(pass, "toolhost.enumeration.outcome"), "complete");
+    let pages: Vec<&SpanData> = all.iter().filter(|s| s.name.starts_with("tools/list chain page")).collect();
+    assert_eq!(pages.len(), 3);
+    assert!(pages.iter().all(|p| p.parent_span_id == pass.span_context.span_id() && attr(p, "jsonrpc.request.id").is_some()));
+    let commit = all.iter().find(|s| s.name == "toolhost.commit chain").expect("a commit span");
+    assert_eq!(commit.parent_span_id, refresh.span_context.span_id());
+    assert_eq!((attr(commit, "toolhost.diff.added"), attr(commit, "toolhost.generation")), (Some(&Value::I64(1)), Some(&Value::I64(2))));
+    assert!(event(commit, "watchers notified").is_some());
+    for span in &all {
+        for kv in &span.attributes {
+            assert!(!kv.value.as_str().contains("SECRET-CURSOR-"), "{} carries a cursor in {}", span.name, kv.key);
+        }
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_race_is_an_event_linked_to_the_enumeration_behind_it() {
+    exporter();
+    let dir = TestDir::new();
+    let file = dir.path("tools.json");
+    std::fs::write(&file, json!([{"name": "stays"}, {"name": "goes"}, {"name": "ghost"}]).to_string()).unwrap();
+    let script = dir.script("racing", json!({"tools_file": file, "watch_tools_file": true, "unknown_tools_on_call": ["ghost"]}));
+    let app = start(dir.config(&server_table("racing", &script, ""))).await;
+    wait_for_server(app.registry(), "racing", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let listed = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner();
+    let stays_hash = listed.tools.iter().find(|t| t.name == "stays").unwrap().definition_hash.clone();
+    std::fs::write(&file, json!([{"name": "stays", "description": "changed"}, {"name": "ghost"}]).to_string()).unwrap();
+    wait_for_server(app.registry(), "racing", "generation 2", |v| v.generation_number() == 2).await;
+    let publishing = spans_named("notifications/tools/list_changed racing", 1).await.remove(0);
+
+    let call = |name: &str, hash: &str| pb::CallToolRequest {
+        qualified_name: name.into(),
+        expected_definition_hash: hash.into(),
+        ..Default::default()
+    };
+    client.call_tool(call("racing__goes", "")).await.unwrap_err();
+    client.call_tool(call("racing__stays", &stays_hash)).await.unwrap_err();
+    client.call_tool(call("racing__ghost", "")).await.unwrap_err();
+
+    let kinds: HashMap<String, SpanData> = spans_named("tools/call racing__", 3)
+        .await
+        .into_iter()
+        .map(|span| {
+            let kind = event(&span, "toolhost.stale_tool")
+                .and_then(|e| {
+                    e.attributes.iter().find(|kv| kv.key.as_str() == "toolhost.race.kind").map(|kv| kv.value.as_str().into_owned())
+                })
+                .unwrap_or_default();
+            (kind, span)
+        })
+        .collect();
+    for kind in ["removed_before_call", "changed_since_listed"] {
+        let span = &kinds[kind];
+        assert_eq!(attr_str(span, "error.type"), "stale_tool");
+        let link = span.links.iter().next().unwrap_or_else(|| panic!("{kind}: no link"));
+        assert_eq!(
+            link.span_context.span_id(),
+            publishing.span_context.span_id(),
+            "{kind} links to the enumeration that published generation 2"
+        );
+    }
+    assert_eq!(attr_str(&kinds["changed_since_listed"], "toolhost.listed.definition_hash"), stays_hash);
+    // The upstream race triggered a refresh whose trace links back to the call.
+    let ghost_call = &kinds["upstream_unknown_tool"];
+    let deadline = Instant::now() + WAIT;
+    let triggered = loop {
+        let spans = spans_named("toolhost.refresh racing", 1).await;
+        if let Some(span) = spans.into_iter().find(|s| attr_str(s, "toolhost.enumeration.reason") == "stale_tool") {
+            break span;
+        }
+        assert!(Instant::now() < deadline, "no stale_tool refresh span");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(triggered.links.iter().any(|l| l.span_context.span_id() == ghost_call.span_context.span_id()), "the refresh links to the call");
+    app.shutdown().await;
+}
+
+/// A received span: its name, attributes and the resource's `service.name`.
+type ReceivedSpan = (String, Vec<KeyValue>, String);
+
+/// A minimal OTLP/gRPC receiver: collects what it is sent.
+#[derive(Default, Clone)]
+struct Receiver {
+    spans: std::sync::Arc<Mutex<Vec<ReceivedSpan>>>,
+    metrics: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>, tonic::Status> {
+        for resource_spans in request.into_inner().resource_spans {
+            let service = resource_spans
+                .resource
+                .iter()
+                .flat_map(|r| r.attributes.iter())
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.as_ref())
+                .map(|v| format!("{:?}", v.value))
+                .unwrap_or_default();
+            for scope in resource_spans.scope_spans {
+                for span in scope.spans {
+                    let attributes = span.attributes.iter().map(|kv| KeyValue::new(kv.key.clone(), format!("{:?}", kv.value))).collect();
+                    self.spans.lock().unwrap().push((span.name, attributes, service.clone()));
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse>, tonic::Status> {
+        for resource in request.into_inner().resource_metrics {
+            for scope in resource.scope_metrics {
+                self.metrics.lock().unwrap().extend(scope.metrics.into_iter().map(|m| m.name));
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = Receiver::default();
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(receiver.clone()))
+        .add_service(MetricsServiceServer::new(receiver.clone()))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let collector = tokio::spawn(server);
+
+    let dir = TestDir::new();
+    let script = dir.script("wire", json!({}));
+    let config = dir.path("wire.toml");
+    std::fs::write(
+        &config,
+        format!("[store]\npath = \"wire.db\"\n[grpc]\nlisten = [\"unix:wire.sock\"]\n{}", server_table("wire", &script, "")),
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_SERVICE_NAME", "toolhost-e2e")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = toolhost::config::ListenAddr::Unix(dir.path("wire.sock"));
+    let deadline = Instant::now() + WAIT;
+    let channel = loop {
+        if let Ok(channel) = toolhost::cli::connect(&socket).await {
+            break channel;
+        }
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
+    let call = pb::CallToolRequest { qualified_name: "wire__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
+    loop {
+        match client.call_tool(call.clone()).await {
+            Ok(_) => break,
+            Err(status) if status.code() == tonic::Code::Unavailable || status.code() == tonic::Code::NotFound => {
+                assert!(Instant::now() < deadline, "the server never became ready");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    // A clean stop flushes both exporters.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(daemon.wait().unwrap().success());
+    let spans = receiver.spans.lock().unwrap().clone();
+    let call_span = spans
+        .iter()
+        .find(|(name, _, _)| name == "tools/call wire__add")
+        .unwrap_or_else(|| panic!("no call span in {:?}", spans.iter().map(|s| &s.0).collect::<Vec<_>>()));
+    assert!(call_span.2.contains("toolhost-e2e"), "service.name from OTEL_SERVICE_NAME: {}", call_span.2);
+    assert!(spans.iter().any(|(name, _, _)| name == "tools/call add"), "the upstream child span arrived");
+    assert!(spans.iter().any(|(name, _, _)| name == "toolhost.commit wire"), "the enumeration's spans arrived");
+    let metrics = receiver.metrics.lock().unwrap().clone();
+    for name in ["mcp.client.operation.duration", "toolhost.calls", "toolhost.enumerations", "toolhost.sessions", "toolhost.tools"] {
+        assert!(metrics.iter().any(|m| m == name), "metric {name} missing from {metrics:?}");
+    }
+    collector.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_neither_blocks_calls_nor_the_stop() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let dir = TestDir::new();
+    let script = dir.script("down", json!({}));
+    let config = dir.path("down.toml");
+    std::fs::write(&config, format!("[store]\npath = \"down.db\"\n[grpc]\nlisten = [\"unix:down.sock\"]\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nmetrics_interval = \"100ms\"\n{}", server_table("down", &script, ""))).unwrap();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = toolhost::config::ListenAddr::Unix(dir.path("down.sock"));
+    let deadline = Instant::now() + WAIT;
+    let channel = loop {
+        if let Ok(channel) = toolhost::cli::connect(&socket).await {
+            break channel;
+        }
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
+    let call = pb::CallToolRequest { qualified_name: "down__echo".into(), arguments_json: "{}".into(), ..Default::default() };
+    let mut done = 0;
+    while done < 50 {
+        match client.call_tool(call.clone()).await {
+            Ok(_) => done += 1,
+            Err(_) => {
+                assert!(Instant::now() < deadline, "calls never succeeded");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let stopping = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(daemon.wait().unwrap().success(), "the daemon stops cleanly");
+    assert!(stopping.elapsed() < Duration::from_secs(15), "the final flush is bounded ({:?})", stopping.elapsed());
+}
+
+#[test]
+fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/toolhost-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(dashboard["uid"], "toolhost");
+    // Prometheus names of the instruments in src/telemetry/metrics.rs, as the collector exports them.
+    for name in [
+        "toolhost_stale_tool_races_total",
+        "toolhost_calls_total",
+        "mcp_client_operation_duration_seconds_bucket",
+        "toolhost_list_changed_duration_seconds_bucket",
+        "toolhost_enumerations_total",
+        "toolhost_sessions",
+        "toolhost_tools",
+        "toolhost_server_restarts_total",
+    ] {
+        assert!(text.contains(name), "the dashboard does not chart {name}");
+    }
+}
