@@ -113,21 +113,21 @@ pub fn parse_line(line: &[u8]) -> Result<Incoming<'_>, FrameError> {
 
 /// Encodes a request as one line, newline included.
 pub fn encode_request(id: RequestId, method: &str, params: Option<&RawValue>) -> String {
-    let mut line = String::with_capacity(64 + method.len() + params.map_or(0, |p| p.get().len()));
-    let _ = write!(line, r#"{{"jsonrpc":"2.0","id":{id},"method":"#);
-    push_json_str(&mut line, method);
-    if let Some(params) = params {
-        line.push_str(r#","params":"#);
-        line.push_str(params.get());
-    }
-    line.push_str("}\n");
-    line
+    encode_call(Some(id), method, params)
 }
 
 /// Encodes a notification as one line, newline included.
 pub fn encode_notification(method: &str, params: Option<&RawValue>) -> String {
-    let mut line = String::with_capacity(48 + method.len());
-    line.push_str(r#"{"jsonrpc":"2.0","method":"#);
+    encode_call(None, method, params)
+}
+
+fn encode_call(id: Option<RequestId>, method: &str, params: Option<&RawValue>) -> String {
+    let mut line = String::with_capacity(64 + method.len() + params.map_or(0, |p| p.get().len()));
+    line.push_str(r#"{"jsonrpc":"2.0","#);
+    if let Some(id) = id {
+        let _ = write!(line, r#""id":{id},"#);
+    }
+    line.push_str(r#""method":"#);
     push_json_str(&mut line, method);
     if let Some(params) = params {
         line.push_str(r#","params":"#);

@@ -203,6 +203,32 @@ async fn each_race_is_an_event_linked_to_the_enumeration_behind_it() {
     app.shutdown().await;
 }
 
+/// Starts `toolhost serve` on `config` (which listens on `socket`) with extra environment, and
+/// connects to it.
+async fn serve(
+    config: &std::path::Path,
+    socket: std::path::PathBuf,
+    env: &[(&str, &str)],
+) -> (std::process::Child, pb::tool_host_client::ToolHostClient<tonic::transport::Channel>) {
+    let daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let channel = loop {
+        if let Ok(channel) = toolhost::cli::connect(&toolhost::config::ListenAddr::Unix(socket.clone())).await {
+            break channel;
+        }
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    (daemon, pb::tool_host_client::ToolHostClient::new(channel))
+}
+
 /// A received span: its name, attributes and the resource's `service.name`.
 type ReceivedSpan = (String, Vec<KeyValue>, String);
 
@@ -275,25 +301,9 @@ async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
         format!("[store]\npath = \"wire.db\"\n[grpc]\nlisten = [\"unix:wire.sock\"]\n{}", server_table("wire", &script, "")),
     )
     .unwrap();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_SERVICE_NAME", "toolhost-e2e")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let socket = toolhost::config::ListenAddr::Unix(dir.path("wire.sock"));
+    let (mut daemon, mut client) =
+        serve(&config, dir.path("wire.sock"), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_SERVICE_NAME", "toolhost-e2e")]).await;
     let deadline = Instant::now() + WAIT;
-    let channel = loop {
-        if let Ok(channel) = toolhost::cli::connect(&socket).await {
-            break channel;
-        }
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
     let call = pb::CallToolRequest { qualified_name: "wire__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
     loop {
         match client.call_tool(call.clone()).await {
@@ -332,23 +342,8 @@ async fn a_collector_that_is_down_neither_blocks_calls_nor_the_stop() {
     let script = dir.script("down", json!({}));
     let config = dir.path("down.toml");
     std::fs::write(&config, format!("[store]\npath = \"down.db\"\n[grpc]\nlisten = [\"unix:down.sock\"]\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nmetrics_interval = \"100ms\"\n{}", server_table("down", &script, ""))).unwrap();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let socket = toolhost::config::ListenAddr::Unix(dir.path("down.sock"));
+    let (mut daemon, mut client) = serve(&config, dir.path("down.sock"), &[]).await;
     let deadline = Instant::now() + WAIT;
-    let channel = loop {
-        if let Ok(channel) = toolhost::cli::connect(&socket).await {
-            break channel;
-        }
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
     let call = pb::CallToolRequest { qualified_name: "down__echo".into(), arguments_json: "{}".into(), ..Default::default() };
     let mut done = 0;
     while done < 50 {
