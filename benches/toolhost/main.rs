@@ -19,6 +19,12 @@ fn main() {
         return;
     }
     let wanted: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| !a.starts_with('-')).collect();
+    // `cargo bench` passes --bench; anything else (such as `cargo test --all-targets`) only
+    // checks that the harness starts, instead of running minutes of unoptimised measurements.
+    if !args.iter().any(|a| a == "--bench") && wanted.is_empty() {
+        println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
+        return;
+    }
     let all = ["overhead", "throughput", "propagation", "storm", "scale"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
