@@ -290,7 +290,7 @@ impl Calls {
         };
         let position = match (tool, &view.generation) {
             (_, None) => None,
-            (ToolRef::Qualified(qualified), Some(_)) => view.qualified.position(qualified),
+            (ToolRef::Qualified(qualified), Some(_)) => view.qualified().position(qualified),
             (ToolRef::ServerTool { name, .. }, Some(generation)) => generation.tools.binary_search_by(|t| t.name.as_str().cmp(name)).ok(),
         };
         if let Some(idx) = position {

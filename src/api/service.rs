@@ -197,7 +197,7 @@ impl ToolHostService {
                 names::server_of(qualified).ok_or_else(|| ApiError::UnknownTool { server: String::new(), tool: qualified.to_owned() })?;
             let view = self.registry.server(server).ok_or_else(|| ApiError::UnknownServer(server.to_owned()))?;
             let idx = view
-                .qualified
+                .qualified()
                 .position(qualified)
                 .ok_or_else(|| ApiError::UnknownTool { server: server.to_owned(), tool: qualified.to_owned() })?;
             let generation =
@@ -237,7 +237,7 @@ fn collect_page(
         let Some(generation) = &view.generation else { continue };
         let first = if server_idx == start.server { start.tool } else { 0 };
         for (tool_idx, tool) in generation.tools.iter().enumerate().skip(first) {
-            let qualified = view.qualified.name(tool_idx);
+            let qualified = view.qualified().name(tool_idx);
             if !request.name_contains.is_empty()
                 && !contains_ignore_case(qualified, &request.name_contains)
                 && !contains_ignore_case(&tool.name, &request.name_contains)

@@ -2,7 +2,6 @@
 //! pages, and the diff between two generations. No I/O.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -254,10 +253,12 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(bytes);
     let mut hex = String::with_capacity(64);
     for byte in digest {
-        let _ = write!(hex, "{byte:02x}");
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     hex
 }
@@ -279,6 +280,12 @@ mod tests {
         let c = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object"}, "x-vendor": true}));
         assert_ne!(a.hash, c.hash);
         assert!(c.definition.contains("x-vendor"), "unknown fields are kept");
+    }
+
+    #[test]
+    fn hashes_are_lowercase_hex_sha256() {
+        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]

@@ -120,22 +120,14 @@ impl Store {
         .await?;
         // One row per server, its tools packed by SQLite into one JSON array of
         // [name, hash, definition]: a hundred thousand tools decode in one pass per server
-        // instead of a row each.
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT v.server, '[' || group_concat('[' || json_quote(v.name) || ',' || json_quote(v.hash) || ',' || d.definition || ']', ',') || ']' \
-             FROM tool_versions v JOIN definitions d ON d.hash = v.hash WHERE v.last_generation IS NULL GROUP BY v.server",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut tools: HashMap<String, Vec<ToolDef>> = HashMap::with_capacity(rows.len());
-        for (server, packed) in rows {
-            let entries: Vec<(String, String, Box<serde_json::value::RawValue>)> =
-                serde_json::from_str(&packed).map_err(|err| StoreError::Corrupt(format!("tools of {server}: {err}")))?;
-            let mut defs: Vec<ToolDef> =
-                entries.into_iter().map(|(name, hash, definition)| ToolDef::from_stored(name, definition.get().to_owned(), hash)).collect();
-            defs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-            tools.insert(server, defs);
-        }
+        // instead of a row each. Two halves of the servers load on two connections, and each
+        // half decodes on the blocking pool, so that both cores work at boot.
+        let mut names: Vec<&str> = heads.iter().map(|(name, ..)| name.as_str()).collect();
+        names.sort_unstable();
+        let pivot = names.get(names.len() / 2).map(|name| (*name).to_owned()).unwrap_or_default();
+        let (low, high) = tokio::join!(self.load_packed(None, Some(&pivot)), self.load_packed(Some(&pivot), None));
+        let mut tools = low?;
+        tools.extend(high?);
         let mut servers = HashMap::with_capacity(heads.len());
         for (name, number, last_verified_at_ms, committed_at_ms) in heads {
             let generation = Generation {
@@ -146,6 +138,34 @@ impl Store {
             servers.insert(name, StoredServer { generation: Arc::new(generation), last_verified_at_ms });
         }
         Ok(servers)
+    }
+
+    /// The current tools of the servers whose names lie in `[from, to)`, decoded off the runtime.
+    async fn load_packed(&self, from: Option<&str>, to: Option<&str>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT v.server, '[' || group_concat('[' || json_quote(v.name) || ',' || json_quote(v.hash) || ',' || d.definition || ']', ',') || ']' \
+             FROM tool_versions v JOIN definitions d ON d.hash = v.hash \
+             WHERE v.last_generation IS NULL AND (?1 IS NULL OR v.server >= ?1) AND (?2 IS NULL OR v.server < ?2) GROUP BY v.server",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        let decode = move || {
+            let mut tools: HashMap<String, Vec<ToolDef>> = HashMap::with_capacity(rows.len());
+            for (server, packed) in rows {
+                let entries: Vec<(String, String, Box<serde_json::value::RawValue>)> =
+                    serde_json::from_str(&packed).map_err(|err| StoreError::Corrupt(format!("tools of {server}: {err}")))?;
+                let mut defs: Vec<ToolDef> = entries
+                    .into_iter()
+                    .map(|(name, hash, definition)| ToolDef::from_stored(name, definition.get().to_owned(), hash))
+                    .collect();
+                defs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+                tools.insert(server, defs);
+            }
+            Ok(tools)
+        };
+        tokio::task::spawn_blocking(decode).await.map_err(|err| StoreError::Corrupt(err.to_string()))?
     }
 
     /// The tools of `server` at `generation` (empty if that generation was pruned or never existed).

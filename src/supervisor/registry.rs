@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -64,8 +64,9 @@ pub struct ServerView {
     /// The current generation. It stays while the server is down: its tools are then
     /// unavailable, not deleted.
     pub generation: Option<Arc<Generation>>,
-    /// Qualified names of `generation`'s tools; rebuilt whenever the generation changes.
-    pub qualified: Arc<QualifiedIndex>,
+    /// Qualified names of `generation`'s tools, built on first use (a restart with a hundred
+    /// thousand stored tools need not build them all before serving) and reset with the generation.
+    qualified: Arc<OnceLock<QualifiedIndex>>,
     /// The generation was loaded from the store and no session of this daemon has confirmed it yet.
     pub revalidating: bool,
     pub last_verified_at_ms: Option<i64>,
@@ -218,6 +219,14 @@ impl ServerView {
         }
     }
 
+    /// The qualified names of the current generation's tools.
+    pub fn qualified(&self) -> &QualifiedIndex {
+        self.qualified.get_or_init(|| match &self.generation {
+            Some(generation) => QualifiedIndex::build(&self.name, generation),
+            None => QualifiedIndex::default(),
+        })
+    }
+
     /// Its tools can be called now.
     pub fn is_available(&self) -> bool {
         self.state == ServerState::Ready && self.session.is_some()
@@ -283,10 +292,7 @@ impl Registry {
     }
 
     /// Adds or replaces a server's view; `change` says why, for watchers (none at boot).
-    pub(crate) fn insert(&self, mut view: ServerView, change: Option<ConfigChange>) {
-        if let Some(generation) = &view.generation {
-            view.qualified = Arc::new(QualifiedIndex::build(&view.name, generation));
-        }
+    pub(crate) fn insert(&self, view: ServerView, change: Option<ConfigChange>) {
         self.publish(|servers, events| {
             if let Some(change) = change {
                 events.push(CatalogChange::ConfigChanged { server: view.name.clone(), change });
@@ -297,15 +303,6 @@ impl Registry {
 
     /// Publishes many servers at once (boot): one snapshot, however many servers.
     pub(crate) fn insert_all(&self, views: Vec<ServerView>) {
-        let views: Vec<ServerView> = views
-            .into_iter()
-            .map(|mut view| {
-                if let Some(generation) = &view.generation {
-                    view.qualified = Arc::new(QualifiedIndex::build(&view.name, generation));
-                }
-                view
-            })
-            .collect();
         self.publish(|servers, _| {
             for view in views {
                 servers.insert(view.name.clone(), Arc::new(view));
@@ -336,7 +333,7 @@ impl Registry {
                 _ => false,
             };
             if generation_changed && let Some(new) = &after.generation {
-                after.qualified = Arc::new(QualifiedIndex::build(name, new));
+                after.qualified = Arc::default();
                 events.push(generation_event(&before, new));
             }
             if before.state != after.state || before.is_available() != after.is_available() {
