@@ -43,6 +43,7 @@ pub(crate) fn state(state: ServerState) -> pb::ServerState {
         ServerState::Failed => pb::ServerState::Failed,
         ServerState::Disabled => pb::ServerState::Disabled,
         ServerState::Stopped => pb::ServerState::Stopped,
+        ServerState::AuthFailed => pb::ServerState::AuthFailed,
     }
 }
 

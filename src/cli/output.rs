@@ -219,5 +219,6 @@ pub(crate) fn state_name(state: i32) -> &'static str {
         pb::ServerState::Failed => "failed",
         pb::ServerState::Disabled => "disabled",
         pb::ServerState::Stopped => "stopped",
+        pb::ServerState::AuthFailed => "auth_failed",
     }
 }

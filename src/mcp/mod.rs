@@ -5,4 +5,5 @@
 
 pub mod jsonrpc;
 pub mod lifecycle;
+pub mod sse;
 pub mod tools;

@@ -48,6 +48,8 @@ pub enum ServerState {
     Failed,
     /// toolhost is shutting down.
     Stopped,
+    /// An HTTP server refused the credentials (401/403); retried at the backoff, never in a tight loop.
+    AuthFailed,
 }
 
 /// One server as the rest of toolhost sees it.

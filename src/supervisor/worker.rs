@@ -99,7 +99,7 @@ impl Worker {
                 () = self.cancel.cancelled() => break,
                 connected = upstream::connect(&self.name, &self.spec, &settings) => connected,
             };
-            let permanent = match connected {
+            let refused = match connected {
                 Ok(connection) => {
                     let started = Instant::now();
                     let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
@@ -120,22 +120,27 @@ impl Worker {
                     if started.elapsed() >= self.spec.restart.stable_after {
                         failures = 0;
                     }
-                    false
+                    None
                 }
                 Err(error) => {
                     tracing::warn!(server = %self.name, %error, "cannot start a session");
-                    let permanent =
-                        matches!(error, UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_));
+                    let refused = match error {
+                        UpstreamError::AuthFailed(_) => Some(ServerState::AuthFailed),
+                        UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_) => {
+                            Some(ServerState::Failed)
+                        }
+                        _ => None,
+                    };
                     self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
-                    permanent
+                    refused
                 }
             };
             first = false;
             failures = failures.saturating_add(1);
-            let state = match (permanent, failures >= self.spec.restart.crash_loop_after) {
-                (true, _) => ServerState::Failed,
-                (false, true) => ServerState::CrashLoop,
-                (false, false) => ServerState::Backoff,
+            let state = match (refused, failures >= self.spec.restart.crash_loop_after) {
+                (Some(state), _) => state,
+                (None, true) => ServerState::CrashLoop,
+                (None, false) => ServerState::Backoff,
             };
             let delay = backoff::delay(&self.spec.restart, failures);
             tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
@@ -226,7 +231,13 @@ impl Worker {
         if !hello.tools_list_changed && handle.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
-        self.registry.update(&self.name, |view| view.session = None);
+        let ended_by_server = connection.ended_by_server();
+        self.registry.update(&self.name, |view| {
+            view.session = None;
+            if ended_by_server.is_some() {
+                view.last_error = ended_by_server;
+            }
+        });
         let status = connection.shutdown().await;
         let exit = status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
         tracing::info!(server = %self.name, %exit, "session ended");

@@ -124,7 +124,7 @@ pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges
     RegistryGauges { _sessions: sessions, _tools: tools }
 }
 
-const ALL_STATES: [ServerState; 9] = [
+const ALL_STATES: [ServerState; 10] = [
     ServerState::Disabled,
     ServerState::Starting,
     ServerState::Ready,
@@ -134,6 +134,7 @@ const ALL_STATES: [ServerState; 9] = [
     ServerState::CrashLoop,
     ServerState::Failed,
     ServerState::Stopped,
+    ServerState::AuthFailed,
 ];
 
 /// The lowercase name of a state, as the API and the metrics show it.
@@ -148,5 +149,6 @@ pub fn state_name(state: ServerState) -> &'static str {
         ServerState::CrashLoop => "crash_loop",
         ServerState::Failed => "failed",
         ServerState::Stopped => "stopped",
+        ServerState::AuthFailed => "auth_failed",
     }
 }

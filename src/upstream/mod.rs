@@ -3,6 +3,7 @@
 //! `upstream` knows nothing about SQLite or the catalog. The supervisor owns each
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
+mod http;
 mod lines;
 pub mod reaper;
 pub mod session;
@@ -34,8 +35,10 @@ pub enum UpstreamError {
     Handshake(#[from] HandshakeError),
     #[error("protocol violation: {0}")]
     Protocol(String),
-    #[error("{0} upstreams are not supported yet")]
+    #[error("{0}")]
     UnsupportedTransport(&'static str),
+    #[error("the server refused the credentials (HTTP {0}); check the configured headers")]
+    AuthFailed(u16),
 }
 
 impl UpstreamError {
@@ -61,9 +64,14 @@ pub struct SessionSettings {
 pub struct Connection {
     handle: SessionHandle,
     hello: ServerHello,
-    tasks: session::SessionTasks,
-    process: stdio::ChildProcess,
+    endpoint: Endpoint,
     shutdown_grace: Duration,
+}
+
+/// What is behind a session.
+enum Endpoint {
+    Stdio { process: Box<stdio::ChildProcess>, tasks: session::SessionTasks },
+    Http(http::HttpLink),
 }
 
 /// Starts the server and runs the legacy handshake: `initialize`, version check,
@@ -72,31 +80,60 @@ pub struct Connection {
 /// # Errors
 /// A spawn failure, a timeout, or a handshake the server failed; the process is stopped first.
 pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSettings) -> Result<Connection, UpstreamError> {
-    let stdio_spec = match &spec.transport {
-        Transport::Stdio(stdio_spec) => stdio_spec,
-        Transport::Http(_) => return Err(UpstreamError::UnsupportedTransport("Streamable HTTP")),
-    };
-    let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
-    let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
+    match &spec.transport {
+        Transport::Stdio(stdio_spec) => {
+            let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
+            let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
+            match handshake(&handle, settings, |_| {}).await {
+                Ok(hello) => Ok(Connection {
+                    handle,
+                    hello,
+                    endpoint: Endpoint::Stdio { process: Box::new(process), tasks },
+                    shutdown_grace: settings.shutdown_grace,
+                }),
+                Err(error) => {
+                    tasks.close_input();
+                    let _ = process.shutdown(settings.shutdown_grace).await;
+                    tasks.join(settings.shutdown_grace).await;
+                    Err(error)
+                }
+            }
+        }
+        Transport::Http(http_spec) => {
+            let (handle, link) = http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout)?;
+            match handshake(&handle, settings, |hello| link.initialized(&hello.protocol_version)).await {
+                Ok(hello) => Ok(Connection { handle, hello, endpoint: Endpoint::Http(link), shutdown_grace: settings.shutdown_grace }),
+                Err(error) => {
+                    let error = match link.failure() {
+                        Some(http::Failure::Auth(status)) => UpstreamError::AuthFailed(status),
+                        Some(http::Failure::NotStreamableHttp(_)) => UpstreamError::UnsupportedTransport(
+                            "not a Streamable HTTP endpoint: the old HTTP+SSE transport (2024-11-05) is not supported",
+                        ),
+                        _ => error,
+                    };
+                    link.shutdown(settings.shutdown_grace).await;
+                    Err(error)
+                }
+            }
+        }
+    }
+}
+
+/// `initialize`, the version check, then `notifications/initialized`. `on_hello` runs between
+/// the last two (HTTP sets its protocol-version header there).
+async fn handshake(
+    handle: &SessionHandle,
+    settings: &SessionSettings,
+    on_hello: impl FnOnce(&ServerHello),
+) -> Result<ServerHello, UpstreamError> {
     let params =
         serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;
     // `initialize` must not be cancelled (lifecycle spec), so a timeout just ends the session.
-    let handshake = async {
-        let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).await?;
-        let hello = lifecycle::check_initialize_result(&result)?;
-        handle.notify(lifecycle::METHOD_INITIALIZED, None)?;
-        Ok::<_, UpstreamError>(hello)
-    };
-    let hello = match handshake.await {
-        Ok(hello) => hello,
-        Err(error) => {
-            tasks.close_input();
-            let _ = process.shutdown(settings.shutdown_grace).await;
-            tasks.join(settings.shutdown_grace).await;
-            return Err(error);
-        }
-    };
-    Ok(Connection { handle, hello, tasks, process, shutdown_grace: settings.shutdown_grace })
+    let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).await?;
+    let hello = lifecycle::check_initialize_result(&result)?;
+    on_hello(&hello);
+    handle.notify(lifecycle::METHOD_INITIALIZED, None)?;
+    Ok(hello)
 }
 
 // === impl Connection ===
@@ -110,11 +147,32 @@ impl Connection {
         &self.hello
     }
 
-    /// Runs the stdio shutdown sequence and reaps the child. Returns its exit status.
+    /// Why the server ended the session, when it said so (HTTP 401/403 or a forgotten session).
+    pub fn ended_by_server(&self) -> Option<String> {
+        match &self.endpoint {
+            Endpoint::Http(link) => link.failure().map(|failure| match failure {
+                http::Failure::Auth(status) => format!("the server refused the credentials (HTTP {status})"),
+                http::Failure::SessionExpired => "the server forgot the session (HTTP 404)".to_owned(),
+                http::Failure::NotStreamableHttp(status) => format!("not a Streamable HTTP endpoint (HTTP {status} to initialize)"),
+            }),
+            Endpoint::Stdio { .. } => None,
+        }
+    }
+
+    /// Ends the session: the stdio shutdown sequence (and reaping the child), or the HTTP
+    /// session's DELETE. Returns a stdio child's exit status.
     pub async fn shutdown(self) -> Option<ExitStatus> {
-        self.tasks.close_input();
-        let status = self.process.shutdown(self.shutdown_grace).await;
-        self.tasks.join(self.shutdown_grace).await;
-        status
+        match self.endpoint {
+            Endpoint::Stdio { process, tasks } => {
+                tasks.close_input();
+                let status = process.shutdown(self.shutdown_grace).await;
+                tasks.join(self.shutdown_grace).await;
+                status
+            }
+            Endpoint::Http(link) => {
+                link.shutdown(self.shutdown_grace).await;
+                None
+            }
+        }
     }
 }

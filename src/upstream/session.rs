@@ -73,6 +73,24 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let (handle, core, outgoing_rx) = start_core(server);
+    let shared = core.shared;
+    let close_input = CancellationToken::new();
+    let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
+    let writer = tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone()));
+    let tasks = SessionTasks { close_input, reader, writer };
+    (handle, tasks)
+}
+
+/// The transport-facing side of a session whose I/O a transport drives itself (HTTP): it
+/// delivers each incoming message with [`Core::route`] and sends the lines it takes from the
+/// returned receiver.
+pub(crate) struct Core {
+    shared: Arc<Shared>,
+}
+
+/// A session without I/O tasks; see [`Core`].
+pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiver<String>) {
     let (outgoing_tx, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
     let shared = Arc::new(Shared {
         server,
@@ -83,11 +101,41 @@ where
         list_changed: watch::channel(0).0,
         stats: SessionStats::default(),
     });
-    let close_input = CancellationToken::new();
-    let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
-    let writer = tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone()));
-    let tasks = SessionTasks { close_input, reader, writer };
-    (SessionHandle { shared }, tasks)
+    (SessionHandle { shared: shared.clone() }, Core { shared }, outgoing_rx)
+}
+
+impl Core {
+    /// Delivers one message the server sent.
+    pub(crate) fn route(&self, message: &[u8]) {
+        self.shared.route(message);
+    }
+
+    /// Answers a request that will never get a response from the server (its HTTP exchange
+    /// failed) with a local error, so its caller does not wait for a timeout.
+    pub(crate) fn fail_request(&self, id: RequestId, error: RpcError) {
+        let slot = self.shared.lock_pending().remove(&id);
+        if let Some(slot) = slot {
+            let _ = slot.send(Err(error));
+        }
+    }
+
+    /// Ends the session: every waiting request fails as closed.
+    pub(crate) fn close(&self) {
+        self.shared.fail_pending();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// A request still waits for its response.
+    pub(crate) fn is_pending(&self, id: RequestId) -> bool {
+        self.shared.lock_pending().contains_key(&id)
+    }
+
+    pub(crate) async fn closed(&self) {
+        self.shared.closed.cancelled().await;
+    }
 }
 
 // === impl SessionHandle ===

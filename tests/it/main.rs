@@ -10,6 +10,8 @@ mod catalog_api;
 mod config_cli;
 mod daemon;
 mod enumeration;
+mod http;
+mod http_server;
 mod lifecycle;
 mod restart;
 mod telemetry;

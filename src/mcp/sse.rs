@@ -1,0 +1,134 @@
+//! A Server-Sent Events decoder (the WHATWG event stream format), fed with arbitrary chunks.
+//! Sans-IO: the HTTP transport pushes body bytes in and takes complete events out.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Event {
+    /// `event:`; empty means "message".
+    pub event: String,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// `id:` of this event, if it set one.
+    pub id: Option<String>,
+}
+
+/// The decoder's state across chunks.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buffer: Vec<u8>,
+    event: String,
+    data: String,
+    has_data: bool,
+    id: Option<String>,
+    /// The last `id:` seen on this stream, for `Last-Event-ID` on a resume.
+    pub last_event_id: Option<String>,
+    /// The last `retry:` value, in milliseconds.
+    pub retry_ms: Option<u64>,
+    /// Bytes of the event being assembled; bounded by the caller.
+    pending: usize,
+}
+
+impl Decoder {
+    /// Feeds a chunk and returns the events it completed.
+    ///
+    /// # Errors
+    /// A message when a single event grows beyond `max_event_bytes`.
+    pub fn feed(&mut self, chunk: &[u8], max_event_bytes: usize) -> Result<Vec<Event>, String> {
+        self.buffer.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        let mut start = 0;
+        while let Some(offset) = self.buffer[start..].iter().position(|&b| b == b'\n') {
+            let end = start + offset;
+            let mut line = &self.buffer[start..end];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            let line = String::from_utf8_lossy(line).into_owned();
+            start = end + 1;
+            if let Some(event) = self.line(&line) {
+                events.push(event);
+            }
+        }
+        self.buffer.drain(..start);
+        self.pending = self.data.len() + self.buffer.len();
+        if self.pending > max_event_bytes {
+            return Err(format!("an event is larger than {max_event_bytes} bytes"));
+        }
+        Ok(events)
+    }
+
+    fn line(&mut self, line: &str) -> Option<Event> {
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
+            return None; // A comment: keep-alive.
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = value.to_owned(),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "id" if !value.contains('\0') => {
+                self.id = Some(value.to_owned());
+                self.last_event_id = Some(value.to_owned());
+            }
+            "retry" => {
+                if let Ok(ms) = value.parse() {
+                    self.retry_ms = Some(ms);
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn dispatch(&mut self) -> Option<Event> {
+        let event = std::mem::take(&mut self.event);
+        let id = self.id.take();
+        if !self.has_data {
+            return None;
+        }
+        self.has_data = false;
+        Some(Event { event, data: std::mem::take(&mut self.data), id })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_events_split_across_chunks() {
+        let mut decoder = Decoder::default();
+        let stream = b"retry: 500\nid: 1\ndata:\n\n: keep-alive\nevent: message\nid: 2\ndata: {\"a\":\ndata: 1}\n\ndata: x\r\n\r\n";
+        let mut events = Vec::new();
+        for chunk in stream.chunks(7) {
+            events.extend(decoder.feed(chunk, 1 << 20).unwrap());
+        }
+        assert_eq!(
+            events,
+            vec![
+                Event { event: String::new(), data: String::new(), id: Some("1".into()) },
+                Event { event: "message".into(), data: "{\"a\":\n1}".into(), id: Some("2".into()) },
+                Event { event: String::new(), data: "x".into(), id: None },
+            ]
+        );
+        assert_eq!(decoder.retry_ms, Some(500));
+        assert_eq!(decoder.last_event_id.as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn refuses_an_unbounded_event() {
+        let mut decoder = Decoder::default();
+        assert!(decoder.feed(&[b'a'; 100], 50).is_err());
+    }
+}

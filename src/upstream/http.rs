@@ -1,0 +1,412 @@
+//! Streamable HTTP upstreams (legacy shape, 2025-03-26 to 2025-11-25): every outgoing message
+//! is a POST whose answer is JSON or an SSE stream; a GET SSE stream carries the server's own
+//! notifications; `Mcp-Session-Id` is kept and sent, and `MCP-Protocol-Version` follows the
+//! handshake. A 404 on a request that carried a session id, or a 401/403, ends the session: the
+//! supervisor then starts a fresh one (a new `initialize` and a full enumeration), and the
+//! requests in flight fail as "outcome unknown", never replayed.
+//!
+//! The JSON-RPC core (correlation, timeouts, cancellation, ping) is the same as for stdio
+//! ([`session::Core`]); this module only moves messages.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::HttpSpec;
+use crate::mcp::jsonrpc::{RpcError, code};
+use crate::mcp::sse;
+use crate::upstream::UpstreamError;
+use crate::upstream::session::{self, Core, SessionHandle};
+
+const SESSION_ID: &str = "mcp-session-id";
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+/// Resumptions of one interrupted response stream before the request is given up.
+const MAX_RESUMES: u32 = 5;
+/// Bounds on re-opening the GET stream.
+const GET_RETRY_MIN: Duration = Duration::from_millis(500);
+const GET_RETRY_MAX: Duration = Duration::from_secs(30);
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Why an HTTP session ended on the server's word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// 401 or 403: credentials are missing or refused.
+    Auth(u16),
+    /// 404 on a request that carried a session id: the server forgot the session.
+    SessionExpired,
+    /// `initialize` by POST was answered 400, 404 or 405: not a Streamable HTTP endpoint, most
+    /// likely the old HTTP+SSE transport (2024-11-05), which toolhost does not speak.
+    NotStreamableHttp(u16),
+}
+
+/// The running HTTP side of a session.
+pub(crate) struct HttpLink {
+    state: Arc<State>,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+struct State {
+    server: Arc<str>,
+    client: HttpClient,
+    uri: Uri,
+    /// Configured headers (credentials among them): sent, never logged.
+    headers: Vec<(HeaderName, HeaderValue)>,
+    session_id: Mutex<Option<String>>,
+    protocol_version: Mutex<Option<String>>,
+    failure: Mutex<Option<Failure>>,
+    max_message_bytes: usize,
+    request_timeout: Duration,
+    core: Core,
+}
+
+/// Prepares the HTTP client and starts the task that posts every outgoing message.
+///
+/// # Errors
+/// [`UpstreamError::Protocol`] for a URL or a header that cannot be used.
+pub(crate) fn start(
+    server: &Arc<str>,
+    spec: &HttpSpec,
+    max_message_bytes: usize,
+    request_timeout: Duration,
+) -> Result<(SessionHandle, HttpLink), UpstreamError> {
+    let uri: Uri = spec.url.parse().map_err(|err| UpstreamError::Protocol(format!("bad url: {err}")))?;
+    if uri.scheme_str() == Some("https") {
+        return Err(UpstreamError::UnsupportedTransport("https:// upstreams need TLS, which toolhost does not support yet"));
+    }
+    let mut headers = Vec::with_capacity(spec.headers.len());
+    for (name, value) in &spec.headers {
+        let value = expand_env(value).map_err(UpstreamError::Protocol)?;
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| UpstreamError::Protocol(format!("bad header name {name:?}")))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| UpstreamError::Protocol(format!("bad value for header {name}")))?;
+        value.set_sensitive(true);
+        headers.push((name, value));
+    }
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(request_timeout));
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let (handle, core, outgoing) = session::start_core(server.clone());
+    let state = Arc::new(State {
+        server: server.clone(),
+        client,
+        uri,
+        headers,
+        session_id: Mutex::new(None),
+        protocol_version: Mutex::new(None),
+        failure: Mutex::new(None),
+        max_message_bytes,
+        request_timeout,
+        core,
+    });
+    let link = HttpLink { state, tasks: TaskTracker::new(), cancel: CancellationToken::new() };
+    link.tasks.spawn(dispatch(link.state.clone(), outgoing, link.tasks.clone(), link.cancel.clone()));
+    Ok((handle, link))
+}
+
+// === impl HttpLink ===
+
+impl HttpLink {
+    /// After the handshake: every later request carries this version, and the GET stream for
+    /// server notifications opens.
+    pub(crate) fn initialized(&self, protocol_version: &str) {
+        *lock(&self.state.protocol_version) = Some(protocol_version.to_owned());
+        self.tasks.spawn(listen(self.state.clone(), self.cancel.clone()));
+    }
+
+    /// Why the server ended the session, if it did.
+    pub(crate) fn failure(&self) -> Option<Failure> {
+        lock(&self.state.failure).clone()
+    }
+
+    /// Ends the session: DELETE (405 tolerated), then stop every task, at most `grace`.
+    pub(crate) async fn shutdown(self, grace: Duration) {
+        let session_id = lock(&self.state.session_id).clone();
+        if let Some(session_id) = session_id
+            && !self.state.core.is_closed()
+        {
+            let request = self.state.request(Method::DELETE, Bytes::new(), Some(&session_id), None);
+            if let Ok(request) = request {
+                let _ = tokio::time::timeout(grace, self.state.client.request(request)).await;
+            }
+        }
+        self.state.core.close();
+        self.cancel.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+    }
+}
+
+impl State {
+    fn request(
+        &self,
+        method: Method,
+        body: Bytes,
+        session_id: Option<&str>,
+        last_event_id: Option<&str>,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut builder = Request::builder().method(method.clone()).uri(self.uri.clone());
+        builder = match method {
+            Method::POST => builder.header(ACCEPT, "application/json, text/event-stream").header(CONTENT_TYPE, "application/json"),
+            _ => builder.header(ACCEPT, "text/event-stream"),
+        };
+        if let Some(session_id) = session_id {
+            builder = builder.header(SESSION_ID, session_id);
+        }
+        if let Some(version) = lock(&self.protocol_version).as_deref() {
+            builder = builder.header(PROTOCOL_VERSION, version);
+        }
+        if let Some(last_event_id) = last_event_id {
+            builder = builder.header(LAST_EVENT_ID, last_event_id);
+        }
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        builder.body(Full::new(body))
+    }
+
+    /// The session is over on the server's word.
+    fn end(&self, failure: Failure) {
+        tracing::warn!(server = %self.server, ?failure, "the HTTP session ended");
+        *lock(&self.failure) = Some(failure);
+        self.core.close();
+    }
+}
+
+/// Posts each outgoing message on its own task, so that a long response stream never holds up
+/// the next request.
+async fn dispatch(state: Arc<State>, mut outgoing: mpsc::Receiver<String>, tasks: TaskTracker, cancel: CancellationToken) {
+    loop {
+        let line = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = state.core.closed() => return,
+            line = outgoing.recv() => line,
+        };
+        let Some(line) = line else { return };
+        tasks.spawn(post(state.clone(), line, cancel.clone()));
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Outgoing {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
+    let outgoing: Option<Outgoing> = serde_json::from_str(&line).ok();
+    let request_id = outgoing.as_ref().filter(|o| o.method.is_some()).and_then(|o| o.id);
+    let is_initialize = outgoing.as_ref().and_then(|o| o.method.as_deref()) == Some("initialize");
+    // `initialize` starts a new session: it never carries an old id.
+    let session_id = if is_initialize { None } else { lock(&state.session_id).clone() };
+    let fail = |message: String| {
+        if let Some(id) = request_id {
+            state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None });
+        }
+    };
+    let request = match state.request(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None) {
+        Ok(request) => request,
+        Err(error) => return fail(format!("cannot build the HTTP request: {error}")),
+    };
+    let response = tokio::select! {
+        () = cancel.cancelled() => return,
+        response = tokio::time::timeout(state.request_timeout, state.client.request(request)) => response,
+    };
+    let response = match response {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => return fail(format!("HTTP request failed: {error}")),
+        Err(_) => return fail(format!("no HTTP response within {:?}", state.request_timeout)),
+    };
+    let status = response.status();
+    if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
+        *lock(&state.session_id) = Some(id.to_owned());
+    }
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return state.end(Failure::Auth(status.as_u16())),
+        StatusCode::NOT_FOUND if session_id.is_some() => return state.end(Failure::SessionExpired),
+        StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED if is_initialize => {
+            return state.end(Failure::NotStreamableHttp(status.as_u16()));
+        }
+        _ => {}
+    }
+    if !status.is_success() {
+        let body = read_body(response.into_body(), 512).await.unwrap_or_default();
+        return fail(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
+    }
+    if status == StatusCode::ACCEPTED {
+        return;
+    }
+    let is_stream = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    if !is_stream {
+        match read_body(response.into_body(), state.max_message_bytes).await {
+            Ok(body) if !body.iter().all(u8::is_ascii_whitespace) => state.core.route(&body),
+            Ok(_) => {}
+            Err(error) => fail(error),
+        }
+        return;
+    }
+    // A response stream: route every event; if it ends before the response, resume it with
+    // GET + Last-Event-ID after the server's retry interval.
+    let mut decoder = sse::Decoder::default();
+    let mut body = response.into_body();
+    let mut resumes = 0;
+    loop {
+        let ended = tokio::select! {
+            () = cancel.cancelled() => return,
+            ended = stream_events(&state, &mut body, &mut decoder) => ended,
+        };
+        if let Err(error) = ended {
+            return fail(error);
+        }
+        let answered = request_id.is_none_or(|id| !state.core.is_pending(id));
+        if answered || resumes >= MAX_RESUMES {
+            if !answered {
+                fail("the response stream ended before the response".to_owned());
+            }
+            return;
+        }
+        let Some(last_event_id) = decoder.last_event_id.clone() else {
+            return fail("the response stream ended before the response and cannot be resumed (no event id)".to_owned());
+        };
+        resumes += 1;
+        tokio::time::sleep(Duration::from_millis(decoder.retry_ms.unwrap_or(1000))).await;
+        let session_id = lock(&state.session_id).clone();
+        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id)) else { return };
+        match state.client.request(request).await {
+            Ok(response) if response.status().is_success() => body = response.into_body(),
+            Ok(response) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
+                return state.end(Failure::SessionExpired);
+            }
+            Ok(response) => return fail(format!("resuming the response stream failed: HTTP {}", response.status())),
+            Err(error) => return fail(format!("resuming the response stream failed: {error}")),
+        }
+    }
+}
+
+/// Routes every event of an SSE body until it ends.
+async fn stream_events(state: &State, body: &mut hyper::body::Incoming, decoder: &mut sse::Decoder) -> Result<(), String> {
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| format!("reading the event stream failed: {err}"))?;
+        let Ok(data) = frame.into_data() else { continue };
+        for event in decoder.feed(&data, state.max_message_bytes)? {
+            if (event.event.is_empty() || event.event == "message") && !event.data.trim().is_empty() {
+                state.core.route(event.data.as_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The GET stream for server-initiated messages, re-opened when it drops. A 405 means the
+/// server offers none.
+async fn listen(state: Arc<State>, cancel: CancellationToken) {
+    let mut decoder = sse::Decoder::default();
+    let mut delay = GET_RETRY_MIN;
+    loop {
+        let session_id = lock(&state.session_id).clone();
+        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), decoder.last_event_id.clone().as_deref()) else {
+            return;
+        };
+        let response = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = state.core.closed() => return,
+            response = state.client.request(request) => response,
+        };
+        match response {
+            Ok(response) if response.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                tracing::debug!(server = %state.server, "the server offers no GET stream");
+                return;
+            }
+            Ok(response) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
+                return state.end(Failure::SessionExpired);
+            }
+            Ok(response) if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                return state.end(Failure::Auth(response.status().as_u16()));
+            }
+            Ok(response) if response.status().is_success() => {
+                delay = GET_RETRY_MIN;
+                let mut body = response.into_body();
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = state.core.closed() => return,
+                    ended = stream_events(&state, &mut body, &mut decoder) => {
+                        if let Err(error) = ended {
+                            tracing::debug!(server = %state.server, %error, "the GET stream broke");
+                        }
+                    }
+                }
+            }
+            Ok(response) => tracing::debug!(server = %state.server, status = %response.status(), "the GET stream was refused"),
+            Err(error) => tracing::debug!(server = %state.server, %error, "the GET stream could not open"),
+        }
+        let wait = decoder.retry_ms.map_or(delay, Duration::from_millis).max(GET_RETRY_MIN);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = state.core.closed() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        delay = (delay * 2).min(GET_RETRY_MAX);
+    }
+}
+
+async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| format!("reading the HTTP body failed: {err}"))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(format!("the HTTP body is larger than {limit} bytes"));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}
+
+/// `${NAME}` in a header value becomes the environment variable's value.
+fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| "unclosed ${ in a header value".to_owned())?;
+        let name = &after[..end];
+        let value = std::env::var(name).map_err(|_| format!("the environment variable {name} named in a header is not set"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_take_environment_variables() {
+        assert_eq!(expand_env("Bearer ${PATH}").unwrap(), format!("Bearer {}", std::env::var("PATH").unwrap()));
+        assert_eq!(expand_env("plain").unwrap(), "plain");
+        assert!(expand_env("Bearer ${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err().contains("TOOLHOST_SURELY_UNSET_VARIABLE"));
+        assert!(expand_env("${OPEN").is_err());
+    }
+}

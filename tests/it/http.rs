@@ -1,0 +1,145 @@
+//! Streamable HTTP upstreams (legacy shape) against the scripted HTTP server.
+
+use std::time::Duration;
+
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+use crate::http_server::{HttpMcpServer, Script};
+
+fn http_table(name: &str, url: &str, extra: &str) -> String {
+    format!(
+        "[servers.{name}]\nurl = {url:?}\nrequest_timeout = \"5s\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"300ms\" }}\n{extra}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_headers_pages_calls_and_the_get_stream() {
+    let server = HttpMcpServer::start(Script { tools: tools("t", 5), page_size: 2, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("remote", &server.url(), ""))).await;
+    let view = wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view).len(), 5);
+    assert_eq!(view.hello.as_ref().unwrap().protocol_version, "2025-06-18");
+
+    let mut client = client(&app).await;
+    let called = client
+        .call_tool(pb::CallToolRequest { qualified_name: "remote__t1".into(), arguments_json: r#"{"k":1}"#.into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(called.content_json.contains(r#"{\"k\":1}"#), "{}", called.content_json);
+
+    let seen = server.seen();
+    let initialize = seen.iter().find(|s| s.body["method"] == "initialize").unwrap();
+    assert!(!initialize.headers.contains_key("mcp-session-id"), "initialize carries no session id");
+    assert!(initialize.headers["accept"].contains("text/event-stream") && initialize.headers["accept"].contains("application/json"));
+    for later in seen.iter().filter(|s| s.method == "POST" && s.body["method"] != "initialize") {
+        assert_eq!(later.headers.get("mcp-session-id").map(String::as_str), Some("session-1"), "{:?}", later.body);
+        assert_eq!(later.headers.get("mcp-protocol-version").map(String::as_str), Some("2025-06-18"), "{:?}", later.body);
+    }
+    assert!(seen.iter().any(|s| s.method == "GET"), "the GET stream for server notifications is open");
+
+    // A change announced on the GET stream publishes a new generation.
+    server.set_tools(tools("t", 6));
+    server.announce_change();
+    let view = wait_for_server(app.registry(), "remote", "generation 2", |v| v.generation_number() == 2).await;
+    assert_eq!(tool_names(&view).len(), 6);
+    app.shutdown().await;
+    assert!(
+        server.seen().iter().any(|s| s.method == "DELETE" && s.headers.get("mcp-session-id").map(String::as_str) == Some("session-1")),
+        "the session is deleted on shutdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_session_means_a_new_initialize_and_a_full_enumeration() {
+    let server = HttpMcpServer::start(Script { tools: tools("t", 3), page_size: 2, sse_responses: true, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("forgetful", &server.url(), ""))).await;
+    wait_for_server(app.registry(), "forgetful", "ready", |v| v.state == ServerState::Ready).await;
+    server.forget_sessions();
+    let mut client = client(&app).await;
+    let lost = client.call_tool(pb::CallToolRequest { qualified_name: "forgetful__t0".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(lost.code(), tonic::Code::Unavailable, "the call in flight fails as retryable, never replayed: {lost:?}");
+
+    let view = wait_for_server(app.registry(), "forgetful", "ready again", |v| v.state == ServerState::Ready && v.num_restarts >= 1).await;
+    assert_eq!(tool_names(&view).len(), 3);
+    let seen = server.seen();
+    let initializes: Vec<_> = seen.iter().filter(|s| s.body["method"] == "initialize").collect();
+    assert_eq!(initializes.len(), 2);
+    assert!(!initializes[1].headers.contains_key("mcp-session-id"), "the new initialize carries no session id");
+    let second = seen.iter().rposition(|s| s.body["method"] == "initialize").unwrap();
+    let lists: Vec<_> = seen[second..].iter().filter(|s| s.body["method"] == "tools/list").collect();
+    assert_eq!(lists.len(), 2, "a full enumeration of both pages follows");
+    assert!(lists[0].body["params"].get("cursor").is_none());
+    assert!(lists.iter().all(|s| s.headers.get("mcp-session-id").map(String::as_str) == Some("session-2")));
+    assert_eq!(seen.iter().filter(|s| s.body["method"] == "tools/call").count(), 1, "the lost call was not replayed");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_stream_that_closes_early_is_resumed_with_last_event_id() {
+    let server = HttpMcpServer::start(Script { tools: tools("t", 1), drop_call_streams: true, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("resumable", &server.url(), ""))).await;
+    wait_for_server(app.registry(), "resumable", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let called = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "resumable__t0".into(),
+            arguments_json: r#"{"x":2}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(called.content_json.contains("x"), "{}", called.content_json);
+    let resume = server.seen().into_iter().find(|s| s.method == "GET" && s.headers.contains_key("last-event-id")).expect("a resuming GET");
+    assert!(resume.headers["last-event-id"].starts_with("call-"));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_come_from_the_environment_and_a_refusal_is_a_visible_state() {
+    // The token is an environment variable every machine has (setting one would need unsafe
+    // code): the configured header names it, and toolhost must expand it.
+    let token = std::env::var("HOME").expect("HOME is set");
+    let server = HttpMcpServer::start(Script { tools: tools("t", 1), token: Some(token.clone()), ..Script::default() }).await;
+    let dir = TestDir::new();
+    let ok = "headers = { Authorization = \"Bearer ${HOME}\" }";
+    let app = start(dir.config(&format!(
+        "{}\n{}",
+        http_table("trusted", &server.url(), ok),
+        http_table("refused", &server.url(), "headers = { Authorization = \"Bearer wrong\" }")
+    )))
+    .await;
+    wait_for_server(app.registry(), "trusted", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "refused", "auth failed", |v| v.state == ServerState::AuthFailed).await;
+    assert!(view.last_error.clone().unwrap().contains("401"), "{:?}", view.last_error);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let attempts = server.seen().iter().filter(|s| s.headers.get("authorization").map(String::as_str) == Some("Bearer wrong")).count();
+    assert!(attempts <= 6, "no tight reconnect loop: {attempts} attempts in about half a second");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_is_not_streamable_http_is_refused_clearly() {
+    // A listener that answers every request 405, as an old HTTP+SSE server answers a POST to its SSE URL.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf).await;
+            let _ = stream.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        }
+    });
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("old", &url, ""))).await;
+    let view = wait_for_server(app.registry(), "old", "failed", |v| v.state == ServerState::Failed).await;
+    assert!(view.last_error.clone().unwrap().contains("HTTP+SSE"), "{:?}", view.last_error);
+    app.shutdown().await;
+}

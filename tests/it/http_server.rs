@@ -1,0 +1,235 @@
+//! A scripted Streamable HTTP MCP server (legacy shape) for the tests: sessions, JSON and SSE
+//! responses, a GET stream, resumable response streams, forgotten sessions, and a bearer token.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+pub struct Script {
+    pub tools: Vec<Value>,
+    pub page_size: usize,
+    /// Answer requests with SSE streams rather than JSON.
+    pub sse_responses: bool,
+    /// Close a tools/call response stream after its priming event; the answer waits for the
+    /// resuming GET (with Last-Event-ID).
+    pub drop_call_streams: bool,
+    /// Refuse requests without `Authorization: Bearer <token>` with 401.
+    pub token: Option<String>,
+}
+
+pub struct HttpMcpServer {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+}
+
+struct State {
+    script: Mutex<Script>,
+    sessions: Mutex<HashSet<String>>,
+    next_session: Mutex<u32>,
+    seen: Mutex<Vec<Seen>>,
+    /// Answers held for resuming GETs, by the event id they follow.
+    held: Mutex<HashMap<String, String>>,
+    notifications: broadcast::Sender<String>,
+}
+
+impl HttpMcpServer {
+    pub async fn start(script: Script) -> HttpMcpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State {
+            script: Mutex::new(script),
+            sessions: Mutex::default(),
+            next_session: Mutex::new(0),
+            seen: Mutex::default(),
+            held: Mutex::default(),
+            notifications: broadcast::channel(64).0,
+        });
+        let accept_state = state.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(connection(accept_state.clone(), stream));
+            }
+        });
+        HttpMcpServer { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    pub fn set_tools(&self, tools: Vec<Value>) {
+        self.state.script.lock().unwrap().tools = tools;
+    }
+
+    /// Sends list_changed on every open GET stream.
+    pub fn announce_change(&self) {
+        let _ = self.state.notifications.send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned());
+    }
+
+    /// Forgets every session: later requests that carry one get 404.
+    pub fn forget_sessions(&self) {
+        self.state.sessions.lock().unwrap().clear();
+    }
+}
+
+async fn connection(state: Arc<State>, stream: TcpStream) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let method = request_line.split_whitespace().next().unwrap_or_default().to_owned();
+        let mut headers = HashMap::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).await.unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+            }
+        }
+        let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).await.unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        state.seen.lock().unwrap().push(Seen { method: method.clone(), headers: headers.clone(), body: body.clone() });
+        let keep_open = respond(&state, &method, &headers, &body, reader.get_mut()).await;
+        if !keep_open {
+            return;
+        }
+    }
+}
+
+/// Answers one request; false when the connection must close (after a stream).
+async fn respond(state: &State, method: &str, headers: &HashMap<String, String>, body: &Value, stream: &mut TcpStream) -> bool {
+    let token = state.script.lock().unwrap().token.clone();
+    if let Some(token) = token
+        && headers.get("authorization") != Some(&format!("Bearer {token}"))
+    {
+        return write(stream, "401 Unauthorized", "application/json", "{}", &[]).await;
+    }
+    let session = headers.get("mcp-session-id").cloned();
+    let known = session.as_ref().is_some_and(|s| state.sessions.lock().unwrap().contains(s));
+    let is_initialize = body["method"] == "initialize";
+    if !is_initialize && session.is_some() && !known {
+        return write(stream, "404 Not Found", "application/json", "{}", &[]).await;
+    }
+    match method {
+        "DELETE" => {
+            if let Some(session) = session {
+                state.sessions.lock().unwrap().remove(&session);
+            }
+            write(stream, "200 OK", "application/json", "", &[]).await
+        }
+        "GET" => {
+            if let Some(last) = headers.get("last-event-id") {
+                let held = state.held.lock().unwrap().remove(last);
+                let events = held.map(|answer| format!("id: {last}-answer\ndata: {answer}\n\n")).unwrap_or_default();
+                let _ = stream.write_all(sse_head().as_bytes()).await;
+                let _ = stream.write_all(events.as_bytes()).await;
+                return false;
+            }
+            let mut notifications = state.notifications.subscribe();
+            if stream.write_all(sse_head().as_bytes()).await.is_err() {
+                return false;
+            }
+            while let Ok(message) = notifications.recv().await {
+                if stream.write_all(format!("data: {message}\n\n").as_bytes()).await.is_err() {
+                    return false;
+                }
+            }
+            false
+        }
+        _ => {
+            let Some(id) = body.get("id").cloned() else {
+                return write(stream, "202 Accepted", "application/json", "", &[]).await;
+            };
+            if body.get("method").is_none() {
+                return write(stream, "202 Accepted", "application/json", "", &[]).await;
+            }
+            let result = answer(state, body);
+            let message = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+            let mut extra = Vec::new();
+            if is_initialize {
+                let mut next = state.next_session.lock().unwrap();
+                *next += 1;
+                let session = format!("session-{next}");
+                state.sessions.lock().unwrap().insert(session.clone());
+                extra.push(("Mcp-Session-Id", session));
+            }
+            let (sse, drop_calls) = {
+                let script = state.script.lock().unwrap();
+                (script.sse_responses, script.drop_call_streams)
+            };
+            if drop_calls && body["method"] == "tools/call" {
+                let event_id = format!("call-{id}");
+                state.held.lock().unwrap().insert(event_id.clone(), message);
+                let _ = stream.write_all(sse_head().as_bytes()).await;
+                let _ = stream.write_all(format!("id: {event_id}\nretry: 100\ndata:\n\n").as_bytes()).await;
+                return false;
+            }
+            if sse {
+                let head = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect::<String>();
+                let _ = stream
+                    .write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n{head}Connection: close\r\n\r\n").as_bytes())
+                    .await;
+                let _ = stream.write_all(format!("id: e1\ndata:\n\nid: e2\ndata: {message}\n\n").as_bytes()).await;
+                return false;
+            }
+            write(stream, "200 OK", "application/json", &message, &extra).await
+        }
+    }
+}
+
+fn answer(state: &State, body: &Value) -> Value {
+    let script = state.script.lock().unwrap();
+    match body["method"].as_str().unwrap_or_default() {
+        "initialize" => {
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": "http-test", "version": "1"}})
+        }
+        "tools/list" => {
+            let offset: usize = body["params"]["cursor"].as_str().and_then(|c| c.parse().ok()).unwrap_or(0);
+            let size = if script.page_size == 0 { script.tools.len().max(1) } else { script.page_size };
+            let end = (offset + size).min(script.tools.len());
+            let mut result = json!({"tools": script.tools[offset..end]});
+            if end < script.tools.len() {
+                result["nextCursor"] = json!(end.to_string());
+            }
+            result
+        }
+        "tools/call" => json!({"content": [{"type": "text", "text": body["params"]["arguments"].to_string()}]}),
+        _ => json!({}),
+    }
+}
+
+fn sse_head() -> String {
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n".to_owned()
+}
+
+async fn write(stream: &mut TcpStream, status: &str, content_type: &str, body: &str, extra: &[(&str, String)]) -> bool {
+    let head = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect::<String>();
+    let response = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{head}\r\n{body}", body.len());
+    stream.write_all(response.as_bytes()).await.is_ok()
+}
