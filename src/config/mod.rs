@@ -105,7 +105,10 @@ pub struct StdioSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpSpec {
     pub url: String,
+    /// Values may name environment variables as `${NAME}`; they are never logged.
     pub headers: BTreeMap<String, String>,
+    /// PEM certificates to trust instead of the public roots (a private CA, a self-signed server).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Bounds on one enumeration; exceeding any fails it (it is never committed as complete).
@@ -300,8 +303,8 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             if command.trim().is_empty() {
                 return Err(("command".into(), "must not be empty".into()));
             }
-            if !raw.headers.is_empty() {
-                return Err(("headers".into(), "only HTTP servers (url) take headers".into()));
+            if !raw.headers.is_empty() || raw.ca_file.is_some() {
+                return Err(("headers".into(), "only HTTP servers (url) take headers and ca_file".into()));
             }
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
@@ -314,7 +317,7 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
                 return Err(("url".into(), "args, env and cwd apply to stdio servers (command), not to url".into()));
             }
-            Transport::Http(HttpSpec { url, headers: raw.headers })
+            Transport::Http(HttpSpec { url, headers: raw.headers, ca_file: raw.ca_file.map(|path| base.join(path)) })
         }
     };
     if let Some(kind) = raw.kind.as_deref() {

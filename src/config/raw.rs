@@ -76,6 +76,7 @@ pub(crate) struct RawServer {
     #[serde(rename = "type")]
     pub(crate) kind: Option<String>,
     // --- toolhost's settings ---
+    pub(crate) ca_file: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) request_timeout: Option<String>,
     pub(crate) enumeration_timeout: Option<String>,

@@ -37,7 +37,7 @@ const MAX_RESUMES: u32 = 5;
 const GET_RETRY_MIN: Duration = Duration::from_millis(500);
 const GET_RETRY_MAX: Duration = Duration::from_secs(30);
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Why an HTTP session ended on the server's word.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,9 +83,6 @@ pub(crate) fn start(
     request_timeout: Duration,
 ) -> Result<(SessionHandle, HttpLink), UpstreamError> {
     let uri: Uri = spec.url.parse().map_err(|err| UpstreamError::Protocol(format!("bad url: {err}")))?;
-    if uri.scheme_str() == Some("https") {
-        return Err(UpstreamError::UnsupportedTransport("https:// upstreams need TLS, which toolhost does not support yet"));
-    }
     let mut headers = Vec::with_capacity(spec.headers.len());
     for (name, value) in &spec.headers {
         let value = expand_env(value).map_err(UpstreamError::Protocol)?;
@@ -97,7 +94,14 @@ pub(crate) fn start(
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(request_timeout));
     connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).build(connector);
+    // `https_or_http` wraps plain http too: 127.0.0.1 servers need no certificate.
+    connector.enforce_http(false);
+    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(spec)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    let client = Client::builder(TokioExecutor::new()).build(tls);
     let (handle, core, outgoing) = session::start_core(server.clone());
     let state = Arc::new(State {
         server: server.clone(),
@@ -228,7 +232,7 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
     };
     let response = match response {
         Ok(Ok(response)) => response,
-        Ok(Err(error)) => return fail(format!("HTTP request failed: {error}")),
+        Ok(Err(error)) => return fail(format!("HTTP request failed: {}", error_chain(&error))),
         Err(_) => return fail(format!("no HTTP response within {:?}", state.request_timeout)),
     };
     let status = response.status();
@@ -377,6 +381,31 @@ async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<
     Ok(out)
 }
 
+/// rustls with the ring provider, trusting the public web's roots, or only `ca_file` when set.
+fn tls_config(spec: &HttpSpec) -> Result<rustls::ClientConfig, UpstreamError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match &spec.ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|err| UpstreamError::Protocol(format!("cannot read ca_file {}: {err}", path.display())))?;
+            for cert in certs {
+                let cert = cert.map_err(|err| UpstreamError::Protocol(format!("bad certificate in {}: {err}", path.display())))?;
+                roots.add(cert).map_err(|err| UpstreamError::Protocol(format!("unusable certificate in {}: {err}", path.display())))?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|err| UpstreamError::Protocol(format!("TLS setup failed: {err}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
 /// `${NAME}` in a header value becomes the environment variable's value.
 fn expand_env(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
@@ -392,6 +421,18 @@ fn expand_env(value: &str) -> Result<String, String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// An error and its causes, "outer: inner: root" (hyper's own message alone says little).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -143,3 +143,20 @@ async fn an_endpoint_that_is_not_streamable_http_is_refused_clearly() {
     assert!(view.last_error.clone().unwrap().contains("HTTP+SSE"), "{:?}", view.last_error);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_upstreams_verify_the_server_against_the_configured_ca() {
+    let (server, cert_pem) = HttpMcpServer::start_tls(Script { tools: tools("t", 2), ..Script::default() }).await;
+    let dir = TestDir::new();
+    std::fs::write(dir.path("server-ca.pem"), cert_pem).unwrap();
+    let trusted = http_table("secure", &server.url(), "ca_file = \"server-ca.pem\"");
+    // Without the private CA the public roots apply, and the self-signed certificate is refused.
+    let untrusted = http_table("unverified", &server.url(), "");
+    let app = start(dir.config(&format!("{trusted}\n{untrusted}"))).await;
+    let view = wait_for_server(app.registry(), "secure", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view).len(), 2);
+    let refused = wait_for_server(app.registry(), "unverified", "refused", |v| v.num_restarts >= 1 && v.last_error.is_some()).await;
+    assert!(refused.generation.is_none());
+    assert!(refused.last_error.clone().unwrap().contains("certificate"), "{:?}", refused.last_error);
+    app.shutdown().await;
+}

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 
 /// One request as the server saw it.
@@ -34,6 +34,7 @@ pub struct Script {
 pub struct HttpMcpServer {
     pub addr: SocketAddr,
     state: Arc<State>,
+    tls: bool,
 }
 
 struct State {
@@ -48,6 +49,27 @@ struct State {
 
 impl HttpMcpServer {
     pub async fn start(script: Script) -> HttpMcpServer {
+        HttpMcpServer::start_with(script, None).await
+    }
+
+    /// The same server behind TLS with a fresh self-signed certificate for 127.0.0.1 and
+    /// localhost; returns the certificate (PEM) to trust.
+    pub async fn start_tls(script: Script) -> (HttpMcpServer, String) {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        let cert_pem = certified.cert.pem();
+        let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .unwrap();
+        let mut server = HttpMcpServer::start_with(script, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await;
+        server.tls = true;
+        (server, cert_pem)
+    }
+
+    async fn start_with(script: Script, tls: Option<tokio_rustls::TlsAcceptor>) -> HttpMcpServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
@@ -61,14 +83,27 @@ impl HttpMcpServer {
         let accept_state = state.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(connection(accept_state.clone(), stream));
+                let state = accept_state.clone();
+                match tls.clone() {
+                    None => {
+                        tokio::spawn(connection(state, stream));
+                    }
+                    Some(acceptor) => {
+                        tokio::spawn(async move {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                connection(state, stream).await;
+                            }
+                        });
+                    }
+                }
             }
         });
-        HttpMcpServer { addr, state }
+        HttpMcpServer { addr, state, tls: false }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/mcp", self.addr)
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -90,7 +125,7 @@ impl HttpMcpServer {
     }
 }
 
-async fn connection(state: Arc<State>, stream: TcpStream) {
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(state: Arc<State>, stream: S) {
     let mut reader = BufReader::new(stream);
     loop {
         let mut request_line = String::new();
@@ -123,7 +158,13 @@ async fn connection(state: Arc<State>, stream: TcpStream) {
 }
 
 /// Answers one request; false when the connection must close (after a stream).
-async fn respond(state: &State, method: &str, headers: &HashMap<String, String>, body: &Value, stream: &mut TcpStream) -> bool {
+async fn respond<S: AsyncWrite + Unpin>(
+    state: &State,
+    method: &str,
+    headers: &HashMap<String, String>,
+    body: &Value,
+    stream: &mut S,
+) -> bool {
     let token = state.script.lock().unwrap().token.clone();
     if let Some(token) = token
         && headers.get("authorization") != Some(&format!("Bearer {token}"))
@@ -228,7 +269,7 @@ fn sse_head() -> String {
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n".to_owned()
 }
 
-async fn write(stream: &mut TcpStream, status: &str, content_type: &str, body: &str, extra: &[(&str, String)]) -> bool {
+async fn write<S: AsyncWrite + Unpin>(stream: &mut S, status: &str, content_type: &str, body: &str, extra: &[(&str, String)]) -> bool {
     let head = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect::<String>();
     let response = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{head}\r\n{body}", body.len());
     stream.write_all(response.as_bytes()).await.is_ok()
