@@ -29,7 +29,7 @@ async fn direct_session(tools: usize) -> Connection {
         shutdown_grace: Duration::from_secs(1),
         reaper: Arc::new(Reaper::disabled()),
     };
-    upstream::connect(&"direct".into(), spec, &settings).await.expect("direct session")
+    upstream::connect(&"direct".into(), spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("direct session")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -63,6 +63,13 @@ struct Script {
     linger_after_eof_ms: u64,
     /// Start a `sleep` child (a grandchild of toolhost) and append its pid to `pid_file`.
     spawn_grandchild: bool,
+    /// "modern": speak 2026-07-28 only (server/discover, `_meta` on every request,
+    /// subscriptions/listen); anything else: the legacy protocol.
+    era: Option<String>,
+    /// Modern: answer the first server/discover with -32022.
+    discover_unsupported_once: bool,
+    /// Modern: the `ttlMs` of listings.
+    ttl_ms: Option<u64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -75,6 +82,9 @@ struct Mutation {
 struct Server {
     script: Script,
     out: Arc<Mutex<std::io::Stdout>>,
+    /// Modern: the id of the open subscriptions/listen request, which tags list_changed.
+    subscription: Arc<Mutex<Option<Value>>>,
+    discover_refused: bool,
     tools: Vec<Value>,
     pages_served_in_first_listing: usize,
     mutated: bool,
@@ -120,6 +130,8 @@ fn main() {
     let mut server = Server {
         script,
         out,
+        subscription: Arc::default(),
+        discover_refused: false,
         tools,
         pages_served_in_first_listing: 0,
         mutated: false,
@@ -128,7 +140,8 @@ fn main() {
     };
     if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
         let out = server.out.clone();
-        std::thread::spawn(move || watch_file(&path, &out));
+        let subscription = server.modern().then(|| server.subscription.clone());
+        std::thread::spawn(move || watch_file(&path, &out, subscription.as_deref()));
     }
     let stdin = std::io::stdin();
     let mut log = server.script.log_file.as_ref().map(|path| {
@@ -150,9 +163,16 @@ fn main() {
 }
 
 impl Server {
+    fn modern(&self) -> bool {
+        self.script.era.as_deref() == Some("modern")
+    }
+
     fn handle(&mut self, message: &Value, launch: u64) {
         let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
         let id = message.get("id").cloned();
+        if self.modern() {
+            return self.handle_modern(message, method, id);
+        }
         if method == "notifications/initialized" {
             self.after_initialized(launch);
             return;
@@ -173,6 +193,64 @@ impl Server {
         if std::mem::take(&mut self.announce_after_response) {
             write_line(&self.out, LIST_CHANGED);
         }
+    }
+
+    fn handle_modern(&mut self, message: &Value, method: &str, id: Option<Value>) {
+        if method == "notifications/cancelled" {
+            let mut subscription = self.subscription.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if subscription.as_ref() == message["params"].get("requestId") {
+                *subscription = None;
+            }
+            return;
+        }
+        let Some(id) = id else { return };
+        if self.script.hang_methods.iter().any(|m| m == method) {
+            return;
+        }
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        let meta = &params["_meta"];
+        let has_meta = meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+            && meta["io.modelcontextprotocol/clientCapabilities"].is_object();
+        if method != "initialize" && !has_meta {
+            return self.respond(id, Err((-32602, "missing or unsupported _meta protocolVersion / clientCapabilities".to_owned())));
+        }
+        let complete = |mut result: Value| {
+            result["resultType"] = json!("complete");
+            result
+        };
+        let refuse_version = |id: &Value| {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32022, "message": "Unsupported protocol version", "data": {"supported": ["2026-07-28"]}}}).to_string()
+        };
+        let reply = match method {
+            "initialize" => return write_line(&self.out, &refuse_version(&id)),
+            "server/discover" if self.script.discover_unsupported_once && !self.discover_refused => {
+                self.discover_refused = true;
+                return write_line(&self.out, &refuse_version(&id));
+            }
+            "server/discover" => Ok(complete(json!({
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": self.script.capabilities.clone().unwrap_or_else(|| json!({"tools": {"listChanged": true}})),
+                "ttlMs": 0, "cacheScope": "public",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted-modern", "version": "1"}},
+            }))),
+            "subscriptions/listen" => {
+                *self.subscription.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(id.clone());
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}, "notifications": {"toolsListChanged": true}}});
+                return write_line(&self.out, &ack.to_string());
+            }
+            "tools/list" => self.list(&params).map(|mut result| {
+                result["ttlMs"] = json!(self.script.ttl_ms.unwrap_or(60_000));
+                result["cacheScope"] = json!("public");
+                complete(result)
+            }),
+            "tools/call" => {
+                let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                Ok(complete(json!({"content": [{"type": "text", "text": arguments.to_string()}]})))
+            }
+            _ => Err((-32601, format!("method not found: {method}"))),
+        };
+        self.respond(id, reply);
     }
 
     fn initialize_result(&self, params: &Value) -> Value {
@@ -300,7 +378,7 @@ fn write_line(out: &Mutex<std::io::Stdout>, line: &str) {
     let _ = out.flush();
 }
 
-fn watch_file(path: &str, out: &Mutex<std::io::Stdout>) {
+fn watch_file(path: &str, out: &Mutex<std::io::Stdout>, subscription: Option<&Mutex<Option<Value>>>) {
     let modified = || std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
     let mut last = (modified(), std::fs::read(path).unwrap_or_default());
     loop {
@@ -308,7 +386,17 @@ fn watch_file(path: &str, out: &Mutex<std::io::Stdout>) {
         let now = (modified(), std::fs::read(path).unwrap_or_default());
         if now != last {
             last = now;
-            write_line(out, LIST_CHANGED);
+            match subscription {
+                // Modern servers announce changes only on an open subscription, tagged with its id.
+                Some(subscription) => {
+                    let id = subscription.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                    if let Some(id) = id {
+                        let tagged = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}}});
+                        write_line(out, &tagged.to_string());
+                    }
+                }
+                None => write_line(out, LIST_CHANGED),
+            }
         }
     }
 }

@@ -13,6 +13,8 @@ pub enum EnumerationReason {
     Manual,
     /// A call hit a tool the server no longer knows.
     StaleTool,
+    /// The last listing's `ttlMs` (2026-07-28) ran out.
+    Ttl,
 }
 
 /// How an enumeration ended.
@@ -66,6 +68,7 @@ impl EnumerationReason {
             EnumerationReason::Reconnect => "reconnect",
             EnumerationReason::Manual => "manual",
             EnumerationReason::StaleTool => "stale_tool",
+            EnumerationReason::Ttl => "ttl",
         }
     }
 
@@ -76,6 +79,7 @@ impl EnumerationReason {
             EnumerationReason::Reconnect,
             EnumerationReason::Manual,
             EnumerationReason::StaleTool,
+            EnumerationReason::Ttl,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == text)

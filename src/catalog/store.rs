@@ -191,6 +191,34 @@ impl Store {
         Ok(tools)
     }
 
+    /// The protocol era last found for each server that has one.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn eras(&self) -> Result<HashMap<String, String>, StoreError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, era FROM servers WHERE era IS NOT NULL").fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Remembers the era and version a server was found to speak.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn remember_era(&self, server: &str, era: &str, version: &str) -> Result<(), StoreError> {
+        let _write = self.write_lock.lock().await;
+        sqlx::query(
+            "INSERT INTO servers (name, era, protocol_version_seen) VALUES (?1, ?2, ?3) \
+             ON CONFLICT(name) DO UPDATE SET era = ?2, protocol_version_seen = ?3",
+        )
+        .bind(server)
+        .bind(era)
+        .bind(version)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// The generation that removed tool `name` from `server`, if history still shows one and
     /// the tool has not come back since.
     ///

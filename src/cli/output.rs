@@ -26,7 +26,7 @@ impl Printer {
                     let races = s.stale_tool_races.unwrap_or_default();
                     json!({
                         "name": s.name, "state": state_name(s.state), "available": s.available, "transport": s.transport,
-                        "protocol_version": s.protocol_version, "generation": s.generation, "tool_count": s.tool_count,
+                        "protocol_version": s.protocol_version, "era": s.era, "generation": s.generation, "tool_count": s.tool_count,
                         "revalidating": s.revalidating, "restarts": s.restarts, "last_error": s.last_error,
                         "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
                         "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),

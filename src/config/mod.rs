@@ -85,6 +85,16 @@ pub struct ServerSpec {
     /// Calls in flight to this server at once; more wait in a queue.
     pub max_concurrent_calls: u32,
     pub restart: RestartPolicy,
+    /// Which MCP era to speak: detect it (`auto`), or only one.
+    pub protocol: ProtocolChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolChoice {
+    /// Probe with `server/discover`, fall back to `initialize`; remember what was found.
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -357,6 +367,12 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
         shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2)).map_err(at("shutdown_grace"))?,
         max_concurrent_calls: positive(raw.max_concurrent_calls, 16).map_err(at("max_concurrent_calls"))?,
         restart,
+        protocol: match raw.protocol.as_deref() {
+            None | Some("auto") => ProtocolChoice::Auto,
+            Some("legacy") => ProtocolChoice::Legacy,
+            Some("modern") => ProtocolChoice::Modern,
+            Some(other) => return Err(("protocol".into(), format!("{other:?} is not one of \"auto\", \"legacy\", \"modern\""))),
+        },
     })
 }
 

@@ -77,6 +77,7 @@ pub(crate) struct RawServer {
     pub(crate) kind: Option<String>,
     // --- toolhost's settings ---
     pub(crate) ca_file: Option<String>,
+    pub(crate) protocol: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) request_timeout: Option<String>,
     pub(crate) enumeration_timeout: Option<String>,

@@ -18,6 +18,7 @@ pub const METHOD_TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 /// What the server told toolhost about itself in its `InitializeResult`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerHello {
+    pub era: Era,
     pub protocol_version: String,
     /// `serverInfo` exactly as received (JSON), when present.
     pub server_info: Option<String>,
@@ -26,6 +27,31 @@ pub struct ServerHello {
     /// `capabilities.tools.listChanged` was `true`.
     pub tools_list_changed: bool,
     pub instructions: Option<String>,
+}
+
+/// The two eras of MCP: `initialize` and sessions (up to 2025-11-25), or stateless requests
+/// that each carry their version and capabilities (2026-07-28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    Legacy,
+    Modern,
+}
+
+impl Era {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Era::Legacy => "legacy",
+            Era::Modern => "modern",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Era> {
+        match text {
+            "legacy" => Some(Era::Legacy),
+            "modern" => Some(Era::Modern),
+            _ => None,
+        }
+    }
 }
 
 /// Why an `InitializeResult` was refused.
@@ -83,6 +109,7 @@ pub fn check_initialize_result(result: &RawValue) -> Result<ServerHello, Handsha
     }
     let tools = parsed.capabilities.tools;
     Ok(ServerHello {
+        era: Era::Legacy,
         protocol_version: parsed.protocol_version,
         server_info: parsed.server_info.map(|info| info.get().to_owned()),
         has_tools: tools.is_some(),

@@ -5,5 +5,6 @@
 
 pub mod jsonrpc;
 pub mod lifecycle;
+pub mod modern;
 pub mod sse;
 pub mod tools;

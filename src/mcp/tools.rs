@@ -36,6 +36,18 @@ struct ShallowListPage<'a> {
     tools: &'a RawValue,
     #[serde(default)]
     next_cursor: Option<String>,
+    #[serde(default)]
+    ttl_ms: Option<i64>,
+    #[serde(default)]
+    result_type: Option<String>,
+}
+
+/// What the enumerator needs from a page before its tools are processed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PagePeek {
+    pub next_cursor: Option<String>,
+    /// 2026-07-28 freshness hint; negative counts as 0, absent as "none given".
+    pub ttl_ms: Option<u64>,
 }
 
 /// Reads only the cursor of a `tools/list` result (and checks that `tools` is an array), so that
@@ -44,11 +56,24 @@ struct ShallowListPage<'a> {
 /// # Errors
 /// A description of what is wrong when the result is not a `ListToolsResult`.
 pub fn peek_next_cursor(result: &RawValue) -> Result<Option<String>, String> {
+    peek_page(result).map(|peek| peek.next_cursor)
+}
+
+/// Reads a page's cursor and `ttlMs`, checks `tools` is an array and `resultType` (absent means
+/// complete; anything else is not a listing).
+///
+/// # Errors
+/// A description of what is wrong.
+pub fn peek_page(result: &RawValue) -> Result<PagePeek, String> {
     let page: ShallowListPage<'_> = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
     if !page.tools.get().starts_with('[') {
         return Err("`tools` is not an array".to_owned());
     }
-    Ok(page.next_cursor)
+    match page.result_type.as_deref() {
+        None | Some("complete") => {}
+        Some(other) => return Err(format!("resultType {other:?} is not a complete listing")),
+    }
+    Ok(PagePeek { next_cursor: page.next_cursor, ttl_ms: page.ttl_ms.map(|ttl| u64::try_from(ttl).unwrap_or(0)) })
 }
 
 /// The `params` of a `tools/list` request for the page after `cursor` (or the first page).

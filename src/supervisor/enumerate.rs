@@ -12,7 +12,7 @@ use crate::catalog::model::{Listing, ToolDef, define_entries};
 use crate::config::EnumerationLimits;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
-use crate::mcp::tools::{list_params, parse_list_page, peek_next_cursor};
+use crate::mcp::tools::{list_params, parse_list_page, peek_page};
 use crate::supervisor::trace;
 use crate::upstream::{SessionHandle, UpstreamError};
 use tracing::Instrument;
@@ -26,6 +26,8 @@ pub(crate) struct PassStats {
     pub(crate) pages: u32,
     pub(crate) tools: u32,
     pub(crate) bytes: u64,
+    /// The smallest `ttlMs` of the pages, when the server sent any.
+    pub(crate) ttl_ms: Option<u64>,
 }
 
 /// Why a pass produced no listing.
@@ -98,8 +100,12 @@ pub(crate) async fn enumerate(
         if stats.bytes > limits.max_bytes {
             return Err(PassEnd::Failed(format!("the listing is larger than {} bytes (max_listing_bytes)", limits.max_bytes)));
         }
-        let next_cursor = peek_next_cursor(&result)
+        let peek = peek_page(&result)
             .map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
+        if let Some(ttl) = peek.ttl_ms {
+            stats.ttl_ms = Some(stats.ttl_ms.map_or(ttl, |known| known.min(ttl)));
+        }
+        let next_cursor = peek.next_cursor;
         pages.push(tokio::task::spawn_blocking(move || parse_list_page(&result).map(|page| define_entries(page.tools))));
         match next_cursor {
             None => break,

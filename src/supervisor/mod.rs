@@ -41,6 +41,8 @@ pub struct Supervisor {
     store: Store,
     reaper: Arc<Reaper>,
     specs: BTreeMap<Arc<str>, ServerSpec>,
+    /// The era each server was last found to speak (from the store at boot).
+    eras: std::collections::HashMap<String, String>,
     workers: BTreeMap<Arc<str>, WorkerHandle>,
     senders: Senders,
     tracker: TaskTracker,
@@ -79,12 +81,14 @@ impl Supervisor {
         metrics: Metrics,
     ) -> Result<Supervisor, StoreError> {
         let mut stored = store.load_all_current().await?;
+        let eras = store.eras().await?;
         let mut supervisor = Supervisor {
             metrics,
             registry,
             store,
             reaper,
             specs: BTreeMap::new(),
+            eras,
             workers: BTreeMap::new(),
             senders: Senders::default(),
             tracker: TaskTracker::new(),
@@ -201,10 +205,12 @@ impl Supervisor {
             reaper: self.reaper.clone(),
             start_permits: self.start_permits.clone(),
             metrics: self.metrics.clone(),
+            era: self.eras.get(&*name).and_then(|era| crate::mcp::lifecycle::Era::parse(era)),
             commands: commands_rx,
             cancel: cancel.clone(),
             session_listed_ok: false,
             empty_listing_held: false,
+            last_ttl: None,
         };
         let span = tracing::info_span!("server", server = %name);
         let task = self.tracker.spawn(worker.run().instrument(span));

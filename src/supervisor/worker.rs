@@ -17,7 +17,8 @@ use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::{CommitOutcome, Store};
 use crate::config::ServerSpec;
-use crate::mcp::lifecycle::ServerHello;
+use crate::mcp::lifecycle::{Era, ServerHello};
+use crate::mcp::modern;
 use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
@@ -67,12 +68,16 @@ pub(crate) struct Worker {
     /// Shared by all workers: bounds how many sessions start (connect and first enumeration) at once.
     pub(crate) start_permits: Arc<Semaphore>,
     pub(crate) metrics: Metrics,
+    /// The era this server was last found to speak; `None` until known.
+    pub(crate) era: Option<Era>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) cancel: CancellationToken,
     /// A listing of this session was committed (or found unchanged).
     pub(crate) session_listed_ok: bool,
     /// The previous listing was empty and was held back for confirmation.
     pub(crate) empty_listing_held: bool,
+    /// The `ttlMs` of the last complete listing, if the server gave one.
+    pub(crate) last_ttl: Option<Duration>,
 }
 
 // === impl Worker ===
@@ -97,7 +102,7 @@ impl Worker {
             };
             let connected = tokio::select! {
                 () = self.cancel.cancelled() => break,
-                connected = upstream::connect(&self.name, &self.spec, &settings) => connected,
+                connected = upstream::connect(&self.name, &self.spec, &settings, self.era) => connected,
             };
             let refused = match connected {
                 Ok(connection) => {
@@ -124,6 +129,8 @@ impl Worker {
                 }
                 Err(error) => {
                     tracing::warn!(server = %self.name, %error, "cannot start a session");
+                    // A remembered era may be out of date: probe again next time.
+                    self.era = None;
                     let refused = match error {
                         UpstreamError::AuthFailed(_) => Some(ServerState::AuthFailed),
                         UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_) => {
@@ -174,8 +181,23 @@ impl Worker {
             view.session = Some(handle.clone());
             view.last_error = None;
         });
+        if self.era != Some(hello.era) {
+            self.era = Some(hello.era);
+            if let Err(error) = self.store.remember_era(&self.name, hello.era.as_str(), &hello.protocol_version).await {
+                tracing::warn!(server = %self.name, %error, "cannot remember the server's protocol era");
+            }
+        }
         let session_span = trace::session(&self.name, &hello);
         let session_context = span_context(&session_span);
+        // Modern servers announce changes only on a subscriptions/listen stream.
+        let wants_listen = hello.era == Era::Modern && hello.has_tools && hello.tools_list_changed;
+        let listen_handle = handle.clone();
+        let listen_params = modern::listen_params();
+        let (ack_tx, mut ack_rx) = watch::channel(0u64);
+        let mut listen: Option<ListenFuture<'_>> = None;
+        let mut listen_open_at: Option<Instant> = wants_listen.then(Instant::now);
+        let mut ack_deadline: Option<Instant> = None;
+        let mut ttl_refresh_at: Option<Instant> = None;
         let mut pending = Some(reason);
         let mut cause: Option<SpanContext> = None;
         let mut change_seen_at: Option<Instant> = None;
@@ -193,6 +215,7 @@ impl Worker {
                         if let Some(seen) = change_seen_at.take() {
                             self.metrics.record_propagation(&self.name, seen.elapsed());
                         }
+                        ttl_refresh_at = self.last_ttl.take().map(|ttl| Instant::now() + ttl_delay(ttl));
                     }
                     Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
                     Err(end) => break end,
@@ -226,8 +249,37 @@ impl Worker {
                     WorkerCommand::Restart => break SessionEnd::Restart,
                 },
                 () = retry => pending = Some(EnumerationReason::Manual),
+                () = sleep_until_opt(ttl_refresh_at) => {
+                    // ttlMs is a freshness hint: the listing has gone stale, so look again (jittered,
+                    // never sooner than the floor in ttl_delay).
+                    ttl_refresh_at = None;
+                    pending = Some(EnumerationReason::Ttl);
+                }
+                () = sleep_until_opt(listen_open_at), if listen.is_none() => {
+                    listen_open_at = None;
+                    listen = Some(Box::pin(listen_handle.listen(&listen_params, ack_tx.clone())));
+                    ack_deadline = Some(Instant::now() + self.spec.request_timeout);
+                }
+                ended = async { listen.as_mut().expect("guarded by the condition").await }, if listen.is_some() => {
+                    listen = None;
+                    ack_deadline = None;
+                    tracing::info!(server = %self.name, result = ?ended, "the subscriptions/listen stream ended; re-opening it");
+                    listen_open_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 1));
+                }
+                Ok(()) = ack_rx.changed() => {
+                    ack_deadline = None;
+                    // Notifications may have been missed while no stream was open.
+                    pending = Some(EnumerationReason::ListChanged);
+                }
+                () = sleep_until_opt(ack_deadline) => {
+                    tracing::warn!(server = %self.name, "subscriptions/listen was not acknowledged in time; re-opening it");
+                    ack_deadline = None;
+                    listen = None;
+                    listen_open_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 2));
+                }
             }
         };
+        drop(listen);
         if !hello.tools_list_changed && handle.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
@@ -325,6 +377,7 @@ impl Worker {
                         self.set_state(ServerState::Failed, Some(error));
                         return Ok(false);
                     }
+                    self.last_ttl = stats.ttl_ms.filter(|ttl| *ttl > 0).map(Duration::from_millis);
                     let committed = self.commit(listing, reason, started_at_ms, started, stats).await;
                     self.session_listed_ok |= committed;
                     return Ok(committed);
@@ -510,4 +563,23 @@ impl Worker {
             }
         });
     }
+}
+
+/// An open `subscriptions/listen`: completes when the subscription ends.
+type ListenFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), UpstreamError>> + Send + 'a>>;
+
+/// Completes at `at`, or never when there is no deadline.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When to look again after a listing that was fresh for `ttl`: never sooner than a floor (ttlMs
+/// is a hint, not a polling interval), with up to 10% jitter so servers do not refresh in step.
+fn ttl_delay(ttl: Duration) -> Duration {
+    const FLOOR: Duration = Duration::from_secs(5);
+    let base = ttl.max(FLOOR);
+    base + base.mul_f64(fastrand::f64() * 0.1)
 }

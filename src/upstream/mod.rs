@@ -13,9 +13,11 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{ServerSpec, Transport};
+use crate::config::{ProtocolChoice, ServerSpec, Transport};
 use crate::mcp::jsonrpc::RpcError;
+use crate::mcp::lifecycle::Era;
 use crate::mcp::lifecycle::{self, HandshakeError, ServerHello};
+use crate::mcp::modern;
 pub use session::SessionHandle;
 
 /// Everything that can go wrong talking to an upstream server.
@@ -79,12 +81,27 @@ enum Endpoint {
 ///
 /// # Errors
 /// A spawn failure, a timeout, or a handshake the server failed; the process is stopped first.
-pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSettings) -> Result<Connection, UpstreamError> {
+pub async fn connect(
+    server: &Arc<str>,
+    spec: &ServerSpec,
+    settings: &SessionSettings,
+    era_hint: Option<Era>,
+) -> Result<Connection, UpstreamError> {
     match &spec.transport {
         Transport::Stdio(stdio_spec) => {
             let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
             let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
-            match handshake(&handle, settings, |_| {}).await {
+            let era = match (spec.protocol, era_hint) {
+                (ProtocolChoice::Legacy, _) | (ProtocolChoice::Auto, Some(Era::Legacy)) => Probe::Skip,
+                (ProtocolChoice::Modern, _) => Probe::Required,
+                (ProtocolChoice::Auto, _) => Probe::Optional,
+            };
+            let hello = match discover(&handle, settings, era).await {
+                Ok(Some(hello)) => Ok(hello),
+                Ok(None) => handshake(&handle, settings, |_| {}).await,
+                Err(error) => Err(error),
+            };
+            match hello {
                 Ok(hello) => Ok(Connection {
                     handle,
                     hello,
@@ -117,6 +134,59 @@ pub async fn connect(server: &Arc<str>, spec: &ServerSpec, settings: &SessionSet
             }
         }
     }
+}
+
+/// How much a connect relies on `server/discover`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// The server is known (or configured) to be legacy.
+    Skip,
+    /// Try it; any non-modern error or no answer means legacy.
+    Optional,
+    /// The server is configured as modern: no fallback.
+    Required,
+}
+
+/// The probe bound when the era is unknown: a legacy server that ignores unknown methods costs
+/// this once, after which its era is remembered.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The modern-era start: `server/discover` with the request `_meta`, one retry on -32022 with
+/// a version the server lists. `Ok(None)`: fall back to `initialize`.
+async fn discover(handle: &SessionHandle, settings: &SessionSettings, probe: Probe) -> Result<Option<ServerHello>, UpstreamError> {
+    if probe == Probe::Skip {
+        return Ok(None);
+    }
+    let timeout = if probe == Probe::Required { settings.request_timeout } else { settings.request_timeout.min(PROBE_TIMEOUT) };
+    let mut version = modern::VERSION.to_owned();
+    for _attempt in 0..2 {
+        let params = modern::with_meta(None, &modern::request_meta(&version))
+            .ok_or_else(|| UpstreamError::Protocol("cannot build discover params".into()))?;
+        match handle.request(modern::METHOD_DISCOVER, Some(&params), timeout, true).await {
+            Ok(result) => {
+                let hello = modern::check_discover_result(&result)?;
+                handle.set_request_meta(modern::request_meta(&hello.protocol_version));
+                return Ok(Some(hello));
+            }
+            Err(UpstreamError::Rpc(error)) if error.code == modern::UNSUPPORTED_VERSION => {
+                let supported = modern::supported_versions(&error);
+                // Retry (once: the loop is bounded) with a listed version toolhost speaks.
+                match supported.iter().find(|v| v.as_str() == modern::VERSION) {
+                    Some(known) => version = known.clone(),
+                    None => return Err(UpstreamError::Handshake(HandshakeError::UnsupportedVersion(supported.join(", ")))),
+                }
+            }
+            Err(UpstreamError::Rpc(error)) if modern::is_modern_error(&error) => {
+                return Err(UpstreamError::Protocol(format!("server/discover refused: {} ({})", error.message, error.code)));
+            }
+            Err(error) if probe == Probe::Required => return Err(error),
+            Err(error) => {
+                tracing::debug!(%error, "server/discover failed; speaking the legacy protocol");
+                return Ok(None);
+            }
+        }
+    }
+    Err(UpstreamError::Protocol("server/discover kept refusing the protocol version".into()))
 }
 
 /// `initialize`, the version check, then `notifications/initialized`. `on_hello` runs between

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -57,6 +57,16 @@ struct Shared {
     /// Counts list_changed notifications; a watch so that bursts coalesce for free.
     list_changed: watch::Sender<u64>,
     stats: SessionStats,
+    /// Modern era: the `_meta` every request carries (set once, after discovery).
+    request_meta: OnceLock<serde_json::Map<String, serde_json::Value>>,
+    /// Modern era: the ids of open `subscriptions/listen` requests, and those acknowledged.
+    subscriptions: Mutex<Subscriptions>,
+}
+
+#[derive(Default)]
+struct Subscriptions {
+    open: HashMap<String, bool>,
+    acknowledged: Option<watch::Sender<u64>>,
 }
 
 /// The owning side of a session: its I/O tasks.
@@ -100,6 +110,8 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
         closed: CancellationToken::new(),
         list_changed: watch::channel(0).0,
         stats: SessionStats::default(),
+        request_meta: OnceLock::new(),
+        subscriptions: Mutex::default(),
     });
     (SessionHandle { shared: shared.clone() }, Core { shared }, outgoing_rx)
 }
@@ -161,10 +173,31 @@ impl SessionHandle {
         timeout: Duration,
         cancellable: bool,
     ) -> Result<Box<RawValue>, UpstreamError> {
+        self.request_observed(method, params, timeout, cancellable, |_| {}).await
+    }
+
+    /// [`SessionHandle::request`], telling `on_id` the request's id before it is sent.
+    async fn request_observed(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+        cancellable: bool,
+        on_id: impl FnOnce(RequestId),
+    ) -> Result<Box<RawValue>, UpstreamError> {
         if self.shared.closed.is_cancelled() {
             return Err(UpstreamError::Closed);
         }
+        let merged;
+        let params = match (self.shared.request_meta.get(), params) {
+            (Some(meta), params) => {
+                merged = crate::mcp::modern::with_meta(params, meta);
+                merged.as_deref().or(params)
+            }
+            (None, params) => params,
+        };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        on_id(id);
         // The request's span (a page of tools/list, an upstream tools/call) carries its id.
         tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "jsonrpc.request.id", id.to_string());
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -183,6 +216,34 @@ impl SessionHandle {
             Ok(Err(error)) => Err(UpstreamError::Rpc(error)),
             Err(_) => Err(UpstreamError::Closed),
         }
+    }
+
+    /// Modern era: every later request carries these `_meta` keys.
+    pub fn set_request_meta(&self, meta: serde_json::Map<String, serde_json::Value>) {
+        let _ = self.shared.request_meta.set(meta);
+    }
+
+    /// Modern era: holds a `subscriptions/listen` open until it ends (a graceful result, an
+    /// error, or the session closing). `acknowledged` is told when the server acknowledges it;
+    /// list_changed notifications tagged with its id count as changes.
+    ///
+    /// # Errors
+    /// The reason the subscription ended, when it did not end with a result.
+    pub async fn listen(&self, params: &RawValue, acknowledged: watch::Sender<u64>) -> Result<(), UpstreamError> {
+        let mut registered = None;
+        let shared = &self.shared;
+        let result = self
+            .request_observed(crate::mcp::modern::METHOD_LISTEN, Some(params), Duration::from_secs(365 * 24 * 3600), true, |id| {
+                let mut subscriptions = shared.lock_subscriptions();
+                subscriptions.open.insert(id.to_string(), false);
+                subscriptions.acknowledged = Some(acknowledged);
+                registered = Some(id.to_string());
+            })
+            .await;
+        if let Some(id) = registered {
+            self.shared.lock_subscriptions().open.remove(&id);
+        }
+        result.map(|_| ())
     }
 
     /// Sends a notification.
@@ -254,6 +315,10 @@ impl Shared {
         })
     }
 
+    fn lock_subscriptions(&self) -> std::sync::MutexGuard<'_, Subscriptions> {
+        self.subscriptions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn route(&self, line: &[u8]) {
         match jsonrpc::parse_line(line) {
             Ok(Incoming::Response { id, outcome }) => {
@@ -273,7 +338,7 @@ impl Shared {
                 tracing::warn!(server = %self.server, "response with an id toolhost never issued");
             }
             Ok(Incoming::Request { id, method, .. }) => self.answer_server_request(id, method),
-            Ok(Incoming::Notification { method, .. }) => self.on_notification(method),
+            Ok(Incoming::Notification { method, params }) => self.on_notification(method, params),
             Err(error) => {
                 self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
                 let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
@@ -297,7 +362,26 @@ impl Shared {
         }
     }
 
-    fn on_notification(&self, method: &str) {
+    fn on_notification(&self, method: &str, params: Option<&RawValue>) {
+        // Modern notifications belong to a subscription: one toolhost did not open is ignored.
+        let subscription = params.and_then(subscription_of);
+        if let Some(subscription) = &subscription {
+            let mut subscriptions = self.lock_subscriptions();
+            match subscriptions.open.get_mut(subscription) {
+                None => {
+                    tracing::debug!(server = %self.server, "notification for a subscription toolhost did not open");
+                    return;
+                }
+                Some(acknowledged) if method == crate::mcp::modern::METHOD_ACKNOWLEDGED => {
+                    *acknowledged = true;
+                    if let Some(sender) = &subscriptions.acknowledged {
+                        sender.send_modify(|n| *n += 1);
+                    }
+                    return;
+                }
+                Some(_) => {}
+            }
+        }
         if method == METHOD_TOOLS_LIST_CHANGED {
             self.stats.num_list_changed.fetch_add(1, Ordering::Relaxed);
             self.list_changed.send_modify(|n| *n += 1);
@@ -335,6 +419,21 @@ impl Drop for PendingGuard<'_> {
             }
         }
     }
+}
+
+/// `params._meta["io.modelcontextprotocol/subscriptionId"]`, as a string.
+fn subscription_of(params: &RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta", default)]
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let params: Params = serde_json::from_str(params.get()).ok()?;
+    let id = params.meta?.remove(crate::mcp::modern::SUBSCRIPTION_ID)?;
+    Some(match id {
+        serde_json::Value::String(id) => id,
+        other => other.to_string(),
+    })
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_message_bytes: usize) {

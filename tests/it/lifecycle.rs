@@ -15,8 +15,9 @@ async fn the_handshake_comes_first_and_offers_no_capabilities() {
     let view = wait_for_server(app.registry(), "hello", "ready", |v| v.state == ServerState::Ready).await;
     let received = dir.received("hello");
     let methods: Vec<&str> = received.iter().filter_map(|m| m["method"].as_str()).collect();
-    assert_eq!(&methods[..3], ["initialize", "notifications/initialized", "tools/list"]);
-    let init = &received[0]["params"];
+    // Era detection: server/discover first (a legacy server refuses it), then the legacy handshake.
+    assert_eq!(&methods[..4], ["server/discover", "initialize", "notifications/initialized", "tools/list"]);
+    let init = &received[1]["params"];
     assert_eq!(init["protocolVersion"], "2025-11-25");
     assert_eq!(init["capabilities"], json!({}));
     assert_eq!(init["clientInfo"]["name"], "toolhost");

@@ -13,5 +13,6 @@ mod enumeration;
 mod http;
 mod http_server;
 mod lifecycle;
+mod modern;
 mod restart;
 mod telemetry;

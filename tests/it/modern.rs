@@ -1,0 +1,83 @@
+//! The 2026-07-28 era over stdio: detection, `_meta` on every request, subscriptions/listen,
+//! the -32022 retry, and the era remembered across restarts.
+
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::mcp::lifecycle::Era;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_server_is_discovered_listened_to_and_never_initialized() {
+    let dir = TestDir::new();
+    let file = dir.path("tools.json");
+    std::fs::write(&file, json!(tools("t", 3)).to_string()).unwrap();
+    let script = dir.script("modern", json!({"era": "modern", "tools_file": file, "watch_tools_file": true, "page_size": 2}));
+    let app = start(dir.config(&server_table("modern", &script, ""))).await;
+    let view = wait_for_server(app.registry(), "modern", "ready", |v| v.state == ServerState::Ready).await;
+    let hello = view.hello.clone().unwrap();
+    assert_eq!((hello.era, hello.protocol_version.as_str()), (Era::Modern, "2026-07-28"));
+    assert_eq!(tool_names(&view).len(), 3);
+
+    // A change announced on the subscription publishes a new generation.
+    wait_until(app.registry(), "the subscription acknowledged", |_| dir.methods("modern").iter().any(|m| m == "subscriptions/listen"))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    std::fs::write(&file, json!(tools("t", 4)).to_string()).unwrap();
+    let view = wait_for_server(app.registry(), "modern", "generation 2", |v| v.generation_number() == 2).await;
+    assert_eq!(tool_names(&view).len(), 4);
+
+    let mut client = client(&app).await;
+    let called = client
+        .call_tool(pb::CallToolRequest { qualified_name: "modern__t0".into(), arguments_json: r#"{"x":1}"#.into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(called.content_json.contains("x"));
+
+    let received = dir.received("modern");
+    assert!(!received.iter().any(|m| m["method"] == "initialize"), "a modern server is never sent initialize");
+    for request in received.iter().filter(|m| m.get("id").is_some() && m.get("method").is_some()) {
+        let meta = &request["params"]["_meta"];
+        assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{request}");
+        assert_eq!(meta["io.modelcontextprotocol/clientCapabilities"], json!({}), "{request}");
+        assert_eq!(meta["io.modelcontextprotocol/clientInfo"]["name"], "toolhost", "{request}");
+    }
+    let listen = received.iter().find(|m| m["method"] == "subscriptions/listen").unwrap();
+    assert_eq!(listen["params"]["notifications"]["toolsListChanged"], true);
+    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    assert_eq!(servers[0].protocol_version, "2026-07-28");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_version_answer_is_retried_with_a_listed_version() {
+    let dir = TestDir::new();
+    let script = dir.script("picky", json!({"era": "modern", "tools": tools("t", 1), "discover_unsupported_once": true}));
+    let app = start(dir.config(&server_table("picky", &script, ""))).await;
+    let view = wait_for_server(app.registry(), "picky", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(view.hello.clone().unwrap().era, Era::Modern);
+    let methods = dir.methods("picky");
+    assert_eq!(methods.iter().filter(|m| *m == "server/discover").count(), 2, "{methods:?}");
+    assert!(!methods.iter().any(|m| m == "initialize"), "a modern error never falls back to initialize");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_server_pays_the_probe_once_and_its_era_is_remembered() {
+    let dir = TestDir::new();
+    let script = dir.script("old", json!({"tools": tools("t", 2), "hang_methods": ["server/discover"]}));
+    let config = dir.config(&server_table("old", &script, "request_timeout = \"400ms\""));
+    let app = start(config.clone()).await;
+    let view = wait_for_server(app.registry(), "old", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(view.hello.clone().unwrap().era, Era::Legacy);
+    app.shutdown().await;
+
+    let app = start(config).await;
+    wait_for_server(app.registry(), "old", "ready", |v| v.state == ServerState::Ready && !v.revalidating).await;
+    let methods = dir.methods("old");
+    assert_eq!(methods.iter().filter(|m| *m == "server/discover").count(), 1, "the second start goes straight to initialize: {methods:?}");
+    assert_eq!(methods.iter().filter(|m| *m == "initialize").count(), 2);
+    app.shutdown().await;
+}
