@@ -66,6 +66,8 @@ struct State {
     headers: Vec<(HeaderName, HeaderValue)>,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
+    /// 2026-07-28: no sessions, no GET stream, no resumption; `Mcp-Method` and `Mcp-Name` headers.
+    modern: std::sync::atomic::AtomicBool,
     failure: Mutex<Option<Failure>>,
     max_message_bytes: usize,
     request_timeout: Duration,
@@ -110,6 +112,7 @@ pub(crate) fn start(
         headers,
         session_id: Mutex::new(None),
         protocol_version: Mutex::new(None),
+        modern: std::sync::atomic::AtomicBool::new(false),
         failure: Mutex::new(None),
         max_message_bytes,
         request_timeout,
@@ -128,6 +131,19 @@ impl HttpLink {
     pub(crate) fn initialized(&self, protocol_version: &str) {
         *lock(&self.state.protocol_version) = Some(protocol_version.to_owned());
         self.tasks.spawn(listen(self.state.clone(), self.cancel.clone()));
+    }
+
+    /// Speak the 2026-07-28 shape (before `server/discover`): every POST carries
+    /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`.
+    pub(crate) fn modern(&self, protocol_version: &str) {
+        *lock(&self.state.protocol_version) = Some(protocol_version.to_owned());
+        self.state.modern.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Back to the legacy shape, after a probe that found a legacy server.
+    pub(crate) fn legacy(&self) {
+        *lock(&self.state.protocol_version) = None;
+        self.state.modern.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Why the server ended the session, if it did.
@@ -154,6 +170,10 @@ impl HttpLink {
 }
 
 impl State {
+    fn is_modern(&self) -> bool {
+        self.modern.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn request(
         &self,
         method: Method,
@@ -161,7 +181,25 @@ impl State {
         session_id: Option<&str>,
         last_event_id: Option<&str>,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
+        self.request_for(method, body, session_id, last_event_id, None)
+    }
+
+    /// A request; `call` is the JSON-RPC method and name a modern POST names in its headers.
+    fn request_for(
+        &self,
+        method: Method,
+        body: Bytes,
+        session_id: Option<&str>,
+        last_event_id: Option<&str>,
+        call: Option<(&str, Option<&str>)>,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::builder().method(method.clone()).uri(self.uri.clone());
+        if let Some((rpc_method, name)) = call {
+            builder = builder.header("mcp-method", rpc_method);
+            if let Some(name) = name {
+                builder = builder.header("mcp-name", header_safe(name));
+            }
+        }
         builder = match method {
             Method::POST => builder.header(ACCEPT, "application/json, text/event-stream").header(CONTENT_TYPE, "application/json"),
             _ => builder.header(ACCEPT, "text/event-stream"),
@@ -209,20 +247,59 @@ struct Outgoing {
     id: Option<u64>,
     #[serde(default)]
     method: Option<String>,
+    #[serde(default)]
+    params: Option<OutgoingParams>,
+}
+
+#[derive(serde::Deserialize)]
+struct OutgoingParams {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    uri: Option<String>,
+}
+
+/// A header value as the 2026-07-28 transport wants it: as is when it is visible ASCII,
+/// otherwise `=?base64?...?=`.
+fn header_safe(value: &str) -> String {
+    if value.bytes().all(|b| (0x20..0x7f).contains(&b)) && value.trim() == value {
+        return value.to_owned();
+    }
+    use std::fmt::Write as _;
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut encoded = String::from("=?base64?");
+    for chunk in value.as_bytes().chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let _ = encoded.write_char(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                encoded.push('=');
+            }
+        }
+    }
+    encoded.push_str("?=");
+    encoded
 }
 
 async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
     let outgoing: Option<Outgoing> = serde_json::from_str(&line).ok();
     let request_id = outgoing.as_ref().filter(|o| o.method.is_some()).and_then(|o| o.id);
     let is_initialize = outgoing.as_ref().and_then(|o| o.method.as_deref()) == Some("initialize");
-    // `initialize` starts a new session: it never carries an old id.
-    let session_id = if is_initialize { None } else { lock(&state.session_id).clone() };
+    let modern = state.is_modern();
+    // `initialize` starts a new session: it never carries an old id; modern requests have none.
+    let session_id = if is_initialize || modern { None } else { lock(&state.session_id).clone() };
+    let call = outgoing.as_ref().filter(|_| modern).and_then(|o| {
+        let name = o.params.as_ref().and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
+        o.method.as_deref().map(|method| (method, name))
+    });
     let fail = |message: String| {
         if let Some(id) = request_id {
             state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None });
         }
     };
-    let request = match state.request(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None) {
+    let request = match state.request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call) {
         Ok(request) => request,
         Err(error) => return fail(format!("cannot build the HTTP request: {error}")),
     };
@@ -248,8 +325,13 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
         _ => {}
     }
     if !status.is_success() {
-        let body = read_body(response.into_body(), 512).await.unwrap_or_default();
-        return fail(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
+        let body = read_body(response.into_body(), 64 * 1024).await.unwrap_or_default();
+        // A JSON-RPC error in the body (a modern server's 400 or 404) is the real answer.
+        if is_rpc_error(&body) {
+            return state.core.route(&body);
+        }
+        let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+        return fail(format!("HTTP {status}: {snippet}"));
     }
     if status == StatusCode::ACCEPTED {
         return;
@@ -277,7 +359,8 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
             return fail(error);
         }
         let answered = request_id.is_none_or(|id| !state.core.is_pending(id));
-        if answered || resumes >= MAX_RESUMES {
+        // 2026-07-28 has no resumption: a broken stream loses the request, which is never replayed.
+        if answered || resumes >= MAX_RESUMES || state.is_modern() {
             if !answered {
                 fail("the response stream ended before the response".to_owned());
             }
@@ -406,6 +489,10 @@ fn tls_config(spec: &HttpSpec) -> Result<rustls::ClientConfig, UpstreamError> {
     Ok(config)
 }
 
+fn is_rpc_error(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|value| value.get("error").is_some() && value["id"].is_u64())
+}
+
 /// `${NAME}` in a header value becomes the environment variable's value.
 fn expand_env(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
@@ -442,6 +529,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_values_are_sent_as_is_or_base64_encoded() {
+        assert_eq!(header_safe("get_weather"), "get_weather");
+        assert_eq!(header_safe("héllo"), "=?base64?aMOpbGxv?=");
+        assert_eq!(header_safe(" padded"), "=?base64?IHBhZGRlZA==?=");
+    }
 
     #[test]
     fn header_values_take_environment_variables() {

@@ -91,11 +91,7 @@ pub async fn connect(
         Transport::Stdio(stdio_spec) => {
             let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
             let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
-            let era = match (spec.protocol, era_hint) {
-                (ProtocolChoice::Legacy, _) | (ProtocolChoice::Auto, Some(Era::Legacy)) => Probe::Skip,
-                (ProtocolChoice::Modern, _) => Probe::Required,
-                (ProtocolChoice::Auto, _) => Probe::Optional,
-            };
+            let era = probe_for(spec.protocol, era_hint);
             let hello = match discover(&handle, settings, era).await {
                 Ok(Some(hello)) => Ok(hello),
                 Ok(None) => handshake(&handle, settings, |_| {}).await,
@@ -118,7 +114,19 @@ pub async fn connect(
         }
         Transport::Http(http_spec) => {
             let (handle, link) = http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout)?;
-            match handshake(&handle, settings, |hello| link.initialized(&hello.protocol_version)).await {
+            let probe = probe_for(spec.protocol, era_hint);
+            if probe != Probe::Skip {
+                link.modern(modern::VERSION);
+            }
+            let hello = match discover(&handle, settings, probe).await {
+                Ok(Some(hello)) => Ok(hello),
+                Ok(None) => {
+                    link.legacy();
+                    handshake(&handle, settings, |hello| link.initialized(&hello.protocol_version)).await
+                }
+                Err(error) => Err(error),
+            };
+            match hello {
                 Ok(hello) => Ok(Connection { handle, hello, endpoint: Endpoint::Http(link), shutdown_grace: settings.shutdown_grace }),
                 Err(error) => {
                     let error = match link.failure() {
@@ -133,6 +141,15 @@ pub async fn connect(
                 }
             }
         }
+    }
+}
+
+/// What the configuration and the remembered era say about probing.
+fn probe_for(choice: ProtocolChoice, era_hint: Option<Era>) -> Probe {
+    match (choice, era_hint) {
+        (ProtocolChoice::Legacy, _) | (ProtocolChoice::Auto, Some(Era::Legacy)) => Probe::Skip,
+        (ProtocolChoice::Modern, _) => Probe::Required,
+        (ProtocolChoice::Auto, _) => Probe::Optional,
     }
 }
 
@@ -163,11 +180,18 @@ async fn discover(handle: &SessionHandle, settings: &SessionSettings, probe: Pro
         let params = modern::with_meta(None, &modern::request_meta(&version))
             .ok_or_else(|| UpstreamError::Protocol("cannot build discover params".into()))?;
         match handle.request(modern::METHOD_DISCOVER, Some(&params), timeout, true).await {
-            Ok(result) => {
-                let hello = modern::check_discover_result(&result)?;
-                handle.set_request_meta(modern::request_meta(&hello.protocol_version));
-                return Ok(Some(hello));
-            }
+            Ok(result) => match modern::check_discover_result(&result) {
+                Ok(hello) => {
+                    handle.set_request_meta(modern::request_meta(&hello.protocol_version));
+                    return Ok(Some(hello));
+                }
+                // Not a DiscoverResult: a legacy server that answers unknown methods loosely.
+                Err(error) if probe == Probe::Optional => {
+                    tracing::debug!(%error, "server/discover gave no DiscoverResult; speaking the legacy protocol");
+                    return Ok(None);
+                }
+                Err(error) => return Err(error.into()),
+            },
             Err(UpstreamError::Rpc(error)) if error.code == modern::UNSUPPORTED_VERSION => {
                 let supported = modern::supported_versions(&error);
                 // Retry (once: the loop is bounded) with a listed version toolhost speaks.

@@ -35,7 +35,12 @@ async fn sessions_headers_pages_calls_and_the_get_stream() {
     let initialize = seen.iter().find(|s| s.body["method"] == "initialize").unwrap();
     assert!(!initialize.headers.contains_key("mcp-session-id"), "initialize carries no session id");
     assert!(initialize.headers["accept"].contains("text/event-stream") && initialize.headers["accept"].contains("application/json"));
-    for later in seen.iter().filter(|s| s.method == "POST" && s.body["method"] != "initialize") {
+    // The era probe came first, in the modern shape; this legacy server refused it.
+    let probe = seen.iter().find(|s| s.body["method"] == "server/discover").expect("a server/discover probe");
+    assert_eq!(probe.headers.get("mcp-method").map(String::as_str), Some("server/discover"));
+    assert_eq!(probe.headers.get("mcp-protocol-version").map(String::as_str), Some("2026-07-28"));
+    assert!(!probe.headers.contains_key("mcp-session-id"));
+    for later in seen.iter().filter(|s| s.method == "POST" && s.body["method"] != "initialize" && s.body["method"] != "server/discover") {
         assert_eq!(later.headers.get("mcp-session-id").map(String::as_str), Some("session-1"), "{:?}", later.body);
         assert_eq!(later.headers.get("mcp-protocol-version").map(String::as_str), Some("2025-06-18"), "{:?}", later.body);
     }
@@ -158,5 +163,36 @@ async fn https_upstreams_verify_the_server_against_the_configured_ca() {
     let refused = wait_for_server(app.registry(), "unverified", "refused", |v| v.num_restarts >= 1 && v.last_error.is_some()).await;
     assert!(refused.generation.is_none());
     assert!(refused.last_error.clone().unwrap().contains("certificate"), "{:?}", refused.last_error);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_http_server_gets_the_2026_headers_and_a_listen_stream() {
+    let server = HttpMcpServer::start(Script { tools: tools("t", 3), page_size: 2, modern: true, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("stateless", &server.url(), ""))).await;
+    let view = wait_for_server(app.registry(), "stateless", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(view.hello.clone().unwrap().protocol_version, "2026-07-28");
+    assert_eq!(tool_names(&view).len(), 3);
+    let mut client = client(&app).await;
+    client
+        .call_tool(pb::CallToolRequest { qualified_name: "stateless__t2".into(), arguments_json: "{}".into(), ..Default::default() })
+        .await
+        .unwrap();
+    // The listen stream is open: a change reaches toolhost on it.
+    let deadline = std::time::Instant::now() + WAIT;
+    while !server.seen().iter().any(|s| s.body["method"] == "subscriptions/listen") {
+        assert!(std::time::Instant::now() < deadline, "no subscriptions/listen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.set_tools(tools("t", 4));
+    server.announce_change();
+    wait_for_server(app.registry(), "stateless", "generation 2", |v| v.generation_number() == 2).await;
+    let seen = server.seen();
+    assert!(!seen.iter().any(|s| s.body["method"] == "initialize"), "no initialize to a modern server");
+    assert!(!seen.iter().any(|s| s.method == "GET" || s.headers.contains_key("mcp-session-id")), "no sessions, no GET stream");
+    let call = seen.iter().find(|s| s.body["method"] == "tools/call").unwrap();
+    assert_eq!(call.headers.get("mcp-name").map(String::as_str), Some("t2"));
     app.shutdown().await;
 }

@@ -29,6 +29,8 @@ pub struct Script {
     pub drop_call_streams: bool,
     /// Refuse requests without `Authorization: Bearer <token>` with 401.
     pub token: Option<String>,
+    /// Speak 2026-07-28 only: server/discover, header checks, subscriptions/listen, no sessions.
+    pub modern: bool,
 }
 
 pub struct HttpMcpServer {
@@ -171,6 +173,9 @@ async fn respond<S: AsyncWrite + Unpin>(
     {
         return write(stream, "401 Unauthorized", "application/json", "{}", &[]).await;
     }
+    if state.script.lock().unwrap().modern {
+        return respond_modern(state, method, headers, body, stream).await;
+    }
     let session = headers.get("mcp-session-id").cloned();
     let known = session.as_ref().is_some_and(|s| state.sessions.lock().unwrap().contains(s));
     let is_initialize = body["method"] == "initialize";
@@ -210,8 +215,10 @@ async fn respond<S: AsyncWrite + Unpin>(
             if body.get("method").is_none() {
                 return write(stream, "202 Accepted", "application/json", "", &[]).await;
             }
-            let result = answer(state, body);
-            let message = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+            let message = match answer(state, body) {
+                Some(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                None => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}).to_string(),
+            };
             let mut extra = Vec::new();
             if is_initialize {
                 let mut next = state.next_session.lock().unwrap();
@@ -244,9 +251,80 @@ async fn respond<S: AsyncWrite + Unpin>(
     }
 }
 
-fn answer(state: &State, body: &Value) -> Value {
+/// The 2026-07-28 shape: every POST must carry matching version and method headers.
+async fn respond_modern<S: AsyncWrite + Unpin>(
+    state: &State,
+    method: &str,
+    headers: &HashMap<String, String>,
+    body: &Value,
+    stream: &mut S,
+) -> bool {
+    if method != "POST" {
+        return write(stream, "405 Method Not Allowed", "application/json", "", &[]).await;
+    }
+    let id = body.get("id").cloned().unwrap_or(Value::Null);
+    let rpc_method = body["method"].as_str().unwrap_or_default();
+    let error = |code: i64, message: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": {"supported": ["2026-07-28"]}}}).to_string()
+    };
+    if rpc_method == "initialize" {
+        return write(stream, "400 Bad Request", "application/json", &error(-32022, "Unsupported protocol version"), &[]).await;
+    }
+    let meta_version = body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or_default();
+    let headers_match = headers.get("mcp-protocol-version").map(String::as_str) == Some("2026-07-28")
+        && meta_version == "2026-07-28"
+        && headers.get("mcp-method").map(String::as_str) == Some(rpc_method)
+        && (rpc_method != "tools/call" || headers.get("mcp-name").map(String::as_str) == body["params"]["name"].as_str());
+    if body.get("id").is_none() {
+        return write(stream, "202 Accepted", "application/json", "", &[]).await;
+    }
+    if !headers_match {
+        return write(stream, "400 Bad Request", "application/json", &error(-32020, "Header mismatch"), &[]).await;
+    }
+    let complete = |mut result: Value| {
+        result["resultType"] = json!("complete");
+        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+    };
+    match rpc_method {
+        "server/discover" => {
+            let result = complete(
+                json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0, "cacheScope": "public"}),
+            );
+            write(stream, "200 OK", "application/json", &result, &[]).await
+        }
+        "subscriptions/listen" => {
+            let mut notifications = state.notifications.subscribe();
+            let tag = json!({"io.modelcontextprotocol/subscriptionId": id});
+            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {"_meta": tag, "notifications": {"toolsListChanged": true}}});
+            if stream.write_all(sse_head().as_bytes()).await.is_err()
+                || stream.write_all(format!("data: {ack}\n\n").as_bytes()).await.is_err()
+            {
+                return false;
+            }
+            while notifications.recv().await.is_ok() {
+                let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {"_meta": tag}});
+                if stream.write_all(format!("data: {changed}\n\n").as_bytes()).await.is_err() {
+                    return false;
+                }
+            }
+            false
+        }
+        _ => match answer(state, body) {
+            Some(mut result) => {
+                if rpc_method == "tools/list" {
+                    result["ttlMs"] = json!(60_000);
+                    result["cacheScope"] = json!("public");
+                }
+                write(stream, "200 OK", "application/json", &complete(result), &[]).await
+            }
+            None => write(stream, "404 Not Found", "application/json", &error(-32601, "method not found"), &[]).await,
+        },
+    }
+}
+
+fn answer(state: &State, body: &Value) -> Option<Value> {
     let script = state.script.lock().unwrap();
-    match body["method"].as_str().unwrap_or_default() {
+    Some(match body["method"].as_str().unwrap_or_default() {
         "initialize" => {
             json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": "http-test", "version": "1"}})
         }
@@ -261,8 +339,8 @@ fn answer(state: &State, body: &Value) -> Value {
             result
         }
         "tools/call" => json!({"content": [{"type": "text", "text": body["params"]["arguments"].to_string()}]}),
-        _ => json!({}),
-    }
+        _ => return None,
+    })
 }
 
 fn sse_head() -> String {
