@@ -91,6 +91,9 @@ enum Command {
     /// Internal: the orphan guard that `serve` starts (kills server process groups it outlives).
     #[command(name = "__reap", hide = true)]
     Reap,
+    /// Internal: an upstream session driven by the MCP conformance suite.
+    #[command(name = "__conformance-client", hide = true)]
+    ConformanceClient { url: String },
 }
 
 #[derive(Args)]
@@ -120,6 +123,16 @@ fn main() -> ExitCode {
         Command::Reap => {
             toolhost::upstream::reaper::run_helper();
             return ExitCode::SUCCESS;
+        }
+        Command::ConformanceClient { url } => {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
+            };
+            return match runtime.block_on(toolhost::cli::conformance::run(&url)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => fail(&error, 1),
+            };
         }
         Command::Servers(client) => (ClientCommand::Servers, client),
         Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),

