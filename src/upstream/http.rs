@@ -493,7 +493,8 @@ fn is_rpc_error(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|value| value.get("error").is_some() && value["id"].is_u64())
 }
 
-/// `${NAME}` in a header value becomes the environment variable's value.
+/// `${NAME}` in a header value becomes the environment variable's value, and `${file:/PATH}`
+/// the content of that file (trimmed), so that a token need not live in the configuration.
 fn expand_env(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
@@ -502,7 +503,13 @@ fn expand_env(value: &str) -> Result<String, String> {
         let after = &rest[start + 2..];
         let end = after.find('}').ok_or_else(|| "unclosed ${ in a header value".to_owned())?;
         let name = &after[..end];
-        let value = std::env::var(name).map_err(|_| format!("the environment variable {name} named in a header is not set"))?;
+        let value = match name.strip_prefix("file:") {
+            Some(path) if std::path::Path::new(path).is_absolute() => std::fs::read_to_string(path)
+                .map(|text| text.trim().to_owned())
+                .map_err(|err| format!("cannot read {path} named in a header: {err}"))?,
+            Some(path) => return Err(format!("${{file:{path}}} in a header needs an absolute path")),
+            None => std::env::var(name).map_err(|_| format!("the environment variable {name} named in a header is not set"))?,
+        };
         out.push_str(&value);
         rest = &after[end + 1..];
     }
@@ -543,5 +550,12 @@ mod tests {
         assert_eq!(expand_env("plain").unwrap(), "plain");
         assert!(expand_env("Bearer ${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err().contains("TOOLHOST_SURELY_UNSET_VARIABLE"));
         assert!(expand_env("${OPEN").is_err());
+        let dir = std::env::temp_dir().join(format!("toolhost-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "t0ken\n").unwrap();
+        assert_eq!(expand_env(&format!("Bearer ${{file:{}}}", token.display())).unwrap(), "Bearer t0ken");
+        assert!(expand_env("${file:relative/token}").unwrap_err().contains("absolute"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
