@@ -21,8 +21,10 @@ use crate::upstream::{self, SessionSettings};
 /// What went wrong, for the suite's log.
 pub async fn run(url: &str) -> Result<(), String> {
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
-    // The 2025 scenarios test the legacy handshake; no era probe.
-    let text = format!("[servers.conformance]\nurl = {url:?}\nprotocol = \"legacy\"\nrequest_timeout = \"10s\"\n");
+    // A 2026-07-28 run says so; the 2025 scenarios test the legacy handshake (no era probe).
+    let modern = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").is_ok_and(|v| v.as_str() >= crate::mcp::modern::VERSION);
+    let protocol = if modern { "modern" } else { "legacy" };
+    let text = format!("[servers.conformance]\nurl = {url:?}\nprotocol = \"{protocol}\"\nrequest_timeout = \"10s\"\n");
     let config = Config::parse(Path::new("/conformance/toolhost.toml"), &text).map_err(|err| err.to_string())?;
     let spec = &config.servers["conformance"];
     let settings = SessionSettings {
