@@ -209,3 +209,84 @@ async fn a_python_sdk_server_over_streamable_http() {
     app.shutdown().await;
     let _ = server.kill().await;
 }
+
+/// A low-level Python SDK server that pages its listing and announces a change (legacy era).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_that_pages_and_announces_changes() {
+    let dir = TestDir::new();
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/python_sdk_paged_server.py");
+    let table = format!(
+        "[servers.pypaged]\ncommand = {:?}\nargs = [{server:?}]\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\n",
+        python().display().to_string()
+    );
+    let app = start(dir.config(&table)).await;
+    let view = wait_for_server(app.registry(), "pypaged", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view), ["change", "t0", "t1", "t2", "t3", "t4"], "all three pages");
+    let record = &app.store().enumerations("pypaged", 1).await.unwrap()[0];
+    assert_eq!(record.pages, 3);
+    let mut client = client(&app).await;
+    client.call_tool(pb::CallToolRequest { qualified_name: "pypaged__change".into(), ..Default::default() }).await.unwrap();
+    let view = wait_for_server(app.registry(), "pypaged", "generation 2", |v| v.generation_number() == 2).await;
+    assert_eq!(tool_names(&view).len(), 7, "the announced change was enumerated in full");
+    app.shutdown().await;
+}
+
+/// A Python SDK server that restarts forgets its sessions: toolhost's next request gets 404, and
+/// it starts over with a new initialize and a full enumeration (legacy era, where sessions exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_that_forgets_its_sessions() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let spawn = || {
+        tokio::process::Command::new(python())
+            .arg(python_server())
+            .args(["http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let listening = || async {
+        let deadline = Instant::now() + WAIT;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < deadline, "the Python server never listened");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let mut server = spawn();
+    listening().await;
+    let dir = TestDir::new();
+    let table = format!(
+        "[servers.pysession]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"500ms\" }}\n"
+    );
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "pysession", "ready", |v| v.state == ServerState::Ready).await;
+
+    // The server restarts and forgets every session.
+    server.kill().await.unwrap();
+    let _ = server.wait().await;
+    let mut server = spawn();
+    listening().await;
+    let mut client = client(&app).await;
+    let call =
+        pb::CallToolRequest { qualified_name: "pysession__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match client.call_tool(call.clone()).await {
+            Ok(result) => {
+                assert!(result.into_inner().content_json.contains('3'));
+                break;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(Instant::now() < deadline, "toolhost never reconnected");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let view = app.registry().server("pysession").unwrap();
+    assert!(view.num_restarts >= 1, "a new session was started");
+    assert_eq!(tool_names(&view), ["add", "greet"]);
+    app.shutdown().await;
+    let _ = server.kill().await;
+}
