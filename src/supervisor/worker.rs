@@ -583,3 +583,19 @@ fn ttl_delay(ttl: Duration) -> Duration {
     let base = ttl.max(FLOOR);
     base + base.mul_f64(fastrand::f64() * 0.1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_refreshes_are_jittered_and_never_a_tight_poll() {
+        for ttl in [Duration::ZERO, Duration::from_millis(1), Duration::from_secs(60)] {
+            for _ in 0..20 {
+                let delay = ttl_delay(ttl);
+                let base = ttl.max(Duration::from_secs(5));
+                assert!(delay >= base && delay <= base.mul_f64(1.1), "{ttl:?} -> {delay:?}");
+            }
+        }
+    }
+}
