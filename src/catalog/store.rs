@@ -62,6 +62,11 @@ impl Store {
     /// [`StoreError`] when the file cannot be opened or migrated.
     pub async fn open(path: &Path, history_generations: u32) -> Result<Store, StoreError> {
         let open_error = |source| StoreError::Open { path: path.display().to_string(), source };
+        // A fresh machine has no state directory yet (systemd's StateDirectory makes one; a
+        // hand-run daemon may not have it).
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|err| open_error(sqlx::Error::Io(err)))?;
+        }
         let options = SqliteConnectOptions::from_str("sqlite://")
             .map_err(open_error)?
             .filename(path)

@@ -125,3 +125,13 @@ async fn an_empty_listing_after_a_reconnect_needs_confirmation_before_it_empties
     assert!(tool_names(&view).is_empty());
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_directory_is_created_on_a_fresh_machine() {
+    let dir = TestDir::new();
+    let config_path = dir.path("fresh.toml");
+    std::fs::write(&config_path, "[store]\npath = \"state/nested/catalog.db\"\n[grpc]\nlisten = [\"127.0.0.1:0\"]\n").unwrap();
+    let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
+    assert!(dir.path("state/nested/catalog.db").exists());
+    app.shutdown().await;
+}
