@@ -2,6 +2,7 @@
 //! publish into. Only the supervisor starts and stops sessions.
 
 mod backoff;
+mod commit;
 mod enumerate;
 pub mod registry;
 mod trace;

@@ -1,0 +1,143 @@
+//! A worker's bookkeeping after a pass: committing a complete listing to the store and
+//! publishing it (with its trace span and metrics), and recording passes that committed nothing.
+
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanContext;
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::catalog::model::Listing;
+use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
+use crate::catalog::store::CommitOutcome;
+use crate::supervisor::enumerate::PassStats;
+use crate::supervisor::trace;
+use crate::supervisor::worker::Worker;
+use crate::telemetry::span_context;
+
+impl Worker {
+    /// Offers a complete listing to the store and publishes the result. Returns false if the
+    /// store failed (the listing is then not published either).
+    pub(crate) async fn commit(
+        &self,
+        listing: Listing,
+        reason: EnumerationReason,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+    ) -> bool {
+        // The refresh span: a stale-tool race on this generation will link to it.
+        let refresh_context = span_context(&tracing::Span::current());
+        let span = trace::commit(&self.name);
+        self.commit_in(listing, reason, started_at_ms, started, stats, refresh_context).instrument(span).await
+    }
+
+    async fn commit_in(
+        &self,
+        listing: Listing,
+        reason: EnumerationReason,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+        refresh_context: Option<SpanContext>,
+    ) -> bool {
+        let span = tracing::Span::current();
+        for diagnostic in &listing.diagnostics {
+            tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
+        }
+        let record = self.record(reason, EnumerationOutcome::Committed, None, started_at_ms, started, stats, listing.diagnostics.clone());
+        let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());
+        let committed = self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await;
+        let outcome = match committed {
+            Ok(CommitOutcome::Committed { generation, diff }) => {
+                tracing::info!(
+                    server = %self.name, generation = generation.number, tools = generation.tools.len(),
+                    added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
+                    "published a new tool generation"
+                );
+                span.set_attribute("toolhost.diff.added", diff.added.len() as i64);
+                span.set_attribute("toolhost.diff.removed", diff.removed.len() as i64);
+                span.set_attribute("toolhost.diff.changed", diff.changed.len() as i64);
+                let number = generation.number;
+                span.set_attribute("toolhost.generation", number as i64);
+                if let Some(context) = refresh_context
+                    && let Some(view) = self.registry.server(&self.name)
+                {
+                    view.shared.remember_generation_span(number, context);
+                }
+                self.registry.update(&self.name, |view| {
+                    view.generation = Some(generation);
+                    view.revalidating = false;
+                    view.last_verified_at_ms = Some(now_ms());
+                    view.last_enumeration =
+                        Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
+                });
+                EnumerationOutcome::Committed
+            }
+            Ok(CommitOutcome::Unchanged { generation }) => {
+                tracing::debug!(server = %self.name, generation, reason = reason.as_str(), "tool set unchanged");
+                span.set_attribute("toolhost.generation", generation as i64);
+                self.registry.update(&self.name, |view| {
+                    view.revalidating = false;
+                    view.last_verified_at_ms = Some(now_ms());
+                    view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
+                });
+                EnumerationOutcome::Unchanged
+            }
+            Err(error) => {
+                tracing::error!(server = %self.name, %error, "cannot commit the tool generation");
+                span.set_attribute("error.type", "store");
+                self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
+                return false;
+            }
+        };
+        span.set_attribute("toolhost.enumeration.outcome", outcome.as_str());
+        span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
+        self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), started.elapsed());
+        true
+    }
+
+    pub(crate) async fn record_failure(
+        &self,
+        reason: EnumerationReason,
+        outcome: EnumerationOutcome,
+        error: Option<String>,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+    ) {
+        let record = self.record(reason, outcome, error, started_at_ms, started, stats, Vec::new());
+        if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
+            tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
+        }
+        self.registry.update(&self.name, |view| {
+            let generation = view.generation.as_ref().map_or(0, |g| g.number);
+            view.last_enumeration = Some(EnumerationRecord { generation, ..record });
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        reason: EnumerationReason,
+        outcome: EnumerationOutcome,
+        error: Option<String>,
+        started_at_ms: i64,
+        started: Instant,
+        stats: PassStats,
+        diagnostics: Vec<String>,
+    ) -> EnumerationRecord {
+        EnumerationRecord {
+            started_at_ms,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            reason,
+            outcome,
+            pages: stats.pages,
+            tools: stats.tools,
+            bytes: stats.bytes,
+            generation: 0,
+            error,
+            diagnostics,
+        }
+    }
+}
