@@ -3,14 +3,13 @@
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanContext;
-use tokio::time::Instant;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::CommitOutcome;
-use crate::supervisor::enumerate::PassStats;
+use crate::supervisor::enumerate::{PassClock, PassStats};
 use crate::supervisor::trace;
 use crate::supervisor::worker::Worker;
 use crate::telemetry::span_context;
@@ -18,26 +17,18 @@ use crate::telemetry::span_context;
 impl Worker {
     /// Offers a complete listing to the store and publishes the result. Returns false if the
     /// store failed (the listing is then not published either).
-    pub(crate) async fn commit(
-        &self,
-        listing: Listing,
-        reason: EnumerationReason,
-        started_at_ms: i64,
-        started: Instant,
-        stats: PassStats,
-    ) -> bool {
+    pub(crate) async fn commit(&self, listing: Listing, reason: EnumerationReason, clock: PassClock, stats: PassStats) -> bool {
         // The refresh span: a stale-tool race on this generation will link to it.
         let refresh_context = span_context(&tracing::Span::current());
         let span = trace::commit(&self.name);
-        self.commit_in(listing, reason, started_at_ms, started, stats, refresh_context).instrument(span).await
+        self.commit_in(listing, reason, clock, stats, refresh_context).instrument(span).await
     }
 
     async fn commit_in(
         &self,
         listing: Listing,
         reason: EnumerationReason,
-        started_at_ms: i64,
-        started: Instant,
+        clock: PassClock,
         stats: PassStats,
         refresh_context: Option<SpanContext>,
     ) -> bool {
@@ -45,7 +36,7 @@ impl Worker {
         for diagnostic in &listing.diagnostics {
             tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
         }
-        let record = self.record(reason, EnumerationOutcome::Committed, None, started_at_ms, started, stats, listing.diagnostics.clone());
+        let record = self.record(reason, EnumerationOutcome::Committed, None, clock, stats, listing.diagnostics.clone());
         let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());
         let committed = self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await;
         let outcome = match committed {
@@ -93,7 +84,7 @@ impl Worker {
         };
         span.set_attribute("toolhost.enumeration.outcome", outcome.as_str());
         span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
-        self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), started.elapsed());
+        self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), clock.elapsed());
         true
     }
 
@@ -102,11 +93,10 @@ impl Worker {
         reason: EnumerationReason,
         outcome: EnumerationOutcome,
         error: Option<String>,
-        started_at_ms: i64,
-        started: Instant,
+        clock: PassClock,
         stats: PassStats,
     ) {
-        let record = self.record(reason, outcome, error, started_at_ms, started, stats, Vec::new());
+        let record = self.record(reason, outcome, error, clock, stats, Vec::new());
         if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
             tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
         }
@@ -116,20 +106,18 @@ impl Worker {
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         reason: EnumerationReason,
         outcome: EnumerationOutcome,
         error: Option<String>,
-        started_at_ms: i64,
-        started: Instant,
+        clock: PassClock,
         stats: PassStats,
         diagnostics: Vec<String>,
     ) -> EnumerationRecord {
         EnumerationRecord {
-            started_at_ms,
-            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            started_at_ms: clock.started_at_ms,
+            duration_ms: i64::try_from(clock.elapsed().as_millis()).unwrap_or(i64::MAX),
             reason,
             outcome,
             pages: stats.pages,

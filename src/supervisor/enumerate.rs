@@ -30,6 +30,23 @@ pub(crate) struct PassStats {
     pub(crate) ttl_ms: Option<u64>,
 }
 
+/// When a pass started: the wall-clock time for its record, the monotonic one for its duration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PassClock {
+    pub(crate) started_at_ms: i64,
+    started: Instant,
+}
+
+impl PassClock {
+    pub(crate) fn start() -> PassClock {
+        PassClock { started_at_ms: crate::catalog::record::now_ms(), started: Instant::now() }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
 /// Why a pass produced no listing.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PassEnd {

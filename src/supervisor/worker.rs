@@ -13,13 +13,13 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::model::Listing;
-use crate::catalog::record::{EnumerationOutcome, EnumerationReason, now_ms};
+use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::catalog::store::Store;
 use crate::config::ServerSpec;
 use crate::mcp::lifecycle::{Era, ServerHello};
 use crate::mcp::modern;
 use crate::supervisor::backoff;
-use crate::supervisor::enumerate::{self, PassEnd, PassSettings, PassStats};
+use crate::supervisor::enumerate::{self, PassClock, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::trace;
 use crate::telemetry::metrics::Metrics;
@@ -309,7 +309,7 @@ impl Worker {
         let span = tracing::Span::current();
         if !hello.has_tools {
             // The capability gate: a server without `capabilities.tools` is never sent tools/list.
-            self.commit(Listing::default(), reason, now_ms(), Instant::now(), PassStats::default()).await;
+            self.commit(Listing::default(), reason, PassClock::start(), PassStats::default()).await;
             self.set_state(ServerState::NoTools, None);
             return Ok(true);
         }
@@ -350,8 +350,7 @@ impl Worker {
             enumeration_timeout: self.spec.enumeration_timeout,
         };
         loop {
-            let started_at_ms = now_ms();
-            let started = Instant::now();
+            let clock = PassClock::start();
             let mut stats = PassStats::default();
             let pass_span = trace::pass(&self.name, reason);
             let pass = tokio::select! {
@@ -366,30 +365,30 @@ impl Worker {
             trace::finish_pass(&pass_span, outcome, &stats, error);
             drop(pass_span);
             if outcome != "complete" {
-                self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, started.elapsed());
+                self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, clock.elapsed());
             }
             match pass {
                 Ok(listing) => {
                     if let Some(error) = self.suspicious_empty_listing(&listing) {
                         tracing::warn!(server = %self.name, %error, "not committed; confirming with another listing");
-                        self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), started_at_ms, started, stats).await;
+                        self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;
                         self.set_state(ServerState::Failed, Some(error));
                         return Ok(false);
                     }
                     self.last_ttl = stats.ttl_ms.filter(|ttl| *ttl > 0).map(Duration::from_millis);
-                    let committed = self.commit(listing, reason, started_at_ms, started, stats).await;
+                    let committed = self.commit(listing, reason, clock, stats).await;
                     self.session_listed_ok |= committed;
                     return Ok(committed);
                 }
                 Err(PassEnd::Superseded) => {
                     tracing::debug!(server = %self.name, "enumeration superseded by tools/list_changed");
-                    self.record_failure(reason, EnumerationOutcome::Superseded, None, started_at_ms, started, stats).await;
+                    self.record_failure(reason, EnumerationOutcome::Superseded, None, clock, stats).await;
                     self.wait_for_quiet(changes).await?;
                     reason = EnumerationReason::ListChanged;
                 }
                 Err(PassEnd::Failed(error)) => {
                     tracing::warn!(server = %self.name, %error, "enumeration failed; the current generation stays");
-                    self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), started_at_ms, started, stats).await;
+                    self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;
                     self.set_state(ServerState::Failed, Some(error));
                     return Ok(false);
                 }
