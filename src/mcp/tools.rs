@@ -50,15 +50,6 @@ pub struct PagePeek {
     pub ttl_ms: Option<u64>,
 }
 
-/// Reads only the cursor of a `tools/list` result (and checks that `tools` is an array), so that
-/// the next page can be requested while this one is processed.
-///
-/// # Errors
-/// A description of what is wrong when the result is not a `ListToolsResult`.
-pub fn peek_next_cursor(result: &RawValue) -> Result<Option<String>, String> {
-    peek_page(result).map(|peek| peek.next_cursor)
-}
-
 /// Reads a page's cursor and `ttlMs`, checks `tools` is an array and `resultType` (absent means
 /// complete; anything else is not a listing).
 ///
@@ -155,10 +146,10 @@ mod tests {
 
     #[test]
     fn the_cursor_is_read_without_the_tools() {
-        assert_eq!(peek_next_cursor(&raw(r#"{"tools":[{"name":"a"}],"nextCursor":"c1"}"#)), Ok(Some("c1".to_owned())));
-        assert_eq!(peek_next_cursor(&raw(r#"{"tools":[]}"#)), Ok(None));
-        assert!(peek_next_cursor(&raw(r#"{"tools":{}}"#)).is_err());
-        assert!(peek_next_cursor(&raw(r#"{"nextCursor":"c"}"#)).is_err());
+        assert_eq!(peek_page(&raw(r#"{"tools":[{"name":"a"}],"nextCursor":"c1"}"#)).map(|p| p.next_cursor), Ok(Some("c1".to_owned())));
+        assert_eq!(peek_page(&raw(r#"{"tools":[]}"#)).map(|p| p.next_cursor), Ok(None));
+        assert!(peek_page(&raw(r#"{"tools":{}}"#)).is_err());
+        assert!(peek_page(&raw(r#"{"nextCursor":"c"}"#)).is_err());
     }
 
     #[test]

@@ -23,8 +23,6 @@ use crate::upstream::SessionHandle;
 
 /// Snapshots kept for paging and revision preconditions.
 const SNAPSHOTS_KEPT: usize = 64;
-/// Events kept for watchers that are behind, unless configured otherwise.
-pub const DEFAULT_EVENTS_KEPT: usize = 4096;
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,10 +240,6 @@ impl ServerView {
 // === impl Registry ===
 
 impl Registry {
-    pub fn new() -> Registry {
-        Registry::with_event_log(DEFAULT_EVENTS_KEPT)
-    }
-
     /// A registry that keeps `events_kept` events for watchers that fall behind.
     pub fn with_event_log(events_kept: usize) -> Registry {
         Registry {
@@ -376,12 +370,6 @@ impl Registry {
     fn lock_history(&self) -> std::sync::MutexGuard<'_, History> {
         // History is append-and-trim only; a panic mid-update cannot leave it inconsistent.
         self.history.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Registry::new()
     }
 }
 
