@@ -291,7 +291,7 @@ impl Calls {
         let position = match (tool, &view.generation) {
             (_, None) => None,
             (ToolRef::Qualified(qualified), Some(_)) => view.qualified().position(qualified),
-            (ToolRef::ServerTool { name, .. }, Some(generation)) => generation.tools.binary_search_by(|t| t.name.as_str().cmp(name)).ok(),
+            (ToolRef::ServerTool { name, .. }, Some(generation)) => generation.position(name),
         };
         if let Some(idx) = position {
             return Ok((view, idx));

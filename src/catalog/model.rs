@@ -203,7 +203,12 @@ impl Diff {
 
 impl Generation {
     pub fn tool(&self, name: &str) -> Option<&ToolDef> {
-        self.tools.binary_search_by(|tool| tool.name.as_str().cmp(name)).ok().map(|idx| &self.tools[idx])
+        self.position(name).map(|idx| &self.tools[idx])
+    }
+
+    /// The index of tool `name` in `tools`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.tools.binary_search_by(|tool| tool.name.as_str().cmp(name)).ok()
     }
 
     pub fn hashes(&self) -> BTreeMap<String, String> {
