@@ -1,7 +1,11 @@
 //! The SQLite catalog: committed generations, their history, and enumeration outcomes.
 //!
-//! All writes go through one in-process lock, so concurrent server workers never race for
-//! SQLite's write lock; reads run in parallel under WAL.
+//! Reads run in parallel on a small pool under WAL. Every write goes through one dedicated
+//! connection behind an in-process lock, in `BEGIN IMMEDIATE` transactions with
+//! `synchronous = FULL`: when a commit returns, the generation is on disk. A transaction that
+//! fails for any reason (a full disk, an I/O error) closes that connection, which rolls the
+//! transaction back; the next write opens a fresh one. No connection is ever left inside a
+//! transaction, and the store recovers by itself once the fault clears.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -9,14 +13,18 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, Row, SqlitePool};
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
 
 /// Enumeration records kept per server.
 const ENUMERATIONS_KEPT: i64 = 200;
+/// `PRAGMA application_id` of a toolhost store ("THOS"): another application's database is
+/// never mistaken for one.
+const APPLICATION_ID: i64 = 0x5448_4F53;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -28,6 +36,8 @@ pub enum StoreError {
     Sqlx(#[from] sqlx::Error),
     #[error("catalog database holds an unreadable value: {0}")]
     Corrupt(String),
+    #[error("{path} is not a toolhost catalog: {reason}; refusing to add toolhost's tables to it")]
+    Foreign { path: String, reason: String },
 }
 
 /// The result of offering a complete listing to the store.
@@ -48,9 +58,23 @@ pub struct StoredServer {
 
 #[derive(Clone)]
 pub struct Store {
+    /// Readers.
     pool: SqlitePool,
-    write_lock: Arc<tokio::sync::Mutex<()>>,
+    writer: Arc<Mutex<Writer>>,
     history_generations: u32,
+}
+
+/// The one connection that writes, opened on first use and again after any failed transaction.
+struct Writer {
+    options: SqliteConnectOptions,
+    connection: Option<SqliteConnection>,
+}
+
+/// An open `BEGIN IMMEDIATE` transaction on the writer. Dropped without [`WriteTx::commit`], it
+/// closes the connection, and SQLite rolls the transaction back.
+struct WriteTx<'a> {
+    writer: MutexGuard<'a, Writer>,
+    committed: bool,
 }
 
 // === impl Store ===
@@ -75,12 +99,31 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(open_error)?;
+        check_ownership(path).await?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await.map_err(open_error)?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool, write_lock: Arc::new(tokio::sync::Mutex::new(())), history_generations })
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA application_id = {APPLICATION_ID}"))).execute(&pool).await?;
+        // A commit that returned is on disk, even across a power loss: a published generation
+        // number is never handed out twice.
+        let writer = Writer { options: options.synchronous(SqliteSynchronous::Full), connection: None };
+        Ok(Store { pool, writer: Arc::new(Mutex::new(writer)), history_generations })
+    }
+
+    /// Starts a write transaction on the writer connection (opening it if needed).
+    async fn begin(&self) -> Result<WriteTx<'_>, StoreError> {
+        let mut writer = self.writer.lock().await;
+        if writer.connection.is_none() {
+            writer.connection = Some(SqliteConnection::connect_with(&writer.options).await?);
+        }
+        let mut tx = WriteTx { writer, committed: false };
+        sqlx::query("BEGIN IMMEDIATE").execute(tx.conn()).await?;
+        Ok(tx)
     }
 
     pub async fn close(&self) {
+        if let Some(connection) = self.writer.lock().await.connection.take() {
+            let _ = connection.close().await;
+        }
         self.pool.close().await;
     }
 
@@ -211,7 +254,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn remember_era(&self, server: &str, era: &str, version: &str) -> Result<(), StoreError> {
-        let _write = self.write_lock.lock().await;
+        let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO servers (name, era, protocol_version_seen) VALUES (?1, ?2, ?3) \
              ON CONFLICT(name) DO UPDATE SET era = ?2, protocol_version_seen = ?3",
@@ -219,9 +262,9 @@ impl Store {
         .bind(server)
         .bind(era)
         .bind(version)
-        .execute(&self.pool)
+        .execute(tx.conn())
         .await?;
-        Ok(())
+        tx.commit().await
     }
 
     /// The generation that removed tool `name` from `server`, if history still shows one and
@@ -267,11 +310,10 @@ impl Store {
         mut record: EnumerationRecord,
         previous: Option<&Generation>,
     ) -> Result<CommitOutcome, StoreError> {
-        let _write = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
         let current: i64 =
-            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(tx.conn()).await?;
         // The caller's copy of the current generation saves reading every row back, as long as
         // it is the one the database holds.
         let diff = match previous {
@@ -282,29 +324,29 @@ impl Store {
                 let rows: Vec<(String, String)> =
                     sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
                         .bind(server)
-                        .fetch_all(&mut *tx)
+                        .fetch_all(tx.conn())
                         .await?;
                 Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools)
             }
         };
         let now = now_ms();
         if diff.is_empty() && current > 0 {
-            sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(&mut *tx).await?;
+            sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(tx.conn()).await?;
             record.outcome = EnumerationOutcome::Unchanged;
             record.generation = to_u64(current)?;
-            insert_enumeration(&mut tx, server, &record).await?;
+            insert_enumeration(tx.conn(), server, &record).await?;
             tx.commit().await?;
             return Ok(CommitOutcome::Unchanged { generation: to_u64(current)? });
         }
 
-        let next = current + 1;
+        let next = current.checked_add(1).ok_or_else(|| StoreError::Corrupt(format!("generation counter of {server} is exhausted")))?;
         let by_name: BTreeMap<&str, &ToolDef> = listing.tools.iter().map(|tool| (tool.name.as_str(), tool)).collect();
         for name in diff.removed.iter().chain(&diff.changed) {
             sqlx::query("UPDATE tool_versions SET last_generation = ? WHERE server = ? AND name = ? AND last_generation IS NULL")
                 .bind(current)
                 .bind(server)
                 .bind(name)
-                .execute(&mut *tx)
+                .execute(tx.conn())
                 .await?;
         }
         for name in diff.added.iter().chain(&diff.changed) {
@@ -312,14 +354,14 @@ impl Store {
             sqlx::query("INSERT INTO definitions (hash, definition) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING")
                 .bind(&tool.hash)
                 .bind(&*tool.definition)
-                .execute(&mut *tx)
+                .execute(tx.conn())
                 .await?;
             sqlx::query("INSERT INTO tool_versions (server, name, first_generation, hash) VALUES (?, ?, ?, ?)")
                 .bind(server)
                 .bind(&tool.name)
                 .bind(next)
                 .bind(&tool.hash)
-                .execute(&mut *tx)
+                .execute(tx.conn())
                 .await?;
         }
         sqlx::query(
@@ -333,18 +375,18 @@ impl Store {
         .bind(json_names(&diff.added))
         .bind(json_names(&diff.removed))
         .bind(json_names(&diff.changed))
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await?;
         sqlx::query("UPDATE servers SET current_generation = ?, last_verified_at_ms = ? WHERE name = ?")
             .bind(next)
             .bind(now)
             .bind(server)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await?;
         record.outcome = EnumerationOutcome::Committed;
         record.generation = to_u64(next)?;
-        insert_enumeration(&mut tx, server, &record).await?;
-        self.prune_history(&mut tx, server, next).await?;
+        insert_enumeration(tx.conn(), server, &record).await?;
+        self.prune_history(tx.conn(), server, next).await?;
         tx.commit().await?;
         let generation = Arc::new(Generation { number: to_u64(next)?, committed_at_ms: now, tools: listing.tools });
         Ok(CommitOutcome::Committed { generation, diff })
@@ -355,15 +397,13 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn record_enumeration(&self, server: &str, mut record: EnumerationRecord) -> Result<(), StoreError> {
-        let _write = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(&mut *tx).await?;
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
         let current: i64 =
-            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut *tx).await?;
+            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(tx.conn()).await?;
         record.generation = to_u64(current)?;
-        insert_enumeration(&mut tx, server, &record).await?;
-        tx.commit().await?;
-        Ok(())
+        insert_enumeration(tx.conn(), server, &record).await?;
+        tx.commit().await
     }
 
     /// The most recent enumerations of `server`, newest first.
@@ -431,7 +471,7 @@ impl Store {
     }
 
     /// Drops generations older than the history bound, and definitions nothing refers to.
-    async fn prune_history(&self, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, server: &str, newest: i64) -> Result<(), StoreError> {
+    async fn prune_history(&self, tx: &mut SqliteConnection, server: &str, newest: i64) -> Result<(), StoreError> {
         let oldest_kept = newest - i64::from(self.history_generations) + 1;
         if oldest_kept <= 1 {
             return Ok(());
@@ -439,22 +479,22 @@ impl Store {
         sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?")
             .bind(server)
             .bind(oldest_kept)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         let pruned = sqlx::query("DELETE FROM tool_versions WHERE server = ? AND last_generation IS NOT NULL AND last_generation < ?")
             .bind(server)
             .bind(oldest_kept)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         if pruned.rows_affected() > 0 {
-            sqlx::query("DELETE FROM definitions WHERE hash NOT IN (SELECT hash FROM tool_versions)").execute(&mut **tx).await?;
+            sqlx::query("DELETE FROM definitions WHERE hash NOT IN (SELECT hash FROM tool_versions)").execute(&mut *tx).await?;
         }
         Ok(())
     }
 }
 
 async fn insert_enumeration(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut SqliteConnection,
     server: &str,
     record: &EnumerationRecord,
 ) -> Result<(), StoreError> {
@@ -473,15 +513,81 @@ async fn insert_enumeration(
     .bind(to_i64(record.generation))
     .bind(record.error.as_deref())
     .bind(json_names(&record.diagnostics))
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     sqlx::query("DELETE FROM enumerations WHERE server = ? AND id <= (SELECT id FROM enumerations WHERE server = ? ORDER BY id DESC LIMIT 1 OFFSET ?)")
         .bind(server)
         .bind(server)
         .bind(ENUMERATIONS_KEPT)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+// === impl WriteTx ===
+
+impl WriteTx<'_> {
+    fn conn(&mut self) -> &mut SqliteConnection {
+        // `begin` opened it, and only dropping an uncommitted transaction takes it away.
+        self.writer.connection.as_mut().expect("the writer connection is open during a transaction")
+    }
+
+    /// Commits. On failure the connection is closed (rolling back whatever SQLite still holds).
+    async fn commit(mut self) -> Result<(), StoreError> {
+        sqlx::query("COMMIT").execute(self.conn()).await?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Closing the connection ends the transaction whatever state SQLite left it in
+            // (after SQLITE_FULL it may or may not have rolled back by itself).
+            self.writer.connection = None;
+        }
+    }
+}
+
+/// Refuses a database that belongs to someone else: a non-zero `application_id` other than
+/// toolhost's, or tables without toolhost's schema. An empty file, toolhost's own, or a store of
+/// an earlier toolhost (its tables, no id yet) are fine.
+async fn check_ownership(path: &Path) -> Result<(), StoreError> {
+    let foreign = |reason: String| StoreError::Foreign { path: path.display().to_string(), reason };
+    if std::fs::metadata(path).map_or(true, |meta| meta.len() == 0) {
+        return Ok(());
+    }
+    // Read-only and without touching the journal mode: looking must not change the file.
+    let options = SqliteConnectOptions::new().filename(path).read_only(true);
+    let mut connection =
+        SqliteConnection::connect_with(&options).await.map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+    let verdict = ownership(&mut connection, foreign).await;
+    let _ = connection.close().await;
+    verdict
+}
+
+async fn ownership(connection: &mut SqliteConnection, foreign: impl Fn(String) -> StoreError) -> Result<(), StoreError> {
+    let application_id: i64 = sqlx::query_scalar("PRAGMA application_id").fetch_one(&mut *connection).await?;
+    if application_id == APPLICATION_ID {
+        return Ok(());
+    }
+    if application_id != 0 {
+        return Err(foreign(format!("its application_id is {application_id:#x}")));
+    }
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .fetch_all(&mut *connection)
+            .await?;
+    let ours = ["_sqlx_migrations", "servers", "tool_versions", "generations"];
+    if tables.is_empty() || ours.iter().all(|name| tables.iter().any(|table| table == name)) {
+        return Ok(());
+    }
+    let mut listed = tables.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if tables.len() > 5 {
+        listed.push_str(", …");
+    }
+    Err(foreign(format!("it holds other tables ({listed})")))
 }
 
 fn json_names(names: &[String]) -> String {

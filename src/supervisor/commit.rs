@@ -10,6 +10,7 @@ use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::CommitOutcome;
 use crate::supervisor::enumerate::{PassClock, PassStats};
+use crate::supervisor::registry::ServerState;
 use crate::supervisor::trace;
 use crate::supervisor::worker::Worker;
 use crate::telemetry::span_context;
@@ -59,6 +60,7 @@ impl Worker {
                 self.registry.update(&self.name, |view| {
                     view.generation = Some(generation);
                     view.revalidating = false;
+                    view.last_error = None;
                     view.last_verified_at_ms = Some(now_ms());
                     view.last_enumeration =
                         Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
@@ -70,15 +72,23 @@ impl Worker {
                 span.set_attribute("toolhost.generation", generation as i64);
                 self.registry.update(&self.name, |view| {
                     view.revalidating = false;
+                    view.last_error = None;
                     view.last_verified_at_ms = Some(now_ms());
                     view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
                 });
                 EnumerationOutcome::Unchanged
             }
             Err(error) => {
+                // Nothing was published: the registry keeps the last durable generation. The
+                // server shows the fault until a later pass commits (the worker retries).
                 tracing::error!(server = %self.name, %error, "cannot commit the tool generation");
                 span.set_attribute("error.type", "store");
-                self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
+                self.metrics.record_enumeration(&self.name, reason.as_str(), "store_failed", clock.elapsed());
+                let message = format!("the new tool generation could not be stored, so it was not published: {error}");
+                self.registry.update(&self.name, |view| {
+                    view.state = ServerState::Failed;
+                    view.last_error = Some(message);
+                });
                 return false;
             }
         };

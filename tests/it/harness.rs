@@ -172,3 +172,11 @@ pub fn error_info(status: &tonic::Status) -> (String, std::collections::HashMap<
     let info = status.get_details_error_info().unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
     (info.reason, info.metadata)
 }
+
+/// Whether the tests run as root (some fault tests mount filesystems or switch users).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| status.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}

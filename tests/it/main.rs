@@ -16,4 +16,5 @@ mod interop;
 mod lifecycle;
 mod modern;
 mod restart;
+mod store_faults;
 mod telemetry;

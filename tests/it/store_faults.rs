@@ -1,0 +1,146 @@
+//! The store under real faults: a full filesystem, another application's database, and a
+//! daemon killed with SIGKILL in the middle of a stream of commits.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use sqlx::{Connection, SqliteConnection};
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallFs {
+    path: PathBuf,
+}
+
+impl SmallFs {
+    /// Mounts a tmpfs of `size` at `path`, or says why it cannot (not root, no mount).
+    fn mount(path: &Path, size: &str) -> Result<SmallFs, String> {
+        if !is_root() {
+            return Err("not running as root".to_owned());
+        }
+        std::fs::create_dir_all(path).map_err(|err| err.to_string())?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .map_err(|err| format!("cannot run mount: {err}"))?;
+        if !status.success() {
+            return Err(format!("mount -t tmpfs failed: {status}"));
+        }
+        Ok(SmallFs { path: path.to_path_buf() })
+    }
+
+    /// Writes zeros into `filler` until the filesystem refuses more.
+    fn fill(&self, filler: &Path) {
+        let mut file = std::fs::File::create(filler).expect("create the filler");
+        let chunk = vec![0u8; 16 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.sync_all();
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Tools whose descriptions are large and unique to `round`, so that storing them needs new pages.
+fn bulky_tools(round: usize) -> Value {
+    let filler: String = (0..40_000).map(|i| char::from(b'a' + ((i * 7 + round * 13) % 26) as u8)).collect();
+    json!((0..4).map(|i| json!({"name": format!("bulky{i}"), "description": format!("round {round} {filler}"), "inputSchema": {"type": "object"}})).collect::<Vec<_>>())
+}
+
+async fn stored_generation(db: &Path, server: &str) -> (i64, String) {
+    let mut connection = SqliteConnection::connect(&format!("sqlite://{}", db.display())).await.expect("open the store");
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(&mut connection).await.unwrap();
+    let generation: i64 =
+        sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(&mut connection).await.unwrap();
+    connection.close().await.unwrap();
+    (generation, integrity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_never_publishes_an_unstored_generation_and_the_store_recovers_by_itself() {
+    let dir = TestDir::new();
+    let fs = match SmallFs::mount(&dir.path("small"), "3m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("SKIPPED a_full_disk_never_publishes_an_unstored_generation: needs a tmpfs mount ({why})");
+            return;
+        }
+    };
+    let db = fs.path.join("catalog.db");
+    let tools_file = dir.path("tools.json");
+    std::fs::write(&tools_file, json!(tools("t", 3)).to_string()).unwrap();
+    let script = dir.script("changing", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let mut config = dir.config(&server_table("changing", &script, ""));
+    config.store.path = db.clone();
+    let app = start(config.clone()).await;
+    wait_for_server(app.registry(), "changing", "ready", |v| v.state == ServerState::Ready && v.generation_number() == 1).await;
+
+    let filler = fs.path.join("filler");
+    fs.fill(&filler);
+    std::fs::write(&tools_file, bulky_tools(1).to_string()).unwrap();
+    let view = wait_for_server(app.registry(), "changing", "the store failure shown", |v| {
+        v.state == ServerState::Failed && v.last_error.as_deref().is_some_and(|e| e.contains("full"))
+    })
+    .await;
+    assert_eq!(view.generation_number(), 1, "a generation the disk did not take is never published");
+    assert_eq!(tool_names(&view), ["t0", "t1", "t2"]);
+    // Another change while the disk is still full: still nothing published, nothing numbered.
+    std::fs::write(&tools_file, bulky_tools(2).to_string()).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.registry().server("changing").unwrap().generation_number(), 1);
+
+    std::fs::remove_file(&filler).unwrap();
+    let view = wait_for_server(app.registry(), "changing", "recovered once space returned", |v| {
+        v.state == ServerState::Ready && v.generation_number() == 2
+    })
+    .await;
+    assert!(view.last_error.is_none(), "the error clears with the recovery: {:?}", view.last_error);
+    assert!(view.generation.as_ref().unwrap().tools[0].definition.contains("round 2"), "the listing the server offers now");
+    std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
+    wait_for_server(app.registry(), "changing", "the next change", |v| v.generation_number() == 3).await;
+    app.shutdown().await;
+
+    let (generation, integrity) = stored_generation(&db, "changing").await;
+    assert_eq!((generation, integrity.as_str()), (3, "ok"), "every published generation is on disk");
+    let app = start(config).await;
+    let view = app.registry().server("changing").unwrap();
+    assert_eq!((view.generation_number(), tool_names(&view)), (3, vec!["u0".to_owned(), "u1".to_owned()]));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_applications_database_is_refused_untouched() {
+    let dir = TestDir::new();
+    let foreign = dir.path("other.db");
+    let mut connection = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", foreign.display())).await.unwrap();
+    sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total INTEGER)").execute(&mut connection).await.unwrap();
+    connection.close().await.unwrap();
+    let digest = |path: &Path| toolhost::catalog::model::sha256_hex(&std::fs::read(path).unwrap());
+    let before = digest(&foreign);
+
+    let error = toolhost::catalog::store::Store::open(&foreign, 10).await.err().expect("a foreign database is refused");
+    let message = error.to_string();
+    assert!(message.contains("not a toolhost catalog") && message.contains("invoices"), "{message}");
+    assert!(digest(&foreign) == before, "not a byte changed");
+
+    let tagged = dir.path("tagged.db");
+    let mut connection = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", tagged.display())).await.unwrap();
+    sqlx::query("PRAGMA application_id = 42").execute(&mut connection).await.unwrap();
+    connection.close().await.unwrap();
+    let message = toolhost::catalog::store::Store::open(&tagged, 10).await.err().expect("refused").to_string();
+    assert!(message.contains("application_id is 0x2a"), "{message}");
+
+    // toolhost's own store opens again, and so does an empty file.
+    let own = dir.path("own.db");
+    toolhost::catalog::store::Store::open(&own, 10).await.unwrap().close().await;
+    toolhost::catalog::store::Store::open(&own, 10).await.unwrap().close().await;
+    std::fs::write(dir.path("empty.db"), b"").unwrap();
+    toolhost::catalog::store::Store::open(&dir.path("empty.db"), 10).await.unwrap().close().await;
+}
