@@ -172,7 +172,7 @@ impl App {
     /// shutdown sequence), then closes the store. Bounded by `daemon.shutdown_timeout`.
     pub async fn shutdown(self) {
         self.notifier.stopping();
-        let deadline = tokio::time::Instant::now() + self.config.daemon.shutdown_timeout;
+        let deadline = crate::deadline::after(self.config.daemon.shutdown_timeout);
         self.api_cancel.cancel();
         self.api_tasks.close();
         if tokio::time::timeout_at(deadline, self.api_tasks.wait()).await.is_err() {

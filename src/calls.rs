@@ -195,7 +195,7 @@ impl Calls {
         let trace_meta = upstream_span.in_scope(propagation::current_meta);
         let params = call_params(&tool.name, request.arguments, &trace_meta)?;
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = crate::deadline::after(timeout);
         let expired = || CallError::DeadlineExceeded {
             server: view.name.to_string(),
             tool: tool.name.clone(),

@@ -15,6 +15,7 @@ pub mod calls;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod deadline;
 pub mod mcp;
 pub mod signals;
 pub mod supervisor;

@@ -276,11 +276,23 @@ fn parse_page_token(token: &str) -> Option<(u64, String, Position)> {
     parts.next().is_none().then_some((revision, fingerprint, Position { server, tool }))
 }
 
-/// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`).
+/// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`, at most eight
+/// digits as the gRPC spec says), no longer than [`MAX_CALLER_DEADLINE`]. A malformed header
+/// counts as none.
 fn grpc_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let amount: u64 = digits.parse().ok()?;
+    Some(grpc_unit(amount, unit)?.min(MAX_CALLER_DEADLINE))
+}
+
+/// The longest deadline a caller can ask for; a day is longer than any tool call toolhost routes.
+const MAX_CALLER_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+fn grpc_unit(amount: u64, unit: &str) -> Option<Duration> {
     Some(match unit {
         "H" => Duration::from_secs(amount.saturating_mul(3600)),
         "M" => Duration::from_secs(amount.saturating_mul(60)),
@@ -317,8 +329,12 @@ mod tests {
             metadata.insert("grpc-timeout", header.parse().unwrap());
             assert_eq!(grpc_deadline(&metadata), Some(expected));
         }
-        metadata.insert("grpc-timeout", "soon".parse().unwrap());
-        assert_eq!(grpc_deadline(&metadata), None);
+        for bad in ["soon", "S", "123456789S", "-5S", "+5S"] {
+            metadata.insert("grpc-timeout", bad.parse().unwrap());
+            assert_eq!(grpc_deadline(&metadata), None, "{bad}");
+        }
+        metadata.insert("grpc-timeout", "99999999H".parse().unwrap());
+        assert_eq!(grpc_deadline(&metadata), Some(MAX_CALLER_DEADLINE), "capped, never overflowing a clock");
     }
 
     #[test]

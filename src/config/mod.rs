@@ -173,6 +173,16 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the file, the key and the problem.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        // An empty file (or one of comments only) is what a truncated write or a wrong path
+        // leaves behind; taking it as "no servers" would stop every server on a reload.
+        let has_content = text.lines().map(str::trim).any(|line| !line.is_empty() && !line.starts_with('#'));
+        if !has_content {
+            return Err(ConfigError {
+                file: file.to_path_buf(),
+                key: None,
+                problem: "the file is empty; refusing it rather than stopping every server".to_owned(),
+            });
+        }
         let is_json = file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json")) || text.trim_start().starts_with('{');
         let raw = if is_json { parse_json(file, text)? } else { parse_toml(file, text)? };
         validate(file, raw)
@@ -242,7 +252,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
 
     let watch_backlog = positive(raw.grpc.watch_backlog, 4096).map_err(|p| error("grpc.watch_backlog".into(), p))?;
     let watch_backlog = usize::try_from(watch_backlog).unwrap_or(usize::MAX);
-    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20))
+    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20), HOUR)
         .map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
 
     let telemetry = TelemetryConfig {
@@ -255,9 +265,9 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         service_name: raw.telemetry.service_name,
         traces: raw.telemetry.traces.unwrap_or(true),
         metrics: raw.telemetry.metrics.unwrap_or(true),
-        metrics_interval: optional_duration(raw.telemetry.metrics_interval.as_deref(), Duration::from_secs(15))
+        metrics_interval: optional_duration(raw.telemetry.metrics_interval.as_deref(), Duration::from_secs(15), HOUR)
             .map_err(|p| error("telemetry.metrics_interval".into(), p))?,
-        export_timeout: optional_duration(raw.telemetry.export_timeout.as_deref(), Duration::from_secs(3))
+        export_timeout: optional_duration(raw.telemetry.export_timeout.as_deref(), Duration::from_secs(3), 10 * MINUTE)
             .map_err(|p| error("telemetry.export_timeout".into(), p))?,
     };
 
@@ -346,10 +356,11 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
     };
     let max_message_bytes = positive(raw.max_message_bytes, 16 * 1024 * 1024).map_err(at("max_message_bytes"))?;
     let restart = RestartPolicy {
-        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500))
+        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500), HOUR)
             .map_err(at("restart.initial_backoff"))?,
-        max_backoff: optional_duration(raw.restart.max_backoff.as_deref(), Duration::from_secs(60)).map_err(at("restart.max_backoff"))?,
-        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60))
+        max_backoff: optional_duration(raw.restart.max_backoff.as_deref(), Duration::from_secs(60), DAY)
+            .map_err(at("restart.max_backoff"))?,
+        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60), DAY)
             .map_err(at("restart.stable_after"))?,
         crash_loop_after: positive(raw.restart.crash_loop_after, 5).map_err(at("restart.crash_loop_after"))?,
     };
@@ -359,12 +370,13 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
     Ok(ServerSpec {
         transport,
         enabled: raw.enabled.unwrap_or(true),
-        request_timeout: optional_duration(raw.request_timeout.as_deref(), Duration::from_secs(30)).map_err(at("request_timeout"))?,
-        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120))
+        request_timeout: optional_duration(raw.request_timeout.as_deref(), Duration::from_secs(30), DAY).map_err(at("request_timeout"))?,
+        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120), DAY)
             .map_err(at("enumeration_timeout"))?,
         limits,
         max_message_bytes: usize::try_from(max_message_bytes).map_err(|_| ("max_message_bytes".to_owned(), "too large".to_owned()))?,
-        shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2)).map_err(at("shutdown_grace"))?,
+        shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2), 10 * MINUTE)
+            .map_err(at("shutdown_grace"))?,
         max_concurrent_calls: positive(raw.max_concurrent_calls, 16).map_err(at("max_concurrent_calls"))?,
         restart,
         protocol: match raw.protocol.as_deref() {
@@ -384,32 +396,31 @@ fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Res
     }
 }
 
-fn optional_duration(text: Option<&str>, default: Duration) -> Result<Duration, String> {
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn optional_duration(text: Option<&str>, default: Duration, max: Duration) -> Result<Duration, String> {
     match text {
         None => Ok(default),
-        Some(text) => parse_duration(text),
+        Some(text) => parse_duration(text, max),
     }
 }
 
-/// Parses `250ms`, `30s`, `5m` or `1h` (a positive integer and a unit).
+/// Parses a positive duration such as `250ms`, `30s`, `5m`, `1h` or `1h 30m` (humantime's
+/// syntax), no longer than `max`: every duration toolhost adds to a clock is bounded here.
 ///
 /// # Errors
-/// A message saying what is accepted.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// A message saying what is accepted, or the limit that was exceeded.
+pub fn parse_duration(text: &str, max: Duration) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let bad = || format!("{text:?} is not a duration like \"250ms\", \"30s\", \"5m\" or \"1h\"");
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(number),
-        "s" => Duration::from_secs(number),
-        "m" => Duration::from_secs(number.saturating_mul(60)),
-        "h" => Duration::from_secs(number.saturating_mul(3600)),
-        _ => return Err(bad()),
-    };
+    let duration = humantime::parse_duration(text)
+        .map_err(|err| format!("{text:?} is not a duration like \"250ms\", \"30s\", \"5m\" or \"1h\" ({err})"))?;
     if duration.is_zero() {
         return Err("must be greater than 0".into());
+    }
+    if duration > max {
+        return Err(format!("{text:?} is longer than the limit of {}", humantime::format_duration(max)));
     }
     Ok(duration)
 }

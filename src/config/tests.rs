@@ -88,9 +88,39 @@ fn every_error_names_the_file_the_key_and_the_problem() {
 
 #[test]
 fn durations_take_a_unit() {
-    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-    assert!(parse_duration("10").is_err());
-    assert!(parse_duration("0s").is_err());
-    assert!(parse_duration("-1s").is_err());
+    assert_eq!(parse_duration("250ms", DAY), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("2m", DAY), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1h 30m", DAY), Ok(Duration::from_secs(5400)));
+    assert!(parse_duration("10", DAY).is_err());
+    assert!(parse_duration("0s", DAY).is_err());
+    assert!(parse_duration("-1s", DAY).is_err());
+    assert!(parse_duration("25h", DAY).unwrap_err().contains("limit of 1day"));
+}
+
+#[test]
+fn huge_durations_are_refused_with_the_key_and_the_limit() {
+    let huge = "9999999999999999999s";
+    for (table, key) in [
+        ("[daemon]\nshutdown_timeout", "daemon.shutdown_timeout"),
+        ("[servers.a]\ncommand = \"x\"\nrequest_timeout", "servers.a.request_timeout"),
+        ("[servers.a]\ncommand = \"x\"\nenumeration_timeout", "servers.a.enumeration_timeout"),
+        ("[servers.a]\ncommand = \"x\"\nshutdown_grace", "servers.a.shutdown_grace"),
+        ("[servers.a]\ncommand = \"x\"\nrestart.max_backoff", "servers.a.restart.max_backoff"),
+        ("[servers.a]\ncommand = \"x\"\nrestart.stable_after", "servers.a.restart.stable_after"),
+        ("[telemetry]\nmetrics_interval", "telemetry.metrics_interval"),
+    ] {
+        let error = load("toolhost.toml", &format!("{table} = \"{huge}\"\n")).unwrap_err();
+        assert!(error.contains(key), "{error}");
+    }
+    let error = load("toolhost.toml", "[servers.a]\ncommand = \"x\"\nrequest_timeout = \"400d\"\n").unwrap_err();
+    assert!(error.contains("servers.a.request_timeout") && error.contains("limit"), "{error}");
+}
+
+#[test]
+fn an_empty_or_comment_only_file_is_refused() {
+    for text in ["", "  \n\n", "# nothing here\n"] {
+        let error = load("toolhost.toml", text).unwrap_err();
+        assert!(error.contains("empty"), "{error}");
+    }
+    assert!(load("servers.json", "").unwrap_err().contains("empty"));
 }

@@ -72,7 +72,7 @@ pub(crate) async fn enumerate(
     stats: &mut PassStats,
 ) -> Result<Listing, PassEnd> {
     changes.borrow_and_update();
-    let deadline = Instant::now() + settings.enumeration_timeout;
+    let deadline = crate::deadline::after(settings.enumeration_timeout);
     let limits = settings.limits;
     let mut cursor: Option<String> = None;
     // Cursors stay opaque: they are compared for equality only, to stop a server that loops.

@@ -16,6 +16,7 @@ use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::catalog::store::Store;
 use crate::config::ServerSpec;
+use crate::deadline;
 use crate::mcp::lifecycle::{Era, ServerHello};
 use crate::mcp::modern;
 use crate::supervisor::backoff;
@@ -214,9 +215,9 @@ impl Worker {
                         if let Some(seen) = change_seen_at.take() {
                             self.metrics.record_propagation(&self.name, seen.elapsed());
                         }
-                        ttl_refresh_at = self.last_ttl.take().map(|ttl| Instant::now() + ttl_delay(ttl));
+                        ttl_refresh_at = self.last_ttl.take().map(|ttl| deadline::after(ttl_delay(ttl)));
                     }
-                    Ok(false) => retry_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 3)),
+                    Ok(false) => retry_at = Some(deadline::after(backoff::delay(&self.spec.restart, 3))),
                     Err(end) => break end,
                 }
             }
@@ -257,13 +258,13 @@ impl Worker {
                 () = sleep_until_opt(listen_open_at), if listen.is_none() => {
                     listen_open_at = None;
                     listen = Some(Box::pin(listen_handle.listen(&listen_params, ack_tx.clone())));
-                    ack_deadline = Some(Instant::now() + self.spec.request_timeout);
+                    ack_deadline = Some(deadline::after(self.spec.request_timeout));
                 }
                 ended = async { listen.as_mut().expect("guarded by the condition").await }, if listen.is_some() => {
                     listen = None;
                     ack_deadline = None;
                     tracing::info!(server = %self.name, result = ?ended, "the subscriptions/listen stream ended; re-opening it");
-                    listen_open_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 1));
+                    listen_open_at = Some(deadline::after(backoff::delay(&self.spec.restart, 1)));
                 }
                 Ok(()) = ack_rx.changed() => {
                     ack_deadline = None;
@@ -274,7 +275,7 @@ impl Worker {
                     tracing::warn!(server = %self.name, "subscriptions/listen was not acknowledged in time; re-opening it");
                     ack_deadline = None;
                     listen = None;
-                    listen_open_at = Some(Instant::now() + backoff::delay(&self.spec.restart, 2));
+                    listen_open_at = Some(deadline::after(backoff::delay(&self.spec.restart, 2)));
                 }
             }
         };
@@ -418,7 +419,7 @@ impl Worker {
 
     /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] (at most [`MAX_QUIET_WAIT`]).
     async fn wait_for_quiet(&self, changes: &mut watch::Receiver<u64>) -> Result<(), SessionEnd> {
-        let give_up = Instant::now() + MAX_QUIET_WAIT;
+        let give_up = deadline::after(MAX_QUIET_WAIT);
         changes.borrow_and_update();
         loop {
             tokio::select! {
@@ -459,8 +460,10 @@ async fn sleep_until_opt(at: Option<Instant>) {
 /// is a hint, not a polling interval), with up to 10% jitter so servers do not refresh in step.
 fn ttl_delay(ttl: Duration) -> Duration {
     const FLOOR: Duration = Duration::from_secs(5);
-    let base = ttl.max(FLOOR);
-    base + base.mul_f64(fastrand::f64() * 0.1)
+    // A server's ttlMs can be any u64; a day is as long as toolhost waits to look again.
+    const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+    let base = ttl.clamp(FLOOR, MAX_TTL);
+    base.saturating_add(base.mul_f64(fastrand::f64() * 0.1))
 }
 
 #[cfg(test)]
@@ -469,10 +472,10 @@ mod tests {
 
     #[test]
     fn ttl_refreshes_are_jittered_and_never_a_tight_poll() {
-        for ttl in [Duration::ZERO, Duration::from_millis(1), Duration::from_secs(60)] {
+        for ttl in [Duration::ZERO, Duration::from_millis(1), Duration::from_secs(60), Duration::from_millis(u64::MAX)] {
             for _ in 0..20 {
                 let delay = ttl_delay(ttl);
-                let base = ttl.max(Duration::from_secs(5));
+                let base = ttl.clamp(Duration::from_secs(5), Duration::from_secs(24 * 3600));
                 assert!(delay >= base && delay <= base.mul_f64(1.1), "{ttl:?} -> {delay:?}");
             }
         }

@@ -167,6 +167,14 @@ async fn sighup_adds_removes_and_restarts_only_what_changed() {
     }
     assert!(daemon.log_text().contains("daemon.toml"), "the refusal names the file");
     daemon.wait_servers("still three", |s| s.len() == 3 && ready(s)).await;
+    // So is an empty file (a truncated write), which would otherwise stop every server.
+    std::fs::write(dir.path("daemon.toml"), "").unwrap();
+    daemon.signal(Signal::SIGHUP);
+    while !daemon.log_text().contains("the file is empty") {
+        assert!(Instant::now() < deadline, "no refusal of the empty file logged:\n{}", daemon.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.wait_servers("still three", |s| s.len() == 3 && ready(s)).await;
 
     let after = [
         server_table("edited", &scripts[1], "request_timeout = \"7s\""),
