@@ -215,7 +215,7 @@ pub async fn run(config_path: &Path, config: Config, options: RuntimeOptions) ->
 
 /// Keeps the service manager's STATUS line current: servers ready and tools served.
 async fn report_status(registry: Arc<Registry>, notifier: Arc<Notifier>, cancel: CancellationToken) {
-    let mut revisions = registry.subscribe();
+    let mut revisions = registry.subscribe_status();
     loop {
         let snapshot = registry.snapshot();
         let enabled = snapshot.servers.values().filter(|v| v.state != ServerState::Disabled).count();

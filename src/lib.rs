@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod deadline;
+pub mod faults;
 pub mod mcp;
 pub mod signals;
 pub mod supervisor;

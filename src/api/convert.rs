@@ -24,6 +24,7 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
         last_enumeration: view.last_enumeration.as_ref().map(enumeration),
         last_error: view.last_error.clone().unwrap_or_default(),
         restarts: view.num_restarts,
+        worker_panics: view.num_worker_panics,
         era: hello.map(|h| h.era.as_str().to_owned()).unwrap_or_default(),
         stale_tool_races: Some(pb::StaleToolRaces {
             removed_before_call: races.removed_before_call.load(Ordering::Relaxed),

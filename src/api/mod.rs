@@ -166,7 +166,7 @@ async fn report_health(registry: Arc<Registry>, reporter: tonic_health::server::
     const SERVICE: &str = "toolhost.v1.ToolHost";
     reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     reporter.set_service_status(SERVICE, tonic_health::ServingStatus::NotServing).await;
-    let mut revisions = registry.subscribe();
+    let mut revisions = registry.subscribe_status();
     loop {
         let settled = registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting);
         if settled {

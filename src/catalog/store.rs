@@ -476,11 +476,7 @@ impl Store {
         if oldest_kept <= 1 {
             return Ok(());
         }
-        sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?")
-            .bind(server)
-            .bind(oldest_kept)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("DELETE FROM generations WHERE server = ? AND generation < ?").bind(server).bind(oldest_kept).execute(&mut *tx).await?;
         let pruned = sqlx::query("DELETE FROM tool_versions WHERE server = ? AND last_generation IS NOT NULL AND last_generation < ?")
             .bind(server)
             .bind(oldest_kept)
@@ -493,11 +489,7 @@ impl Store {
     }
 }
 
-async fn insert_enumeration(
-    tx: &mut SqliteConnection,
-    server: &str,
-    record: &EnumerationRecord,
-) -> Result<(), StoreError> {
+async fn insert_enumeration(tx: &mut SqliteConnection, server: &str, record: &EnumerationRecord) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO enumerations (server, started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

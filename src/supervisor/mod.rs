@@ -4,6 +4,7 @@
 mod backoff;
 mod commit;
 mod enumerate;
+mod guard;
 pub mod registry;
 mod trace;
 mod worker;
@@ -16,7 +17,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError, StoredServer};
@@ -24,16 +24,16 @@ use crate::config::{ServerSpec, Transport};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
 use registry::{ConfigChange, Registry, ServerState, ServerView};
-use worker::{Worker, WorkerCommand};
+use worker::WorkerCommand;
 
 /// Commands a worker may have queued before it reads them.
-const WORKER_QUEUE: usize = 16;
+pub(crate) const WORKER_QUEUE: usize = 16;
 /// Sessions that may be starting (connecting and enumerating for the first time) at once.
 const CONCURRENT_STARTS: usize = 32;
 /// How long a reload waits for a removed or changed server to stop.
 const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(15);
 
-type Senders = Arc<RwLock<BTreeMap<Arc<str>, mpsc::Sender<WorkerCommand>>>>;
+pub(crate) type Senders = Arc<RwLock<BTreeMap<Arc<str>, mpsc::Sender<WorkerCommand>>>>;
 
 /// Owns the workers. Dropping it without [`Supervisor::shutdown`] cancels them all the same.
 pub struct Supervisor {
@@ -198,7 +198,7 @@ impl Supervisor {
     fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec) {
         let (commands_tx, commands_rx) = mpsc::channel(WORKER_QUEUE);
         let cancel = self.cancel.child_token();
-        let worker = Worker {
+        let seed = guard::WorkerSeed {
             name: name.clone(),
             spec,
             store: self.store.clone(),
@@ -207,15 +207,11 @@ impl Supervisor {
             start_permits: self.start_permits.clone(),
             metrics: self.metrics.clone(),
             era: self.eras.get(&*name).and_then(|era| crate::mcp::lifecycle::Era::parse(era)),
-            commands: commands_rx,
             cancel: cancel.clone(),
-            session_listed_ok: false,
-            empty_listing_held: false,
-            last_ttl: None,
+            senders: self.senders.clone(),
         };
-        let span = tracing::info_span!("server", server = %name);
-        let task = self.tracker.spawn(worker.run().instrument(span));
         self.senders.write().unwrap_or_else(PoisonError::into_inner).insert(name.clone(), commands_tx);
+        let task = self.tracker.spawn(guard::guard(seed, commands_rx));
         self.workers.insert(name, WorkerHandle { cancel, task });
     }
 

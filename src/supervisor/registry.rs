@@ -1,10 +1,13 @@
 //! The live view of every server: state, session, current generation. Workers publish into it;
 //! readers (the API) take a consistent snapshot without locking.
 //!
-//! Every publish makes a new [`CatalogSnapshot`] with a higher revision. The registry keeps the
-//! most recent snapshots (so that paging and revision preconditions can refer to one) and a
-//! bounded log of [`CatalogEvent`]s (so that watchers get every change in order, or are told
-//! they fell behind).
+//! A change to the catalog (a server's tools, whether they can be called, the set of servers)
+//! makes a new [`CatalogSnapshot`] with a higher revision. The registry keeps the most recent
+//! snapshots (so that paging and revision preconditions can refer to one) and a bounded log of
+//! [`CatalogEvent`]s (so that watchers get every change in order, or are told they fell behind).
+//! A status update (a state between two unavailable states, an error text, a timestamp)
+//! replaces the current snapshot under the same revision: routine refreshes neither expire
+//! callers' page tokens nor wake watchers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::AtomicU64;
@@ -74,6 +77,8 @@ pub struct ServerView {
     pub last_error: Option<String>,
     /// Sessions started after the first.
     pub num_restarts: u64,
+    /// Times the server's worker panicked and the supervisor restarted it.
+    pub num_worker_panics: u64,
     /// Per-server state that outlives snapshots: the call queue and race counters.
     pub shared: Arc<ServerShared>,
 }
@@ -121,7 +126,7 @@ pub struct RaceCounters {
 /// A consistent picture of every server at one revision.
 #[derive(Debug, Default)]
 pub struct CatalogSnapshot {
-    /// Increases with every change to any server's view.
+    /// Increases with every change to the catalog: tools, availability, the set of servers.
     pub revision: u64,
     pub servers: BTreeMap<Arc<str>, Arc<ServerView>>,
 }
@@ -175,6 +180,8 @@ pub struct Registry {
     events_kept: usize,
     history: Mutex<History>,
     revision_tx: watch::Sender<u64>,
+    /// Counts every publish, status updates included.
+    status_tx: watch::Sender<u64>,
 }
 
 /// Recent snapshots and events; guarded together with publishing so both stay in order.
@@ -210,6 +217,7 @@ impl ServerView {
             last_enumeration: None,
             last_error: None,
             num_restarts: 0,
+            num_worker_panics: 0,
             shared: Arc::new(ServerShared {
                 call_permits: Arc::new(Semaphore::new(permits)),
                 request_timeout,
@@ -247,6 +255,7 @@ impl Registry {
             events_kept: events_kept.max(1),
             history: Mutex::default(),
             revision_tx: watch::channel(0).0,
+            status_tx: watch::channel(0).0,
         }
     }
 
@@ -269,9 +278,14 @@ impl Registry {
         self.current.load().servers.get(name).cloned()
     }
 
-    /// A receiver of the revision number, changed after every publish.
+    /// A receiver of the catalog revision, changed when the catalog changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.revision_tx.subscribe()
+    }
+
+    /// A receiver that changes after every update, status updates included.
+    pub fn subscribe_status(&self) -> watch::Receiver<u64> {
+        self.status_tx.subscribe()
     }
 
     /// Every event with a revision above `after`, in order.
@@ -294,6 +308,7 @@ impl Registry {
                 events.push(CatalogChange::ConfigChanged { server: view.name.clone(), change });
             }
             servers.insert(view.name.clone(), Arc::new(view));
+            true
         });
     }
 
@@ -303,23 +318,25 @@ impl Registry {
             for view in views {
                 servers.insert(view.name.clone(), Arc::new(view));
             }
+            true
         });
     }
 
     /// Removes a server that is no longer configured.
     pub(crate) fn remove(&self, name: &str) {
         self.publish(|servers, events| {
-            if let Some((server, _)) = servers.remove_entry(name) {
-                events.push(CatalogChange::ConfigChanged { server, change: ConfigChange::Removed });
-            }
+            let Some((server, _)) = servers.remove_entry(name) else { return false };
+            events.push(CatalogChange::ConfigChanged { server, change: ConfigChange::Removed });
+            true
         });
     }
 
-    /// Changes one server's view; does nothing if the server is unknown. Emits events for a
-    /// state change and for a new generation.
+    /// Changes one server's view; does nothing if the server is unknown. A new generation or a
+    /// change of availability is a catalog change (a new revision and an event); anything else
+    /// is a status update.
     pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut ServerView)) {
         self.publish(|servers, events| {
-            let Some(view) = servers.get_mut(name) else { return };
+            let Some(view) = servers.get_mut(name) else { return false };
             let before = view.clone();
             let after = Arc::make_mut(view);
             change(after);
@@ -332,7 +349,8 @@ impl Registry {
                 after.qualified = Arc::default();
                 events.push(generation_event(&before, new));
             }
-            if before.state != after.state || before.is_available() != after.is_available() {
+            let availability_changed = before.is_available() != after.is_available();
+            if availability_changed {
                 events.push(CatalogChange::StateChanged {
                     server: after.name.clone(),
                     state: after.state,
@@ -341,15 +359,24 @@ impl Registry {
                     error: after.last_error.clone(),
                 });
             }
+            generation_changed || availability_changed
         });
     }
 
-    fn publish(&self, change: impl FnOnce(&mut BTreeMap<Arc<str>, Arc<ServerView>>, &mut Vec<CatalogChange>)) {
+    /// Applies `change` to a copy of the servers. When it reports a catalog change, the result
+    /// is published under the next revision with its events; otherwise it replaces the current
+    /// snapshot under the same revision.
+    fn publish(&self, change: impl FnOnce(&mut BTreeMap<Arc<str>, Arc<ServerView>>, &mut Vec<CatalogChange>) -> bool) {
         let mut history = self.lock_history();
         let current = self.current.load_full();
         let mut servers = current.servers.clone();
         let mut changes = Vec::new();
-        change(&mut servers, &mut changes);
+        let catalog_changed = change(&mut servers, &mut changes);
+        if !catalog_changed {
+            self.current.store(Arc::new(CatalogSnapshot { revision: current.revision, servers }));
+            self.status_tx.send_modify(|n| *n = n.wrapping_add(1));
+            return;
+        }
         let revision = current.revision + 1;
         for change in changes {
             if history.events.len() >= self.events_kept
@@ -365,6 +392,7 @@ impl Registry {
         history.snapshots.push_back(current);
         self.current.store(Arc::new(CatalogSnapshot { revision, servers }));
         self.revision_tx.send_replace(revision);
+        self.status_tx.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn lock_history(&self) -> std::sync::MutexGuard<'_, History> {

@@ -106,6 +106,9 @@ impl Worker {
             };
             let refused = match connected {
                 Ok(connection) => {
+                    if crate::faults::fire("worker.panic", &self.name) {
+                        panic!("injected fault: worker.panic");
+                    }
                     let started = Instant::now();
                     let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
                     match self.run_session(connection, reason, permit).await {

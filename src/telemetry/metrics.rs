@@ -19,6 +19,7 @@ pub struct Metrics {
     propagation: Histogram<f64>,
     races: Counter<u64>,
     restarts: Counter<u64>,
+    worker_panics: Counter<u64>,
 }
 
 /// Gauges read from the registry at each collection; dropping them unregisters the callbacks.
@@ -48,6 +49,10 @@ impl Metrics {
                 .build(),
             races: meter.u64_counter("toolhost.stale_tool.races").with_description("Stale-tool races by kind").build(),
             restarts: meter.u64_counter("toolhost.server.restarts").with_description("Sessions started after a server's first").build(),
+            worker_panics: meter
+                .u64_counter("toolhost.worker.panics")
+                .with_description("Server workers that panicked and were restarted by the supervisor")
+                .build(),
         }
     }
 
@@ -88,6 +93,10 @@ impl Metrics {
 
     pub fn record_restart(&self, server: &str) {
         self.restarts.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+
+    pub fn record_worker_panic(&self, server: &str) {
+        self.worker_panics.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
     }
 }
 

@@ -28,6 +28,8 @@ pub(crate) struct ChildProcess {
     pgid: Option<Pid>,
     stderr_pump: JoinHandle<()>,
     reaper: Arc<Reaper>,
+    /// The shutdown sequence ran to the end; until then, dropping kills the whole group.
+    reaped: bool,
 }
 
 /// Spawns the server process with piped stdio in a new process group.
@@ -66,7 +68,7 @@ pub(crate) fn spawn(
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
     };
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr));
-    Ok((ChildProcess { child, pgid, stderr_pump, reaper }, stdout, stdin))
+    Ok((ChildProcess { child, pgid, stderr_pump, reaper, reaped: false }, stdout, stdin))
 }
 
 // === impl ChildProcess ===
@@ -91,6 +93,7 @@ impl ChildProcess {
         if let Some(pgid) = self.pgid {
             self.reaper.unregister(pgid);
         }
+        self.reaped = true;
         let abort = self.stderr_pump.abort_handle();
         if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
             abort.abort();
@@ -102,6 +105,20 @@ impl ChildProcess {
         if let Some(pgid) = self.pgid {
             // ESRCH means the group is already empty.
             let _ = killpg(pgid, signal);
+        }
+    }
+}
+
+impl Drop for ChildProcess {
+    /// A process dropped without its shutdown sequence (its owner panicked or was aborted) takes
+    /// its whole group with it; tokio reaps the leader (`kill_on_drop`).
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.signal_group(Signal::SIGKILL);
+            if let Some(pgid) = self.pgid {
+                self.reaper.unregister(pgid);
+            }
+            self.stderr_pump.abort();
         }
     }
 }

@@ -96,7 +96,7 @@ pub async fn start(config: Config) -> App {
 
 /// Waits until `condition` holds for the registry's snapshot, or fails the test saying `what`.
 pub async fn wait_until(registry: &Arc<Registry>, what: &str, condition: impl Fn(&CatalogSnapshot) -> bool) -> Arc<CatalogSnapshot> {
-    let mut revisions = registry.subscribe();
+    let mut revisions = registry.subscribe_status();
     let waited = tokio::time::timeout(WAIT, async {
         loop {
             let snapshot = registry.snapshot();

@@ -10,6 +10,7 @@ mod catalog_api;
 mod config_cli;
 mod daemon;
 mod enumeration;
+mod hardening;
 mod http;
 mod http_server;
 mod interop;
