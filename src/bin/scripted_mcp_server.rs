@@ -70,6 +70,17 @@ struct Script {
     discover_unsupported_once: bool,
     /// Modern: the `ttlMs` of listings.
     ttl_ms: Option<u64>,
+    /// Add a tool named "deep" whose inputSchema nests this many arrays (sent as raw text:
+    /// deeper than any JSON parser's default limit).
+    deep_tool_depth: usize,
+    /// Write this many lines that are not JSON-RPC right after initialized.
+    garbage_lines: usize,
+    /// Write this many responses with ids toolhost never issued right after initialized.
+    foreign_responses: usize,
+    /// Append "start ID" and "end ID" for every `sleep` call to this file.
+    calls_file: Option<String>,
+    /// Calls to these tools answer -32602 about an unknown argument field.
+    invalid_params_on_call: Vec<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -185,6 +196,16 @@ impl Server {
         let reply = match method {
             "initialize" => Ok(self.initialize_result(&params)),
             "ping" => Ok(json!({})),
+            "tools/list" if self.script.deep_tool_depth > 0 => {
+                let result = self.list(&params).map(|result| result.to_string());
+                return match result {
+                    Ok(text) => write_line(
+                        &self.out,
+                        &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#, with_deep_tool(&text, self.script.deep_tool_depth)),
+                    ),
+                    Err(error) => self.respond(id, Err(error)),
+                };
+            }
             "tools/list" => self.list(&params),
             "tools/call" => return self.call(id, &params),
             _ => Err((-32601, format!("method not found: {method}"))),
@@ -272,6 +293,12 @@ impl Server {
         if self.script.crash_on_launch.contains(&launch) {
             std::process::exit(3);
         }
+        for i in 0..self.script.garbage_lines {
+            write_line(&self.out, &format!("garbage line {i}: this is not JSON-RPC"));
+        }
+        for i in 0..self.script.foreign_responses {
+            write_line(&self.out, &json!({"jsonrpc": "2.0", "id": 1_000_000 + i, "result": {}}).to_string());
+        }
         for (i, method) in self.script.server_requests.iter().enumerate() {
             write_line(&self.out, &json!({"jsonrpc": "2.0", "id": format!("srv-{i}"), "method": method, "params": {}}).to_string());
         }
@@ -334,13 +361,19 @@ impl Server {
         if !listed || self.script.unknown_tools_on_call.contains(&name) {
             return self.respond(id, Err((-32602, format!("Unknown tool: {name}"))));
         }
+        if self.script.invalid_params_on_call.contains(&name) {
+            return self.respond(id, Err((-32602, "Invalid params: unknown field `extra`, expected `text`".to_owned())));
+        }
         match name.as_str() {
             "crash" => std::process::exit(3),
             "sleep" => {
                 let millis = arguments.get("ms").and_then(Value::as_u64).unwrap_or(1000);
                 let out = self.out.clone();
+                let calls_file = self.script.calls_file.clone();
+                append(calls_file.as_deref(), &format!("start {id}"));
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(millis));
+                    append(calls_file.as_deref(), &format!("end {id}"));
                     let result = json!({"content": [{"type": "text", "text": format!("slept {millis} ms")}]});
                     write_line(&out, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
                 });
@@ -398,6 +431,27 @@ fn watch_file(path: &str, out: &Mutex<std::io::Stdout>, subscription: Option<&Mu
                 None => write_line(out, LIST_CHANGED),
             }
         }
+    }
+}
+
+/// The `tools/list` result `text` with a tool nested `depth` levels deep added first.
+fn with_deep_tool(text: &str, depth: usize) -> String {
+    let deep = format!(r#"{{"name":"deep","inputSchema":{}{}}}"#, "[".repeat(depth), "]".repeat(depth));
+    match text.find(r#""tools":["#) {
+        Some(at) => {
+            let insert_at = at + r#""tools":["#.len();
+            let separator = if text[insert_at..].starts_with(']') { "" } else { "," };
+            format!("{}{deep}{separator}{}", &text[..insert_at], &text[insert_at..])
+        }
+        None => text.to_owned(),
+    }
+}
+
+fn append(path: Option<&str>, line: &str) {
+    if let Some(path) = path
+        && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }
 

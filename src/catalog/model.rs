@@ -5,7 +5,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+
+/// Skipped entries described one by one in a listing; past that they are only counted, so a
+/// server that sends a hundred thousand bad entries costs one line, not a hundred thousand.
+pub const DIAGNOSTICS_KEPT: usize = 20;
 
 /// One tool as a server defines it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,8 +45,11 @@ pub struct ToolFields {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     pub tools: Vec<ToolDef>,
-    /// Entries that were skipped, and why (duplicates, entries without a name).
+    /// Why entries were skipped (duplicates, entries without a name, unreadable entries): the
+    /// first [`DIAGNOSTICS_KEPT`], then one line counting the rest.
     pub diagnostics: Vec<String>,
+    /// How many entries were skipped in all.
+    pub skipped: usize,
 }
 
 /// What changed from one tool set to the next, by tool name.
@@ -106,47 +114,61 @@ impl ToolFields {
 // === impl Listing ===
 
 impl Listing {
-    /// Validates raw `tools` entries from every page of one enumeration.
-    ///
-    /// Entries that are not objects with a string `name` are skipped. When a name repeats, the
-    /// first occurrence wins (deterministic, as the server ordered it) and the rest are reported.
+    /// Validates `tools` entries from every page of one enumeration (tests and tools that
+    /// already hold values).
     pub fn from_raw(raw_tools: Vec<Value>) -> Listing {
-        Listing::from_entries(define_entries(raw_tools))
+        let raw = raw_tools.iter().filter_map(|value| serde_json::value::to_raw_value(value).ok()).collect();
+        Listing::from_entries(define_entries(raw))
     }
 
     /// Assembles a listing from entries already defined page by page (see [`define_entries`]),
-    /// in the order the server sent them.
-    pub fn from_entries(entries: impl IntoIterator<Item = Option<ToolDef>>) -> Listing {
-        let mut diagnostics = Vec::new();
+    /// in the order the server sent them. When a name repeats, the first occurrence wins
+    /// (deterministic, as the server ordered it) and the rest are reported.
+    pub fn from_entries(entries: impl IntoIterator<Item = Result<ToolDef, String>>) -> Listing {
+        let mut listing = Listing::default();
         let mut seen = HashSet::new();
-        let mut tools = Vec::new();
         for (idx, entry) in entries.into_iter().enumerate() {
-            let Some(tool) = entry else {
-                diagnostics.push(format!("entry {idx} skipped: not an object with a string \"name\""));
-                continue;
-            };
-            if !seen.insert(tool.name.clone()) {
-                diagnostics.push(format!("entry {idx} skipped: duplicate tool name {:?} (the first one is kept)", tool.name));
-                continue;
+            match entry {
+                Err(reason) => listing.skip(format!("entry {idx} skipped: {reason}")),
+                Ok(tool) if !seen.insert(tool.name.clone()) => {
+                    listing.skip(format!("entry {idx} skipped: duplicate tool name {:?} (the first one is kept)", tool.name));
+                }
+                Ok(tool) => listing.tools.push(tool),
             }
-            tools.push(tool);
         }
-        tools.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        Listing { tools, diagnostics }
+        if listing.skipped > DIAGNOSTICS_KEPT {
+            listing.diagnostics.push(format!("… and {} more entries skipped", listing.skipped - DIAGNOSTICS_KEPT));
+        }
+        listing.tools.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        listing
+    }
+
+    fn skip(&mut self, diagnostic: String) {
+        self.skipped += 1;
+        if self.diagnostics.len() < DIAGNOSTICS_KEPT {
+            self.diagnostics.push(diagnostic);
+        }
     }
 }
 
-/// Defines each raw entry of one page: `None` for an entry without a string `name`. This is the
-/// CPU-heavy part of an enumeration (canonical JSON and hashing), kept separate so that it can
-/// run while the next page is fetched.
-pub fn define_entries(raw_tools: Vec<Value>) -> Vec<Option<ToolDef>> {
-    raw_tools
-        .into_iter()
-        .map(|value| {
-            let name = value.get("name").and_then(Value::as_str)?.to_owned();
-            Some(ToolDef::from_value(name, &value))
-        })
-        .collect()
+/// Defines each raw entry of one page, or says why it cannot be a tool (not an object with a
+/// string `name`, not readable JSON, nested beyond the parser's limit). This is the CPU-heavy
+/// part of an enumeration (canonical JSON and hashing), kept separate so that it can run while
+/// the next page is fetched.
+pub fn define_entries(raw_tools: Vec<Box<RawValue>>) -> Vec<Result<ToolDef, String>> {
+    raw_tools.into_iter().map(|raw| define_entry(&raw)).collect()
+}
+
+fn define_entry(raw: &RawValue) -> Result<ToolDef, String> {
+    let value: Value = serde_json::from_str(raw.get()).map_err(|err| {
+        if err.to_string().contains("recursion limit") {
+            "nested too deeply to be read (more than 128 levels)".to_owned()
+        } else {
+            format!("unreadable: {err}")
+        }
+    })?;
+    let name = value.get("name").and_then(Value::as_str).ok_or_else(|| "not an object with a string \"name\"".to_owned())?;
+    Ok(ToolDef::from_value(name.to_owned(), &value))
 }
 
 // === impl Diff ===
@@ -306,6 +328,23 @@ mod tests {
         assert_eq!(names, ["a", "b"]);
         assert!(listing.tools[1].definition.contains("first"));
         assert_eq!(listing.diagnostics.len(), 3);
+    }
+
+    #[test]
+    fn a_tool_nested_too_deeply_is_skipped_and_the_rest_kept() {
+        let deep = RawValue::from_string(format!(r#"{{"name":"deep","inputSchema":{}{}}}"#, "[".repeat(300), "]".repeat(300))).unwrap();
+        let fine = RawValue::from_string(r#"{"name":"fine"}"#.to_owned()).unwrap();
+        let listing = Listing::from_entries(define_entries(vec![deep, fine]));
+        assert_eq!(listing.tools.len(), 1);
+        assert!(listing.diagnostics[0].contains("nested too deeply"), "{:?}", listing.diagnostics);
+    }
+
+    #[test]
+    fn skipped_entries_are_counted_past_a_bound() {
+        let listing = Listing::from_raw((0..1000).map(|i| json!(i)).collect());
+        assert_eq!(listing.skipped, 1000);
+        assert_eq!(listing.diagnostics.len(), DIAGNOSTICS_KEPT + 1);
+        assert!(listing.diagnostics.last().unwrap().contains("980 more"));
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub async fn run(url: &str) -> Result<(), String> {
             let result =
                 session.request("tools/list", params.as_deref(), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
             let page = parse_list_page(&result)?;
-            tools.extend(page.tools.into_iter().filter_map(|tool| tool.get("name").and_then(|n| n.as_str()).map(str::to_owned)));
+            let values = page.tools.iter().filter_map(|tool| serde_json::from_str::<serde_json::Value>(tool.get()).ok());
+            tools.extend(values.filter_map(|tool| tool.get("name").and_then(|n| n.as_str()).map(str::to_owned)));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
                 None => break,

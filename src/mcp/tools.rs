@@ -6,8 +6,9 @@ use serde_json::value::RawValue;
 /// One `tools/list` result page.
 #[derive(Debug)]
 pub struct ListPage {
-    /// Each entry exactly as the server sent it; validated by the enumerator.
-    pub tools: Vec<serde_json::Value>,
+    /// Each entry exactly as the server sent it, unparsed (reading raw entries has no nesting
+    /// limit, so one absurdly deep entry cannot fail the page); validated by the enumerator.
+    pub tools: Vec<Box<RawValue>>,
     /// `None` ends the listing. `Some("")` continues it (an empty cursor is a valid cursor).
     pub next_cursor: Option<String>,
 }
@@ -15,7 +16,7 @@ pub struct ListPage {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawListPage {
-    tools: Vec<serde_json::Value>,
+    tools: Vec<Box<RawValue>>,
     #[serde(default)]
     next_cursor: Option<String>,
 }
@@ -129,9 +130,18 @@ mod tests {
     fn an_empty_cursor_continues_and_an_absent_one_ends() {
         let page = parse_list_page(&raw(r#"{"tools":[{"name":"a","x-extra":1}],"nextCursor":""}"#)).unwrap();
         assert_eq!(page.next_cursor.as_deref(), Some(""));
-        assert_eq!(page.tools[0]["x-extra"], 1);
+        assert_eq!(page.tools[0].get(), r#"{"name":"a","x-extra":1}"#);
         assert!(parse_list_page(&raw(r#"{"tools":[]}"#)).unwrap().next_cursor.is_none());
         assert!(parse_list_page(&raw(r#"{"nextCursor":"x"}"#)).is_err());
+    }
+
+    #[test]
+    fn one_entry_nested_beyond_the_parser_limit_does_not_fail_the_page() {
+        let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        let text = format!(r#"{{"tools":[{{"name":"deep","inputSchema":{deep}}},{{"name":"fine"}}]}}"#);
+        let page = parse_list_page(&raw(&text)).unwrap();
+        assert_eq!(page.tools.len(), 2);
+        assert_eq!(page.tools[1].get(), r#"{"name":"fine"}"#);
     }
 
     #[test]

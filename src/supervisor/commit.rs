@@ -34,8 +34,9 @@ impl Worker {
         refresh_context: Option<SpanContext>,
     ) -> bool {
         let span = tracing::Span::current();
-        for diagnostic in &listing.diagnostics {
-            tracing::warn!(server = %self.name, %diagnostic, "tools/list entry skipped");
+        if let Some(first) = listing.diagnostics.first() {
+            // One line per listing, however many entries were skipped; the record keeps the first few.
+            tracing::warn!(server = %self.name, skipped = listing.skipped, first = %first, "tools/list entries skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, clock, stats, listing.diagnostics.clone());
         let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());

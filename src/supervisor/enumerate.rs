@@ -79,7 +79,7 @@ pub(crate) async fn enumerate(
     let mut seen_cursors: HashSet<String> = HashSet::new();
     // Each page is parsed, canonicalised and hashed on the blocking pool while the next page is
     // fetched: on two cores the server's work and toolhost's overlap.
-    let mut pages: Vec<tokio::task::JoinHandle<Result<Vec<Option<ToolDef>>, String>>> = Vec::new();
+    let mut pages: Vec<tokio::task::JoinHandle<Result<Vec<Result<ToolDef, String>>, String>>> = Vec::new();
     let mut restarts = 0;
     loop {
         if stats.pages >= limits.max_pages {

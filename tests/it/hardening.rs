@@ -39,6 +39,7 @@ async fn routine_refreshes_neither_bump_the_catalog_revision_nor_wake_watchers()
     app.shutdown().await;
 }
 
+#[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_panics_is_shown_failed_then_restarted_and_its_child_killed() {
     let dir = TestDir::new();
@@ -73,7 +74,20 @@ async fn a_worker_that_panics_is_shown_failed_then_restarted_and_its_child_kille
 }
 
 /// A process that runs (a zombie counts as gone).
+#[cfg(feature = "fault-injection")]
 fn live(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_nested_deeper_than_the_parser_allows_is_skipped_and_the_others_listed() {
+    let dir = TestDir::new();
+    let script = dir.script("deep", json!({"tools": tools("t", 2), "deep_tool_depth": 4000}));
+    let app = start(dir.config(&server_table("deep", &script, ""))).await;
+    let view = wait_for_server(app.registry(), "deep", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view), ["t0", "t1"]);
+    let record = view.last_enumeration.clone().unwrap();
+    assert!(record.diagnostics.iter().any(|d| d.contains("entry 0") && d.contains("nested too deeply")), "{:?}", record.diagnostics);
+    app.shutdown().await;
 }
