@@ -25,6 +25,7 @@ use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::trace;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
+use crate::telemetry::throttle::Throttle;
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
@@ -206,6 +207,7 @@ impl Worker {
         let mut change_seen_at: Option<Instant> = None;
         let mut retry_at: Option<Instant> = None;
         let mut recent_passes: VecDeque<Instant> = VecDeque::new();
+        let stray_changes = Throttle::new(1);
         self.session_listed_ok = false;
         self.empty_listing_held = false;
         let end = loop {
@@ -240,7 +242,9 @@ impl Worker {
                         pending = Some(EnumerationReason::ListChanged);
                         change_seen_at.get_or_insert_with(Instant::now);
                     } else {
-                        tracing::warn!(server = %self.name, "ignored tools/list_changed from a server that does not offer tools");
+                        if let Some(suppressed) = stray_changes.admit() {
+                            tracing::warn!(server = %self.name, suppressed, "ignored tools/list_changed from a server that does not offer tools");
+                        }
                         changes.borrow_and_update();
                     }
                 }

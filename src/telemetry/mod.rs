@@ -8,6 +8,7 @@
 
 pub mod metrics;
 pub mod propagation;
+pub mod throttle;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;

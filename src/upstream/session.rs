@@ -18,11 +18,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_TOOLS_LIST_CHANGED};
+use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::lines::{self, Line};
 
 /// How many outgoing lines may wait for the server to read them before requests are refused.
 const OUTGOING_QUEUE: usize = 1024;
+/// Log lines a second about one server's misbehaviour (garbage, stray responses, oversized
+/// messages, unexpected requests); the rest are counted in [`SessionStats`] and summarised.
+const DIAGNOSTICS_PER_SECOND: u32 = 5;
 
 type Reply = Result<Box<RawValue>, RpcError>;
 
@@ -61,6 +65,8 @@ struct Shared {
     request_meta: OnceLock<serde_json::Map<String, serde_json::Value>>,
     /// Modern era: the ids of open `subscriptions/listen` requests, and those acknowledged.
     subscriptions: Mutex<Subscriptions>,
+    /// Bounds the log lines the server's misbehaviour can cause.
+    diagnostics: Throttle,
 }
 
 #[derive(Default)]
@@ -112,6 +118,7 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
         stats: SessionStats::default(),
         request_meta: OnceLock::new(),
         subscriptions: Mutex::default(),
+        diagnostics: Throttle::new(DIAGNOSTICS_PER_SECOND),
     });
     (SessionHandle { shared: shared.clone() }, Core { shared }, outgoing_rx)
 }
@@ -327,22 +334,34 @@ impl Shared {
                     Some(slot) => {
                         let _ = slot.send(outcome.map(ToOwned::to_owned));
                     }
+                    None if id >= self.next_id.load(Ordering::Relaxed) => {
+                        self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
+                        if let Some(suppressed) = self.diagnostics.admit() {
+                            tracing::warn!(server = %self.server, jsonrpc.request.id = id, suppressed, "response with an id toolhost never issued");
+                        }
+                    }
                     None => {
                         self.stats.num_late_responses.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(server = %self.server, jsonrpc.request.id = id, "response to a request no longer waited for");
+                        if let Some(suppressed) = self.diagnostics.admit() {
+                            tracing::debug!(server = %self.server, jsonrpc.request.id = id, suppressed, "response to a request no longer waited for");
+                        }
                     }
                 }
             }
             Ok(Incoming::ForeignResponse) => {
                 self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(server = %self.server, "response with an id toolhost never issued");
+                if let Some(suppressed) = self.diagnostics.admit() {
+                    tracing::warn!(server = %self.server, suppressed, "response with an id toolhost never issued");
+                }
             }
             Ok(Incoming::Request { id, method, .. }) => self.answer_server_request(id, method),
             Ok(Incoming::Notification { method, params }) => self.on_notification(method, params),
             Err(error) => {
                 self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
-                let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
-                tracing::warn!(server = %self.server, %error, line.preview = %preview, "ignored a line that is not a JSON-RPC message");
+                if let Some(suppressed) = self.diagnostics.admit() {
+                    let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
+                    tracing::warn!(server = %self.server, %error, line.preview = %preview, suppressed, "ignored a line that is not a JSON-RPC message");
+                }
             }
         }
     }
@@ -354,11 +373,15 @@ impl Shared {
             // toolhost advertises no client capabilities, so roots, sampling, elicitation and
             // anything else are refused rather than answered with a fake success.
             self.stats.num_refused_requests.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(server = %self.server, mcp.method.name = method, "refused a server request toolhost did not advertise");
+            if let Some(suppressed) = self.diagnostics.admit() {
+                tracing::info!(server = %self.server, mcp.method.name = method, suppressed, "refused a server request toolhost did not advertise");
+            }
             jsonrpc::encode_error(id, jsonrpc::code::METHOD_NOT_FOUND, &format!("toolhost does not support {method}"))
         };
-        if let Err(error) = self.send_line(line) {
-            tracing::warn!(server = %self.server, %error, "could not answer a server request");
+        if let Err(error) = self.send_line(line)
+            && let Some(suppressed) = self.diagnostics.admit()
+        {
+            tracing::warn!(server = %self.server, %error, suppressed, "could not answer a server request");
         }
     }
 
@@ -369,7 +392,9 @@ impl Shared {
             let mut subscriptions = self.lock_subscriptions();
             match subscriptions.open.get_mut(subscription) {
                 None => {
-                    tracing::debug!(server = %self.server, "notification for a subscription toolhost did not open");
+                    if let Some(suppressed) = self.diagnostics.admit() {
+                        tracing::debug!(server = %self.server, suppressed, "notification for a subscription toolhost did not open");
+                    }
                     return;
                 }
                 Some(acknowledged) if method == crate::mcp::modern::METHOD_ACKNOWLEDGED => {
@@ -385,13 +410,17 @@ impl Shared {
         if method == METHOD_TOOLS_LIST_CHANGED {
             self.stats.num_list_changed.fetch_add(1, Ordering::Relaxed);
             self.list_changed.send_modify(|n| *n += 1);
-        } else {
-            tracing::debug!(server = %self.server, mcp.method.name = method, "notification");
+        } else if let Some(suppressed) = self.diagnostics.admit() {
+            tracing::debug!(server = %self.server, mcp.method.name = method, suppressed, "notification");
         }
     }
 
     /// Fails every waiting request: the session is gone.
     fn fail_pending(&self) {
+        let suppressed = self.diagnostics.take_suppressed();
+        if suppressed > 0 && !self.closed.is_cancelled() {
+            tracing::warn!(server = %self.server, suppressed, "diagnostics about this session were not logged (rate limit)");
+        }
         self.closed.cancel();
         let drained: Vec<_> = self.lock_pending().drain().collect();
         drop(drained);
@@ -445,7 +474,9 @@ async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_mes
             Ok(Line::Complete) => shared.route(&buf),
             Ok(Line::Oversized(len)) => {
                 shared.stats.num_oversized_lines.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(server = %shared.server, bytes = len, limit = max_message_bytes, "discarded a message over the size limit");
+                if let Some(suppressed) = shared.diagnostics.admit() {
+                    tracing::warn!(server = %shared.server, bytes = len, limit = max_message_bytes, suppressed, "discarded a message over the size limit");
+                }
             }
             Ok(Line::Eof) => break,
             Err(error) => {

@@ -12,6 +12,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::config::StdioSpec;
+use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
@@ -127,28 +128,24 @@ impl Drop for ChildProcess {
 async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
-    let mut window_start = tokio::time::Instant::now();
-    let mut logged_in_window: u32 = 0;
-    let mut num_suppressed: u64 = 0;
+    let throttle = Throttle::new(STDERR_LINES_PER_SECOND);
     loop {
         let line = match lines::read_line(&mut reader, &mut buf, STDERR_LINE_BYTES).await {
             Ok(Line::Complete) => String::from_utf8_lossy(&buf).into_owned(),
             Ok(Line::Oversized(len)) => format!("<a line of {len} bytes, over the {STDERR_LINE_BYTES}-byte limit>"),
             Ok(Line::Eof) | Err(_) => break,
         };
-        if window_start.elapsed() >= Duration::from_secs(1) {
-            if num_suppressed > 0 {
-                tracing::warn!(server = %server, lines = num_suppressed, "server stderr lines not logged (rate limit)");
+        match throttle.admit() {
+            Some(0) => tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}"),
+            Some(suppressed) => {
+                tracing::warn!(server = %server, lines = suppressed, "server stderr lines not logged (rate limit)");
+                tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}");
             }
-            window_start = tokio::time::Instant::now();
-            logged_in_window = 0;
-            num_suppressed = 0;
+            None => {}
         }
-        if logged_in_window < STDERR_LINES_PER_SECOND {
-            logged_in_window += 1;
-            tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}");
-        } else {
-            num_suppressed += 1;
-        }
+    }
+    let suppressed = throttle.take_suppressed();
+    if suppressed > 0 {
+        tracing::warn!(server = %server, lines = suppressed, "server stderr lines not logged (rate limit)");
     }
 }

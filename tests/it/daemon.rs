@@ -238,3 +238,23 @@ async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
     assert!(server.revalidating && server.last_verified_unix_ms > 0);
     assert_eq!(server.generation, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flooding_garbage_costs_a_bounded_number_of_log_lines() {
+    let dir = TestDir::new();
+    let script = dir.script(
+        "noisy",
+        json!({"tools": tools("t", 2), "garbage_lines": 20000, "foreign_responses": 5000, "stderr_lines": 5000, "server_requests": vec!["sampling/createMessage"; 500]}),
+    );
+    let daemon = Daemon::start(&dir, &server_table("noisy", &script, ""), &[]);
+    daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
+    let mut client = daemon.client().await;
+    let tools = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    assert_eq!(tools.len(), 2, "the server's listing is served whatever its noise");
+    let log = daemon.log_text();
+    let about = |needle: &str| log.lines().filter(|line| line.contains(needle)).count();
+    let garbage = about("not a JSON-RPC message") + about("never issued") + about("refused a server request");
+    assert!(garbage <= 40, "{garbage} log lines for 25,500 bad messages");
+    assert!(about("scripted-mcp-server chatter") <= 200, "stderr is rate-limited too");
+    assert!(log.lines().count() < 400, "{} log lines in all", log.lines().count());
+}
