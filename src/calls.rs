@@ -26,6 +26,10 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::propagation;
 use crate::upstream::UpstreamError;
 
+/// A call with less time than this left when its turn comes is not forwarded: the server would
+/// start work whose answer nobody waits for.
+const MIN_FORWARD_BUDGET: Duration = Duration::from_millis(10);
+
 /// Which tool a caller means.
 #[derive(Debug, Clone)]
 pub enum ToolRef {
@@ -136,7 +140,8 @@ impl Calls {
         let started = Instant::now();
         let span = tracing::Span::current();
         if let Some(hash) = request.expected_hash.filter(|h| !h.is_empty()) {
-            span.set_attribute("toolhost.listed.definition_hash", hash.to_owned());
+            // A real hash is 64 characters; anything longer is a caller's noise, cut short.
+            span.set_attribute("toolhost.listed.definition_hash", hash.chars().take(80).collect::<String>());
         }
         if let Some(revision) = request.expected_revision.filter(|r| *r > 0) {
             span.set_attribute("toolhost.listed.catalog_revision", revision as i64);
@@ -150,8 +155,11 @@ impl Calls {
         if let Some(error_type) = error_type {
             span.set_attribute("error.type", error_type);
         }
+        // Metric attributes name configured servers only: a caller's made-up name must not
+        // create a new time series.
         let server = match &result {
             Ok(result) => result.server.to_string(),
+            Err(CallError::UnknownServer(_) | CallError::UnknownTool { .. }) => String::new(),
             Err(error) => error.server().unwrap_or_default().to_owned(),
         };
         self.metrics.record_call(&server, started.elapsed(), outcome, error_type);
@@ -203,13 +211,18 @@ impl Calls {
             after: timeout,
         };
         // Calls beyond the server's limit wait here; the wait counts against the caller's deadline.
-        let _permit = match tokio::time::timeout_at(deadline, view.shared.call_permits.clone().acquire_owned()).await {
+        let permit = match tokio::time::timeout_at(deadline, view.shared.call_permits.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
             Err(_) => return Err(expired()),
         };
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let result = session.request(METHOD_TOOLS_CALL, Some(&params), remaining, true).instrument(upstream_span.clone()).await;
+        // A call that could not even reach the server before its deadline is not sent at all.
+        if remaining < MIN_FORWARD_BUDGET {
+            return Err(expired());
+        }
+        // The slot stays taken until the server answers, even if the caller gives up first.
+        let result = session.request_holding(METHOD_TOOLS_CALL, Some(&params), remaining, permit).instrument(upstream_span.clone()).await;
         match &result {
             Ok(_) => {}
             Err(UpstreamError::Rpc(error)) => upstream_span.set_attribute("rpc.response.status_code", error.code.to_string()),
@@ -233,7 +246,7 @@ impl Calls {
                     definition_hash: tool.hash.clone(),
                 })
             }
-            Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message) => {
+            Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message, &tool.name) => {
                 view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
                 self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
                 upstream_span.set_attribute("error.type", "stale_tool");
@@ -464,14 +477,19 @@ fn call_params(name: &str, arguments: Option<&str>, meta: &HashMap<String, Strin
     RawValue::from_string(params).map_err(|err| CallError::InvalidArguments(err.to_string()))
 }
 
-/// -32601 always means the tool (or method) is unknown. -32602 also means "invalid arguments",
-/// so it counts as an unknown tool only when the message says so.
-fn is_unknown_tool(code: i64, message: &str) -> bool {
+/// -32601 always means the tool (or method) is unknown. -32602 also means "invalid arguments"
+/// ("unknown field", "not found in enum"), so it counts as an unknown tool only when the message
+/// names this tool and says that a *tool* is unknown: a stale-tool race triggers a
+/// re-enumeration, and an argument error must not.
+fn is_unknown_tool(code: i64, message: &str, tool: &str) -> bool {
     if code == METHOD_NOT_FOUND {
         return true;
     }
+    if code != INVALID_PARAMS || !message.contains(tool) {
+        return false;
+    }
     let message = message.to_ascii_lowercase();
-    code == INVALID_PARAMS && ["unknown tool", "tool not found", "no such tool", "not found", "unknown"].iter().any(|p| message.contains(p))
+    message.contains("tool") && ["unknown", "not found", "no such", "does not exist", "not exist"].iter().any(|p| message.contains(p))
 }
 
 #[cfg(test)]
@@ -495,10 +513,14 @@ mod tests {
 
     #[test]
     fn unknown_tool_errors_are_told_apart_from_bad_arguments() {
-        assert!(is_unknown_tool(-32601, "Method not found"));
-        assert!(is_unknown_tool(-32602, "Unknown tool: x"));
-        assert!(is_unknown_tool(-32602, "Tool x not found"));
-        assert!(!is_unknown_tool(-32602, "Invalid arguments: missing field a"));
-        assert!(!is_unknown_tool(-32603, "unknown failure"));
+        assert!(is_unknown_tool(-32601, "Method not found", "x"));
+        assert!(is_unknown_tool(-32602, "Unknown tool: get_weather", "get_weather"));
+        assert!(is_unknown_tool(-32602, "Tool get_weather not found", "get_weather"));
+        assert!(is_unknown_tool(-32602, "No such tool 'get_weather'", "get_weather"));
+        assert!(!is_unknown_tool(-32602, "Unknown tool: other", "get_weather"), "another tool's name");
+        assert!(!is_unknown_tool(-32602, "Invalid arguments: missing field a", "a"));
+        assert!(!is_unknown_tool(-32602, "unknown field `extra`, expected `text`", "echo"));
+        assert!(!is_unknown_tool(-32602, "value not found in enum", "echo"));
+        assert!(!is_unknown_tool(-32603, "unknown tool echo", "echo"));
     }
 }

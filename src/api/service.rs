@@ -126,10 +126,12 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     }
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
+        // Caller input in a span name and attribute: bounded like any echoed input.
         let target = match request.get_ref() {
             r if !r.qualified_name.is_empty() => r.qualified_name.clone(),
             r => format!("{}/{}", r.server, r.name),
         };
+        let target = super::status::truncate(target, MAX_ECHOED_NAME_BYTES);
         // The gRPC server span of the call, continuing the agent's trace if it sent one.
         let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {target}"), otel.kind = "server");
         propagation::continue_from(&span, request.metadata());
@@ -288,6 +290,9 @@ fn grpc_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let amount: u64 = digits.parse().ok()?;
     Some(grpc_unit(amount, unit)?.min(MAX_CALLER_DEADLINE))
 }
+
+/// Caller-supplied names put into traces are cut to this length.
+const MAX_ECHOED_NAME_BYTES: usize = 256;
 
 /// The longest deadline a caller can ask for; a day is longer than any tool call toolhost routes.
 const MAX_CALLER_DEADLINE: Duration = Duration::from_secs(24 * 3600);

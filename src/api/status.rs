@@ -120,13 +120,50 @@ impl From<CallError> for Status {
     }
 }
 
+/// Longest message, and longest metadata value, a status carries: errors echo caller input (a
+/// tool name) and upstream text, and a status must stay well inside a client's metadata limit.
+const MAX_MESSAGE_BYTES: usize = 1024;
+const MAX_METADATA_VALUE_BYTES: usize = 256;
+
 fn status(code: Code, message: String, reason: &str, metadata: Vec<(&str, String)>) -> Status {
-    let metadata: HashMap<String, String> = metadata.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    Status::with_error_details(code, message, ErrorDetails::with_error_info(reason, DOMAIN, metadata))
+    let metadata: HashMap<String, String> =
+        metadata.into_iter().map(|(k, v)| (k.to_owned(), truncate(v, MAX_METADATA_VALUE_BYTES))).collect();
+    Status::with_error_details(code, truncate(message, MAX_MESSAGE_BYTES), ErrorDetails::with_error_info(reason, DOMAIN, metadata))
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, marked when it was cut.
+pub(crate) fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
 }
 
 /// Internal failures are logged in full here; clients get a generic message.
 fn internal(error: &dyn std::fmt::Display) -> Status {
     tracing::error!(%error, "internal error while serving a request");
     status(Code::Internal, "internal error in toolhost (see its log)".to_owned(), "INTERNAL", vec![])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_input_is_cut_to_a_bound() {
+        let status = Status::from(CallError::UnknownTool { server: None, tool: "é".repeat(500_000) });
+        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
+        let (_, metadata) = {
+            let info = status.get_details_error_info().unwrap();
+            (info.reason, info.metadata)
+        };
+        assert!(metadata["tool"].len() <= MAX_METADATA_VALUE_BYTES && metadata["tool"].ends_with('…'));
+        assert_eq!(truncate("short".to_owned(), 10), "short");
+    }
 }

@@ -43,14 +43,6 @@ pub enum UpstreamError {
     AuthFailed(u16),
 }
 
-impl UpstreamError {
-    /// A JSON-RPC error that means "this tool or method does not exist here".
-    pub fn is_unknown_tool(&self) -> bool {
-        use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
-        matches!(self, UpstreamError::Rpc(error) if error.code == METHOD_NOT_FOUND || error.code == INVALID_PARAMS)
-    }
-}
-
 /// Timeouts and limits that apply to one server's sessions.
 #[derive(Clone)]
 pub struct SessionSettings {

@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,10 @@ const OUTGOING_QUEUE: usize = 1024;
 /// Log lines a second about one server's misbehaviour (garbage, stray responses, oversized
 /// messages, unexpected requests); the rest are counted in [`SessionStats`] and summarised.
 const DIAGNOSTICS_PER_SECOND: u32 = 5;
+/// How long a request whose caller gave up keeps its concurrency slot while the server may
+/// still be working on it (after `notifications/cancelled`): a server that ignores
+/// cancellation cannot be handed more work than `max_concurrent_calls` by callers that time out.
+const ABANDONED_GRACE: Duration = Duration::from_secs(5);
 
 type Reply = Result<Box<RawValue>, RpcError>;
 
@@ -53,7 +57,11 @@ pub struct SessionHandle {
 
 struct Shared {
     server: Arc<str>,
-    pending: Mutex<HashMap<RequestId, oneshot::Sender<Reply>>>,
+    pending: Mutex<HashMap<RequestId, Slot>>,
+    /// Requests whose caller gave up, holding their concurrency slot until the server answers
+    /// or [`ABANDONED_GRACE`] ends.
+    abandoned: Mutex<HashMap<RequestId, (OwnedSemaphorePermit, Instant)>>,
+    abandoned_added: Notify,
     next_id: AtomicU64,
     outgoing: mpsc::Sender<String>,
     /// Cancelled when the session can no longer carry messages (EOF, I/O error or close).
@@ -69,6 +77,16 @@ struct Shared {
     diagnostics: Throttle,
 }
 
+/// A request waiting for its response.
+struct Slot {
+    reply: oneshot::Sender<Reply>,
+    /// The caller's concurrency slot, released when the response arrives (or, if the caller
+    /// gives up first, after the grace).
+    permit: Option<OwnedSemaphorePermit>,
+    /// Cancelled when the caller stops waiting: a transport stops working on the request.
+    caller_gone: CancellationToken,
+}
+
 #[derive(Default)]
 struct Subscriptions {
     open: HashMap<String, bool>,
@@ -81,6 +99,7 @@ pub(crate) struct SessionTasks {
     close_input: CancellationToken,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
+    janitor: JoinHandle<()>,
 }
 
 /// Starts the reader and writer tasks over `output` (what the server writes) and `input`.
@@ -94,7 +113,8 @@ where
     let close_input = CancellationToken::new();
     let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
     let writer = tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone()));
-    let tasks = SessionTasks { close_input, reader, writer };
+    let janitor = tokio::spawn(expire_abandoned(shared.clone()));
+    let tasks = SessionTasks { close_input, reader, writer, janitor };
     (handle, tasks)
 }
 
@@ -111,6 +131,8 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
     let shared = Arc::new(Shared {
         server,
         pending: Mutex::new(HashMap::new()),
+        abandoned: Mutex::new(HashMap::new()),
+        abandoned_added: Notify::new(),
         next_id: AtomicU64::new(1),
         outgoing: outgoing_tx,
         closed: CancellationToken::new(),
@@ -134,8 +156,28 @@ impl Core {
     pub(crate) fn fail_request(&self, id: RequestId, error: RpcError) {
         let slot = self.shared.lock_pending().remove(&id);
         if let Some(slot) = slot {
-            let _ = slot.send(Err(error));
+            let _ = slot.reply.send(Err(error));
         }
+        // An exchange that failed will bring no late answer: its slot is free.
+        drop(self.shared.lock_abandoned().remove(&id));
+    }
+
+    /// Completes when the caller of request `id` stops waiting for it (at once if it already
+    /// has); a transport then abandons the exchange.
+    pub(crate) fn caller_gone(&self, id: RequestId) -> CancellationToken {
+        self.shared.lock_pending().get(&id).map_or_else(
+            || {
+                let gone = CancellationToken::new();
+                gone.cancel();
+                gone
+            },
+            |slot| slot.caller_gone.clone(),
+        )
+    }
+
+    /// Expires abandoned requests' slots; a transport without [`SessionTasks`] runs it.
+    pub(crate) async fn expire_abandoned(&self) {
+        expire_abandoned(self.shared.clone()).await;
     }
 
     /// Ends the session: every waiting request fails as closed.
@@ -180,7 +222,23 @@ impl SessionHandle {
         timeout: Duration,
         cancellable: bool,
     ) -> Result<Box<RawValue>, UpstreamError> {
-        self.request_observed(method, params, timeout, cancellable, |_| {}).await
+        self.request_observed(method, params, timeout, cancellable, None, |_| {}).await
+    }
+
+    /// [`SessionHandle::request`] that holds `permit` (a concurrency slot) until the server
+    /// answers: if the caller gives up first, the slot stays taken for a bounded grace after the
+    /// cancellation, because the server may still be working.
+    ///
+    /// # Errors
+    /// As [`SessionHandle::request`].
+    pub async fn request_holding(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        self.request_observed(method, params, timeout, true, Some(permit), |_| {}).await
     }
 
     /// [`SessionHandle::request`], telling `on_id` the request's id before it is sent.
@@ -190,6 +248,7 @@ impl SessionHandle {
         params: Option<&RawValue>,
         timeout: Duration,
         cancellable: bool,
+        permit: Option<OwnedSemaphorePermit>,
         on_id: impl FnOnce(RequestId),
     ) -> Result<Box<RawValue>, UpstreamError> {
         if self.shared.closed.is_cancelled() {
@@ -208,7 +267,7 @@ impl SessionHandle {
         // The request's span (a page of tools/list, an upstream tools/call) carries its id.
         tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "jsonrpc.request.id", id.to_string());
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.shared.lock_pending().insert(id, reply_tx);
+        self.shared.lock_pending().insert(id, Slot { reply: reply_tx, permit, caller_gone: CancellationToken::new() });
         let mut guard = PendingGuard { shared: &self.shared, id, cancellable, done: false };
         self.shared.send_line(jsonrpc::encode_request(id, method, params))?;
         let reply = tokio::select! {
@@ -240,7 +299,7 @@ impl SessionHandle {
         let mut registered = None;
         let shared = &self.shared;
         let result = self
-            .request_observed(crate::mcp::modern::METHOD_LISTEN, Some(params), Duration::from_secs(365 * 24 * 3600), true, |id| {
+            .request_observed(crate::mcp::modern::METHOD_LISTEN, Some(params), Duration::from_secs(365 * 24 * 3600), true, None, |id| {
                 let mut subscriptions = shared.lock_subscriptions();
                 subscriptions.open.insert(id.to_string(), false);
                 subscriptions.acknowledged = Some(acknowledged);
@@ -288,10 +347,10 @@ impl SessionTasks {
         self.close_input.cancel();
     }
 
-    /// Waits for both tasks, aborting them after `deadline` (a grandchild may hold a pipe open).
+    /// Waits for the reader and the writer, aborting them after `deadline` (a grandchild may hold a pipe open).
     pub(crate) async fn join(self, deadline: Duration) {
         self.close_input.cancel();
-        let SessionTasks { reader, writer, .. } = self;
+        let SessionTasks { reader, writer, janitor, .. } = self;
         let reader_abort = reader.abort_handle();
         let writer_abort = writer.abort_handle();
         if tokio::time::timeout(deadline, async {
@@ -304,15 +363,22 @@ impl SessionTasks {
             reader_abort.abort();
             writer_abort.abort();
         }
+        // The janitor ends when the session closes; one that never closed is over now anyway.
+        janitor.abort();
+        let _ = janitor.await;
     }
 }
 
 // === impl Shared ===
 
 impl Shared {
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, oneshot::Sender<Reply>>> {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Slot>> {
         // The map stays consistent even if a holder panicked: every operation is a single insert or remove.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_abandoned(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, (OwnedSemaphorePermit, Instant)>> {
+        self.abandoned.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn send_line(&self, line: String) -> Result<(), UpstreamError> {
@@ -332,7 +398,7 @@ impl Shared {
                 let slot = self.lock_pending().remove(&id);
                 match slot {
                     Some(slot) => {
-                        let _ = slot.send(outcome.map(ToOwned::to_owned));
+                        let _ = slot.reply.send(outcome.map(ToOwned::to_owned));
                     }
                     None if id >= self.next_id.load(Ordering::Relaxed) => {
                         self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
@@ -341,6 +407,8 @@ impl Shared {
                         }
                     }
                     None => {
+                        // The server finished work its caller gave up on: its slot is free now.
+                        drop(self.lock_abandoned().remove(&id));
                         self.stats.num_late_responses.fetch_add(1, Ordering::Relaxed);
                         if let Some(suppressed) = self.diagnostics.admit() {
                             tracing::debug!(server = %self.server, jsonrpc.request.id = id, suppressed, "response to a request no longer waited for");
@@ -424,6 +492,9 @@ impl Shared {
         self.closed.cancel();
         let drained: Vec<_> = self.lock_pending().drain().collect();
         drop(drained);
+        // Nothing more will come back from this server: every slot it held is free.
+        let abandoned: Vec<_> = self.lock_abandoned().drain().collect();
+        drop(abandoned);
     }
 }
 
@@ -440,7 +511,17 @@ impl Drop for PendingGuard<'_> {
         if self.done {
             return;
         }
-        let was_pending = self.shared.lock_pending().remove(&self.id).is_some();
+        let slot = self.shared.lock_pending().remove(&self.id);
+        let was_pending = slot.is_some();
+        if let Some(slot) = slot {
+            slot.caller_gone.cancel();
+            if let Some(permit) = slot.permit
+                && !self.shared.closed.is_cancelled()
+            {
+                self.shared.lock_abandoned().insert(self.id, (permit, Instant::now() + ABANDONED_GRACE));
+                self.shared.abandoned_added.notify_one();
+            }
+        }
         if was_pending && self.cancellable && !self.shared.closed.is_cancelled() {
             let params = format!(r#"{{"requestId":{},"reason":"toolhost stopped waiting"}}"#, self.id);
             if let Ok(params) = RawValue::from_string(params) {
@@ -463,6 +544,29 @@ fn subscription_of(params: &RawValue) -> Option<String> {
         serde_json::Value::String(id) => id,
         other => other.to_string(),
     })
+}
+
+/// Frees the slots of abandoned requests whose grace has ended, until the session closes.
+async fn expire_abandoned(shared: Arc<Shared>) {
+    loop {
+        let next = {
+            let now = Instant::now();
+            let mut abandoned = shared.lock_abandoned();
+            abandoned.retain(|_, (_, until)| *until > now);
+            abandoned.values().map(|(_, until)| *until).min()
+        };
+        let wait = async {
+            match next {
+                Some(until) => tokio::time::sleep_until(until.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shared.closed.cancelled() => return,
+            () = shared.abandoned_added.notified() => {}
+            () = wait => {}
+        }
+    }
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_message_bytes: usize) {

@@ -321,3 +321,83 @@ async fn the_cli_prints_json_and_its_exit_codes_tell_failures_apart() {
     assert_eq!(dir.methods("demo").iter().filter(|m| *m == "initialize").count(), 2);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_time_out_never_push_more_than_the_limit_onto_the_server() {
+    let dir = TestDir::new();
+    let calls_file = dir.path("calls.txt");
+    let script = demo_script(&dir, "slow", json!({"calls_file": calls_file}));
+    let app = start(dir.config(&server_table("slow", &script, "max_concurrent_calls = 4"))).await;
+    wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
+    let client = client(&app).await;
+    let calls = (0..40).map(|_| {
+        let mut client = client.clone();
+        async move {
+            let mut request = tonic::Request::new(call("slow__sleep", json!({"ms": 300})));
+            request.set_timeout(Duration::from_millis(100));
+            client.call_tool(request).await
+        }
+    });
+    let results = futures_join_all(calls).await;
+    // Each ends at its deadline: toolhost's DEADLINE_EXCEEDED, or the client's own timeout.
+    let codes: Vec<_> = results.iter().map(|r| r.as_ref().map(|_| ()).map_err(tonic::Status::code)).collect();
+    assert!(codes.iter().all(|c| matches!(c, Err(tonic::Code::DeadlineExceeded | tonic::Code::Cancelled))), "{codes:?}");
+    // Let every call the server did start finish, then replay its log.
+    let deadline = Instant::now() + WAIT;
+    let log = loop {
+        let log = std::fs::read_to_string(&calls_file).unwrap_or_default();
+        let starts = log.lines().filter(|l| l.starts_with("start")).count();
+        let ends = log.lines().filter(|l| l.starts_with("end")).count();
+        if starts == ends && starts > 0 {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "the server's calls never finished:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (mut running, mut most) = (0i32, 0i32);
+    for line in log.lines() {
+        running += if line.starts_with("start") { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert!(most <= 4, "{most} calls ran at once at the server with max_concurrent_calls = 4");
+    let started = log.lines().filter(|l| l.starts_with("start")).count();
+    assert!(started < 40, "calls whose deadline passed in the queue were not forwarded ({started} started)");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_error_that_says_unknown_is_not_a_stale_tool() {
+    let dir = TestDir::new();
+    let script = demo_script(&dir, "strict", json!({"invalid_params_on_call": ["echo"]}));
+    let app = start(dir.config(&server_table("strict", &script, ""))).await;
+    wait_for_server(app.registry(), "strict", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let status = client.call_tool(call("strict__echo", json!({"extra": 1}))).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(error_info(&status).0, "UPSTREAM_INVALID_PARAMS");
+    let view = app.registry().server("strict").unwrap();
+    assert_eq!(view.shared.races.upstream_unknown_tool.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(dir.methods("strict").iter().filter(|m| *m == "tools/list").count(), 1, "no re-enumeration");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_request_input_gets_a_bounded_answer_and_no_panic() {
+    let dir = TestDir::new();
+    let script = demo_script(&dir, "demo", json!({}));
+    let app = start(dir.config(&server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    // A deadline far beyond any clock: treated as malformed (more than eight digits), not a panic.
+    let mut request = tonic::Request::new(call("demo__echo", json!({"text": "hi"})));
+    request.metadata_mut().insert("grpc-timeout", "9999999999999999999S".parse().unwrap());
+    let answer = client.call_tool(request).await.expect("the call is served");
+    assert!(answer.into_inner().content_json.contains("hi"));
+    // A megabyte of tool name: NOT_FOUND, with the name cut short rather than a status too big to send.
+    let status = client.call_tool(call(&format!("demo__{}", "x".repeat(1 << 20)), json!({}))).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound, "{}", status.message().len());
+    assert!(status.message().len() <= 1024);
+    // The daemon is still fine.
+    client.call_tool(call("demo__echo", json!({"text": "still here"}))).await.unwrap();
+    app.shutdown().await;
+}
