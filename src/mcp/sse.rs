@@ -26,7 +26,15 @@ pub struct Decoder {
     pub retry_ms: Option<u64>,
     /// Bytes of the event being assembled; bounded by the caller.
     pending: usize,
+    /// The last line ended with a CR at the end of the data so far: an LF right after it
+    /// belongs to the same line end.
+    after_cr: bool,
+    /// The stream's first bytes were checked for a byte order mark.
+    bom_checked: bool,
 }
+
+/// UTF-8's byte order mark, which a stream may start with and which is not part of its first line.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl Decoder {
     /// Feeds a chunk and returns the events it completed.
@@ -35,15 +43,31 @@ impl Decoder {
     /// A message when a single event grows beyond `max_event_bytes`.
     pub fn feed(&mut self, chunk: &[u8], max_event_bytes: usize) -> Result<Vec<Event>, String> {
         self.buffer.extend_from_slice(chunk);
+        if !self.bom_checked {
+            if self.buffer.len() < BOM.len() && BOM.starts_with(&self.buffer) {
+                return Ok(Vec::new());
+            }
+            if self.buffer.starts_with(BOM) {
+                self.buffer.drain(..BOM.len());
+            }
+            self.bom_checked = true;
+        }
         let mut events = Vec::new();
         let mut start = 0;
-        while let Some(offset) = self.buffer[start..].iter().position(|&b| b == b'\n') {
-            let end = start + offset;
-            let mut line = &self.buffer[start..end];
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
+        loop {
+            if self.after_cr {
+                // CRLF split across chunks: wait for the next byte to know.
+                let Some(&next) = self.buffer.get(start) else { break };
+                if next == b'\n' {
+                    start += 1;
+                }
+                self.after_cr = false;
             }
-            let line = String::from_utf8_lossy(line).into_owned();
+            // A line ends at CRLF, LF or a lone CR.
+            let Some(offset) = self.buffer[start..].iter().position(|&b| b == b'\n' || b == b'\r') else { break };
+            let end = start + offset;
+            let line = String::from_utf8_lossy(&self.buffer[start..end]).into_owned();
+            self.after_cr = self.buffer[end] == b'\r';
             start = end + 1;
             if let Some(event) = self.line(&line) {
                 events.push(event);
@@ -124,6 +148,21 @@ mod tests {
         );
         assert_eq!(decoder.retry_ms, Some(500));
         assert_eq!(decoder.last_event_id.as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn lone_carriage_returns_end_lines_and_a_leading_bom_is_skipped() {
+        let stream = b"\xEF\xBB\xBFdata: a\r\rdata: b\r\n\r\nid: 7\rdata: c\n\n";
+        for size in 1..=stream.len() {
+            let mut decoder = Decoder::default();
+            let mut events = Vec::new();
+            for chunk in stream.chunks(size) {
+                events.extend(decoder.feed(chunk, 1 << 20).unwrap());
+            }
+            let data: Vec<_> = events.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["a", "b", "c"], "chunks of {size}");
+            assert_eq!(events[2].id.as_deref(), Some("7"));
+        }
     }
 
     #[test]

@@ -17,6 +17,9 @@ use crate::supervisor::trace;
 use crate::upstream::{SessionHandle, UpstreamError};
 use tracing::Instrument;
 
+/// One page's entries, each defined or with the reason it was skipped.
+type DefinedPage = Vec<Result<ToolDef, String>>;
+
 /// How often a pass that hit an invalid cursor may start over before it fails.
 const INVALID_CURSOR_RESTARTS: u32 = 2;
 
@@ -79,7 +82,7 @@ pub(crate) async fn enumerate(
     let mut seen_cursors: HashSet<String> = HashSet::new();
     // Each page is parsed, canonicalised and hashed on the blocking pool while the next page is
     // fetched: on two cores the server's work and toolhost's overlap.
-    let mut pages: Vec<tokio::task::JoinHandle<Result<Vec<Result<ToolDef, String>>, String>>> = Vec::new();
+    let mut pages: Vec<tokio::task::JoinHandle<Result<DefinedPage, String>>> = Vec::new();
     let mut restarts = 0;
     loop {
         if stats.pages >= limits.max_pages {

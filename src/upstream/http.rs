@@ -33,9 +33,12 @@ const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
 /// Resumptions of one interrupted response stream before the request is given up.
 const MAX_RESUMES: u32 = 5;
-/// Bounds on re-opening the GET stream.
+/// Bounds on re-opening the GET stream, and on any `retry:` interval a server asks for.
 const GET_RETRY_MIN: Duration = Duration::from_millis(500);
 const GET_RETRY_MAX: Duration = Duration::from_secs(30);
+/// HTTP exchanges (one per outgoing message) in flight at once per session; further messages
+/// wait in the session's bounded queue, whose overflow callers see as "overloaded".
+const MAX_EXCHANGES: usize = 64;
 
 type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -120,6 +123,14 @@ pub(crate) fn start(
     });
     let link = HttpLink { state, tasks: TaskTracker::new(), cancel: CancellationToken::new() };
     link.tasks.spawn(dispatch(link.state.clone(), outgoing, link.tasks.clone(), link.cancel.clone()));
+    let janitor_state = link.state.clone();
+    let janitor_cancel = link.cancel.clone();
+    link.tasks.spawn(async move {
+        tokio::select! {
+            () = janitor_cancel.cancelled() => {}
+            () = janitor_state.core.expire_abandoned() => {}
+        }
+    });
     Ok((handle, link))
 }
 
@@ -219,6 +230,12 @@ impl State {
         builder.body(Full::new(body))
     }
 
+    /// [`State::end`], as the outcome of an exchange that carried the server's word.
+    fn ended(&self, failure: Failure) -> Result<(), String> {
+        self.end(failure);
+        Ok(())
+    }
+
     /// The session is over on the server's word.
     fn end(&self, failure: Failure) {
         tracing::warn!(server = %self.server, ?failure, "the HTTP session ended");
@@ -228,16 +245,28 @@ impl State {
 }
 
 /// Posts each outgoing message on its own task, so that a long response stream never holds up
-/// the next request.
+/// the next request; at most [`MAX_EXCHANGES`] at once.
 async fn dispatch(state: Arc<State>, mut outgoing: mpsc::Receiver<String>, tasks: TaskTracker, cancel: CancellationToken) {
+    let exchanges = Arc::new(tokio::sync::Semaphore::new(MAX_EXCHANGES));
     loop {
+        let permit = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = state.core.closed() => return,
+            permit = exchanges.clone().acquire_owned() => permit,
+        };
+        let Ok(permit) = permit else { return };
         let line = tokio::select! {
             () = cancel.cancelled() => return,
             () = state.core.closed() => return,
             line = outgoing.recv() => line,
         };
         let Some(line) = line else { return };
-        tasks.spawn(post(state.clone(), line, cancel.clone()));
+        let state = state.clone();
+        let cancel = cancel.clone();
+        tasks.spawn(async move {
+            post(state, line, cancel).await;
+            drop(permit);
+        });
     }
 }
 
@@ -283,44 +312,70 @@ fn header_safe(value: &str) -> String {
     encoded
 }
 
+/// One outgoing message's exchange. It ends when it is done, when the session stops, or when
+/// nobody waits for its answer any more (the caller's deadline passed or it gave up); a
+/// message that expects no answer gets the request timeout for the whole exchange.
 async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
     let outgoing: Option<Outgoing> = serde_json::from_str(&line).ok();
     let request_id = outgoing.as_ref().filter(|o| o.method.is_some()).and_then(|o| o.id);
-    let is_initialize = outgoing.as_ref().and_then(|o| o.method.as_deref()) == Some("initialize");
+    let exchange = exchange(&state, &line, outgoing.as_ref(), request_id, &cancel);
+    let outcome = match request_id {
+        Some(id) => {
+            let caller_gone = state.core.caller_gone(id);
+            tokio::select! {
+                () = caller_gone.cancelled() => Ok(()),
+                outcome = exchange => outcome,
+            }
+        }
+        None => tokio::time::timeout(state.request_timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("the HTTP exchange took longer than {:?}", state.request_timeout))),
+    };
+    if let Err(message) = outcome {
+        match request_id {
+            Some(id) => state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None }),
+            None => tracing::debug!(server = %state.server, %message, "an HTTP exchange without a response failed"),
+        }
+    }
+}
+
+/// Sends one message and routes what comes back. `Err` is why its request failed.
+async fn exchange(
+    state: &State,
+    line: &str,
+    outgoing: Option<&Outgoing>,
+    request_id: Option<u64>,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let is_initialize = outgoing.and_then(|o| o.method.as_deref()) == Some("initialize");
     let modern = state.is_modern();
     // `initialize` starts a new session: it never carries an old id; modern requests have none.
     let session_id = if is_initialize || modern { None } else { lock(&state.session_id).clone() };
-    let call = outgoing.as_ref().filter(|_| modern).and_then(|o| {
+    let call = outgoing.filter(|_| modern).and_then(|o| {
         let name = o.params.as_ref().and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
         o.method.as_deref().map(|method| (method, name))
     });
-    let fail = |message: String| {
-        if let Some(id) = request_id {
-            state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None });
-        }
-    };
-    let request = match state.request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call) {
-        Ok(request) => request,
-        Err(error) => return fail(format!("cannot build the HTTP request: {error}")),
-    };
+    let request = state
+        .request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call)
+        .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
     let response = tokio::select! {
-        () = cancel.cancelled() => return,
+        () = cancel.cancelled() => return Ok(()),
         response = tokio::time::timeout(state.request_timeout, state.client.request(request)) => response,
     };
     let response = match response {
         Ok(Ok(response)) => response,
-        Ok(Err(error)) => return fail(format!("HTTP request failed: {}", error_chain(&error))),
-        Err(_) => return fail(format!("no HTTP response within {:?}", state.request_timeout)),
+        Ok(Err(error)) => return Err(format!("HTTP request failed: {}", error_chain(&error))),
+        Err(_) => return Err(format!("no HTTP response within {:?}", state.request_timeout)),
     };
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         *lock(&state.session_id) = Some(id.to_owned());
     }
     match status {
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return state.end(Failure::Auth(status.as_u16())),
-        StatusCode::NOT_FOUND if session_id.is_some() => return state.end(Failure::SessionExpired),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return state.ended(Failure::Auth(status.as_u16())),
+        StatusCode::NOT_FOUND if session_id.is_some() => return state.ended(Failure::SessionExpired),
         StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED if is_initialize => {
-            return state.end(Failure::NotStreamableHttp(status.as_u16()));
+            return state.ended(Failure::NotStreamableHttp(status.as_u16()));
         }
         _ => {}
     }
@@ -328,64 +383,70 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
         let body = read_body(response.into_body(), 64 * 1024).await.unwrap_or_default();
         // A JSON-RPC error in the body (a modern server's 400 or 404) is the real answer.
         if is_rpc_error(&body) {
-            return state.core.route(&body);
+            state.core.route(&body);
+            return Ok(());
         }
         let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-        return fail(format!("HTTP {status}: {snippet}"));
+        return Err(format!("HTTP {status}: {snippet}"));
     }
     if status == StatusCode::ACCEPTED {
-        return;
+        return Ok(());
     }
     let is_stream = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     if !is_stream {
-        match read_body(response.into_body(), state.max_message_bytes).await {
-            Ok(body) if !body.iter().all(u8::is_ascii_whitespace) => state.core.route(&body),
-            Ok(_) => {}
-            Err(error) => fail(error),
+        let body = read_body(response.into_body(), state.max_message_bytes).await?;
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            state.core.route(&body);
         }
-        return;
+        return Ok(());
     }
     // A response stream: route every event; if it ends before the response, resume it with
-    // GET + Last-Event-ID after the server's retry interval.
+    // GET + Last-Event-ID after the server's retry interval (capped).
     let mut decoder = sse::Decoder::default();
     let mut body = response.into_body();
     let mut resumes = 0;
     loop {
-        let ended = tokio::select! {
-            () = cancel.cancelled() => return,
-            ended = stream_events(&state, &mut body, &mut decoder) => ended,
-        };
-        if let Err(error) = ended {
-            return fail(error);
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            ended = stream_events(state, &mut body, &mut decoder, request_id) => ended?,
         }
         let answered = request_id.is_none_or(|id| !state.core.is_pending(id));
         // 2026-07-28 has no resumption: a broken stream loses the request, which is never replayed.
         if answered || resumes >= MAX_RESUMES || state.is_modern() {
-            if !answered {
-                fail("the response stream ended before the response".to_owned());
-            }
-            return;
+            return if answered { Ok(()) } else { Err("the response stream ended before the response".to_owned()) };
         }
         let Some(last_event_id) = decoder.last_event_id.clone() else {
-            return fail("the response stream ended before the response and cannot be resumed (no event id)".to_owned());
+            return Err("the response stream ended before the response and cannot be resumed (no event id)".to_owned());
         };
         resumes += 1;
-        tokio::time::sleep(Duration::from_millis(decoder.retry_ms.unwrap_or(1000))).await;
+        tokio::time::sleep(retry_interval(&decoder, Duration::from_secs(1))).await;
         let session_id = lock(&state.session_id).clone();
-        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id)) else { return };
-        match state.client.request(request).await {
-            Ok(response) if response.status().is_success() => body = response.into_body(),
-            Ok(response) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
-                return state.end(Failure::SessionExpired);
+        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id)) else { return Ok(()) };
+        match tokio::time::timeout(state.request_timeout, state.client.request(request)).await {
+            Ok(Ok(response)) if response.status().is_success() => body = response.into_body(),
+            Ok(Ok(response)) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
+                return state.ended(Failure::SessionExpired);
             }
-            Ok(response) => return fail(format!("resuming the response stream failed: HTTP {}", response.status())),
-            Err(error) => return fail(format!("resuming the response stream failed: {error}")),
+            Ok(Ok(response)) => return Err(format!("resuming the response stream failed: HTTP {}", response.status())),
+            Ok(Err(error)) => return Err(format!("resuming the response stream failed: {error}")),
+            Err(_) => return Err(format!("resuming the response stream got no answer within {:?}", state.request_timeout)),
         }
     }
 }
 
-/// Routes every event of an SSE body until it ends.
-async fn stream_events(state: &State, body: &mut hyper::body::Incoming, decoder: &mut sse::Decoder) -> Result<(), String> {
+/// The server's `retry:` interval, within [`GET_RETRY_MIN`]..=[`GET_RETRY_MAX`], or `default`.
+fn retry_interval(decoder: &sse::Decoder, default: Duration) -> Duration {
+    decoder.retry_ms.map_or(default, Duration::from_millis).clamp(GET_RETRY_MIN, GET_RETRY_MAX)
+}
+
+/// Routes every event of an SSE body until it ends, or, for a request's response stream, until
+/// the response has arrived (a server that holds the stream open costs nothing after that).
+async fn stream_events(
+    state: &State,
+    body: &mut hyper::body::Incoming,
+    decoder: &mut sse::Decoder,
+    request_id: Option<u64>,
+) -> Result<(), String> {
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|err| format!("reading the event stream failed: {err}"))?;
         let Ok(data) = frame.into_data() else { continue };
@@ -393,6 +454,9 @@ async fn stream_events(state: &State, body: &mut hyper::body::Incoming, decoder:
             if (event.event.is_empty() || event.event == "message") && !event.data.trim().is_empty() {
                 state.core.route(event.data.as_bytes());
             }
+        }
+        if request_id.is_some_and(|id| !state.core.is_pending(id)) {
+            return Ok(());
         }
     }
     Ok(())
@@ -430,7 +494,7 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = state.core.closed() => return,
-                    ended = stream_events(&state, &mut body, &mut decoder) => {
+                    ended = stream_events(&state, &mut body, &mut decoder, None) => {
                         if let Err(error) = ended {
                             tracing::debug!(server = %state.server, %error, "the GET stream broke");
                         }
@@ -440,7 +504,7 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
             Ok(response) => tracing::debug!(server = %state.server, status = %response.status(), "the GET stream was refused"),
             Err(error) => tracing::debug!(server = %state.server, %error, "the GET stream could not open"),
         }
-        let wait = decoder.retry_ms.map_or(delay, Duration::from_millis).max(GET_RETRY_MIN);
+        let wait = retry_interval(&decoder, delay);
         tokio::select! {
             () = cancel.cancelled() => return,
             () = state.core.closed() => return,

@@ -196,3 +196,35 @@ async fn a_modern_http_server_gets_the_2026_headers_and_a_listen_stream() {
     assert_eq!(call.headers.get("mcp-name").map(String::as_str), Some("t2"));
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_sending() {
+    let server = HttpMcpServer::start(Script { tools: tools("t", 1), stall_calls: true, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let app = start(dir.config(&http_table("stalling", &server.url(), "max_concurrent_calls = 100"))).await;
+    wait_for_server(app.registry(), "stalling", "ready", |v| v.state == ServerState::Ready).await;
+    let client = client(&app).await;
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut request = tonic::Request::new(pb::CallToolRequest { qualified_name: "stalling__t0".into(), ..Default::default() });
+                request.set_timeout(Duration::from_millis(300));
+                client.call_tool(request).await
+            })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap().is_err(), "no answer ever comes");
+    }
+    // Every stalled stream is closed by toolhost once its caller is gone, keep-alives or not.
+    let deadline = std::time::Instant::now() + WAIT;
+    while server.stalled_open() > 0 {
+        assert!(std::time::Instant::now() < deadline, "{} exchanges still open after their callers left", server.stalled_open());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The session still works for the next caller.
+    let view = app.registry().server("stalling").unwrap();
+    assert_eq!(view.state, ServerState::Ready);
+    app.shutdown().await;
+}

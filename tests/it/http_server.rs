@@ -31,6 +31,9 @@ pub struct Script {
     pub token: Option<String>,
     /// Speak 2026-07-28 only: server/discover, header checks, subscriptions/listen, no sessions.
     pub modern: bool,
+    /// Answer tools/call with an event stream that never carries the answer (keep-alive
+    /// comments only) until the client goes away.
+    pub stall_calls: bool,
 }
 
 pub struct HttpMcpServer {
@@ -46,6 +49,8 @@ struct State {
     seen: Mutex<Vec<Seen>>,
     /// Answers held for resuming GETs, by the event id they follow.
     held: Mutex<HashMap<String, String>>,
+    /// Stalled tools/call streams whose client is still connected.
+    stalled_open: std::sync::atomic::AtomicUsize,
     notifications: broadcast::Sender<String>,
 }
 
@@ -80,6 +85,7 @@ impl HttpMcpServer {
             next_session: Mutex::new(0),
             seen: Mutex::default(),
             held: Mutex::default(),
+            stalled_open: std::sync::atomic::AtomicUsize::new(0),
             notifications: broadcast::channel(64).0,
         });
         let accept_state = state.clone();
@@ -119,6 +125,11 @@ impl HttpMcpServer {
     /// Sends list_changed on every open GET stream.
     pub fn announce_change(&self) {
         let _ = self.state.notifications.send(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned());
+    }
+
+    /// Stalled tools/call streams whose client has not gone away.
+    pub fn stalled_open(&self) -> usize {
+        self.state.stalled_open.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Forgets every session: later requests that carry one get 404.
@@ -231,6 +242,20 @@ async fn respond<S: AsyncWrite + Unpin>(
                 let script = state.script.lock().unwrap();
                 (script.sse_responses, script.drop_call_streams)
             };
+            let stall = state.script.lock().unwrap().stall_calls;
+            if stall && body["method"] == "tools/call" {
+                use std::sync::atomic::Ordering::SeqCst;
+                state.stalled_open.fetch_add(1, SeqCst);
+                let _ = stream.write_all(sse_head().as_bytes()).await;
+                // An absurd retry interval, then nothing but keep-alives until the client leaves.
+                let mut alive = stream.write_all(b"id: s1\nretry: 99999999999999\ndata:\n\n").await.is_ok();
+                while alive {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    alive = stream.write_all(b": keep-alive\n\n").await.is_ok() && stream.flush().await.is_ok();
+                }
+                state.stalled_open.fetch_sub(1, SeqCst);
+                return false;
+            }
             if drop_calls && body["method"] == "tools/call" {
                 let event_id = format!("call-{id}");
                 state.held.lock().unwrap().insert(event_id.clone(), message);

@@ -10,6 +10,12 @@ use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
 
+/// Says on stderr (which the test harness shows) why a test did not run.
+#[allow(clippy::print_stderr)]
+pub fn skipped(why: &str) {
+    eprintln!("{why}");
+}
+
 /// A small tmpfs mounted for one test, unmounted when dropped.
 struct SmallFs {
     path: PathBuf,
@@ -69,7 +75,7 @@ async fn a_full_disk_never_publishes_an_unstored_generation_and_the_store_recove
     let fs = match SmallFs::mount(&dir.path("small"), "3m") {
         Ok(fs) => fs,
         Err(why) => {
-            eprintln!("SKIPPED a_full_disk_never_publishes_an_unstored_generation: needs a tmpfs mount ({why})");
+            skipped(&format!("SKIPPED a_full_disk_never_publishes_an_unstored_generation: needs a tmpfs mount ({why})"));
             return;
         }
     };
