@@ -178,8 +178,7 @@ impl App {
         if tokio::time::timeout_at(deadline, self.api_tasks.wait()).await.is_err() {
             tracing::warn!("RPCs in flight did not finish before the shutdown deadline");
         }
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        self.supervisor.shutdown(remaining.max(Duration::from_secs(1))).await;
+        self.supervisor.shutdown(deadline).await;
         self.reaper.stop().await;
         self.background_cancel.cancel();
         self.background.close();
@@ -196,21 +195,47 @@ pub async fn run(config_path: &Path, config: Config, options: RuntimeOptions) ->
     let mut signals = Signals::install().map_err(StartError::Signals)?;
     let mut app = App::start_with(config, options).await?;
     tracing::info!(servers = app.registry().snapshot().servers.len(), "toolhost is running");
-    while signals.next().await == Event::Reload {
-        match Config::load(config_path) {
-            Err(error) => tracing::error!(%error, "the new configuration is invalid; keeping the current one"),
-            Ok(config) => match app.reload(config).await {
-                Ok(summary) => tracing::info!(
-                    added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
-                    unchanged = summary.unchanged.len(), "configuration reloaded"
-                ),
-                Err(error) => tracing::error!(%error, "the reload failed part way; servers not yet reconciled keep their old settings"),
-            },
+    let mut reload_queued = false;
+    loop {
+        let event = if std::mem::take(&mut reload_queued) { Event::Reload } else { signals.next().await };
+        if event == Event::Stop {
+            break;
+        }
+        // Signals are read while the reload runs: a stop ends it where it stands (the shutdown
+        // stops every worker, reconciled or not), and another SIGHUP reloads again afterwards.
+        let reload = reload(config_path, &mut app);
+        tokio::pin!(reload);
+        let stopped = loop {
+            tokio::select! {
+                () = &mut reload => break false,
+                event = signals.next() => match event {
+                    Event::Stop => break true,
+                    Event::Reload => reload_queued = true,
+                },
+            }
+        };
+        if stopped {
+            tracing::info!("stopping during a reload");
+            break;
         }
     }
     tracing::info!("stopping");
     app.shutdown().await;
     Ok(())
+}
+
+/// Re-reads the configuration file and applies it, or keeps the current one if it is invalid.
+async fn reload(config_path: &Path, app: &mut App) {
+    match Config::load(config_path) {
+        Err(error) => tracing::error!(%error, "the new configuration is invalid; keeping the current one"),
+        Ok(config) => match app.reload(config).await {
+            Ok(summary) => tracing::info!(
+                added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
+                unchanged = summary.unchanged.len(), "configuration reloaded"
+            ),
+            Err(error) => tracing::error!(%error, "the reload failed part way; servers not yet reconciled keep their old settings"),
+        },
+    }
 }
 
 /// Keeps the service manager's STATUS line current: servers ready and tools served.

@@ -134,8 +134,15 @@ impl Supervisor {
     pub async fn reconcile(&mut self, servers: &BTreeMap<String, ServerSpec>) -> Result<ReloadSummary, StoreError> {
         let mut summary = ReloadSummary::default();
         let removed: Vec<Arc<str>> = self.specs.keys().filter(|name| !servers.contains_key(&***name)).cloned().collect();
+        let changed: Vec<Arc<str>> = servers
+            .iter()
+            .filter_map(|(name, spec)| {
+                self.specs.get_key_value(name.as_str()).filter(|(_, old)| *old != spec).map(|(name, _)| name.clone())
+            })
+            .collect();
+        // Every server that must stop stops at once, under one deadline.
+        self.stop_workers(removed.iter().chain(&changed)).await;
         for name in removed {
-            self.stop_worker(&name).await;
             self.specs.remove(&name);
             self.registry.remove(&name);
             summary.removed.push(name.to_string());
@@ -148,7 +155,6 @@ impl Supervisor {
                     summary.added.push(name.to_string());
                 }
                 Some(old) if old != spec => {
-                    self.stop_worker(&name).await;
                     self.add(name.clone(), spec.clone(), Some(ConfigChange::Changed)).await?;
                     summary.changed.push(name.to_string());
                 }
@@ -158,13 +164,18 @@ impl Supervisor {
         Ok(summary)
     }
 
-    /// Stops every worker (each runs its session's shutdown sequence) and waits for them, at
-    /// most `deadline`.
-    pub async fn shutdown(self, deadline: Duration) {
+    /// Stops every worker (each runs its session's shutdown sequence) and waits for them until
+    /// `deadline`; workers still running then are aborted, which kills their process groups.
+    pub async fn shutdown(mut self, deadline: tokio::time::Instant) {
         self.cancel.cancel();
         self.tracker.close();
-        if tokio::time::timeout(deadline, self.tracker.wait()).await.is_err() {
-            tracing::warn!(deadline_ms = deadline.as_millis() as u64, "servers did not stop within the shutdown deadline");
+        if tokio::time::timeout_at(deadline, self.tracker.wait()).await.is_err() {
+            tracing::warn!("servers did not stop within the shutdown deadline; killing them");
+            for worker in std::mem::take(&mut self.workers).into_values() {
+                worker.task.abort();
+            }
+            // Aborted tasks finish as soon as they are polled; their drops kill the children.
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.tracker.wait()).await;
         }
     }
 
@@ -215,14 +226,24 @@ impl Supervisor {
         self.workers.insert(name, WorkerHandle { cancel, task });
     }
 
-    async fn stop_worker(&mut self, name: &str) {
-        self.senders.write().unwrap_or_else(PoisonError::into_inner).remove(name);
-        let Some(worker) = self.workers.remove(name) else { return };
-        worker.cancel.cancel();
-        let abort = worker.task.abort_handle();
-        if tokio::time::timeout(WORKER_STOP_DEADLINE, worker.task).await.is_err() {
-            tracing::warn!(server = name, "the server did not stop in time; its task was aborted");
-            abort.abort();
+    /// Cancels the named workers together, then waits for all of them at most
+    /// [`WORKER_STOP_DEADLINE`], aborting any still running.
+    async fn stop_workers<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
+        let mut stopping = Vec::new();
+        for name in names {
+            self.senders.write().unwrap_or_else(PoisonError::into_inner).remove(name);
+            if let Some(worker) = self.workers.remove(name) {
+                worker.cancel.cancel();
+                stopping.push((name.clone(), worker.task));
+            }
+        }
+        let deadline = crate::deadline::after(WORKER_STOP_DEADLINE);
+        for (name, task) in stopping {
+            let abort = task.abort_handle();
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                tracing::warn!(server = %name, "the server did not stop in time; its task was aborted");
+                abort.abort();
+            }
         }
     }
 }

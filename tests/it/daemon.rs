@@ -258,3 +258,43 @@ async fn a_server_flooding_garbage_costs_a_bounded_number_of_log_lines() {
     assert!(about("scripted-mcp-server chatter") <= 200, "stderr is rate-limited too");
     assert!(log.lines().count() < 400, "{} log lines in all", log.lines().count());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_reload_stops_everything_within_the_shutdown_timeout() {
+    let dir = TestDir::new();
+    // Servers that ignore SIGTERM and keep running after their input closes: each one's
+    // shutdown sequence runs to SIGKILL (2 × shutdown_grace).
+    let stubborn = |name: &str, grace: &str| {
+        let script = dir.script(name, json!({"tools": tools(name, 1), "linger_after_eof_ms": 60000}));
+        let inner = format!("trap '' TERM; exec {} {}", scripted_server(), script.display());
+        format!(
+            "[servers.{name}]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {inner:?}]\nshutdown_grace = \"{grace}\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"200ms\" }}\n"
+        )
+    };
+    let config =
+        |grace: &str| format!("[daemon]\nshutdown_timeout = \"3s\"\n\n{}", ["a", "b", "c"].map(|name| stubborn(name, grace)).join("\n"));
+    let mut daemon = Daemon::start(&dir, &config("2s"), &[]);
+    daemon.wait_servers("all ready", |s| s.len() == 3 && ready(s)).await;
+    let pids: Vec<i32> = ["a", "b", "c"].iter().flat_map(|name| dir.pids(name)).collect();
+
+    // A reload that must stop all three (each takes 4 s to die), then SIGTERM at once.
+    write_config(&dir, &config("3s"));
+    daemon.signal(Signal::SIGHUP);
+    let deadline = Instant::now() + WAIT;
+    while !daemon.log_text().contains("received SIGHUP") {
+        assert!(Instant::now() < deadline, "the reload never started:\n{}", daemon.log_text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stop_sent = Instant::now();
+    daemon.signal(Signal::SIGTERM);
+    let status = daemon.wait_exit();
+    let took = stop_sent.elapsed();
+    assert!(status.success(), "{status:?}\n{}", daemon.log_text());
+    // shutdown_timeout is 3 s; a serial reload would have taken 12 s before the stop even began.
+    assert!(took < Duration::from_secs(7), "the daemon took {took:?} to stop after SIGTERM:\n{}", daemon.log_text());
+    let deadline = Instant::now() + WAIT;
+    while pids.iter().any(|pid| running(*pid)) {
+        assert!(Instant::now() < deadline, "a server outlived the daemon");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
