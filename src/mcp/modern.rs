@@ -28,18 +28,89 @@ pub fn request_meta(version: &str) -> Map<String, Value> {
 }
 
 /// `params` with `meta` merged into its `_meta` (keys already there, like `traceparent`, stay).
+/// Spliced as text: every other member keeps its bytes and its place, so arguments reach the
+/// server exactly as the agent sent them (key order, numbers beyond 64 bits). `None` when
+/// `params` is not a JSON object.
 pub fn with_meta(params: Option<&RawValue>, meta: &Map<String, Value>) -> Option<Box<RawValue>> {
-    let mut object: Map<String, Value> = match params {
-        Some(params) => serde_json::from_str(params.get()).ok()?,
-        None => Map::new(),
+    let members = match params {
+        Some(params) => serde_json::from_str::<Members>(params.get()).ok()?.0,
+        None => Vec::new(),
     };
-    let slot = object.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(existing) = slot {
-        for (key, value) in meta {
-            existing.entry(key.clone()).or_insert_with(|| value.clone());
+    let mut out = String::with_capacity(params.map_or(0, |p| p.get().len()) + 256);
+    out.push('{');
+    let mut merged = false;
+    for (key, value) in &members {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        push_key(&mut out, key);
+        if key == "_meta"
+            && let Ok(Members(existing)) = serde_json::from_str::<Members>(value.get())
+        {
+            merged = true;
+            push_meta(&mut out, &existing, meta);
+        } else {
+            out.push_str(value.get());
         }
     }
-    RawValue::from_string(Value::Object(object).to_string()).ok()
+    if !merged {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        push_key(&mut out, "_meta");
+        push_meta(&mut out, &[], meta);
+    }
+    out.push('}');
+    RawValue::from_string(out).ok()
+}
+
+/// `existing` members (kept as sent) followed by the `meta` keys they lack, as one object.
+fn push_meta(out: &mut String, existing: &[(String, Box<RawValue>)], meta: &Map<String, Value>) {
+    out.push('{');
+    let mut first = true;
+    for (key, value) in existing {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+        push_key(out, key);
+        out.push_str(value.get());
+    }
+    for (key, value) in meta.iter().filter(|(key, _)| !existing.iter().any(|(k, _)| k == *key)) {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+        push_key(out, key);
+        out.push_str(&value.to_string());
+    }
+    out.push('}');
+}
+
+fn push_key(out: &mut String, key: &str) {
+    out.push_str(&Value::from(key).to_string());
+    out.push(':');
+}
+
+/// A JSON object's members in their order, each value unparsed.
+struct Members(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Members, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -119,6 +190,23 @@ mod tests {
         assert_eq!(value["_meta"]["io.modelcontextprotocol/clientCapabilities"], json!({}));
         let bare: Value = serde_json::from_str(with_meta(None, &meta).unwrap().get()).unwrap();
         assert_eq!(bare["_meta"]["io.modelcontextprotocol/clientInfo"]["name"], "toolhost");
+    }
+
+    #[test]
+    fn meta_is_spliced_without_touching_the_other_members() {
+        let meta = request_meta(VERSION);
+        let params = r#"{"name":"t","arguments":{"z":1,"big":1180591620717411303424,"a":[1.50,"\u00e9"]}}"#;
+        let merged = with_meta(Some(&raw(params)), &meta).unwrap();
+        let text = merged.get();
+        assert!(
+            text.starts_with(r#"{"name":"t","arguments":{"z":1,"big":1180591620717411303424,"a":[1.50,"\u00e9"]},"_meta":{"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#));
+        let with_trace = with_meta(Some(&raw(r#"{"_meta":{"traceparent":"x"},"n":1e400}"#)), &meta).unwrap();
+        assert!(with_trace.get().starts_with(r#"{"_meta":{"traceparent":"x","io.modelcontextprotocol"#), "{}", with_trace.get());
+        assert!(with_trace.get().ends_with(r#","n":1e400}"#), "numbers out of any float's range survive too");
+        assert!(with_meta(Some(&raw("[1]")), &meta).is_none());
     }
 
     #[test]

@@ -81,3 +81,23 @@ async fn a_legacy_server_pays_the_probe_once_and_its_era_is_remembered() {
     assert_eq!(methods.iter().filter(|m| *m == "initialize").count(), 2);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_server_receives_the_arguments_byte_for_byte() {
+    let dir = TestDir::new();
+    let script = dir.script("exact", json!({"era": "modern", "tools": tools("t", 1)}));
+    let app = start(dir.config(&server_table("exact", &script, ""))).await;
+    wait_for_server(app.registry(), "exact", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    // 2^70 does not fit any 64-bit integer; the keys are deliberately out of order.
+    let arguments = r#"{"zeta":1,"big":1180591620717411303424,"alpha":[0.10,"é"]}"#;
+    client
+        .call_tool(pb::CallToolRequest { qualified_name: "exact__t0".into(), arguments_json: arguments.into(), ..Default::default() })
+        .await
+        .unwrap();
+    let log = std::fs::read_to_string(dir.path("exact.log")).unwrap();
+    let line = log.lines().find(|line| line.contains("tools/call")).expect("the call reached the server");
+    assert!(line.contains(&format!(r#""arguments":{arguments}"#)), "{line}");
+    assert!(line.contains("io.modelcontextprotocol/protocolVersion"), "the request _meta is there too: {line}");
+    app.shutdown().await;
+}
