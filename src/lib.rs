@@ -17,6 +17,8 @@ pub mod cli;
 pub mod config;
 pub mod deadline;
 pub mod faults;
+#[cfg(test)]
+mod fuzz;
 pub mod mcp;
 pub mod signals;
 pub mod supervisor;

@@ -5,7 +5,7 @@
 //! standard health and reflection services beside `toolhost.v1.ToolHost`.
 
 mod convert;
-mod service;
+pub(crate) mod service;
 mod status;
 mod watch;
 

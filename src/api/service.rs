@@ -215,9 +215,9 @@ impl ToolHostService {
 
 /// Where a page starts: the index of the server in the snapshot, and of the tool in its generation.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Position {
-    server: usize,
-    tool: usize,
+pub(crate) struct Position {
+    pub(crate) server: usize,
+    pub(crate) tool: usize,
 }
 
 /// Walks the snapshot from `start` and returns one page, plus where the next one starts.
@@ -265,11 +265,11 @@ fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32) -> String 
     sha256_hex(filters.as_bytes())[..12].to_owned()
 }
 
-fn page_token(revision: u64, fingerprint: &str, position: Position) -> String {
+pub(crate) fn page_token(revision: u64, fingerprint: &str, position: Position) -> String {
     format!("{revision}.{fingerprint}.{}.{}", position.server, position.tool)
 }
 
-fn parse_page_token(token: &str) -> Option<(u64, String, Position)> {
+pub(crate) fn parse_page_token(token: &str) -> Option<(u64, String, Position)> {
     let mut parts = token.split('.');
     let revision = parts.next()?.parse().ok()?;
     let fingerprint = parts.next()?.to_owned();

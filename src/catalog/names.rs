@@ -55,11 +55,16 @@ impl QualifiedIndex {
     pub fn build(server: &str, generation: &Generation) -> QualifiedIndex {
         let names: Vec<String> = generation.tools.iter().map(|tool| qualify(server, &tool.name)).collect();
         let mut by_name = HashMap::with_capacity(names.len());
+        let mut collisions = Vec::new();
         for (idx, name) in names.iter().enumerate() {
             if by_name.insert(name.clone(), idx).is_some() {
                 // Only a clean name that happens to equal another's hashed form can collide.
-                tracing::warn!(server, qualified_name = %name, "two tools share a qualified name; the later one is reachable by server and name only");
+                collisions.push(name.as_str());
             }
+        }
+        if let Some(first) = collisions.first() {
+            // One line per generation, however many a server crafted.
+            tracing::warn!(server, collisions = collisions.len(), first = %first, "tools share a qualified name; the later ones are reachable by server and name only");
         }
         QualifiedIndex { names, by_name }
     }

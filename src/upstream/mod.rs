@@ -4,7 +4,7 @@
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
 mod http;
-mod lines;
+pub(crate) mod lines;
 pub mod reaper;
 pub mod session;
 mod stdio;
