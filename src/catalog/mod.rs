@@ -4,3 +4,5 @@ pub mod model;
 pub mod names;
 pub mod record;
 pub mod store;
+#[cfg(test)]
+mod store_model;
