@@ -23,7 +23,9 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 }
 
 fn listing(entries: &[(u8, u8)]) -> Listing {
-    Listing::from_raw(entries.iter().map(|(name, variant)| json!({"name": format!("t{name}"), "description": format!("v{variant}")})).collect())
+    Listing::from_raw(
+        entries.iter().map(|(name, variant)| json!({"name": format!("t{name}"), "description": format!("v{variant}")})).collect(),
+    )
 }
 
 /// What the server's tool set is after a listing: the first of each name wins.

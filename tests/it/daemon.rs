@@ -298,3 +298,58 @@ async fn sigterm_during_a_reload_stops_everything_within_the_shutdown_timeout() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
+    let dir = TestDir::new();
+    let tools_file = dir.path("tools.json");
+    let round_tools = |round: u64| {
+        let mut listed = tools("t", 3);
+        listed.push(json!({"name": "changing", "description": format!("round {round}"), "inputSchema": {"type": "object"}}));
+        json!(listed).to_string()
+    };
+    std::fs::write(&tools_file, round_tools(0)).unwrap();
+    let script = dir.script("busy", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let table = server_table("busy", &script, "");
+    let mut round = 0;
+    let mut highest_seen = 0;
+    for kill in 0..3 {
+        let mut daemon = Daemon::start(&dir, &table, &[]);
+        let servers = daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
+        assert!(servers[0].generation >= highest_seen, "kill {kill}: generation {} went back below {highest_seen}", servers[0].generation);
+        // Change the tools every few milliseconds while watching what is published.
+        let mut client = daemon.client().await;
+        let until = Instant::now() + Duration::from_millis(600);
+        while Instant::now() < until {
+            round += 1;
+            std::fs::write(&tools_file, round_tools(round)).unwrap();
+            let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+            assert!(server.generation >= highest_seen, "numbers never go back");
+            highest_seen = server.generation;
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        daemon.signal(Signal::SIGKILL);
+        daemon.wait_exit();
+        drop(daemon);
+        assert!(highest_seen >= 3, "the stream of commits was real ({highest_seen} generations)");
+
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", dir.db_path().display())).await.unwrap();
+        let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(&mut db).await.unwrap();
+        assert_eq!(integrity, "ok");
+        let stored: i64 =
+            sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = 'busy'").fetch_one(&mut db).await.unwrap();
+        sqlx::Connection::close(db).await.unwrap();
+        assert!(stored as u64 >= highest_seen, "kill {kill}: generation {highest_seen} was published but the file holds {stored}");
+        highest_seen = stored as u64;
+    }
+    // After the last kill: the stored catalog is served, and the next change takes the next number.
+    let daemon = Daemon::start(&dir, &table, &[]);
+    let mut client = daemon.client().await;
+    let served = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+    assert_eq!(served.generation, highest_seen, "the last committed generation is served at once");
+    daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
+    let base = daemon.wait_servers("settled", |s| s[0].generation >= highest_seen).await[0].generation;
+    std::fs::write(&tools_file, round_tools(round + 1_000)).unwrap();
+    let after = daemon.wait_servers("the next change", |s| s[0].generation > base).await;
+    assert_eq!(after[0].generation, base + 1, "no number is skipped or reused");
+}
