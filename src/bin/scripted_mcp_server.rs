@@ -47,6 +47,8 @@ struct Script {
     reject_cursor_once: bool,
     /// Send this many list_changed notifications right after initialized.
     list_changed_storm: usize,
+    /// When the storm is over, write the time (Unix milliseconds) to this file.
+    storm_done_file: Option<String>,
     /// Write this many lines to stderr at start.
     stderr_lines: usize,
     /// Send these requests to the client after initialized.
@@ -305,10 +307,15 @@ impl Server {
         if self.script.list_changed_storm > 0 {
             let out = self.out.clone();
             let count = self.script.list_changed_storm;
+            let done_file = self.script.storm_done_file.clone();
             std::thread::spawn(move || {
                 for _ in 0..count {
                     write_line(&out, LIST_CHANGED);
                     std::thread::sleep(Duration::from_micros(500));
+                }
+                if let Some(path) = done_file {
+                    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+                    let _ = std::fs::write(path, now.to_string());
                 }
             });
         }

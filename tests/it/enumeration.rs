@@ -88,15 +88,39 @@ async fn list_changed_publishes_a_new_generation_with_its_diff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_notifications_costs_a_few_passes() {
     let dir = TestDir::new();
-    let script = dir.script("stormy", json!({"tools": tools("t", 3), "list_changed_storm": 1000}));
+    let done_file = dir.path("storm-done");
+    let script = dir.script("stormy", json!({"tools": tools("t", 3), "list_changed_storm": 1000, "storm_done_file": done_file}));
     let app = start(dir.config(&server_table("stormy", &script, ""))).await;
     wait_for_server(app.registry(), "stormy", "ready", |v| v.state == ServerState::Ready).await;
-    // The storm takes about half a second; let it finish and the coalesced pass run.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let view = wait_for_server(app.registry(), "stormy", "ready after the storm", |v| v.state == ServerState::Ready).await;
+    // Wait for the storm to end, then for a pass that started after it to complete: that pass
+    // saw every notification, and no later one will start.
+    let deadline = std::time::Instant::now() + WAIT;
+    let storm_done_ms: i64 = loop {
+        if let Some(ms) = std::fs::read_to_string(&done_file).ok().and_then(|text| text.trim().parse().ok()) {
+            break ms;
+        }
+        assert!(std::time::Instant::now() < deadline, "the storm never ended");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    loop {
+        let last = app.store().enumerations("stormy", 1).await.unwrap().remove(0);
+        let complete = matches!(last.outcome, EnumerationOutcome::Unchanged | EnumerationOutcome::Committed);
+        if last.started_at_ms > storm_done_ms && complete {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pass ran after the storm ended at {storm_done_ms}: {:#?}",
+            app.store().enumerations("stormy", 10).await.unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let view = app.registry().server("stormy").unwrap();
+    assert_eq!(view.state, ServerState::Ready);
     assert_eq!(tool_names(&view), ["t0", "t1", "t2"]);
     let passes = dir.received("stormy").iter().filter(|m| m["method"] == "tools/list").count();
     assert!(passes <= 6, "1000 notifications caused {passes} tools/list requests");
+    assert!(passes >= 2, "the storm was not ignored: it caused a pass after the first listing");
     assert_eq!(view.generation.as_ref().unwrap().number, 1, "an unchanged tool set keeps its generation");
     app.shutdown().await;
 }
@@ -136,7 +160,14 @@ async fn a_server_without_the_tools_capability_is_never_asked_for_tools() {
     let app = start(dir.config(&server_table("quiet", &script, ""))).await;
     let view = wait_for_server(app.registry(), "quiet", "no tools", |v| v.state == ServerState::NoTools).await;
     assert!(tool_names(&view).is_empty());
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Every notification has arrived, and a round trip after them has completed.
+    let session = view.session.clone().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while session.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) < 3 {
+        assert!(std::time::Instant::now() < deadline, "the notifications never arrived");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    session.request("ping", None, std::time::Duration::from_secs(5), false).await.unwrap();
     let methods = dir.methods("quiet");
     assert!(!methods.iter().any(|m| m == "tools/list"), "tools/list was sent: {methods:?}");
     app.shutdown().await;

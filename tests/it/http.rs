@@ -123,9 +123,11 @@ async fn credentials_come_from_the_environment_and_a_refusal_is_a_visible_state(
     wait_for_server(app.registry(), "trusted", "ready", |v| v.state == ServerState::Ready).await;
     let view = wait_for_server(app.registry(), "refused", "auth failed", |v| v.state == ServerState::AuthFailed).await;
     assert!(view.last_error.clone().unwrap().contains("401"), "{:?}", view.last_error);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let attempts = server.seen().iter().filter(|s| s.headers.get("authorization").map(String::as_str) == Some("Bearer wrong")).count();
-    assert!(attempts <= 6, "no tight reconnect loop: {attempts} attempts in about half a second");
+    // No tight reconnect loop: two more refused attempts take at least the backoff's lower
+    // bounds (initial_backoff 50 ms: at least 25 ms, then at least 50 ms).
+    let (first, since) = (view.num_restarts, std::time::Instant::now());
+    wait_for_server(app.registry(), "refused", "two more attempts", |v| v.num_restarts >= first + 2).await;
+    assert!(since.elapsed() >= Duration::from_millis(70), "two reconnects in {:?}", since.elapsed());
     app.shutdown().await;
 }
 
@@ -179,13 +181,9 @@ async fn a_modern_http_server_gets_the_2026_headers_and_a_listen_stream() {
         .call_tool(pb::CallToolRequest { qualified_name: "stateless__t2".into(), arguments_json: "{}".into(), ..Default::default() })
         .await
         .unwrap();
-    // The listen stream is open: a change reaches toolhost on it.
-    let deadline = std::time::Instant::now() + WAIT;
-    while !server.seen().iter().any(|s| s.body["method"] == "subscriptions/listen") {
-        assert!(std::time::Instant::now() < deadline, "no subscriptions/listen");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The listen stream is open and acknowledged (the acknowledgment makes toolhost list again,
+    // in case it missed a change): a change reaches toolhost on it.
+    wait_for_listen_acknowledged(&app, "stateless").await;
     server.set_tools(tools("t", 4));
     server.announce_change();
     wait_for_server(app.registry(), "stateless", "generation 2", |v| v.generation_number() == 2).await;
@@ -227,4 +225,18 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
     let view = app.registry().server("stalling").unwrap();
     assert_eq!(view.state, ServerState::Ready);
     app.shutdown().await;
+}
+
+/// Waits until the server's subscriptions/listen was acknowledged: toolhost answers the
+/// acknowledgment with a list_changed enumeration, which the store records.
+pub(crate) async fn wait_for_listen_acknowledged(app: &toolhost::app::App, server: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let records = app.store().enumerations(server, 200).await.unwrap();
+        if records.iter().any(|r| r.reason == toolhost::catalog::record::EnumerationReason::ListChanged) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "subscriptions/listen was never acknowledged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -36,27 +36,65 @@ fn python_server() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/python_sdk_server.py").to_owned()
 }
 
-/// A free loopback port for a server the test starts.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Starts the Python SDK server over Streamable HTTP on `port` (0: a port it picks itself) and
+/// returns it with the port it listens on, once it accepts connections.
+async fn serve_python_http(port: u16) -> (tokio::process::Child, u16) {
+    let dir = TestDir::new();
+    let port_file = dir.path("port");
+    let args = [python_server(), "http".to_owned(), port.to_string(), port_file.display().to_string()];
+    let mut server = spawn_quiet(python(), &args, &[]);
+    let deadline = Instant::now() + WAIT;
+    let port = loop {
+        if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|text| text.trim().parse().ok()) {
+            break port;
+        }
+        assert!(server.try_wait().unwrap().is_none(), "the Python server exited before it listened");
+        assert!(Instant::now() < deadline, "the Python server never said which port it listens on");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    wait_listening(port).await;
+    (server, port)
 }
 
-/// Starts an HTTP MCP server process and waits until it accepts connections on `port`.
-async fn serve_http(program: PathBuf, args: &[String], env: &[(&str, String)], port: u16) -> tokio::process::Child {
-    let server = tokio::process::Command::new(program)
+/// Starts server-everything over Streamable HTTP. It takes its port from `PORT` only, so the
+/// port is picked here; if another process took it first the server exits, and another is tried.
+async fn serve_everything_http() -> (tokio::process::Child, u16) {
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let args = [everything().display().to_string(), "streamableHttp".to_owned()];
+        let mut server = spawn_quiet(node(), &args, &[("PORT", port.to_string())]);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() && server.try_wait().unwrap().is_none() {
+                return (server, port);
+            }
+            if server.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "server-everything never listened on port {port}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("server-everything could not listen on any of five ports");
+}
+
+fn spawn_quiet(program: PathBuf, args: &[String], env: &[(&str, String)]) -> tokio::process::Child {
+    tokio::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+async fn wait_listening(port: u16) {
     let deadline = Instant::now() + WAIT;
     while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "the HTTP server on port {port} never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(Instant::now() < deadline, "nothing listens on port {port}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    server
 }
 
 fn node() -> PathBuf {
@@ -131,9 +169,7 @@ async fn server_everything_over_stdio() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_streamable_http() {
-    let port = free_port();
-    let mut server =
-        serve_http(node(), &[everything().display().to_string(), "streamableHttp".to_owned()], &[("PORT", port.to_string())], port).await;
+    let (mut server, port) = serve_everything_http().await;
     let dir = TestDir::new();
     let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n");
     let app = start(dir.config(&table)).await;
@@ -188,8 +224,7 @@ async fn python_sdk_servers_over_stdio_in_both_eras() {
 /// The same Python SDK server over Streamable HTTP, era detected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_over_streamable_http() {
-    let port = free_port();
-    let mut server = serve_http(python(), &[python_server(), "http".to_owned(), port.to_string()], &[], port).await;
+    let (mut server, port) = serve_python_http(0).await;
     let dir = TestDir::new();
     let app = start(dir.config(&format!("[servers.pyhttp]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n"))).await;
     let view = wait_for_server(app.registry(), "pyhttp", "ready", |v| v.state == ServerState::Ready).await;
@@ -234,9 +269,7 @@ async fn a_python_sdk_server_that_pages_and_announces_changes() {
 /// it starts over with a new initialize and a full enumeration (legacy era, where sessions exist).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_that_forgets_its_sessions() {
-    let port = free_port();
-    let args = [python_server(), "http".to_owned(), port.to_string()];
-    let mut server = serve_http(python(), &args, &[], port).await;
+    let (mut server, port) = serve_python_http(0).await;
     let dir = TestDir::new();
     let table = format!(
         "[servers.pysession]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"500ms\" }}\n"
@@ -247,7 +280,8 @@ async fn a_python_sdk_server_that_forgets_its_sessions() {
     // The server restarts and forgets every session.
     server.kill().await.unwrap();
     let _ = server.wait().await;
-    let mut server = serve_http(python(), &args, &[], port).await;
+    // Back on the same port, which it binds with SO_REUSEADDR.
+    let (mut server, _) = serve_python_http(port).await;
     let mut client = client(&app).await;
     let call =
         pb::CallToolRequest { qualified_name: "pysession__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };

@@ -21,9 +21,7 @@ async fn a_modern_server_is_discovered_listened_to_and_never_initialized() {
     assert_eq!(tool_names(&view).len(), 3);
 
     // A change announced on the subscription publishes a new generation.
-    wait_until(app.registry(), "the subscription acknowledged", |_| dir.methods("modern").iter().any(|m| m == "subscriptions/listen"))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    crate::http::wait_for_listen_acknowledged(&app, "modern").await;
     std::fs::write(&file, json!(tools("t", 4)).to_string()).unwrap();
     let view = wait_for_server(app.registry(), "modern", "generation 2", |v| v.generation_number() == 2).await;
     assert_eq!(tool_names(&view).len(), 4);
