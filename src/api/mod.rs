@@ -4,6 +4,7 @@
 //! status, `watch` streams catalog changes. `serve` binds the listeners and runs tonic with the
 //! standard health and reflection services beside `toolhost.v1.ToolHost`.
 
+mod authority;
 mod convert;
 pub(crate) mod service;
 mod status;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -21,7 +23,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::calls::Calls;
 use crate::catalog::store::Store;
-use crate::config::ListenAddr;
+use crate::config::{ListenAddr, Listener, SocketAccess};
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{Registry, ServerState};
 
@@ -64,10 +66,10 @@ pub struct ApiParts {
 ///
 /// # Errors
 /// [`ApiStartError::Bind`] naming the address.
-pub async fn bind(addrs: &[ListenAddr]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
+pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
     let mut bound = Vec::new();
     let mut listeners = Vec::new();
-    for addr in addrs {
+    for Listener { addr, socket } in addrs {
         match addr {
             ListenAddr::Tcp(socket) => {
                 let listener =
@@ -78,7 +80,7 @@ pub async fn bind(addrs: &[ListenAddr]) -> Result<(Vec<BoundAddr>, BoundListener
             }
             ListenAddr::Unix(path) => {
                 let listener =
-                    bind_unix(path).map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                    bind_unix(path, socket).map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
                 bound.push(BoundAddr::Unix(path.clone()));
                 listeners.push(Bound::Unix(listener, path.clone()));
             }
@@ -90,7 +92,7 @@ pub async fn bind(addrs: &[ListenAddr]) -> Result<(Vec<BoundAddr>, BoundListener
 /// Listeners bound by [`bind`], waiting for [`serve`].
 pub struct BoundListeners(Vec<Bound>);
 
-fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
+fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     // A socket left by a previous run would make bind fail; anything else at that path is kept.
     if let Ok(metadata) = std::fs::symlink_metadata(path)
@@ -99,8 +101,12 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
-    // Owner and group only: membership of the service's group is what grants access.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    // The kernel checks these on every connect: by default owner and group only, so membership
+    // of the socket's group is what lets an agent in.
+    if let Some(group) = &access.group {
+        std::os::unix::fs::chown(path, None, Some(group.gid))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))?;
     Ok(listener)
 }
 
@@ -148,7 +154,8 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
                 });
             }
             Bound::Unix(listener, path) => {
-                let incoming = UnixListenerStream::new(listener);
+                // Every gRPC library's idea of an authority on a Unix socket is accepted.
+                let incoming = UnixListenerStream::new(listener).map(|stream| stream.map(authority::AuthorityFix::new));
                 tracker.spawn(async move {
                     if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
                         tracing::error!(%error, "the gRPC server on a Unix socket stopped");

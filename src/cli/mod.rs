@@ -49,8 +49,8 @@ pub enum ClientError {
     Usage(String),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    #[error("cannot reach toolhost at {addr}: {source}")]
-    Connect { addr: String, source: tonic::transport::Error },
+    #[error("cannot reach toolhost at {addr}: {reason}")]
+    Connect { addr: String, reason: String },
     #[error("{}", describe_status(.0))]
     Rpc(#[from] tonic::Status),
     #[error("the tool reported an error")]
@@ -147,7 +147,7 @@ fn resolve_addr(options: &ClientOptions) -> Result<ListenAddr, ClientError> {
     if let Some(path) = &options.config {
         let config = Config::load(path)?;
         if let Some(first) = config.grpc.listen.first() {
-            return Ok(first.clone());
+            return Ok(first.addr.clone());
         }
     }
     Ok(ListenAddr::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 50051))))
@@ -167,9 +167,9 @@ fn parse_addr(addr: &str) -> Result<ListenAddr, ClientError> {
 pub async fn connect(addr: &ListenAddr) -> Result<Channel, ClientError> {
     match addr {
         ListenAddr::Tcp(socket) => {
-            let endpoint = Endpoint::from_shared(format!("http://{socket}"))
-                .map_err(|source| ClientError::Connect { addr: socket.to_string(), source })?;
-            endpoint.connect().await.map_err(|source| ClientError::Connect { addr: socket.to_string(), source })
+            let endpoint =
+                Endpoint::from_shared(format!("http://{socket}")).map_err(|source| connect_error(socket.to_string(), &source))?;
+            endpoint.connect().await.map_err(|source| connect_error(socket.to_string(), &source))
         }
         ListenAddr::Unix(path) => {
             let path = path.clone();
@@ -182,9 +182,32 @@ pub async fn connect(addr: &ListenAddr) -> Result<Channel, ClientError> {
                     async move { UnixStream::connect(path).await.map(TokioIo::new) }
                 }))
                 .await
-                .map_err(|source| ClientError::Connect { addr: display, source })
+                .map_err(|source| connect_error(display, &source))
         }
     }
+}
+
+/// Says what went wrong in words an operator can act on: the OS error behind tonic's
+/// "transport error", and what to do about the usual ones.
+fn connect_error(addr: String, error: &(dyn std::error::Error + 'static)) -> ClientError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut io = None;
+    while let Some(cause) = source {
+        if let Some(found) = cause.downcast_ref::<std::io::Error>() {
+            io = Some(found);
+        }
+        source = cause.source();
+    }
+    let is_unix = addr.starts_with("unix:");
+    let reason = match io.map(std::io::Error::kind) {
+        Some(std::io::ErrorKind::NotFound) if is_unix => "no such socket (is toolhost running, and is this its listen address?)".to_owned(),
+        Some(std::io::ErrorKind::PermissionDenied) => {
+            "permission denied (the socket admits its owner and its group: add this user to that group, e.g. toolhost)".to_owned()
+        }
+        Some(std::io::ErrorKind::ConnectionRefused) => "connection refused (nothing listens there; is toolhost running?)".to_owned(),
+        _ => io.map_or_else(|| error.to_string(), ToString::to_string),
+    };
+    ClientError::Connect { addr, reason }
 }
 
 /// `NOT_FOUND (UNKNOWN_TOOL): no tool "x" [server=a tool=x]`: the code, toolhost's reason and

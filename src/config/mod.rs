@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use raw::{OneOrMany, RawConfig, RawDesktopFile, RawServer};
+use raw::{OneOrMany, RawConfig, RawDesktopFile, RawListen, RawServer};
 
 /// The whole configuration.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct StoreConfig {
 
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
-    pub listen: Vec<ListenAddr>,
+    pub listen: Vec<Listener>,
     /// Catalog events kept for watchers that fall behind; older ones get a resync.
     pub watch_backlog: usize,
 }
@@ -47,6 +47,35 @@ pub struct GrpcConfig {
 pub enum ListenAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// One API listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub addr: ListenAddr,
+    /// Who may connect, for a Unix socket (the file's mode and group).
+    pub socket: SocketAccess,
+}
+
+/// A Unix socket file's permission bits and owning group. The kernel checks them on every
+/// connect: with the default 0660, the daemon's user and the socket's group get in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketAccess {
+    pub mode: u32,
+    /// `None`: the daemon's own group.
+    pub group: Option<SocketGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl Default for SocketAccess {
+    fn default() -> SocketAccess {
+        SocketAccess { mode: 0o660, group: None }
+    }
 }
 
 /// OpenTelemetry export. Off unless an endpoint is set here or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
@@ -237,13 +266,13 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     let listen = match raw.grpc.listen {
-        None => vec!["127.0.0.1:50051".to_owned()],
+        None => vec![RawListen::Address("127.0.0.1:50051".to_owned())],
         Some(OneOrMany::One(addr)) => vec![addr],
         Some(OneOrMany::Many(addrs)) => addrs,
     };
     let mut listen_addrs = Vec::new();
-    for (idx, addr) in listen.iter().enumerate() {
-        let parsed = parse_listen(&base, addr).map_err(|problem| error(format!("grpc.listen[{idx}]"), problem))?;
+    for (idx, entry) in listen.iter().enumerate() {
+        let parsed = parse_listener(&base, entry).map_err(|problem| error(format!("grpc.listen[{idx}]"), problem))?;
         listen_addrs.push(parsed);
     }
     if listen_addrs.is_empty() {
@@ -298,6 +327,44 @@ fn check_server_name(name: &str) -> Result<(), String> {
         return Err("a server name must not contain \"__\" or end with '_' (it prefixes tool names as SERVER__TOOL)".to_owned());
     }
     Ok(())
+}
+
+fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
+    let (address, mode, group) = match entry {
+        RawListen::Address(address) => (address, None, None),
+        RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref()),
+    };
+    let addr = parse_listen(base, address)?;
+    if matches!(addr, ListenAddr::Tcp(_)) && (mode.is_some() || group.is_some()) {
+        return Err("mode and group apply to unix: sockets only".to_owned());
+    }
+    let mut socket = SocketAccess::default();
+    if let Some(mode) = mode {
+        socket.mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|mode| *mode <= 0o777)
+            .ok_or_else(|| format!("mode {mode:?} is not octal permission bits like \"0660\""))?;
+        if socket.mode & 0o200 == 0 {
+            return Err(format!("mode {mode:?} leaves the daemon's own user unable to use its socket"));
+        }
+    }
+    if let Some(group) = group {
+        socket.group = Some(resolve_group(group)?);
+    }
+    Ok(Listener { addr, socket })
+}
+
+/// A group by name or numeric id, which must exist on this machine.
+fn resolve_group(group: &str) -> Result<SocketGroup, String> {
+    let found = match group.parse::<u32>() {
+        Ok(gid) => nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)),
+        Err(_) => nix::unistd::Group::from_name(group),
+    };
+    match found {
+        Ok(Some(entry)) => Ok(SocketGroup { name: entry.name, gid: entry.gid.as_raw() }),
+        Ok(None) => Err(format!("there is no group {group:?} on this machine")),
+        Err(err) => Err(format!("cannot look up the group {group:?}: {err}")),
+    }
 }
 
 fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {

@@ -55,8 +55,26 @@ pub(crate) struct RawTelemetry {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
+    One(RawListen),
+    Many(Vec<RawListen>),
+}
+
+/// A listener: an address, or a table with an address and, for a Unix socket, its access.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawListen {
+    Address(String),
+    Table(RawListenTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub(crate) address: String,
+    /// Octal permission bits of the socket file, e.g. "0660".
+    pub(crate) mode: Option<String>,
+    /// The group that owns the socket file: a name or a numeric id.
+    pub(crate) group: Option<String>,
 }
 
 /// One `[servers.NAME]` table: the `mcpServers` keys plus toolhost's own settings.

@@ -33,7 +33,7 @@ fn a_full_toml_file_resolves_paths_against_its_directory() {
     .unwrap();
     assert_eq!(config.store.path, Path::new("/etc/toolhost/state/catalog.db"));
     assert_eq!(
-        config.grpc.listen,
+        config.grpc.listen.iter().map(|l| l.addr.clone()).collect::<Vec<_>>(),
         vec![ListenAddr::Unix("/etc/toolhost/run/toolhost.sock".into()), ListenAddr::Tcp("127.0.0.1:7000".parse().unwrap())]
     );
     let files = &config.servers["files"];
@@ -59,7 +59,8 @@ fn a_desktop_json_file_is_read_as_those_clients_write_it() {
     assert_eq!(memory.command, Path::new("npx"));
     assert_eq!(memory.args, ["-y", "@modelcontextprotocol/server-memory"]);
     assert!(!config.servers["off"].enabled);
-    assert_eq!(config.grpc.listen, vec![ListenAddr::Tcp("127.0.0.1:50051".parse().unwrap())]);
+    assert_eq!(config.grpc.listen[0].addr, ListenAddr::Tcp("127.0.0.1:50051".parse().unwrap()));
+    assert_eq!(config.grpc.listen.len(), 1);
 }
 
 #[test]
@@ -123,4 +124,25 @@ fn an_empty_or_comment_only_file_is_refused() {
         assert!(error.contains("empty"), "{error}");
     }
     assert!(load("servers.json", "").unwrap_err().contains("empty"));
+}
+
+#[test]
+fn a_unix_listener_takes_a_mode_and_a_group() {
+    let config = load(
+        "toolhost.toml",
+        "[grpc]\nlisten = [\"127.0.0.1:1\", { address = \"unix:/run/t.sock\", mode = \"0666\", group = \"root\" }]\n",
+    )
+    .unwrap();
+    let socket = &config.grpc.listen[1].socket;
+    assert_eq!((socket.mode, socket.group.as_ref().map(|g| g.gid)), (0o666, Some(0)));
+    assert_eq!(config.grpc.listen[0].socket, SocketAccess::default());
+    for (listen, expected) in [
+        ("{ address = \"unix:/t.sock\", group = \"no-such-group-here\" }", "there is no group"),
+        ("{ address = \"unix:/t.sock\", mode = \"0999\" }", "not octal"),
+        ("{ address = \"unix:/t.sock\", mode = \"0066\" }", "own user"),
+        ("{ address = \"127.0.0.1:1\", mode = \"0660\" }", "unix: sockets only"),
+    ] {
+        let error = load("toolhost.toml", &format!("[grpc]\nlisten = [{listen}]\n")).unwrap_err();
+        assert!(error.contains("grpc.listen[0]") && error.contains(expected), "{error}");
+    }
 }

@@ -180,3 +180,9 @@ pub fn is_root() -> bool {
         .and_then(|status| status.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
 }
+
+/// Says on stderr (which the test harness shows) why a test did not run.
+#[allow(clippy::print_stderr)]
+pub fn skipped(why: &str) {
+    eprintln!("{why}");
+}

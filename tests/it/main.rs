@@ -19,3 +19,4 @@ mod modern;
 mod restart;
 mod store_faults;
 mod telemetry;
+mod unix_socket;

@@ -10,12 +10,6 @@ use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
 
-/// Says on stderr (which the test harness shows) why a test did not run.
-#[allow(clippy::print_stderr)]
-pub fn skipped(why: &str) {
-    eprintln!("{why}");
-}
-
 /// A small tmpfs mounted for one test, unmounted when dropped.
 struct SmallFs {
     path: PathBuf,
