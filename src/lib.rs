@@ -20,6 +20,7 @@ pub mod faults;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
+pub mod secrets;
 pub mod signals;
 pub mod supervisor;
 pub mod systemd;

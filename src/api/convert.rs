@@ -22,7 +22,7 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
         revalidating: view.revalidating,
         last_verified_unix_ms: view.last_verified_at_ms.unwrap_or(0),
         last_enumeration: view.last_enumeration.as_ref().map(enumeration),
-        last_error: view.last_error.clone().unwrap_or_default(),
+        last_error: view.last_error.as_deref().map(|error| crate::secrets::redact(error).into_owned()).unwrap_or_default(),
         restarts: view.num_restarts,
         worker_panics: view.num_worker_panics,
         era: hello.map(|h| h.era.as_str().to_owned()).unwrap_or_default(),

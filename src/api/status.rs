@@ -126,9 +126,10 @@ const MAX_MESSAGE_BYTES: usize = 1024;
 const MAX_METADATA_VALUE_BYTES: usize = 256;
 
 fn status(code: Code, message: String, reason: &str, metadata: Vec<(&str, String)>) -> Status {
-    let metadata: HashMap<String, String> =
-        metadata.into_iter().map(|(k, v)| (k.to_owned(), truncate(v, MAX_METADATA_VALUE_BYTES))).collect();
-    Status::with_error_details(code, truncate(message, MAX_MESSAGE_BYTES), ErrorDetails::with_error_info(reason, DOMAIN, metadata))
+    // Scrubbed again at the door: whatever an upstream echoed, no secret leaves in a status.
+    let clean = |text: String, max: usize| truncate(crate::secrets::redact_owned(text), max);
+    let metadata: HashMap<String, String> = metadata.into_iter().map(|(k, v)| (k.to_owned(), clean(v, MAX_METADATA_VALUE_BYTES))).collect();
+    Status::with_error_details(code, clean(message, MAX_MESSAGE_BYTES), ErrorDetails::with_error_info(reason, DOMAIN, metadata))
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, marked when it was cut.

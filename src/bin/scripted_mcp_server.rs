@@ -83,6 +83,8 @@ struct Script {
     calls_file: Option<String>,
     /// Calls to these tools answer -32602 about an unknown argument field.
     invalid_params_on_call: Vec<String>,
+    /// Write this process's environment (NAME=value lines) to this file at start.
+    env_file: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -114,6 +116,10 @@ fn main() {
         }
     };
     let launch = count_launch(script.state_dir.as_deref());
+    if let Some(path) = &script.env_file {
+        let lines: String = std::env::vars().map(|(name, value)| format!("{name}={value}\n")).collect();
+        let _ = std::fs::write(path, lines);
+    }
     if let Some(path) = &script.pid_file {
         let mut file = std::fs::OpenOptions::new()
             .create(true)

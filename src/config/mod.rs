@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use raw::{OneOrMany, RawConfig, RawDesktopFile, RawListen, RawServer};
 
+use crate::secrets::Resolved;
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -136,16 +138,23 @@ pub enum Transport {
 pub struct StdioSpec {
     pub command: PathBuf,
     pub args: Vec<String>,
-    /// Added to toolhost's own environment.
-    pub env: BTreeMap<String, String>,
+    /// The server's whole environment is [`BASE_ENV`] and `inherit_env` taken from toolhost's,
+    /// plus these (whose `${…}` references are resolved, and secret).
+    pub env: BTreeMap<String, Resolved>,
+    pub inherit_env: Vec<String>,
     pub cwd: Option<PathBuf>,
 }
+
+/// What every stdio server inherits from toolhost's environment: enough to find programs and
+/// speak the locale, nothing that could be another server's credential.
+pub const BASE_ENV: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM"];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpSpec {
     pub url: String,
-    /// Values may name environment variables as `${NAME}`; they are never logged.
-    pub headers: BTreeMap<String, String>,
+    /// `${…}` references resolved at load; secret values never print (see [`crate::secrets`]).
+    pub headers: BTreeMap<String, Resolved>,
     /// PEM certificates to trust instead of the public roots (a private CA, a self-signed server).
     pub ca_file: Option<PathBuf>,
 }
@@ -395,16 +404,29 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             }
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
-            Transport::Stdio(StdioSpec { command, args: raw.args, env: raw.env, cwd: raw.cwd.map(|cwd| base.join(cwd)) })
+            let env = resolve_all(raw.env, "env")?;
+            for name in &raw.inherit_env {
+                if name.is_empty() || name.contains('=') {
+                    return Err(("inherit_env".into(), format!("{name:?} is not an environment variable name")));
+                }
+            }
+            Transport::Stdio(StdioSpec {
+                command,
+                args: raw.args,
+                env,
+                inherit_env: raw.inherit_env,
+                cwd: raw.cwd.map(|cwd| base.join(cwd)),
+            })
         }
         (None, Some(url)) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(("url".into(), format!("{url:?} is not an http:// or https:// URL")));
             }
-            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
-                return Err(("url".into(), "args, env and cwd apply to stdio servers (command), not to url".into()));
+            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() || !raw.inherit_env.is_empty() {
+                return Err(("url".into(), "args, env, inherit_env and cwd apply to stdio servers (command), not to url".into()));
             }
-            Transport::Http(HttpSpec { url, headers: raw.headers, ca_file: raw.ca_file.map(|path| base.join(path)) })
+            let headers = resolve_all(raw.headers, "headers")?;
+            Transport::Http(HttpSpec { url, headers, ca_file: raw.ca_file.map(|path| base.join(path)) })
         }
     };
     if let Some(kind) = raw.kind.as_deref() {
@@ -453,6 +475,17 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             Some(other) => return Err(("protocol".into(), format!("{other:?} is not one of \"auto\", \"legacy\", \"modern\""))),
         },
     })
+}
+
+/// Resolves the `${…}` references of every value, naming the key of one that cannot be.
+fn resolve_all(values: BTreeMap<String, String>, table: &str) -> Result<BTreeMap<String, Resolved>, KeyProblem> {
+    values
+        .into_iter()
+        .map(|(name, value)| match crate::secrets::resolve(&value) {
+            Ok(resolved) => Ok((name, resolved)),
+            Err(problem) => Err((format!("{table}.{name}"), problem)),
+        })
+        .collect()
 }
 
 fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Result<T, String> {

@@ -94,6 +94,9 @@ pub(crate) struct RawServer {
     #[serde(rename = "type")]
     pub(crate) kind: Option<String>,
     // --- toolhost's settings ---
+    /// Variables of the daemon's environment a stdio server also gets (beyond the base set).
+    #[serde(default)]
+    pub(crate) inherit_env: Vec<String>,
     pub(crate) ca_file: Option<String>,
     pub(crate) protocol: Option<String>,
     pub(crate) enabled: Option<bool>,

@@ -135,8 +135,8 @@ impl Worker {
             tools: stats.tools,
             bytes: stats.bytes,
             generation: 0,
-            error,
-            diagnostics,
+            error: error.map(crate::secrets::redact_owned),
+            diagnostics: diagnostics.into_iter().map(crate::secrets::redact_owned).collect(),
         }
     }
 }

@@ -113,15 +113,16 @@ pub(crate) async fn enumerate(
                 pages.clear();
                 continue;
             }
-            Err(error) => return Err(PassEnd::Failed(format!("tools/list page {page_number}: {error}"))),
+            Err(error) => return Err(PassEnd::Failed(crate::secrets::redact_owned(format!("tools/list page {page_number}: {error}")))),
         };
         stats.pages += 1;
         stats.bytes += result.get().len() as u64;
         if stats.bytes > limits.max_bytes {
             return Err(PassEnd::Failed(format!("the listing is larger than {} bytes (max_listing_bytes)", limits.max_bytes)));
         }
-        let peek = peek_page(&result)
-            .map_err(|err| PassEnd::Failed(format!("tools/list page {page_number} is not a tools/list result: {err}")))?;
+        let peek = peek_page(&result).map_err(|err| {
+            PassEnd::Failed(crate::secrets::redact_owned(format!("tools/list page {page_number} is not a tools/list result: {err}")))
+        })?;
         if let Some(ttl) = peek.ttl_ms {
             stats.ttl_ms = Some(stats.ttl_ms.map_or(ttl, |known| known.min(ttl)));
         }
@@ -141,7 +142,9 @@ pub(crate) async fn enumerate(
     let mut entries = Vec::new();
     for (idx, page) in pages.into_iter().enumerate() {
         let defined = page.await.map_err(|err| PassEnd::Failed(format!("processing tools/list page {}: {err}", idx + 1)))?;
-        let defined = defined.map_err(|err| PassEnd::Failed(format!("tools/list page {} is not a tools/list result: {err}", idx + 1)))?;
+        let defined = defined.map_err(|err| {
+            PassEnd::Failed(crate::secrets::redact_owned(format!("tools/list page {} is not a tools/list result: {err}", idx + 1)))
+        })?;
         entries.extend(defined);
         stats.tools = u32::try_from(entries.len()).unwrap_or(u32::MAX);
         if stats.tools > limits.max_tools {

@@ -132,7 +132,8 @@ impl Worker {
                     None
                 }
                 Err(error) => {
-                    tracing::warn!(server = %self.name, %error, "cannot start a session");
+                    let text = crate::secrets::redact_owned(error.to_string());
+                    tracing::warn!(server = %self.name, error = %text, "cannot start a session");
                     // A remembered era may be out of date: probe again next time.
                     self.era = None;
                     let refused = match error {
@@ -142,7 +143,7 @@ impl Worker {
                         }
                         _ => None,
                     };
-                    self.registry.update(&self.name, |view| view.last_error = Some(error.to_string()));
+                    self.registry.update(&self.name, |view| view.last_error = Some(text));
                     refused
                 }
             };

@@ -90,9 +90,9 @@ pub(crate) fn start(
     let uri: Uri = spec.url.parse().map_err(|err| UpstreamError::Protocol(format!("bad url: {err}")))?;
     let mut headers = Vec::with_capacity(spec.headers.len());
     for (name, value) in &spec.headers {
-        let value = expand_env(value).map_err(UpstreamError::Protocol)?;
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| UpstreamError::Protocol(format!("bad header name {name:?}")))?;
-        let mut value = HeaderValue::from_str(&value).map_err(|_| UpstreamError::Protocol(format!("bad value for header {name}")))?;
+        let mut value =
+            HeaderValue::from_str(value.expose()).map_err(|_| UpstreamError::Protocol(format!("bad value for header {name}")))?;
         value.set_sensitive(true);
         headers.push((name, value));
     }
@@ -332,6 +332,8 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
             .unwrap_or_else(|_| Err(format!("the HTTP exchange took longer than {:?}", state.request_timeout))),
     };
     if let Err(message) = outcome {
+        // HTTP bodies and transport errors are the server's words: no secret goes further.
+        let message = crate::secrets::redact_owned(message);
         match request_id {
             Some(id) => state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None }),
             None => tracing::debug!(server = %state.server, %message, "an HTTP exchange without a response failed"),
@@ -557,30 +559,6 @@ fn is_rpc_error(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|value| value.get("error").is_some() && value["id"].is_u64())
 }
 
-/// `${NAME}` in a header value becomes the environment variable's value, and `${file:/PATH}`
-/// the content of that file (trimmed), so that a token need not live in the configuration.
-fn expand_env(value: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| "unclosed ${ in a header value".to_owned())?;
-        let name = &after[..end];
-        let value = match name.strip_prefix("file:") {
-            Some(path) if std::path::Path::new(path).is_absolute() => std::fs::read_to_string(path)
-                .map(|text| text.trim().to_owned())
-                .map_err(|err| format!("cannot read {path} named in a header: {err}"))?,
-            Some(path) => return Err(format!("${{file:{path}}} in a header needs an absolute path")),
-            None => std::env::var(name).map_err(|_| format!("the environment variable {name} named in a header is not set"))?,
-        };
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 /// An error and its causes, "outer: inner: root" (hyper's own message alone says little).
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -606,20 +584,5 @@ mod tests {
         assert_eq!(header_safe("get_weather"), "get_weather");
         assert_eq!(header_safe("héllo"), "=?base64?aMOpbGxv?=");
         assert_eq!(header_safe(" padded"), "=?base64?IHBhZGRlZA==?=");
-    }
-
-    #[test]
-    fn header_values_take_environment_variables() {
-        assert_eq!(expand_env("Bearer ${PATH}").unwrap(), format!("Bearer {}", std::env::var("PATH").unwrap()));
-        assert_eq!(expand_env("plain").unwrap(), "plain");
-        assert!(expand_env("Bearer ${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err().contains("TOOLHOST_SURELY_UNSET_VARIABLE"));
-        assert!(expand_env("${OPEN").is_err());
-        let dir = std::env::temp_dir().join(format!("toolhost-token-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let token = dir.join("token");
-        std::fs::write(&token, "t0ken\n").unwrap();
-        assert_eq!(expand_env(&format!("Bearer ${{file:{}}}", token.display())).unwrap(), "Bearer t0ken");
-        assert!(expand_env("${file:relative/token}").unwrap_err().contains("absolute"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -398,7 +398,7 @@ impl Shared {
                 let slot = self.lock_pending().remove(&id);
                 match slot {
                     Some(slot) => {
-                        let _ = slot.reply.send(outcome.map(ToOwned::to_owned));
+                        let _ = slot.reply.send(outcome.map(ToOwned::to_owned).map_err(scrub));
                     }
                     None if id >= self.next_id.load(Ordering::Relaxed) => {
                         self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
@@ -427,7 +427,7 @@ impl Shared {
             Err(error) => {
                 self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);
                 if let Some(suppressed) = self.diagnostics.admit() {
-                    let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
+                    let preview = crate::secrets::redact_owned(String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned());
                     tracing::warn!(server = %self.server, %error, line.preview = %preview, suppressed, "ignored a line that is not a JSON-RPC message");
                 }
             }
@@ -529,6 +529,18 @@ impl Drop for PendingGuard<'_> {
             }
         }
     }
+}
+
+/// An upstream's error with every registered secret scrubbed: it travels on to logs, statuses
+/// and `last_error`.
+fn scrub(mut error: RpcError) -> RpcError {
+    error.message = crate::secrets::redact_owned(error.message);
+    if let Some(data) = &error.data
+        && let std::borrow::Cow::Owned(text) = crate::secrets::redact(data.get())
+    {
+        error.data = RawValue::from_string(text).ok();
+    }
+    error
 }
 
 /// `params._meta["io.modelcontextprotocol/subscriptionId"]`, as a string.

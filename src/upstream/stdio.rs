@@ -43,13 +43,15 @@ pub(crate) fn spawn(
     reaper: Arc<Reaper>,
 ) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
     let mut command = Command::new(&spec.command);
+    // A clean environment: a server never sees another's credentials, nor the service
+    // manager's variables (NOTIFY_SOCKET and the like), only the base set, what it inherits by
+    // name, and its own `env`.
+    let inherited = crate::config::BASE_ENV.iter().copied().chain(spec.inherit_env.iter().map(String::as_str));
     command
         .args(&spec.args)
-        // The service manager's variables are toolhost's, not the server's.
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .envs(&spec.env)
+        .env_clear()
+        .envs(inherited.filter_map(|name| std::env::var_os(name).map(|value| (name, value))))
+        .envs(spec.env.iter().map(|(name, value)| (name, value.expose())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -135,6 +137,7 @@ async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R) {
             Ok(Line::Oversized(len)) => format!("<a line of {len} bytes, over the {STDERR_LINE_BYTES}-byte limit>"),
             Ok(Line::Eof) | Err(_) => break,
         };
+        let line = crate::secrets::redact_owned(line);
         match throttle.admit() {
             Some(0) => tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}"),
             Some(suppressed) => {

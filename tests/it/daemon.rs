@@ -353,3 +353,31 @@ async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
     let after = daemon.wait_servers("the next change", |s| s[0].generation > base).await;
     assert_eq!(after[0].generation, base + 1, "no number is skipped or reused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_gets_a_clean_environment() {
+    let dir = TestDir::new();
+    let env_file = dir.path("env.txt");
+    let script = dir.script("clean", json!({"tools": tools("t", 1), "env_file": env_file}));
+    let extra = "inherit_env = [\"ALLOWED_EXTRA\"]\nenv = { OWN = \"own-value\", FROM_REF = \"${FOR_THIS_SERVER}\" }";
+    let daemon = Daemon::start(
+        &dir,
+        &server_table("clean", &script, extra),
+        &[
+            ("ANOTHER_SERVERS_TOKEN", "must-not-leak".to_owned()),
+            ("ALLOWED_EXTRA", "shared".to_owned()),
+            ("FOR_THIS_SERVER", "resolved-secret".to_owned()),
+        ],
+    );
+    daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    let names: Vec<&str> = env.lines().filter_map(|line| line.split_once('=').map(|(name, _)| name)).collect();
+    assert!(names.contains(&"PATH"), "the base set is there: {names:?}");
+    assert!(!names.contains(&"ANOTHER_SERVERS_TOKEN"), "toolhost's environment is not: {names:?}");
+    assert!(
+        env.contains("ALLOWED_EXTRA=shared\n") && env.contains("OWN=own-value\n") && env.contains("FROM_REF=resolved-secret\n"),
+        "{env}"
+    );
+    let log = daemon.log_text();
+    assert!(!log.contains("resolved-secret"), "a resolved reference is never logged");
+}

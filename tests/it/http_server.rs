@@ -34,6 +34,11 @@ pub struct Script {
     /// Answer tools/call with an event stream that never carries the answer (keep-alive
     /// comments only) until the client goes away.
     pub stall_calls: bool,
+    /// Echo the request's Authorization header back: tools/call of `t0` in a 500 body, of `t1`
+    /// in a JSON-RPC error message.
+    pub echo_authorization_on_call: bool,
+    /// Refuse tools/list with a JSON-RPC error that echoes the Authorization header.
+    pub echo_authorization_on_list: bool,
 }
 
 pub struct HttpMcpServer {
@@ -242,6 +247,28 @@ async fn respond<S: AsyncWrite + Unpin>(
                 let script = state.script.lock().unwrap();
                 (script.sse_responses, script.drop_call_streams)
             };
+            let (echo_call, echo_list) = {
+                let script = state.script.lock().unwrap();
+                (script.echo_authorization_on_call, script.echo_authorization_on_list)
+            };
+            let authorization = headers.get("authorization").cloned().unwrap_or_default();
+            if echo_call && body["method"] == "tools/call" && body["params"]["name"] == "t0" {
+                return write(
+                    stream,
+                    "500 Internal Server Error",
+                    "text/plain",
+                    &format!("upstream failure; you sent {authorization}"),
+                    &[],
+                )
+                .await;
+            }
+            let echoed = |message: String| json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": message}}).to_string();
+            if echo_call && body["method"] == "tools/call" && body["params"]["name"] == "t1" {
+                return write(stream, "200 OK", "application/json", &echoed(format!("bad credentials {authorization}")), &[]).await;
+            }
+            if echo_list && body["method"] == "tools/list" {
+                return write(stream, "200 OK", "application/json", &echoed(format!("cannot list with {authorization}")), &[]).await;
+            }
             let stall = state.script.lock().unwrap().stall_calls;
             if stall && body["method"] == "tools/call" {
                 use std::sync::atomic::Ordering::SeqCst;

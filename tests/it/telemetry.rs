@@ -380,3 +380,93 @@ fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
         assert!(text.contains(name), "the dashboard does not chart {name}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
+    use crate::http_server::{HttpMcpServer, Script};
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = Receiver::default();
+    let collector = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(receiver.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let calls_echo = HttpMcpServer::start(Script { tools: tools("t", 2), echo_authorization_on_call: true, ..Script::default() }).await;
+    let list_echoes = HttpMcpServer::start(Script { tools: tools("t", 2), echo_authorization_on_list: true, ..Script::default() }).await;
+    let dir = TestDir::new();
+    let token = "tok-SECRET-4242-xyzzy";
+    std::fs::write(dir.path("token"), format!("{token}\n")).unwrap();
+    let header = format!("headers = {{ Authorization = \"Bearer ${{file:{}}}\" }}", dir.path("token").display());
+    let table = |name: &str, url: &str| {
+        format!(
+            "[servers.{name}]\nurl = {url:?}\nrequest_timeout = \"5s\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"200ms\" }}\n{header}\n"
+        )
+    };
+    let config = dir.path("secret.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"secret.db\"\n[grpc]\nlisten = [\"unix:secret.sock\"]\n{}\n{}",
+            table("echoer", &calls_echo.url()),
+            table("lister", &list_echoes.url())
+        ),
+    )
+    .unwrap();
+    let log = dir.path("daemon.log");
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut client = loop {
+        if let Ok(channel) = toolhost::cli::connect(&toolhost::config::ListenAddr::Unix(dir.path("secret.sock"))).await {
+            break pb::tool_host_client::ToolHostClient::new(channel);
+        }
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut answers = String::new();
+    let servers = loop {
+        let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+        let ready = servers.iter().any(|s| s.name == "echoer" && s.available);
+        let failed = servers.iter().any(|s| s.name == "lister" && !s.last_error.is_empty());
+        if ready && failed {
+            break servers;
+        }
+        assert!(Instant::now() < deadline, "the servers never settled: {servers:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    answers.push_str(&format!("{servers:?}"));
+    let lister = servers.iter().find(|s| s.name == "lister").unwrap();
+    assert!(lister.last_error.contains("[redacted]"), "the echo is there, scrubbed: {}", lister.last_error);
+    for tool in ["echoer__t0", "echoer__t1"] {
+        let status = client.call_tool(pb::CallToolRequest { qualified_name: tool.into(), ..Default::default() }).await.unwrap_err();
+        assert!(status.message().contains("[redacted]"), "{tool}: {status:?}");
+        answers.push_str(&format!("{status:?}"));
+    }
+    let history = client.history(pb::HistoryRequest { server: "lister".into(), limit: 10 }).await.unwrap().into_inner();
+    answers.push_str(&format!("{history:?}"));
+    assert!(calls_echo.seen().iter().any(|s| s.headers.get("authorization").is_some_and(|a| a.contains(token))), "the token was sent");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(daemon.wait().unwrap().success());
+    let exported = format!("{:?}", receiver.spans.lock().unwrap());
+    assert!(exported.contains("tools/call"), "spans were exported");
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("[redacted]"), "the log shows where a secret was");
+    for (what, text) in [("API answers", answers), ("the log", log_text), ("the OTLP export", exported)] {
+        assert!(!text.contains(token), "the token leaked into {what}");
+    }
+    for file in ["secret.db", "secret.db-wal"] {
+        let bytes = std::fs::read(dir.path(file)).unwrap_or_default();
+        assert!(!bytes.windows(token.len()).any(|w| w == token.as_bytes()), "the token leaked into {file}");
+    }
+    collector.abort();
+}

@@ -1,0 +1,161 @@
+//! Secrets: values that come from a `${…}` reference in the configuration, and the rule that they
+//! never appear in anything toolhost writes.
+//!
+//! A reference is `${VAR}` (the daemon's environment), `${file:/abs/path}` (a file's content,
+//! trimmed) or `${cred:NAME}` (a systemd credential: `$CREDENTIALS_DIRECTORY/NAME`, from
+//! `LoadCredential=`). Each resolved value is registered with the process-wide [`redact`] list.
+//! Text that comes from outside (an upstream's error message or HTTP body, its stderr, a garbage
+//! line) passes through [`redact`] where it enters toolhost, so an upstream that echoes its token
+//! back cannot get it into a log, `last_error`, an API answer, a span or the store.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
+
+/// What a secret looks like in anything toolhost writes.
+pub const REDACTED: &str = "[redacted]";
+/// Shorter values are not scrubbed from text: they would match innocent words.
+const MIN_REDACTED_LEN: usize = 6;
+
+static SECRETS: LazyLock<ArcSwap<Vec<Arc<str>>>> = LazyLock::new(|| ArcSwap::from_pointee(Vec::new()));
+
+/// A string that may hold secrets, resolved from the configuration. Its `Debug` form never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Resolved {
+    value: String,
+    has_secret: bool,
+}
+
+impl Resolved {
+    pub fn expose(&self) -> &str {
+        &self.value
+    }
+
+    pub fn has_secret(&self) -> bool {
+        self.has_secret
+    }
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.has_secret { f.write_str("\"[redacted]\"") } else { write!(f, "{:?}", self.value) }
+    }
+}
+
+/// Resolves every `${…}` reference in `value` and registers what they resolved to as secrets.
+///
+/// # Errors
+/// A message naming the reference that cannot be resolved.
+pub fn resolve(value: &str) -> Result<Resolved, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    let mut found = Vec::new();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| "an unclosed ${ reference".to_owned())?;
+        let secret = lookup(&after[..end])?;
+        out.push_str(&secret);
+        found.push(secret);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    let has_secret = !found.is_empty();
+    for secret in found {
+        register(&secret);
+    }
+    Ok(Resolved { value: out, has_secret })
+}
+
+fn lookup(reference: &str) -> Result<String, String> {
+    if let Some(path) = reference.strip_prefix("file:") {
+        if !Path::new(path).is_absolute() {
+            return Err(format!("${{file:{path}}} needs an absolute path"));
+        }
+        return read_trimmed(Path::new(path)).map_err(|err| format!("cannot read {path}: {err}"));
+    }
+    if let Some(name) = reference.strip_prefix("cred:") {
+        if name.is_empty() || name.contains('/') || name == ".." {
+            return Err(format!("${{cred:{name}}} must name one credential"));
+        }
+        let dir = std::env::var_os("CREDENTIALS_DIRECTORY")
+            .ok_or_else(|| format!("${{cred:{name}}}: $CREDENTIALS_DIRECTORY is not set (systemd sets it for LoadCredential=)"))?;
+        let path = Path::new(&dir).join(name);
+        return read_trimmed(&path).map_err(|err| format!("cannot read the credential {name} ({}): {err}", path.display()));
+    }
+    std::env::var(reference).map_err(|_| format!("the environment variable {reference} is not set"))
+}
+
+fn read_trimmed(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path).map(|text| text.trim().to_owned())
+}
+
+/// Adds `secret` to the values scrubbed from outside text.
+pub fn register(secret: &str) {
+    if secret.len() < MIN_REDACTED_LEN {
+        return;
+    }
+    let current = SECRETS.load();
+    if current.iter().any(|known| &**known == secret) {
+        return;
+    }
+    SECRETS.rcu(|secrets| {
+        let mut secrets = Vec::clone(secrets);
+        if !secrets.iter().any(|known| &**known == secret) {
+            secrets.push(secret.into());
+            // Longest first, so that a secret containing another is scrubbed whole.
+            secrets.sort_by_key(|known| std::cmp::Reverse(known.len()));
+        }
+        secrets
+    });
+}
+
+/// `text` with every registered secret replaced by [`REDACTED`]. Free when none is registered or
+/// none occurs.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let secrets = SECRETS.load();
+    if secrets.is_empty() || !secrets.iter().any(|secret| text.contains(&**secret)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = text.to_owned();
+    for secret in secrets.iter() {
+        if out.contains(&**secret) {
+            out = out.replace(&**secret, REDACTED);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`redact`] for an owned string.
+pub fn redact_owned(text: String) -> String {
+    match redact(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(redacted) => redacted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_resolve_and_their_values_are_scrubbed() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cr3t-token-value\n").unwrap();
+        let resolved = resolve(&format!("Bearer ${{file:{}}}", token.display())).unwrap();
+        assert_eq!(resolved.expose(), "Bearer s3cr3t-token-value");
+        assert!(resolved.has_secret());
+        assert_eq!(format!("{resolved:?}"), "\"[redacted]\"");
+        assert_eq!(redact("the server said: bad token s3cr3t-token-value!"), "the server said: bad token [redacted]!");
+        assert!(matches!(redact("nothing to hide"), Cow::Borrowed(_)));
+        let plain = resolve("plain").unwrap();
+        assert!(!plain.has_secret() && format!("{plain:?}") == "\"plain\"");
+        assert!(resolve("${file:relative}").unwrap_err().contains("absolute"));
+        assert!(resolve("${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err().contains("TOOLHOST_SURELY_UNSET_VARIABLE"));
+        assert!(resolve("${cred:../x}").is_err());
+        assert!(resolve("${OPEN").is_err());
+    }
+}
