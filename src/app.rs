@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access::Access;
 use crate::api::{self, ApiParts, ApiStartError, BoundAddr};
+use crate::audit::{Auditor, Retention};
 use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
@@ -49,6 +51,7 @@ pub struct App {
     store: Store,
     supervisor: Supervisor,
     calls: Calls,
+    access: Arc<Access>,
     reaper: Arc<Reaper>,
     notifier: Arc<Notifier>,
     grpc_addrs: Vec<BoundAddr>,
@@ -99,16 +102,29 @@ impl App {
             "stored catalog loaded"
         );
         let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher(), metrics);
+        let access = Arc::new(Access::new(&config.access));
+        let background = TaskTracker::new();
+        let background_cancel = CancellationToken::new();
+        let retention = Retention { max_age: config.access.audit_retention, max_records: config.access.audit_max_records };
+        // The audit writer outlives the API (it drains what the last calls recorded) and stops
+        // with the other background tasks, before the store closes.
+        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, background_cancel.clone());
+        background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
-        let parts = ApiParts { registry: registry.clone(), store: store.clone(), calls: calls.clone(), refresher: supervisor.refresher() };
+        let parts = ApiParts {
+            registry: registry.clone(),
+            store: store.clone(),
+            calls: calls.clone(),
+            refresher: supervisor.refresher(),
+            access: access.clone(),
+            auditor,
+        };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
         let notifier = Arc::new(options.notifier);
-        let background = TaskTracker::new();
-        let background_cancel = CancellationToken::new();
         background.spawn(report_status(registry, notifier.clone(), background_cancel.clone()));
         if let Some(interval) = systemd::watchdog_interval() {
             background.spawn(feed_watchdog(notifier.clone(), interval, background_cancel.clone()));
@@ -122,6 +138,7 @@ impl App {
             store,
             supervisor,
             calls,
+            access,
             reaper,
             notifier,
             grpc_addrs,
@@ -160,6 +177,10 @@ impl App {
         if config.store.path != self.config.store.path || config.grpc.listen != self.config.grpc.listen {
             tracing::warn!("[store] and [grpc] changes take effect at the next restart");
         }
+        // New requests and open watch streams are judged by the new policy from here on, the
+        // events of this reload included.
+        self.access.replace(&config.access);
+        self.config.access = config.access;
         let result = self.supervisor.reconcile(&config.servers).await;
         if result.is_ok() {
             self.config.servers = config.servers;

@@ -112,6 +112,10 @@ pub enum CallError {
     TaskRequired { server: String, tool: String },
     #[error("catalog store: {0}")]
     Store(String),
+    /// An operator asked for a tool its own allow and deny lists exclude (anyone else is told
+    /// the tool does not exist).
+    #[error("agent {agent:?} may not use {tool:?} (its allow and deny lists)")]
+    NotAllowed { agent: String, tool: String },
 }
 
 /// Routes calls. Cheap to clone.
@@ -420,6 +424,7 @@ impl CallError {
             CallError::InvalidResult { .. } => "invalid_result",
             CallError::TaskRequired { .. } => "task_required",
             CallError::Store(_) => "internal",
+            CallError::NotAllowed { .. } => "denied",
         }
     }
 
@@ -437,7 +442,7 @@ impl CallError {
             CallError::Stale(stale) => Some(&stale.server),
             CallError::UnknownTool { server, .. } => server.as_deref(),
             CallError::UnknownServer(server) => Some(server),
-            CallError::InvalidArguments(_) | CallError::RevisionNotKept(_) | CallError::Store(_) => None,
+            CallError::InvalidArguments(_) | CallError::RevisionNotKept(_) | CallError::Store(_) | CallError::NotAllowed { .. } => None,
         }
     }
 }

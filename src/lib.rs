@@ -9,8 +9,10 @@
 //! - `supervisor`: one worker per server; the live registry of states and generations.
 //! - `app`: the composition root that wires the rest and owns shutdown.
 
+pub mod access;
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod calls;
 pub mod catalog;
 pub mod cli;

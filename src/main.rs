@@ -88,6 +88,21 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Show who the daemon takes you for, the agent entry that admits you, and what you may use.
+    Whoami(ClientArgs),
+    /// Show the audit trail of tool calls (operators only).
+    Audit {
+        /// Only calls in this last stretch of time, e.g. 1h or 30m.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this agent's calls.
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Internal: the orphan guard that `serve` starts (kills server process groups it outlives).
     #[command(name = "__reap", hide = true)]
     Reap,
@@ -99,7 +114,7 @@ enum Command {
 #[derive(Args)]
 struct ClientArgs {
     /// The daemon: unix:PATH or host:port (default: from --config, else 127.0.0.1:50051).
-    #[arg(long)]
+    #[arg(long, env = "TOOLHOST_ADDR")]
     addr: Option<String>,
     /// Read the daemon's address from this configuration file.
     #[arg(long, short)]
@@ -107,6 +122,10 @@ struct ClientArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// A bearer token for a TCP listener (prefer the environment variable: a command line is
+    /// visible to other users).
+    #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -141,8 +160,10 @@ fn main() -> ExitCode {
         Command::History { server, limit, client } => (ClientCommand::History { server, limit }, client),
         Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),
         Command::Restart { server, client } => (ClientCommand::Restart { server }, client),
+        Command::Whoami(client) => (ClientCommand::Whoami, client),
+        Command::Audit { since, agent, limit, client } => (ClientCommand::Audit { since, agent, limit }, client),
     };
-    let options = ClientOptions { addr: client.addr, config: client.config, json: client.json };
+    let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),

@@ -264,11 +264,12 @@ fn needs_fix(headers: &[(Vec<u8>, Vec<u8>)]) -> bool {
     headers.iter().any(|(name, value)| name == b":authority" && !valid_authority(value))
 }
 
+/// The kernel's word on who connected, read once per connection and attached to every request.
 impl tonic::transport::server::Connected for AuthorityFix<tokio::net::UnixStream> {
-    type ConnectInfo = <tokio::net::UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+    type ConnectInfo = crate::access::PeerInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        crate::access::PeerInfo(crate::access::UnixPeer::of(&self.inner))
     }
 }
 

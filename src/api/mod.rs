@@ -4,6 +4,7 @@
 //! status, `watch` streams catalog changes. `serve` binds the listeners and runs tonic with the
 //! standard health and reflection services beside `toolhost.v1.ToolHost`.
 
+mod access;
 mod authority;
 mod convert;
 pub(crate) mod service;
@@ -60,6 +61,8 @@ pub struct ApiParts {
     pub store: Store,
     pub calls: Calls,
     pub refresher: Refresher,
+    pub access: Arc<crate::access::Access>,
+    pub auditor: crate::audit::Auditor,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -135,6 +138,8 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         calls: parts.calls,
         refresher: parts.refresher,
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone() },
+        access: parts.access,
+        auditor: parts.auditor,
     };
     tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
     for listener in listeners.0 {

@@ -7,8 +7,11 @@ use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::access::{Access, Caller};
+use crate::api::access::{qualified_target, refused_tool, server_visible};
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
+use crate::audit::Auditor;
 use crate::calls::{CallRequest, Calls, ToolRef};
 use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
@@ -34,23 +37,28 @@ pub(crate) struct ToolHostService {
     pub(crate) calls: Calls,
     pub(crate) refresher: Refresher,
     pub(crate) watchers: watch::Watchers,
+    pub(crate) access: Arc<Access>,
+    pub(crate) auditor: Auditor,
 }
 
 #[tonic::async_trait]
 impl pb::tool_host_server::ToolHost for ToolHostService {
-    async fn list_servers(&self, _request: Request<pb::ListServersRequest>) -> Result<Response<pb::ListServersResponse>, Status> {
+    async fn list_servers(&self, request: Request<pb::ListServersRequest>) -> Result<Response<pb::ListServersResponse>, Status> {
+        let caller = self.admit(&request)?;
         let snapshot = self.registry.snapshot();
-        let servers = snapshot.servers.values().map(|view| convert::server(view)).collect();
+        let servers = snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect();
         Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision }))
     }
 
     async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let caller = self.admit(&request)?;
         let request = request.into_inner();
         let page_size = match request.page_size {
             0 => DEFAULT_PAGE_SIZE,
             n => n.min(MAX_PAGE_SIZE),
         };
-        let fingerprint = filter_fingerprint(&request, page_size);
+        // Page tokens are bound to the agent too: one agent's token is useless to another.
+        let fingerprint = filter_fingerprint(&request, page_size, &caller.agent.name);
         let (snapshot, start) = match request.page_token.as_str() {
             "" => (self.registry.snapshot(), Position::default()),
             token => {
@@ -63,19 +71,27 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             }
         };
         for server in &request.servers {
-            if !snapshot.servers.contains_key(server.as_str()) {
+            if !snapshot.servers.get(server.as_str()).is_some_and(|view| server_visible(&caller, view)) {
                 return Err(ApiError::UnknownServer(server.clone()).into());
             }
         }
-        let (tools, next) = collect_page(&snapshot, &request, start, page_size);
+        let (tools, next) = collect_page(&snapshot, &request, start, page_size, &caller);
         let next_page_token = next.map(|position| page_token(snapshot.revision, &fingerprint, position)).unwrap_or_default();
         Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision, next_page_token }))
     }
 
     async fn get_tool(&self, request: Request<pb::GetToolRequest>) -> Result<Response<pb::GetToolResponse>, Status> {
+        let caller = self.admit(&request)?;
         let request = request.into_inner();
-        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         let snapshot = self.registry.snapshot();
+        let target = match request.qualified_name.as_str() {
+            "" => ToolRef::ServerTool { server: request.server.clone(), name: request.name.clone() },
+            qualified => ToolRef::Qualified(qualified.to_owned()),
+        };
+        if !caller.agent.may_use(&qualified_target(&target)) {
+            return Err(refused_tool(&caller, &snapshot, &target).into());
+        }
+        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         let view = snapshot.servers.get(server.as_str()).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
         let not_found = || ApiError::UnknownTool { server: server.clone(), tool: name.clone() };
         let current = view.generation.as_ref();
@@ -99,13 +115,24 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     }
 
     async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
+        let caller = self.admit(&request)?;
         let request = request.into_inner();
-        if self.registry.server(&request.server).is_none() {
+        if !self.registry.server(&request.server).is_some_and(|view| server_visible(&caller, &view)) {
             return Err(ApiError::UnknownServer(request.server).into());
         }
         let limit = if request.limit == 0 { 20 } else { request.limit.min(1000) };
-        let generations = self.store.history(&request.server, limit).await.map_err(ApiError::from)?;
-        let enumerations = self.store.enumerations(&request.server, 20).await.map_err(ApiError::from)?;
+        let mut generations = self.store.history(&request.server, limit).await.map_err(ApiError::from)?;
+        let mut enumerations = self.store.enumerations(&request.server, 20).await.map_err(ApiError::from)?;
+        // Names the agent may not use are left out; diagnostics (which quote entries) are for operators.
+        let visible = |name: &String| caller.agent.may_use(&names::qualify(&request.server, name));
+        for generation in &mut generations {
+            generation.added.retain(visible);
+            generation.removed.retain(visible);
+            generation.changed.retain(visible);
+        }
+        if !caller.agent.admin {
+            enumerations.iter_mut().for_each(|record| record.diagnostics.clear());
+        }
         Ok(Response::new(pb::HistoryResponse {
             generations: generations.into_iter().map(convert::generation_change).collect(),
             enumerations: enumerations.iter().map(convert::enumeration).collect(),
@@ -115,13 +142,15 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     type WatchCatalogStream = ReceiverStream<Result<pb::CatalogEvent, Status>>;
 
     async fn watch_catalog(&self, request: Request<pb::WatchCatalogRequest>) -> Result<Response<Self::WatchCatalogStream>, Status> {
+        let caller = self.admit(&request)?;
         let request = request.into_inner();
         for server in &request.servers {
-            if self.registry.server(server).is_none() {
+            if !self.registry.server(server).is_some_and(|view| server_visible(&caller, &view)) {
                 return Err(ApiError::UnknownServer(server.clone()).into());
             }
         }
-        let stream = self.watchers.watch(self.registry.clone(), request.from_revision, request.servers)?;
+        let watch = watch::Watch { from_revision: request.from_revision, servers: request.servers, identity: caller.identity };
+        let stream = self.watchers.watch(self.registry.clone(), self.access.clone(), watch)?;
         Ok(Response::new(stream))
     }
 
@@ -139,10 +168,13 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         span.set_attribute("gen_ai.tool.name", target);
         span.set_attribute("rpc.system", "grpc");
         span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
-        self.call_tool_in(request).instrument(span).await
+        let caller = self.admit(&request)?;
+        span.set_attribute("toolhost.agent", caller.agent.name.to_string());
+        self.call_tool_in(request, caller).instrument(span).await
     }
 
     async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
+        self.admit_admin(&request)?;
         let server = request.into_inner().server;
         let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
         if view.state == ServerState::Disabled {
@@ -153,6 +185,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     }
 
     async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
+        self.admit_admin(&request)?;
         let server = request.into_inner().server;
         let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
         if view.state == ServerState::Disabled {
@@ -161,10 +194,19 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         self.refresher.restart(&server);
         Ok(Response::new(pb::RestartServerResponse {}))
     }
+
+    async fn who_am_i(&self, request: Request<pb::WhoAmIRequest>) -> Result<Response<pb::WhoAmIResponse>, Status> {
+        self.who_am_i_in(&request).map(Response::new)
+    }
+
+    async fn query_audit(&self, request: Request<pb::QueryAuditRequest>) -> Result<Response<pb::QueryAuditResponse>, Status> {
+        self.query_audit_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {
-    async fn call_tool_in(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
+    async fn call_tool_in(&self, request: Request<pb::CallToolRequest>, caller: Caller) -> Result<Response<pb::CallToolResponse>, Status> {
+        let started = (crate::catalog::record::now_ms(), std::time::Instant::now());
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
         let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
@@ -174,14 +216,22 @@ impl ToolHostService {
             }
             _ => return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into()),
         };
+        // The same decision as listing: a tool this agent may not use answers like one that does not exist.
+        if !caller.agent.may_use(&qualified_target(&tool)) {
+            let refused = Err(refused_tool(&caller, &self.registry.snapshot(), &tool));
+            self.audit_call(&caller, &tool, &request.arguments_json, started, &refused, true);
+            return Err(refused.err().map(Status::from).unwrap_or_else(|| Status::internal("refused")));
+        }
         let call = CallRequest {
-            tool,
+            tool: tool.clone(),
             arguments: Some(request.arguments_json.as_str()),
             expected_hash: Some(request.expected_definition_hash.as_str()),
             expected_revision: Some(request.expected_catalog_revision),
             timeout,
         };
-        let result = self.calls.call(call).await?;
+        let result = self.calls.call(call).await;
+        self.audit_call(&caller, &tool, &request.arguments_json, started, &result, false);
+        let result = result?;
         Ok(Response::new(pb::CallToolResponse {
             content_json: result.outcome.content.get().to_owned(),
             structured_content_json: result.outcome.structured_content.map(|s| s.get().to_owned()).unwrap_or_default(),
@@ -227,6 +277,7 @@ fn collect_page(
     request: &pb::ListToolsRequest,
     start: Position,
     page_size: u32,
+    caller: &Caller,
 ) -> (Vec<pb::Tool>, Option<Position>) {
     let mut tools = Vec::new();
     for (server_idx, view) in snapshot.servers.values().enumerate().skip(start.server) {
@@ -240,6 +291,9 @@ fn collect_page(
         let first = if server_idx == start.server { start.tool } else { 0 };
         for (tool_idx, tool) in generation.tools.iter().enumerate().skip(first) {
             let qualified = view.qualified().name(tool_idx);
+            if !caller.agent.may_use(qualified) {
+                continue;
+            }
             if !request.name_contains.is_empty()
                 && !contains_ignore_case(qualified, &request.name_contains)
                 && !contains_ignore_case(&tool.name, &request.name_contains)
@@ -260,8 +314,8 @@ fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
     needle.len() <= haystack.len() && haystack.windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle))
 }
 
-fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32) -> String {
-    let filters = format!("{:?}|{}|{}|{page_size}", request.servers, request.name_contains, request.available_only);
+fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32, agent: &str) -> String {
+    let filters = format!("{:?}|{}|{}|{page_size}|{agent}", request.servers, request.name_contains, request.available_only);
     sha256_hex(filters.as_bytes())[..12].to_owned()
 }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::access::Refusal;
 use crate::calls::{CallError, RaceKind};
 use crate::catalog::store::StoreError;
 
@@ -28,6 +29,8 @@ pub(crate) enum ApiError {
     #[error("toolhost is shutting down")]
     ShuttingDown,
     #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -43,7 +46,20 @@ impl From<ApiError> for Status {
                 (Code::FailedPrecondition, "PAGE_TOKEN_EXPIRED", vec![("catalog_revision", revision.to_string())])
             }
             ApiError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN", vec![]),
+            ApiError::Refused(refusal) => return refusal.into(),
             ApiError::Store(store) => return internal(&store),
+        };
+        status(code, message, reason, metadata)
+    }
+}
+
+impl From<Refusal> for Status {
+    fn from(refusal: Refusal) -> Status {
+        let message = refusal.to_string();
+        let (code, reason, metadata) = match refusal {
+            Refusal::Unauthenticated => (Code::Unauthenticated, "UNAUTHENTICATED", vec![]),
+            Refusal::NoMatchingAgent { .. } => (Code::PermissionDenied, "NO_MATCHING_AGENT", vec![]),
+            Refusal::NotAdmin { agent } => (Code::PermissionDenied, "ADMIN_REQUIRED", vec![("agent", agent)]),
         };
         status(code, message, reason, metadata)
     }
@@ -115,6 +131,7 @@ impl From<CallError> for Status {
                 (Code::Unknown, "UPSTREAM_INVALID_RESULT", vec![("server", server), ("tool", tool), ("generation", generation.to_string())])
             }
             CallError::Store(detail) => return internal(&detail),
+            CallError::NotAllowed { agent, tool } => (Code::PermissionDenied, "TOOL_NOT_ALLOWED", vec![("agent", agent), ("tool", tool)]),
         };
         status(code, message, reason, metadata)
     }

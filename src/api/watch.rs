@@ -9,6 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
+use crate::access::{Access, Identity};
+use crate::api::access::visible_event;
 use crate::api::convert;
 use crate::api::pb;
 use crate::api::status::ApiError;
@@ -24,12 +26,19 @@ pub(crate) struct Watchers {
     pub(crate) cancel: CancellationToken,
 }
 
+/// What one watcher asked for, and who it is.
+pub(crate) struct Watch {
+    pub(crate) from_revision: u64,
+    pub(crate) servers: Vec<String>,
+    pub(crate) identity: Identity,
+}
+
 impl Watchers {
     pub(crate) fn watch(
         &self,
         registry: Arc<Registry>,
-        from_revision: u64,
-        servers: Vec<String>,
+        access: Arc<Access>,
+        watch: Watch,
     ) -> Result<ReceiverStream<Result<pb::CatalogEvent, Status>>, ApiError> {
         if self.cancel.is_cancelled() {
             return Err(ApiError::ShuttingDown);
@@ -40,25 +49,35 @@ impl Watchers {
             tokio::select! {
                 () = cancel.cancelled() => {}
                 () = tx.closed() => {}
-                () = forward(&registry, from_revision, &servers, &tx) => {}
+                () = forward(&registry, &access, &watch, &tx) => {}
             }
         });
         Ok(ReceiverStream::new(rx))
     }
 }
 
-async fn forward(registry: &Registry, from_revision: u64, servers: &[String], tx: &mpsc::Sender<Result<pb::CatalogEvent, Status>>) {
+async fn forward(registry: &Registry, access: &Access, watch: &Watch, tx: &mpsc::Sender<Result<pb::CatalogEvent, Status>>) {
     let mut revisions = registry.subscribe();
-    let mut cursor = if from_revision == 0 { registry.snapshot().revision } else { from_revision };
+    let mut cursor = if watch.from_revision == 0 { registry.snapshot().revision } else { watch.from_revision };
     loop {
         revisions.borrow_and_update();
+        // The policy in force now decides what this watcher sees: a reload applies at once.
+        let caller = match access.admit(watch.identity.clone()) {
+            Ok(caller) => caller,
+            Err(refusal) => {
+                let _ = tx.send(Err(refusal.into())).await;
+                return;
+            }
+        };
         match registry.events_after(cursor) {
             Ok(events) => {
+                let snapshot = registry.snapshot();
                 for event in events {
                     cursor = cursor.max(event.revision);
-                    if !servers.is_empty() && !servers.iter().any(|s| s == convert::change_server(&event.change)) {
+                    if !watch.servers.is_empty() && !watch.servers.iter().any(|s| s == convert::change_server(&event.change)) {
                         continue;
                     }
+                    let Some(event) = visible_event(&caller, &snapshot, event) else { continue };
                     if tx.send(Ok(convert::event(event))).await.is_err() {
                         return;
                     }

@@ -489,6 +489,86 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Stores audit records, in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure; none of the batch is stored then.
+    pub async fn append_audit(&self, records: &[crate::audit::AuditRecord]) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        for record in records {
+            sqlx::query(
+                "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(record.at_ms)
+            .bind(&*record.agent)
+            .bind(&record.caller)
+            .bind(record.transport)
+            .bind(&record.qualified_name)
+            .bind(&record.server)
+            .bind(&record.tool)
+            .bind(to_i64(record.generation))
+            .bind(&record.definition_hash)
+            .bind(&record.outcome)
+            .bind(to_i64(record.duration_us))
+            .bind(record.arguments.as_deref())
+            .execute(tx.conn())
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM audit WHERE at_ms < ?").bind(oldest_ms).execute(tx.conn()).await?;
+        sqlx::query("DELETE FROM audit WHERE id <= (SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?)")
+            .bind(to_i64(max_records))
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await
+    }
+
+    /// Audit records at or after `since_ms`, of `agent` if given, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn query_audit(&self, since_ms: i64, agent: Option<&str>, limit: u32) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments \
+             FROM audit WHERE at_ms >= ?1 AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
+        )
+        .bind(since_ms)
+        .bind(agent)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            let transport: String = row.try_get(3)?;
+            records.push(crate::audit::AuditRecord {
+                at_ms: row.try_get(0)?,
+                agent: row.try_get::<String, _>(1)?.into(),
+                caller: row.try_get(2)?,
+                transport: if transport == "unix" { "unix" } else { "tcp" },
+                qualified_name: row.try_get(4)?,
+                server: row.try_get(5)?,
+                tool: row.try_get(6)?,
+                generation: to_u64(row.try_get(7)?)?,
+                definition_hash: row.try_get(8)?,
+                outcome: row.try_get(9)?,
+                duration_us: to_u64(row.try_get(10)?)?,
+                arguments: row.try_get(11)?,
+            });
+        }
+        Ok(records)
+    }
+}
+
 async fn insert_enumeration(tx: &mut SqliteConnection, server: &str, record: &EnumerationRecord) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO enumerations (server, started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics) \

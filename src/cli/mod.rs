@@ -31,6 +31,8 @@ pub enum ClientCommand {
     History { server: String, limit: u32 },
     Refresh { server: String },
     Restart { server: String },
+    Whoami,
+    Audit { since: Option<String>, agent: Option<String>, limit: u32 },
 }
 
 /// Where the daemon is and how to print.
@@ -40,6 +42,8 @@ pub struct ClientOptions {
     pub addr: Option<String>,
     pub config: Option<PathBuf>,
     pub json: bool,
+    /// A bearer token, sent as `authorization: Bearer …`.
+    pub token: Option<String>,
 }
 
 /// Why a client command failed.
@@ -76,7 +80,22 @@ impl ClientError {
 /// [`ClientError`], whose [`ClientError::exit_code`] tells the kinds apart.
 pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), ClientError> {
     let addr = resolve_addr(&options)?;
-    let mut client = ToolHostClient::new(connect(&addr).await?);
+    let token = match &options.token {
+        Some(token) => {
+            let mut value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = format!("Bearer {}", token.trim())
+                .parse()
+                .map_err(|_| ClientError::Usage("the token has characters a header cannot carry".to_owned()))?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        None => None,
+    };
+    let mut client = ToolHostClient::with_interceptor(connect(&addr).await?, move |mut request: tonic::Request<()>| {
+        if let Some(token) = &token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(request)
+    });
     let mut out = output::Printer::new(options.json);
     match command {
         ClientCommand::Servers => {
@@ -135,6 +154,23 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         ClientCommand::Restart { server } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
+        }
+        ClientCommand::Whoami => {
+            let response = client.who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
+            out.whoami(&response)?;
+        }
+        ClientCommand::Audit { since, agent, limit } => {
+            let since_unix_ms = match since {
+                Some(text) => {
+                    let window = crate::config::parse_duration(&text, std::time::Duration::from_secs(3650 * 24 * 3600))
+                        .map_err(|problem| ClientError::Usage(format!("--since: {problem}")))?;
+                    crate::catalog::record::now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+                }
+                None => 0,
+            };
+            let request = pb::QueryAuditRequest { since_unix_ms, agent: agent.unwrap_or_default(), limit };
+            let response = client.query_audit(request).await?.into_inner();
+            out.audit(&response.records)?;
         }
     }
     Ok(())

@@ -162,6 +162,57 @@ impl Printer {
         self.table(&["GEN", "REASON", "TOOLS", "ADDED", "REMOVED", "CHANGED"], &rows)
     }
 
+    pub(crate) fn whoami(&mut self, who: &pb::WhoAmIResponse) -> std::io::Result<()> {
+        let value = json!({
+            "transport": who.transport, "uid": who.uid, "gid": who.gid, "pid": who.pid, "groups": who.groups, "unit": who.unit,
+            "token_presented": who.token_presented, "agent": who.agent, "admin": who.admin,
+            "visible_servers": who.visible_servers, "visible_tools": who.visible_tools, "callable_tools": who.callable_tools,
+        });
+        if self.json {
+            return self.json_line(&value);
+        }
+        let caller = if who.transport == "unix" {
+            let unit = if who.unit.is_empty() { String::new() } else { format!(" unit {}", who.unit) };
+            format!("uid {} gid {} pid {}{unit} (groups {:?})", who.uid, who.gid, who.pid, who.groups)
+        } else {
+            "a TCP caller".to_owned()
+        };
+        let token = if who.token_presented { " with a bearer token" } else { "" };
+        writeln!(self.out, "caller:  {caller}{token}")?;
+        writeln!(self.out, "agent:   {}{}", who.agent, if who.admin { " (operator)" } else { "" })?;
+        writeln!(self.out, "tools:   {} visible on {} servers, {} callable now", who.visible_tools, who.visible_servers, who.callable_tools)
+    }
+
+    pub(crate) fn audit(&mut self, records: &[pb::AuditRecord]) -> std::io::Result<()> {
+        if self.json {
+            let list: Vec<Value> = records
+                .iter()
+                .map(|r| {
+                    json!({"at_unix_ms": r.at_unix_ms, "agent": r.agent, "caller": r.caller, "transport": r.transport,
+                           "name": r.qualified_name, "server": r.server, "tool": r.tool, "generation": r.generation,
+                           "hash": r.definition_hash, "outcome": r.outcome, "duration_us": r.duration_us,
+                           "arguments": if r.arguments.is_empty() { Value::Null } else { Value::from(r.arguments.clone()) }})
+                })
+                .collect();
+            return self.json_line(&Value::from(list));
+        }
+        let rows: Vec<Vec<String>> = records
+            .iter()
+            .map(|r| {
+                vec![
+                    r.at_unix_ms.to_string(),
+                    r.agent.clone(),
+                    r.qualified_name.clone(),
+                    r.generation.to_string(),
+                    r.outcome.clone(),
+                    format!("{:.1} ms", r.duration_us as f64 / 1000.0),
+                    r.caller.clone(),
+                ]
+            })
+            .collect();
+        self.table(&["AT_UNIX_MS", "AGENT", "TOOL", "GEN", "OUTCOME", "TOOK", "CALLER"], &rows)
+    }
+
     pub(crate) fn done(&mut self, message: &str) -> std::io::Result<()> {
         if self.json {
             return self.json_line(&json!({"ok": true}));

@@ -4,6 +4,7 @@
 //! Relative paths (the store, a server's `cwd`, a `command` containing a `/`) are resolved
 //! against the configuration file's directory, never against the current directory.
 
+mod access;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,52 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerSpec>,
+    pub access: AccessConfig,
+}
+
+/// Who may see and call what (`[access]`); see `access` for how it is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessConfig {
+    /// `[access]` was written. Without it the Unix socket admits its owner's uid and root as
+    /// operators, and TCP admits nobody.
+    pub configured: bool,
+    /// What a caller that matches no agent entry gets: everything (`"allow"`), or nothing.
+    pub default_allow: bool,
+    pub agents: Vec<AgentConfig>,
+    /// Audit records older than this are dropped.
+    pub audit_retention: Duration,
+    /// At most this many audit records are kept.
+    pub audit_max_records: u64,
+}
+
+/// One `[[access.agents]]` entry. A caller matches it by any of its kernel identities (uid, gid,
+/// systemd unit) or by a bearer token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub name: String,
+    /// `uids` and `users`, resolved.
+    pub uids: Vec<u32>,
+    /// `gids` and `groups`, resolved; a caller's primary and supplementary groups count.
+    pub gids: Vec<u32>,
+    /// Globs over the caller's systemd unit (`research-bot.service`).
+    pub units: Vec<String>,
+    pub tokens: Vec<Resolved>,
+    /// Globs over qualified tool names; empty allows nothing. `deny` wins.
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    /// May use the operator RPCs (refresh, restart, audit) and gets real errors for tools it
+    /// may not use, instead of "unknown tool".
+    pub admin: bool,
+}
+
+/// What the audit trail keeps of a call's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditArguments {
+    None,
+    /// Their SHA-256.
+    Hash,
+    /// The arguments themselves (secrets scrubbed).
+    Full,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +165,7 @@ pub struct ServerSpec {
     pub restart: RestartPolicy,
     /// Which MCP era to speak: detect it (`auto`), or only one.
     pub protocol: ProtocolChoice,
+    pub audit_arguments: AuditArguments,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,6 +364,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         servers.insert(name, spec);
     }
 
+    let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
     Ok(Config {
         source: file.to_path_buf(),
         store: StoreConfig { path: store_path, history_generations },
@@ -323,6 +372,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         daemon: DaemonConfig { shutdown_timeout },
         telemetry,
         servers,
+        access,
     })
 }
 
@@ -344,6 +394,14 @@ fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
         RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref()),
     };
     let addr = parse_listen(base, address)?;
+    if let ListenAddr::Tcp(socket) = &addr
+        && !socket.ip().is_loopback()
+    {
+        return Err(format!(
+            "{address:?} is not a loopback address: tool calls run with the daemon's privileges, so the API is served on \
+             loopback or a Unix socket only"
+        ));
+    }
     if matches!(addr, ListenAddr::Tcp(_)) && (mode.is_some() || group.is_some()) {
         return Err("mode and group apply to unix: sockets only".to_owned());
     }
@@ -473,6 +531,14 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             Some("legacy") => ProtocolChoice::Legacy,
             Some("modern") => ProtocolChoice::Modern,
             Some(other) => return Err(("protocol".into(), format!("{other:?} is not one of \"auto\", \"legacy\", \"modern\""))),
+        },
+        audit_arguments: match raw.audit_arguments.as_deref() {
+            None | Some("none") => AuditArguments::None,
+            Some("hash") => AuditArguments::Hash,
+            Some("full") => AuditArguments::Full,
+            Some(other) => {
+                return Err(("audit_arguments".into(), format!("{other:?} is not one of \"none\", \"hash\", \"full\"")));
+            }
         },
     })
 }

@@ -19,6 +19,44 @@ pub(crate) struct RawConfig {
     pub(crate) telemetry: RawTelemetry,
     #[serde(default)]
     pub(crate) servers: BTreeMap<String, RawServer>,
+    pub(crate) access: Option<RawAccess>,
+}
+
+/// `[access]`: who may see and call what.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccess {
+    pub(crate) default: Option<String>,
+    #[serde(default)]
+    pub(crate) agents: Vec<RawAgent>,
+    /// How long audit records are kept, and how many at most.
+    pub(crate) audit_retention: Option<String>,
+    pub(crate) audit_max_records: Option<u64>,
+}
+
+/// One `[[access.agents]]` entry.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgent {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) uids: Vec<u32>,
+    #[serde(default)]
+    pub(crate) gids: Vec<u32>,
+    #[serde(default)]
+    pub(crate) users: Vec<String>,
+    #[serde(default)]
+    pub(crate) groups: Vec<String>,
+    #[serde(default)]
+    pub(crate) units: Vec<String>,
+    #[serde(default)]
+    pub(crate) tokens: Vec<String>,
+    #[serde(default)]
+    pub(crate) allow: Vec<String>,
+    #[serde(default)]
+    pub(crate) deny: Vec<String>,
+    #[serde(default)]
+    pub(crate) admin: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -97,6 +135,8 @@ pub(crate) struct RawServer {
     /// Variables of the daemon's environment a stdio server also gets (beyond the base set).
     #[serde(default)]
     pub(crate) inherit_env: Vec<String>,
+    /// What the audit trail keeps of a call's arguments: "none", "hash" or "full".
+    pub(crate) audit_arguments: Option<String>,
     pub(crate) ca_file: Option<String>,
     pub(crate) protocol: Option<String>,
     pub(crate) enabled: Option<bool>,

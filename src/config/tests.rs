@@ -146,3 +146,32 @@ fn a_unix_listener_takes_a_mode_and_a_group() {
         assert!(error.contains("grpc.listen[0]") && error.contains(expected), "{error}");
     }
 }
+
+#[test]
+fn access_policies_are_checked_against_the_servers_and_name_the_key() {
+    let server = "[servers.files]\ncommand = \"x\"\n";
+    let agent = |body: &str| format!("{server}[access]\n[[access.agents]]\nname = \"bot\"\n{body}\n");
+    for (body, key, expected) in [
+        ("allow = [\"filez__read\"]", "access.agents[0].allow", "not configured"),
+        ("deny = [\"files__read file\"]", "access.agents[0].deny", "not a glob"),
+        ("tokens = [\"${file:/nonexistent/toolhost.token}\"]", "access.agents[0].tokens[0]", "cannot read"),
+        ("tokens = [\"inline-token-that-is-long-enough\"]", "access.agents[0].tokens[0]", "by reference"),
+        ("users = [\"no-such-user-anywhere\"]", "access.agents[0].users", "no user"),
+        ("units = [\"bad unit\"]", "access.agents[0].units", "not a glob"),
+    ] {
+        let error = load("toolhost.toml", &agent(body)).unwrap_err();
+        assert!(error.contains(key) && error.contains(expected), "{body}: {error}");
+    }
+    let twice = format!("{server}[access]\n[[access.agents]]\nname = \"a\"\n[[access.agents]]\nname = \"a\"\n");
+    assert!(load("toolhost.toml", &twice).unwrap_err().contains("names two entries"));
+    let ok = load("toolhost.toml", &agent("allow = [\"files__read_*\", \"*__search\"]\nusers = [\"root\"]\nadmin = true")).unwrap();
+    assert!(ok.access.configured && ok.access.agents[0].uids == [0] && ok.access.agents[0].admin);
+    assert!(!load("toolhost.toml", server).unwrap().access.configured);
+}
+
+#[test]
+fn the_api_listens_on_loopback_or_a_unix_socket_only() {
+    let error = load("toolhost.toml", "[grpc]\nlisten = [\"0.0.0.0:50051\"]\n").unwrap_err();
+    assert!(error.contains("grpc.listen[0]") && error.contains("not a loopback address"), "{error}");
+    assert!(load("toolhost.toml", "[grpc]\nlisten = [\"[::1]:50051\", \"127.0.0.2:1\"]\n").is_ok());
+}

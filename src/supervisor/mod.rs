@@ -197,7 +197,8 @@ impl Supervisor {
             Transport::Stdio(_) => "stdio",
             Transport::Http(_) => "http",
         };
-        let mut view = ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout);
+        let mut view =
+            ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout, spec.audit_arguments);
         if let Some(stored) = stored {
             view.generation = Some(stored.generation);
             view.last_verified_at_ms = stored.last_verified_at_ms;

@@ -21,6 +21,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::catalog::model::{Diff, Generation};
 use crate::catalog::names::{QualifiedIndex, qualify};
 use crate::catalog::record::EnumerationRecord;
+use crate::config::AuditArguments;
 use crate::mcp::lifecycle::ServerHello;
 use crate::upstream::SessionHandle;
 
@@ -90,6 +91,8 @@ pub struct ServerShared {
     pub call_permits: Arc<Semaphore>,
     /// The call timeout when the caller sets no deadline.
     pub request_timeout: Duration,
+    /// What the audit trail keeps of this server's call arguments.
+    pub audit_arguments: AuditArguments,
     pub races: RaceCounters,
     /// The trace span of the refresh that published each recent generation, so that a stale-tool
     /// race can link to the enumeration that observed the change.
@@ -202,6 +205,7 @@ impl ServerView {
         transport: &'static str,
         max_concurrent_calls: u32,
         request_timeout: Duration,
+        audit_arguments: AuditArguments,
     ) -> ServerView {
         let permits = usize::try_from(max_concurrent_calls).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
         ServerView {
@@ -221,6 +225,7 @@ impl ServerView {
             shared: Arc::new(ServerShared {
                 call_permits: Arc::new(Semaphore::new(permits)),
                 request_timeout,
+                audit_arguments,
                 races: RaceCounters::default(),
                 generation_spans: Mutex::default(),
             }),

@@ -183,7 +183,8 @@ async fn health_turns_serving_and_reflection_lists_the_services() {
     let script = dir.script("h", json!({"tools": tools("t", 1)}));
     let app = start(dir.config(&server_table("h", &script, ""))).await;
     wait_for_server(app.registry(), "h", "ready", |v| v.state == ServerState::Ready).await;
-    let addr = cli_addr(&app);
+    // Health and reflection answer anyone on TCP, token or not: they say what is served, not what it holds.
+    let addr = tcp_addr(&app);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let serving = tokio::time::timeout(WAIT, async {

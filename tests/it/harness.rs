@@ -135,14 +135,21 @@ pub fn process_exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// A gRPC client of the daemon over its TCP listener.
+/// A gRPC client of the daemon over its Unix socket, where the kernel identifies the test as the
+/// daemon's own user: a local operator, admitted to everything when no `[access]` is configured.
 pub async fn client(app: &App) -> ToolHostClient<tonic::transport::Channel> {
-    let addr = app.grpc_addrs().iter().find_map(|a| match a {
-        BoundAddr::Tcp(addr) => Some(ListenAddr::Tcp(*addr)),
-        BoundAddr::Unix(_) => None,
-    });
-    let channel = toolhost::cli::connect(&addr.expect("a TCP listener")).await.expect("connect over TCP");
-    ToolHostClient::new(channel)
+    unix_client(app).await
+}
+
+/// The daemon's TCP listener (which admits bearer tokens only; health and reflection are open).
+pub fn tcp_addr(app: &App) -> std::net::SocketAddr {
+    app.grpc_addrs()
+        .iter()
+        .find_map(|a| match a {
+            BoundAddr::Tcp(addr) => Some(*addr),
+            BoundAddr::Unix(_) => None,
+        })
+        .expect("a TCP listener")
 }
 
 /// A gRPC client of the daemon over its Unix socket.
@@ -155,15 +162,15 @@ pub async fn unix_client(app: &App) -> ToolHostClient<tonic::transport::Channel>
     ToolHostClient::new(channel)
 }
 
-/// `--addr` for the CLI, pointing at the daemon's TCP listener.
+/// `--addr` for the CLI, pointing at the daemon's Unix socket.
 pub fn cli_addr(app: &App) -> String {
     app.grpc_addrs()
         .iter()
         .find_map(|a| match a {
-            BoundAddr::Tcp(addr) => Some(addr.to_string()),
-            BoundAddr::Unix(_) => None,
+            BoundAddr::Unix(path) => Some(format!("unix:{}", path.display())),
+            BoundAddr::Tcp(_) => None,
         })
-        .expect("a TCP listener")
+        .expect("a Unix listener")
 }
 
 /// The ErrorInfo reason and metadata toolhost attaches to every error status.

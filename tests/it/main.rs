@@ -5,6 +5,8 @@
 
 mod harness;
 
+mod access;
+
 mod calls;
 mod catalog_api;
 mod config_cli;

@@ -86,7 +86,8 @@ async fn the_socket_admits_its_group_and_refuses_other_users_by_name() {
     let script = dir.script("demo", json!({}));
     let config_path = dir.path("toolhost.toml");
     let text = format!(
-        "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [{{ address = \"unix:toolhost.sock\", mode = \"0660\", group = \"users\" }}]\n{}",
+        "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [{{ address = \"unix:toolhost.sock\", mode = \"0660\", group = \"users\" }}]\n\
+         [access]\n[[access.agents]]\nname = \"users\"\ngids = [100]\nallow = [\"*\"]\n{}",
         server_table("demo", &script, "")
     );
     std::fs::write(&config_path, text).unwrap();

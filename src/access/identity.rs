@@ -1,0 +1,158 @@
+//! What toolhost knows about a caller: on a Unix socket, what the kernel says (`SO_PEERCRED`,
+//! the process's supplementary groups and its systemd unit, read once per connection); on any
+//! transport, a bearer token if one was presented. Nothing here is configured by the agent.
+
+use std::fmt::Write as _;
+
+/// A Unix-socket peer, as the kernel identifies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixPeer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<i32>,
+    /// Supplementary groups (from `/proc/PID/status`).
+    pub groups: Vec<u32>,
+    /// The systemd unit the process runs in (from `/proc/PID/cgroup`), e.g. `research-bot.service`.
+    pub unit: Option<String>,
+}
+
+/// What a Unix-socket listener attaches to each connection's requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo(pub Option<UnixPeer>);
+
+/// A caller's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub transport: &'static str,
+    peer: Option<UnixPeer>,
+    token: Option<Vec<u8>>,
+}
+
+impl UnixPeer {
+    pub fn new(uid: u32, gid: u32, pid: i32) -> UnixPeer {
+        UnixPeer { uid, gid, pid: Some(pid), groups: Vec::new(), unit: None }
+    }
+
+    /// The peer of a connected socket, with its groups and unit read from `/proc`.
+    pub fn of(stream: &tokio::net::UnixStream) -> Option<UnixPeer> {
+        let cred = stream.peer_cred().ok()?;
+        let pid = cred.pid();
+        let (groups, unit) = pid.map(read_proc).unwrap_or_default();
+        Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit })
+    }
+
+    /// The primary group and every supplementary one.
+    pub fn gids(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.gid).chain(self.groups.iter().copied())
+    }
+}
+
+/// Supplementary groups and systemd unit of process `pid`. A process that is gone, or a /proc
+/// that says nothing, yields neither: only the uid and gid then count.
+fn read_proc(pid: i32) -> (Vec<u32>, Option<String>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let groups = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|list| list.split_whitespace().filter_map(|gid| gid.parse().ok()).collect())
+        .unwrap_or_default();
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    (groups, unit_of(&cgroup))
+}
+
+/// The innermost `.service` or `.scope` in a process's cgroup path (cgroup v2, or the systemd
+/// hierarchy of v1).
+fn unit_of(cgroup: &str) -> Option<String> {
+    let path = cgroup
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .or_else(|| cgroup.lines().find_map(|line| line.split_once(":name=systemd:").map(|(_, path)| path)))?;
+    path.split('/').rev().find(|part| part.ends_with(".service") || part.ends_with(".scope")).map(str::to_owned)
+}
+
+impl Identity {
+    pub fn unix(peer: UnixPeer) -> Identity {
+        Identity { transport: "unix", peer: Some(peer), token: None }
+    }
+
+    pub fn tcp(token: Option<Vec<u8>>) -> Identity {
+        Identity { transport: "tcp", peer: None, token }
+    }
+
+    /// The identity of a gRPC request: its connection's Unix peer (set by the listener) and the
+    /// bearer token in its `authorization` metadata.
+    pub fn of_request<T>(request: &tonic::Request<T>) -> Identity {
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+            .map(|token| token.trim().as_bytes().to_vec())
+            .filter(|token| !token.is_empty());
+        match request.extensions().get::<PeerInfo>() {
+            Some(PeerInfo(peer)) => Identity { transport: "unix", peer: peer.clone(), token },
+            None => Identity { transport: "tcp", peer: None, token },
+        }
+    }
+
+    pub fn peer(&self) -> Option<&UnixPeer> {
+        self.peer.as_ref()
+    }
+
+    pub fn token(&self) -> Option<&[u8]> {
+        self.token.as_deref()
+    }
+
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    pub fn is_anonymous(&self) -> bool {
+        self.peer.is_none() && self.token.is_none()
+    }
+
+    /// For messages and the audit trail: never the token itself.
+    pub fn describe(&self) -> String {
+        let mut text = String::new();
+        match &self.peer {
+            Some(peer) => {
+                let _ = write!(text, "uid {} gid {}", peer.uid, peer.gid);
+                if let Some(pid) = peer.pid {
+                    let _ = write!(text, " pid {pid}");
+                }
+                if let Some(unit) = &peer.unit {
+                    let _ = write!(text, " unit {unit}");
+                }
+            }
+            None => text.push_str(self.transport),
+        }
+        if self.token.is_some() {
+            text.push_str(" with a bearer token");
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_innermost_unit_is_read_from_the_cgroup_path() {
+        assert_eq!(unit_of("0::/system.slice/research-bot.service\n").as_deref(), Some("research-bot.service"));
+        assert_eq!(unit_of("0::/user.slice/user-1000.slice/user@1000.service/app.slice/agent.service\n").as_deref(), Some("agent.service"));
+        assert_eq!(unit_of("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(), Some("session-3.scope"));
+        assert_eq!(unit_of("12:cpu:/x\n1:name=systemd:/system.slice/old.service\n").as_deref(), Some("old.service"));
+        assert_eq!(unit_of("0::/\n"), None);
+        assert_eq!(unit_of(""), None);
+    }
+
+    #[tokio::test]
+    async fn this_process_is_identified_by_the_kernel() {
+        let (a, _b) = tokio::net::UnixStream::pair().unwrap();
+        let peer = UnixPeer::of(&a).unwrap();
+        assert_eq!(peer.uid, nix::unistd::getuid().as_raw());
+        assert_eq!(peer.pid, Some(i32::try_from(std::process::id()).unwrap()));
+        assert!(Identity::unix(peer).describe().starts_with("uid "));
+    }
+}

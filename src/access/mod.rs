@@ -1,0 +1,239 @@
+//! Who may see and call what. One decision serves listing and calling: a tool an agent may not
+//! call is never listed to it, and calling it looks exactly like calling a tool that does not
+//! exist (agents with `admin = true` get the real reason).
+//!
+//! The kernel identifies Unix-socket callers (`SO_PEERCRED`, their groups and systemd unit, read
+//! once per connection, see [`identity`]); TCP callers present a bearer token, compared in
+//! constant time. A caller matches the first `[[access.agents]]` entry that names one of its
+//! identities. The compiled [`Policy`] sits in an `ArcSwap`: a reload replaces it atomically for
+//! new requests and for open watch streams, which read it per event.
+
+pub mod identity;
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use arc_swap::ArcSwap;
+use subtle::ConstantTimeEq;
+use wildmatch::WildMatch;
+
+use crate::config::{AccessConfig, AgentConfig};
+pub use identity::{Identity, PeerInfo, UnixPeer};
+
+/// Decisions an agent caches, per qualified name; past this many the cache starts over.
+const DECISIONS_CACHED: usize = 65_536;
+
+/// The access policy in force; swapped whole on reload.
+pub struct Access {
+    policy: ArcSwap<Policy>,
+}
+
+/// A compiled `[access]` section.
+pub struct Policy {
+    configured: bool,
+    default: Option<Arc<Agent>>,
+    agents: Vec<Arc<Agent>>,
+    /// Without `[access]`: the daemon's own uid and root, as operators.
+    local_operator: Arc<Agent>,
+    daemon_uid: u32,
+}
+
+/// One agent entry, compiled: its matchers and a cache of its decisions.
+pub struct Agent {
+    pub name: Arc<str>,
+    pub admin: bool,
+    uids: Vec<u32>,
+    gids: Vec<u32>,
+    units: Vec<WildMatch>,
+    tokens: Vec<Vec<u8>>,
+    allow: Vec<WildMatch>,
+    deny: Vec<WildMatch>,
+    decisions: RwLock<HashMap<Box<str>, bool>>,
+}
+
+/// Who is calling, as far as toolhost can tell, and the agent entry that admits them.
+#[derive(Clone)]
+pub struct Caller {
+    pub identity: Identity,
+    pub agent: Arc<Agent>,
+}
+
+/// Why a caller is turned away.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("not authenticated: over TCP, present a valid bearer token (authorization: Bearer …)")]
+    Unauthenticated,
+    #[error("{identity} matches no agent entry in [access], and the default is deny")]
+    NoMatchingAgent { identity: String },
+    #[error("agent {agent:?} is not an operator (admin = true)")]
+    NotAdmin { agent: String },
+}
+
+// === impl Access ===
+
+impl Access {
+    pub fn new(config: &AccessConfig) -> Access {
+        Access { policy: ArcSwap::from_pointee(Policy::compile(config)) }
+    }
+
+    /// Applies a new `[access]` section to every request from now on.
+    pub fn replace(&self, config: &AccessConfig) {
+        self.policy.store(Arc::new(Policy::compile(config)));
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    /// The agent entry that admits `identity`.
+    ///
+    /// # Errors
+    /// [`Refusal::Unauthenticated`] without any identity, [`Refusal::NoMatchingAgent`] when no
+    /// entry matches and the default is deny.
+    pub fn admit(&self, identity: Identity) -> Result<Caller, Refusal> {
+        let policy = self.policy.load();
+        match policy.agent_for(&identity) {
+            Some(agent) => Ok(Caller { identity, agent }),
+            // Over TCP a missing or wrong token is a failed authentication.
+            None if identity.peer().is_none() => Err(Refusal::Unauthenticated),
+            None => Err(Refusal::NoMatchingAgent { identity: identity.describe() }),
+        }
+    }
+}
+
+// === impl Policy ===
+
+impl Policy {
+    pub fn compile(config: &AccessConfig) -> Policy {
+        let everything = AgentConfig {
+            name: String::new(),
+            uids: Vec::new(),
+            gids: Vec::new(),
+            units: Vec::new(),
+            tokens: Vec::new(),
+            allow: vec!["*".to_owned()],
+            deny: Vec::new(),
+            admin: false,
+        };
+        Policy {
+            configured: config.configured,
+            default: config
+                .default_allow
+                .then(|| Arc::new(Agent::compile(&AgentConfig { name: "default".to_owned(), ..everything.clone() }))),
+            agents: config.agents.iter().map(|agent| Arc::new(Agent::compile(agent))).collect(),
+            local_operator: Arc::new(Agent::compile(&AgentConfig { name: "local-operator".to_owned(), admin: true, ..everything })),
+            daemon_uid: nix::unistd::getuid().as_raw(),
+        }
+    }
+
+    fn agent_for(&self, identity: &Identity) -> Option<Arc<Agent>> {
+        if !self.configured {
+            let operator = identity.peer().is_some_and(|peer| peer.uid == 0 || peer.uid == self.daemon_uid);
+            return operator.then(|| self.local_operator.clone());
+        }
+        let matched = self.agents.iter().find(|agent| agent.matches(identity)).cloned();
+        // The default covers callers the kernel identified; over TCP only a valid token admits.
+        matched.or_else(|| identity.peer().and(self.default.clone()))
+    }
+
+    /// Whether `[access]` was configured (without it, only local operators get in).
+    pub fn is_configured(&self) -> bool {
+        self.configured
+    }
+}
+
+// === impl Agent ===
+
+impl Agent {
+    fn compile(config: &AgentConfig) -> Agent {
+        let globs = |patterns: &[String]| patterns.iter().map(|p| WildMatch::new(p)).collect();
+        Agent {
+            name: config.name.as_str().into(),
+            admin: config.admin,
+            uids: config.uids.clone(),
+            gids: config.gids.clone(),
+            units: globs(&config.units),
+            tokens: config.tokens.iter().map(|token| token.expose().as_bytes().to_vec()).collect(),
+            allow: globs(&config.allow),
+            deny: globs(&config.deny),
+            decisions: RwLock::default(),
+        }
+    }
+
+    fn matches(&self, identity: &Identity) -> bool {
+        if let Some(token) = identity.token() {
+            // Every configured token is compared, in constant time, whatever matches first.
+            let matched = self.tokens.iter().fold(0u8, |found, known| found | known.as_slice().ct_eq(token).unwrap_u8());
+            if matched == 1 {
+                return true;
+            }
+        }
+        let Some(peer) = identity.peer() else { return false };
+        self.uids.contains(&peer.uid)
+            || peer.gids().any(|gid| self.gids.contains(&gid))
+            || peer.unit.as_deref().is_some_and(|unit| self.units.iter().any(|glob| glob.matches(unit)))
+    }
+
+    /// Whether this agent may see and call the tool with this qualified name. Decided once per
+    /// name and cached, so the call path costs a read lock and a hash lookup.
+    pub fn may_use(&self, qualified: &str) -> bool {
+        if let Some(decision) = self.decisions.read().unwrap_or_else(PoisonError::into_inner).get(qualified) {
+            return *decision;
+        }
+        let decision = self.allow.iter().any(|glob| glob.matches(qualified)) && !self.deny.iter().any(|glob| glob.matches(qualified));
+        let mut decisions = self.decisions.write().unwrap_or_else(PoisonError::into_inner);
+        if decisions.len() >= DECISIONS_CACHED {
+            decisions.clear();
+        }
+        decisions.insert(qualified.into(), decision);
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::AccessConfig;
+
+    fn agent(name: &str, allow: &[&str], deny: &[&str]) -> AgentConfig {
+        AgentConfig {
+            name: name.to_owned(),
+            uids: vec![1001],
+            gids: vec![],
+            units: vec!["research-*.service".to_owned()],
+            tokens: vec![],
+            allow: allow.iter().map(|s| (*s).to_owned()).collect(),
+            deny: deny.iter().map(|s| (*s).to_owned()).collect(),
+            admin: false,
+        }
+    }
+
+    fn config(agents: Vec<AgentConfig>, default_allow: bool) -> AccessConfig {
+        AccessConfig { configured: true, default_allow, agents, audit_retention: std::time::Duration::from_secs(60), audit_max_records: 10 }
+    }
+
+    #[test]
+    fn deny_wins_and_unmatched_callers_get_the_default() {
+        let access = Access::new(&config(vec![agent("research", &["files__read_*", "web__*"], &["*__delete_*"])], false));
+        let caller = access.admit(Identity::unix(UnixPeer::new(1001, 1001, 1))).unwrap();
+        assert_eq!(&*caller.agent.name, "research");
+        assert!(caller.agent.may_use("files__read_file") && caller.agent.may_use("web__search"));
+        assert!(!caller.agent.may_use("files__write_file") && !caller.agent.may_use("web__delete_page"));
+        assert!(matches!(access.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))), Err(Refusal::NoMatchingAgent { .. })));
+        assert_eq!(access.admit(Identity::tcp(None)).err(), Some(Refusal::Unauthenticated));
+        let mut unit_peer = UnixPeer::new(3003, 3003, 1);
+        unit_peer.unit = Some("research-bot.service".to_owned());
+        assert_eq!(&*access.admit(Identity::unix(unit_peer)).unwrap().agent.name, "research", "matched by systemd unit");
+        let open = Access::new(&config(vec![], true));
+        assert!(open.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))).unwrap().agent.may_use("anything__at_all"));
+    }
+
+    #[test]
+    fn without_an_access_section_only_local_operators_get_in() {
+        let access = Access::new(&AccessConfig { configured: false, ..config(vec![], true) });
+        let root = access.admit(Identity::unix(UnixPeer::new(0, 0, 1))).unwrap();
+        assert!(root.agent.admin && root.agent.may_use("x__y"));
+        assert!(access.admit(Identity::unix(UnixPeer::new(4242, 4242, 1))).is_err());
+        assert!(access.admit(Identity::tcp(Some(b"whatever-token-value".to_vec()))).is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! The API's side of the access policy: admitting callers, hiding what they may not use (in the
+//! same terms as something that does not exist), the audit of every call, and `WhoAmI` and
+//! `QueryAudit`.
+
+use tonic::{Request, Status};
+
+use crate::access::{Caller, Identity, Refusal};
+use crate::api::pb;
+use crate::api::service::ToolHostService;
+use crate::api::status::ApiError;
+use crate::audit::AuditRecord;
+use crate::calls::{CallError, CallResult, ToolRef};
+use crate::catalog::names;
+use crate::config::AuditArguments;
+use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot, ServerView};
+
+impl ToolHostService {
+    /// The caller of `request`, or the status that turns it away.
+    pub(crate) fn admit<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        self.access.admit(Identity::of_request(request)).map_err(Status::from)
+    }
+
+    /// The caller, if it is an operator.
+    pub(crate) fn admit_admin<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let caller = self.admit(request)?;
+        if caller.agent.admin { Ok(caller) } else { Err(Refusal::NotAdmin { agent: caller.agent.name.to_string() }.into()) }
+    }
+
+    pub(crate) fn who_am_i_in(&self, request: &Request<pb::WhoAmIRequest>) -> Result<pb::WhoAmIResponse, Status> {
+        let caller = self.admit(request)?;
+        let snapshot = self.registry.snapshot();
+        let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
+        for view in snapshot.servers.values() {
+            let Some(generation) = &view.generation else { continue };
+            let visible = (0..generation.tools.len()).filter(|idx| caller.agent.may_use(view.qualified().name(*idx))).count();
+            let visible = u32::try_from(visible).unwrap_or(u32::MAX);
+            visible_servers += u32::from(visible > 0);
+            visible_tools = visible_tools.saturating_add(visible);
+            if view.is_available() {
+                callable_tools = callable_tools.saturating_add(visible);
+            }
+        }
+        let peer = caller.identity.peer();
+        Ok(pb::WhoAmIResponse {
+            transport: caller.identity.transport.to_owned(),
+            uid: peer.map_or(0, |p| p.uid),
+            gid: peer.map_or(0, |p| p.gid),
+            pid: peer.and_then(|p| p.pid).unwrap_or(0),
+            groups: peer.map(|p| p.groups.clone()).unwrap_or_default(),
+            unit: peer.and_then(|p| p.unit.clone()).unwrap_or_default(),
+            token_presented: caller.identity.has_token(),
+            agent: caller.agent.name.to_string(),
+            admin: caller.agent.admin,
+            visible_tools,
+            callable_tools,
+            visible_servers,
+        })
+    }
+
+    pub(crate) async fn query_audit_in(&self, request: Request<pb::QueryAuditRequest>) -> Result<pb::QueryAuditResponse, Status> {
+        self.admit_admin(&request)?;
+        let request = request.into_inner();
+        let limit = if request.limit == 0 { 100 } else { request.limit.min(10_000) };
+        let agent = Some(request.agent.as_str()).filter(|agent| !agent.is_empty());
+        let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;
+        Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
+    }
+
+    /// Records a finished (or refused) call in the audit trail.
+    pub(crate) fn audit_call(
+        &self,
+        caller: &Caller,
+        target: &ToolRef,
+        arguments: &str,
+        started: (i64, std::time::Instant),
+        outcome: &Result<CallResult, CallError>,
+        denied: bool,
+    ) {
+        let (qualified, server, tool) = match target {
+            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
+            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
+        };
+        let (generation, definition_hash, outcome_text) = match outcome {
+            Ok(result) => {
+                (result.generation, result.definition_hash.clone(), if result.outcome.is_error { "tool_error" } else { "ok" }.to_owned())
+            }
+            Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
+            Err(_) if denied => (0, String::new(), "denied".to_owned()),
+            Err(error) => (0, String::new(), error.kind().to_owned()),
+        };
+        let tool = match outcome {
+            Ok(result) => result.name.clone(),
+            Err(_) => tool,
+        };
+        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared.audit_arguments);
+        let arguments = match audit_arguments {
+            AuditArguments::None => None,
+            AuditArguments::Hash => Some(format!("sha256:{}", crate::catalog::model::sha256_hex(arguments.as_bytes()))),
+            AuditArguments::Full => Some(crate::secrets::redact_owned(arguments.to_owned())),
+        };
+        self.auditor.record(AuditRecord {
+            at_ms: started.0,
+            agent: caller.agent.name.clone(),
+            caller: caller.identity.describe(),
+            transport: caller.identity.transport,
+            qualified_name: super::status::truncate(qualified, 256),
+            server: super::status::truncate(server, 64),
+            tool: super::status::truncate(tool, 256),
+            generation,
+            definition_hash,
+            outcome: outcome_text,
+            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
+            arguments,
+        });
+    }
+}
+
+/// Whether a non-operator may know that this server exists: it offers at least one tool the
+/// agent may use. Operators see every server.
+pub(crate) fn server_visible(caller: &Caller, view: &ServerView) -> bool {
+    if caller.agent.admin {
+        return true;
+    }
+    view.generation
+        .as_ref()
+        .is_some_and(|generation| (0..generation.tools.len()).any(|idx| caller.agent.may_use(view.qualified().name(idx))))
+}
+
+/// The error a caller gets for a tool it may not use: for an operator, the truth; for anyone
+/// else, exactly what a tool (or server) that does not exist would give.
+pub(crate) fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> CallError {
+    let (server, shown) = match target {
+        ToolRef::Qualified(qualified) => (names::server_of(qualified).unwrap_or_default(), qualified.clone()),
+        ToolRef::ServerTool { server, name } => (server.as_str(), name.clone()),
+    };
+    if caller.agent.admin {
+        return CallError::NotAllowed { agent: caller.agent.name.to_string(), tool: shown };
+    }
+    let visible = snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
+    match target {
+        ToolRef::ServerTool { server, .. } if !visible => CallError::UnknownServer(server.clone()),
+        ToolRef::ServerTool { server, name } => CallError::UnknownTool { server: Some(server.clone()), tool: name.clone() },
+        ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
+    }
+}
+
+/// The qualified name a call targets.
+pub(crate) fn qualified_target(target: &ToolRef) -> std::borrow::Cow<'_, str> {
+    match target {
+        ToolRef::Qualified(qualified) => std::borrow::Cow::Borrowed(qualified),
+        ToolRef::ServerTool { server, name } => std::borrow::Cow::Owned(names::qualify(server, name)),
+    }
+}
+
+/// `event` as this caller may see it: tool names it may not use removed, and nothing at all
+/// about servers it may not know of.
+pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: CatalogEvent) -> Option<CatalogEvent> {
+    let visible_server = |server: &str| snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
+    let change = match event.change {
+        CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed } => {
+            let keep = |names: Vec<String>| names.into_iter().filter(|name| caller.agent.may_use(name)).collect::<Vec<_>>();
+            let (added, removed, changed) = (keep(added), keep(removed), keep(changed));
+            if !caller.agent.admin && added.is_empty() && removed.is_empty() && changed.is_empty() {
+                return None;
+            }
+            CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed }
+        }
+        CatalogChange::StateChanged { ref server, .. } | CatalogChange::ConfigChanged { ref server, .. } if !visible_server(server) => {
+            return None;
+        }
+        other => other,
+    };
+    Some(CatalogEvent { revision: event.revision, change })
+}
+
+fn audit_message(record: AuditRecord) -> pb::AuditRecord {
+    pb::AuditRecord {
+        at_unix_ms: record.at_ms,
+        agent: record.agent.to_string(),
+        caller: record.caller,
+        transport: record.transport.to_owned(),
+        qualified_name: record.qualified_name,
+        server: record.server,
+        tool: record.tool,
+        generation: record.generation,
+        definition_hash: record.definition_hash,
+        outcome: record.outcome,
+        duration_us: record.duration_us,
+        arguments: record.arguments.unwrap_or_default(),
+    }
+}

@@ -1,0 +1,109 @@
+//! The audit trail: every tool call, and every refused one, recorded with who made it, what it
+//! ran against and how it ended. Recording never waits on the disk: the call path hands a record
+//! to a bounded queue, and one writer task stores records in batches (one transaction each) and
+//! applies the retention bounds. A queue that overflows (a disk far slower than the calls) drops
+//! records, counts them and says so in the log: calls are never held up by their audit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::store::Store;
+use crate::telemetry::throttle::Throttle;
+
+/// Records waiting for the writer.
+const QUEUE: usize = 65_536;
+/// Records stored in one transaction.
+const BATCH: usize = 512;
+/// How often the retention bounds are applied.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// One audited call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub at_ms: i64,
+    pub agent: Arc<str>,
+    /// The caller as the kernel or its token identified it (never the token).
+    pub caller: String,
+    pub transport: &'static str,
+    pub qualified_name: String,
+    pub server: String,
+    pub tool: String,
+    pub generation: u64,
+    pub definition_hash: String,
+    pub outcome: String,
+    pub duration_us: u64,
+    pub arguments: Option<String>,
+}
+
+/// The call path's side: cheap to clone, never blocks.
+#[derive(Clone)]
+pub struct Auditor {
+    tx: mpsc::Sender<AuditRecord>,
+    dropped: Arc<AtomicU64>,
+    warnings: Arc<Throttle>,
+}
+
+/// How long records are kept, and how many.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub max_age: Duration,
+    pub max_records: u64,
+}
+
+impl Auditor {
+    /// The auditor and the writer loop that stores what it is given until `cancel`, then drains.
+    pub fn start(store: Store, retention: Retention, cancel: CancellationToken) -> (Auditor, impl std::future::Future<Output = ()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let auditor = Auditor { tx, dropped: Arc::default(), warnings: Arc::new(Throttle::new(1)) };
+        (auditor, write_loop(rx, store, retention, cancel))
+    }
+
+    pub fn record(&self, record: AuditRecord) {
+        if self.tx.try_send(record).is_err() {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(suppressed) = self.warnings.admit() {
+                tracing::error!(dropped, suppressed, "audit records dropped: the audit queue is full (is the disk keeping up?)");
+            }
+        }
+    }
+}
+
+async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention: Retention, cancel: CancellationToken) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    loop {
+        tokio::select! {
+            received = rx.recv_many(&mut batch, BATCH) => {
+                if received == 0 {
+                    return;
+                }
+                store_batch(&store, &mut batch).await;
+            }
+            _ = prune.tick() => {
+                let oldest = crate::catalog::record::now_ms().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
+                if let Err(error) = store.prune_audit(oldest, retention.max_records).await {
+                    tracing::warn!(%error, "cannot apply the audit retention");
+                }
+            }
+            () = cancel.cancelled() => {
+                // Whatever is queued is stored before the store closes.
+                rx.close();
+                while rx.recv_many(&mut batch, BATCH).await > 0 {
+                    store_batch(&store, &mut batch).await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn store_batch(store: &Store, batch: &mut Vec<AuditRecord>) {
+    if let Err(error) = store.append_audit(batch).await {
+        tracing::error!(%error, records = batch.len(), "cannot store audit records");
+    }
+    batch.clear();
+}

@@ -1,0 +1,96 @@
+//! `[access]` validation: agent entries with resolved users, groups and tokens, and glob
+//! patterns that can only name configured servers.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use super::raw::{RawAccess, RawAgent};
+use super::{AccessConfig, AgentConfig, KeyProblem, ServerSpec, parse_duration, resolve_group};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, ServerSpec>) -> Result<AccessConfig, KeyProblem> {
+    let configured = raw.is_some();
+    let raw = raw.unwrap_or_default();
+    let default_allow = match raw.default.as_deref() {
+        None | Some("deny") => false,
+        Some("allow") => true,
+        Some(other) => return Err(("default".into(), format!("{other:?} is not \"deny\" or \"allow\""))),
+    };
+    let audit_retention = match raw.audit_retention.as_deref() {
+        None => 30 * DAY,
+        Some(text) => parse_duration(text, 3650 * DAY).map_err(|problem| ("audit_retention".to_owned(), problem))?,
+    };
+    let audit_max_records = match raw.audit_max_records {
+        None => 1_000_000,
+        Some(0) => return Err(("audit_max_records".into(), "must be greater than 0".into())),
+        Some(n) => n,
+    };
+    let mut names = HashSet::new();
+    let mut agents = Vec::with_capacity(raw.agents.len());
+    for (idx, agent) in raw.agents.into_iter().enumerate() {
+        let at = |key: &str, problem: String| (format!("agents[{idx}].{key}"), problem);
+        if agent.name.trim().is_empty() {
+            return Err(at("name", "must not be empty".into()));
+        }
+        if !names.insert(agent.name.clone()) {
+            return Err(at("name", format!("{:?} names two entries", agent.name)));
+        }
+        agents.push(validate_agent(agent, servers).map_err(|(key, problem)| at(&key, problem))?);
+    }
+    Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records })
+}
+
+fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentConfig, KeyProblem> {
+    let mut uids = raw.uids;
+    for user in &raw.users {
+        match nix::unistd::User::from_name(user) {
+            Ok(Some(entry)) => uids.push(entry.uid.as_raw()),
+            Ok(None) => return Err(("users".into(), format!("there is no user {user:?} on this machine"))),
+            Err(err) => return Err(("users".into(), format!("cannot look up the user {user:?}: {err}"))),
+        }
+    }
+    let mut gids = raw.gids;
+    for group in &raw.groups {
+        gids.push(resolve_group(group).map_err(|problem| ("groups".to_owned(), problem))?.gid);
+    }
+    for unit in &raw.units {
+        check_glob(unit).map_err(|problem| ("units".to_owned(), problem))?;
+    }
+    let mut tokens = Vec::with_capacity(raw.tokens.len());
+    for (idx, token) in raw.tokens.iter().enumerate() {
+        let resolved = crate::secrets::resolve(token).map_err(|problem| (format!("tokens[{idx}]"), problem))?;
+        if resolved.expose().len() < 16 {
+            return Err((format!("tokens[{idx}]"), "a token must be at least 16 characters".into()));
+        }
+        if !resolved.has_secret() {
+            return Err((format!("tokens[{idx}]"), "give a token by reference (${file:…}, ${cred:…} or ${VAR}), not inline".into()));
+        }
+        tokens.push(resolved);
+    }
+    for (key, patterns) in [("allow", &raw.allow), ("deny", &raw.deny)] {
+        for pattern in patterns {
+            check_tool_pattern(pattern, servers).map_err(|problem| (key.to_owned(), problem))?;
+        }
+    }
+    Ok(AgentConfig { name: raw.name, uids, gids, units: raw.units, tokens, allow: raw.allow, deny: raw.deny, admin: raw.admin })
+}
+
+/// A glob of letters, digits and `_ - . @ : *  ?`.
+fn check_glob(pattern: &str) -> Result<(), String> {
+    let valid = !pattern.is_empty() && pattern.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@:*?".contains(c));
+    if valid { Ok(()) } else { Err(format!("{pattern:?} is not a glob of letters, digits, _ - . @ : * and ?")) }
+}
+
+/// A glob over qualified names (`SERVER__TOOL`) whose server part, when it has no wildcard,
+/// names a configured server: a typo must not silently allow or deny nothing.
+fn check_tool_pattern(pattern: &str, servers: &BTreeMap<String, ServerSpec>) -> Result<(), String> {
+    check_glob(pattern)?;
+    if let Some((server, _)) = pattern.split_once("__")
+        && !server.contains(['*', '?'])
+        && !servers.contains_key(server)
+    {
+        return Err(format!("{pattern:?} names the server {server:?}, which is not configured"));
+    }
+    Ok(())
+}

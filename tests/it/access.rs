@@ -1,0 +1,193 @@
+//! Who may call what, for real: CLI processes running as other users on the Unix socket, TCP
+//! callers with and without tokens, one policy for listing and calling, and the audit trail.
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+/// Runs the CLI as `uid` (no supplementary groups) against `socket`.
+async fn cli_as(uid: u32, socket: &std::path::Path, args: &[&str]) -> Output {
+    let uid = uid.to_string();
+    let addr = format!("unix:{}", socket.display());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new("setpriv")
+            .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", env!("CARGO_BIN_EXE_toolhost")])
+            .args(&args)
+            .args(["--addr", &addr])
+            .output()
+            .expect("run the CLI as another user")
+    })
+    .await
+    .unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn listed(output: &Output) -> Vec<String> {
+    let tools: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("not JSON: {}", stderr(output)));
+    let mut names: Vec<String> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    names.sort();
+    names
+}
+
+const POLICY: &str = r#"
+[access]
+default = "deny"
+
+[[access.agents]]
+name = "reader"
+uids = [4301]
+allow = ["demo__echo", "demo__add"]
+
+[[access.agents]]
+name = "sleeper"
+uids = [4302]
+allow = ["demo__*"]
+deny = ["demo__add", "demo__fail"]
+
+[[access.agents]]
+name = "operator"
+uids = [0]
+allow = ["*"]
+admin = true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_audit_shows_it() {
+    if !is_root() {
+        skipped("SKIPPED each_local_user_sees_and_calls_exactly_what_its_entry_allows: needs root to switch users");
+        return;
+    }
+    let dir = TestDir::new();
+    std::fs::set_permissions(dir.path(""), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = dir.script("demo", json!({}));
+    let config_path = dir.path("toolhost.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [{{ address = \"unix:toolhost.sock\", mode = \"0666\" }}]\n{POLICY}\n{}",
+            server_table("demo", &script, "audit_arguments = \"hash\"")
+        ),
+    )
+    .unwrap();
+    let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let socket = dir.path("toolhost.sock");
+
+    let reader = cli_as(4301, &socket, &["tools", "--json"]).await;
+    assert_eq!(listed(&reader), ["demo__add", "demo__echo"], "{}", stderr(&reader));
+    let sleeper = cli_as(4302, &socket, &["tools", "--json"]).await;
+    assert_eq!(listed(&sleeper), ["demo__echo", "demo__sleep"], "{}", stderr(&sleeper));
+
+    let allowed = cli_as(4301, &socket, &["call", "demo__echo", "--args", r#"{"text":"hi"}"#]).await;
+    assert!(allowed.status.success(), "{}", stderr(&allowed));
+    // A tool the agent may not use answers exactly like one that does not exist.
+    let refused = cli_as(4301, &socket, &["call", "demo__sleep", "--args", r#"{"ms":1}"#]).await;
+    let missing = cli_as(4301, &socket, &["call", "demo__nope"]).await;
+    assert_eq!(refused.status.code(), Some(3));
+    assert_eq!(stderr(&refused).replace("sleep", "X"), stderr(&missing).replace("nope", "X"), "no existence oracle");
+    assert!(stderr(&refused).contains("NOT_FOUND (UNKNOWN_TOOL)"), "{}", stderr(&refused));
+    let by_server = cli_as(4302, &socket, &["call", "demo/add", "--args", r#"{"a":1,"b":2}"#]).await;
+    assert!(stderr(&by_server).contains("UNKNOWN_TOOL"), "{}", stderr(&by_server));
+
+    let stranger = cli_as(4303, &socket, &["servers"]).await;
+    assert!(stderr(&stranger).contains("PERMISSION_DENIED (NO_MATCHING_AGENT)"), "{}", stderr(&stranger));
+    let not_admin = cli_as(4301, &socket, &["refresh", "demo"]).await;
+    assert!(stderr(&not_admin).contains("PERMISSION_DENIED (ADMIN_REQUIRED)"), "{}", stderr(&not_admin));
+    let whoami = cli_as(4302, &socket, &["whoami", "--json"]).await;
+    let whoami: Value = serde_json::from_slice(&whoami.stdout).unwrap();
+    assert_eq!(
+        (whoami["agent"].as_str(), whoami["uid"].as_u64(), whoami["visible_tools"].as_u64()),
+        (Some("sleeper"), Some(4302), Some(2))
+    );
+
+    // The operator (root, this test) sees the audit of both agents, denied calls included.
+    let records = wait_for_audit(&app, 4).await;
+    let line = |agent: &str, name: &str| records.iter().find(|r| r.agent == agent && r.qualified_name == name).cloned();
+    let ok = line("reader", "demo__echo").expect("the allowed call is audited");
+    assert_eq!((ok.outcome.as_str(), ok.generation, ok.transport.as_str()), ("ok", 1, "unix"));
+    assert!(ok.caller.contains("uid 4301") && ok.arguments.starts_with("sha256:"), "{ok:?}");
+    assert_eq!(line("reader", "demo__sleep").expect("the refused call is audited").outcome, "denied");
+    assert_eq!(line("sleeper", "demo__add").expect("by server/name too").outcome, "denied");
+    app.shutdown().await;
+}
+
+/// The audit records once at least `count` are stored (the writer batches off the call path).
+async fn wait_for_audit(app: &toolhost::app::App, count: usize) -> Vec<pb::AuditRecord> {
+    let mut client = client(app).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let records = client.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner().records;
+        if records.len() >= count {
+            return records;
+        }
+        assert!(std::time::Instant::now() < deadline, "only {} audit records: {records:#?}", records.len());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_callers_need_the_right_token() {
+    let dir = TestDir::new();
+    let token = "tcp-token-0123456789abcdef";
+    std::fs::write(dir.path("agent.token"), token).unwrap();
+    let script = dir.script("demo", json!({}));
+    let policy = format!(
+        "[access]\n[[access.agents]]\nname = \"remote\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__echo\"]\n",
+        dir.path("agent.token").display()
+    );
+    let app = start(dir.config(&format!("{policy}\n{}", server_table("demo", &script, "")))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let addr = tcp_addr(&app).to_string();
+    let cli = |token: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        command.args(["tools", "--json", "--addr", &addr]).env_remove("TOOLHOST_TOKEN");
+        if let Some(token) = token {
+            command.env("TOOLHOST_TOKEN", token);
+        }
+        command.output().unwrap()
+    };
+    let anonymous = cli(None);
+    assert!(stderr(&anonymous).contains("UNAUTHENTICATED (UNAUTHENTICATED)"), "{}", stderr(&anonymous));
+    let wrong = cli(Some("tcp-token-not-the-right-one"));
+    assert!(stderr(&wrong).contains("UNAUTHENTICATED"), "{}", stderr(&wrong));
+    assert!(!stderr(&wrong).contains("not-the-right-one"), "a token is never echoed");
+    let right = cli(Some(token));
+    assert_eq!(listed(&right), ["demo__echo"], "{}", stderr(&right));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_a_new_policy_to_open_watch_streams() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let mut app = start(dir.config(&server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision: 0, servers: vec![] }).await.unwrap().into_inner();
+    // The new configuration removes the server (a catalog change every watcher hears of) and
+    // brings a policy with no entry for this user.
+    let mut config = toolhost::config::Config::load(&dir.path("toolhost.toml")).unwrap();
+    config.servers.clear();
+    config.access = toolhost::config::AccessConfig {
+        configured: true,
+        default_allow: false,
+        agents: vec![],
+        audit_retention: std::time::Duration::from_secs(3600),
+        audit_max_records: 100,
+    };
+    app.reload(config).await.unwrap();
+    let ended = tokio::time::timeout(WAIT, stream.message()).await.expect("the stream answers at once");
+    let status = ended.expect_err("the open stream is judged by the new policy");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    let refused = client.list_servers(pb::ListServersRequest {}).await.expect_err("and so are new requests");
+    assert_eq!(error_info(&refused).0, "NO_MATCHING_AGENT");
+    app.shutdown().await;
+}
