@@ -464,7 +464,8 @@ fn append(path: Option<&str>, line: &str) {
     if let Some(path) = path
         && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
     {
-        let _ = writeln!(file, "{line}");
+        // One write of the whole line: appends from several threads never interleave.
+        let _ = file.write_all(format!("{line}\n").as_bytes());
     }
 }
 
