@@ -25,7 +25,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "throughput", "propagation", "storm", "scale"];
+    let all = ["overhead", "throughput", "propagation", "storm", "scale", "policy"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -37,6 +37,7 @@ fn main() {
                 "propagation" => scenarios::propagation().await,
                 "storm" => scenarios::storm().await,
                 "scale" => scenarios::scale().await,
+                "policy" => scenarios::policy().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });
