@@ -20,6 +20,9 @@ const QUEUE: usize = 65_536;
 const BATCH: usize = 512;
 /// How often the retention bounds are applied.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// After the first record of a burst, the writer gathers for this long: a busy daemon pays one
+/// transaction (one fsync) per burst, not one per call.
+const GATHER: Duration = Duration::from_millis(100);
 
 /// One audited call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +83,15 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
             received = rx.recv_many(&mut batch, BATCH) => {
                 if received == 0 {
                     return;
+                }
+                let gather_until = crate::deadline::after(GATHER);
+                while batch.len() < BATCH {
+                    let room = BATCH - batch.len();
+                    tokio::select! {
+                        more = rx.recv_many(&mut batch, room) => if more == 0 { break },
+                        () = tokio::time::sleep_until(gather_until) => break,
+                        () = cancel.cancelled() => break,
+                    }
                 }
                 store_batch(&store, &mut batch).await;
             }

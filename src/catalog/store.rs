@@ -495,27 +495,37 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure; none of the batch is stored then.
     pub async fn append_audit(&self, records: &[crate::audit::AuditRecord]) -> Result<(), StoreError> {
+        // The whole batch travels as one JSON array and is inserted by one statement: a row
+        // costs SQLite's work, not a round trip to the database thread each.
+        let rows: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!([
+                    r.at_ms,
+                    &*r.agent,
+                    r.caller,
+                    r.transport,
+                    r.qualified_name,
+                    r.server,
+                    r.tool,
+                    to_i64(r.generation),
+                    r.definition_hash,
+                    r.outcome,
+                    to_i64(r.duration_us),
+                    r.arguments
+                ])
+            })
+            .collect();
+        let batch = serde_json::Value::Array(rows).to_string();
         let mut tx = self.begin().await?;
-        for record in records {
-            sqlx::query(
-                "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(record.at_ms)
-            .bind(&*record.agent)
-            .bind(&record.caller)
-            .bind(record.transport)
-            .bind(&record.qualified_name)
-            .bind(&record.server)
-            .bind(&record.tool)
-            .bind(to_i64(record.generation))
-            .bind(&record.definition_hash)
-            .bind(&record.outcome)
-            .bind(to_i64(record.duration_us))
-            .bind(record.arguments.as_deref())
-            .execute(tx.conn())
-            .await?;
-        }
+        sqlx::query(
+            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments) \
+             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, \
+                    value ->> 9, value ->> 10, value ->> 11 FROM json_each(?)",
+        )
+        .bind(batch)
+        .execute(tx.conn())
+        .await?;
         tx.commit().await
     }
 
