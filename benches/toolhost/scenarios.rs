@@ -372,6 +372,7 @@ pub async fn policy() {
             gids: vec![],
             units: vec![format!("agent-{i}-*.service")],
             tokens: vec![],
+            subjects: vec![],
             allow: vec![format!("srv{i}__*"), "shared__read_*".to_owned(), "*__search".to_owned()],
             deny: vec!["*__delete_*".to_owned(), format!("srv{i}__admin_*")],
             admin: false,

@@ -20,12 +20,19 @@ pub struct UnixPeer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo(pub Option<UnixPeer>);
 
+/// What a TLS listener attaches to each connection's requests: the verified client
+/// certificate's subject (RFC 4514), if the client presented one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPeerInfo(pub Option<String>);
+
 /// A caller's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub transport: &'static str,
     peer: Option<UnixPeer>,
     token: Option<Vec<u8>>,
+    /// A verified TLS client certificate's subject.
+    certificate: Option<String>,
 }
 
 impl UnixPeer {
@@ -72,11 +79,11 @@ fn unit_of(cgroup: &str) -> Option<String> {
 
 impl Identity {
     pub fn unix(peer: UnixPeer) -> Identity {
-        Identity { transport: "unix", peer: Some(peer), token: None }
+        Identity { transport: "unix", peer: Some(peer), token: None, certificate: None }
     }
 
     pub fn tcp(token: Option<Vec<u8>>) -> Identity {
-        Identity { transport: "tcp", peer: None, token }
+        Identity { transport: "tcp", peer: None, token, certificate: None }
     }
 
     /// The identity of a gRPC request: its connection's Unix peer (set by the listener) and the
@@ -89,10 +96,13 @@ impl Identity {
             .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
             .map(|token| token.trim().as_bytes().to_vec())
             .filter(|token| !token.is_empty());
-        match request.extensions().get::<PeerInfo>() {
-            Some(PeerInfo(peer)) => Identity { transport: "unix", peer: peer.clone(), token },
-            None => Identity { transport: "tcp", peer: None, token },
+        if let Some(PeerInfo(peer)) = request.extensions().get::<PeerInfo>() {
+            return Identity { transport: "unix", peer: peer.clone(), token, certificate: None };
         }
+        if let Some(TlsPeerInfo(subject)) = request.extensions().get::<TlsPeerInfo>() {
+            return Identity { transport: "tls", peer: None, token, certificate: subject.clone() };
+        }
+        Identity { transport: "tcp", peer: None, token, certificate: None }
     }
 
     pub fn peer(&self) -> Option<&UnixPeer> {
@@ -107,8 +117,8 @@ impl Identity {
         self.token.is_some()
     }
 
-    pub fn is_anonymous(&self) -> bool {
-        self.peer.is_none() && self.token.is_none()
+    pub fn certificate(&self) -> Option<&str> {
+        self.certificate.as_deref()
     }
 
     /// For messages and the audit trail: never the token itself.
@@ -124,7 +134,12 @@ impl Identity {
                     let _ = write!(text, " unit {unit}");
                 }
             }
-            None => text.push_str(self.transport),
+            None => match &self.certificate {
+                Some(subject) => {
+                    let _ = write!(text, "certificate {subject}");
+                }
+                None => text.push_str(self.transport),
+            },
         }
         if self.token.is_some() {
             text.push_str(" with a bearer token");

@@ -18,7 +18,7 @@ use subtle::ConstantTimeEq;
 use wildmatch::WildMatch;
 
 use crate::config::{AccessConfig, AgentConfig};
-pub use identity::{Identity, PeerInfo, UnixPeer};
+pub use identity::{Identity, PeerInfo, TlsPeerInfo, UnixPeer};
 
 /// Decisions an agent caches, per qualified name; past this many the cache starts over.
 const DECISIONS_CACHED: usize = 65_536;
@@ -46,6 +46,7 @@ pub struct Agent {
     gids: Vec<u32>,
     units: Vec<WildMatch>,
     tokens: Vec<Vec<u8>>,
+    subjects: Vec<WildMatch>,
     allow: Vec<WildMatch>,
     deny: Vec<WildMatch>,
     decisions: RwLock<HashMap<Box<str>, bool>>,
@@ -111,6 +112,7 @@ impl Policy {
             gids: Vec::new(),
             units: Vec::new(),
             tokens: Vec::new(),
+            subjects: Vec::new(),
             allow: vec!["*".to_owned()],
             deny: Vec::new(),
             admin: false,
@@ -132,7 +134,8 @@ impl Policy {
             return operator.then(|| self.local_operator.clone());
         }
         let matched = self.agents.iter().find(|agent| agent.matches(identity)).cloned();
-        // The default covers callers the kernel identified; over TCP only a valid token admits.
+        // The default covers callers the kernel identified; over TCP only a valid token (or a
+        // client certificate an entry names) admits.
         matched.or_else(|| identity.peer().and(self.default.clone()))
     }
 
@@ -154,6 +157,7 @@ impl Agent {
             gids: config.gids.clone(),
             units: globs(&config.units),
             tokens: config.tokens.iter().map(|token| token.expose().as_bytes().to_vec()).collect(),
+            subjects: globs(&config.subjects),
             allow: globs(&config.allow),
             deny: globs(&config.deny),
             decisions: RwLock::default(),
@@ -167,6 +171,11 @@ impl Agent {
             if matched == 1 {
                 return true;
             }
+        }
+        if let Some(subject) = identity.certificate()
+            && self.subjects.iter().any(|glob| glob.matches(subject))
+        {
+            return true;
         }
         let Some(peer) = identity.peer() else { return false };
         self.uids.contains(&peer.uid)
@@ -202,6 +211,7 @@ mod tests {
             gids: vec![],
             units: vec!["research-*.service".to_owned()],
             tokens: vec![],
+            subjects: vec![],
             allow: allow.iter().map(|s| (*s).to_owned()).collect(),
             deny: deny.iter().map(|s| (*s).to_owned()).collect(),
             admin: false,

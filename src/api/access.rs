@@ -49,6 +49,7 @@ impl ToolHostService {
             groups: peer.map(|p| p.groups.clone()).unwrap_or_default(),
             unit: peer.and_then(|p| p.unit.clone()).unwrap_or_default(),
             token_presented: caller.identity.has_token(),
+            certificate_subject: caller.identity.certificate().unwrap_or_default().to_owned(),
             agent: caller.agent.name.to_string(),
             admin: caller.agent.admin,
             visible_tools,

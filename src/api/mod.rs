@@ -9,6 +9,7 @@ mod authority;
 mod convert;
 pub(crate) mod service;
 mod status;
+mod tls;
 mod watch;
 
 use std::net::SocketAddr;
@@ -41,6 +42,8 @@ pub enum ApiStartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot build the reflection service: {0}")]
     Reflection(String),
+    #[error("TLS for {addr}: {problem}")]
+    Tls { addr: String, problem: String },
 }
 
 /// An address the API actually listens on (a TCP port 0 resolved to the real port).
@@ -51,7 +54,7 @@ pub enum BoundAddr {
 }
 
 enum Bound {
-    Tcp(TcpListener),
+    Tcp(TcpListener, Option<Arc<rustls::ServerConfig>>),
     Unix(UnixListener, PathBuf),
 }
 
@@ -72,14 +75,19 @@ pub struct ApiParts {
 pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
     let mut bound = Vec::new();
     let mut listeners = Vec::new();
-    for Listener { addr, socket } in addrs {
+    for Listener { addr, socket, tls } in addrs {
         match addr {
             ListenAddr::Tcp(socket) => {
+                let tls = tls
+                    .as_ref()
+                    .map(tls::server_config)
+                    .transpose()
+                    .map_err(|problem| ApiStartError::Tls { addr: socket.to_string(), problem })?;
                 let listener =
                     TcpListener::bind(socket).await.map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
                 let local = listener.local_addr().map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
                 bound.push(BoundAddr::Tcp(local));
-                listeners.push(Bound::Tcp(listener));
+                listeners.push(Bound::Tcp(listener, tls));
             }
             ListenAddr::Unix(path) => {
                 let listener =
@@ -150,11 +158,19 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
             .add_service(pb::tool_host_server::ToolHostServer::new(service.clone()));
         let shutdown = cancel.clone().cancelled_owned();
         match listener {
-            Bound::Tcp(listener) => {
+            Bound::Tcp(listener, None) => {
                 let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
                 tracker.spawn(async move {
                     if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
                         tracing::error!(%error, "the gRPC server on a TCP listener stopped");
+                    }
+                });
+            }
+            Bound::Tcp(listener, Some(config)) => {
+                let incoming = tls::incoming(listener, config, tracker, cancel.clone());
+                tracker.spawn(async move {
+                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                        tracing::error!(%error, "the gRPC server on a TLS listener stopped");
                     }
                 });
             }

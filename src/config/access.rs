@@ -73,7 +73,22 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
             check_tool_pattern(pattern, servers).map_err(|problem| (key.to_owned(), problem))?;
         }
     }
-    Ok(AgentConfig { name: raw.name, uids, gids, units: raw.units, tokens, allow: raw.allow, deny: raw.deny, admin: raw.admin })
+    for subject in &raw.subjects {
+        if subject.trim().is_empty() || subject.chars().any(char::is_control) {
+            return Err(("subjects".into(), format!("{subject:?} is not a certificate subject like \"CN=bot,O=Example\"")));
+        }
+    }
+    Ok(AgentConfig {
+        name: raw.name,
+        uids,
+        gids,
+        units: raw.units,
+        tokens,
+        subjects: raw.subjects,
+        allow: raw.allow,
+        deny: raw.deny,
+        admin: raw.admin,
+    })
 }
 
 /// A glob of letters, digits and `_ - . @ : *  ?`.

@@ -59,6 +59,8 @@ pub struct AgentConfig {
     /// Globs over the caller's systemd unit (`research-bot.service`).
     pub units: Vec<String>,
     pub tokens: Vec<Resolved>,
+    /// Globs over a TLS client certificate's subject (RFC 4514, e.g. `CN=bot,O=Example`).
+    pub subjects: Vec<String>,
     /// Globs over qualified tool names; empty allows nothing. `deny` wins.
     pub allow: Vec<String>,
     pub deny: Vec<String>,
@@ -104,6 +106,16 @@ pub struct Listener {
     pub addr: ListenAddr,
     /// Who may connect, for a Unix socket (the file's mode and group).
     pub socket: SocketAccess,
+    /// TLS, for a TCP listener (required off loopback).
+    pub tls: Option<TlsFiles>,
+}
+
+/// A TLS listener's files (absolute paths, readable when the configuration was loaded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A Unix socket file's permission bits and owning group. The kernel checks them on every
@@ -389,17 +401,29 @@ fn check_server_name(name: &str) -> Result<(), String> {
 }
 
 fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
-    let (address, mode, group) = match entry {
-        RawListen::Address(address) => (address, None, None),
-        RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref()),
+    let (address, mode, group, tls) = match entry {
+        RawListen::Address(address) => (address, None, None, None),
+        RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref(), table.tls.as_ref()),
     };
     let addr = parse_listen(base, address)?;
+    let tls = match (tls, &addr) {
+        (None, _) => None,
+        (Some(_), ListenAddr::Unix(_)) => return Err("tls applies to TCP listeners, not unix: sockets".to_owned()),
+        (Some(tls), ListenAddr::Tcp(_)) => {
+            let file = |path: &str| {
+                let path = base.join(path);
+                std::fs::metadata(&path).map(|_| path.clone()).map_err(|err| format!("tls: cannot read {}: {err}", path.display()))
+            };
+            Some(TlsFiles { cert: file(&tls.cert)?, key: file(&tls.key)?, client_ca: tls.client_ca.as_deref().map(file).transpose()? })
+        }
+    };
     if let ListenAddr::Tcp(socket) = &addr
         && !socket.ip().is_loopback()
+        && tls.is_none()
     {
         return Err(format!(
-            "{address:?} is not a loopback address: tool calls run with the daemon's privileges, so the API is served on \
-             loopback or a Unix socket only"
+            "{address:?} is not a loopback address: tool calls run with the daemon's privileges, so off loopback the API \
+             needs tls = {{ cert, key, client_ca }} (or use a Unix socket)"
         ));
     }
     if matches!(addr, ListenAddr::Tcp(_)) && (mode.is_some() || group.is_some()) {
@@ -418,7 +442,7 @@ fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
     if let Some(group) = group {
         socket.group = Some(resolve_group(group)?);
     }
-    Ok(Listener { addr, socket })
+    Ok(Listener { addr, socket, tls })
 }
 
 /// A group by name or numeric id, which must exist on this machine.

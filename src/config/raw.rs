@@ -51,6 +51,9 @@ pub(crate) struct RawAgent {
     pub(crate) units: Vec<String>,
     #[serde(default)]
     pub(crate) tokens: Vec<String>,
+    /// Client certificate subjects (RFC 4514, globs), for TLS listeners with a client CA.
+    #[serde(default)]
+    pub(crate) subjects: Vec<String>,
     #[serde(default)]
     pub(crate) allow: Vec<String>,
     #[serde(default)]
@@ -113,6 +116,19 @@ pub(crate) struct RawListenTable {
     pub(crate) mode: Option<String>,
     /// The group that owns the socket file: a name or a numeric id.
     pub(crate) group: Option<String>,
+    /// TLS for a TCP listener.
+    pub(crate) tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    /// PEM certificate chain and private key of the listener.
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    /// PEM certificates of the CA that signs client certificates; a client that presents one
+    /// is identified by its certificate's subject.
+    pub(crate) client_ca: Option<String>,
 }
 
 /// One `[servers.NAME]` table: the `mcpServers` keys plus toolhost's own settings.

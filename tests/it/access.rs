@@ -191,3 +191,128 @@ async fn a_reload_applies_a_new_policy_to_open_watch_streams() {
     assert_eq!(error_info(&refused).0, "NO_MATCHING_AGENT");
     app.shutdown().await;
 }
+
+/// A CA, a server certificate for 127.0.0.1, and a client certificate the CA signed, as PEM files.
+struct Pki {
+    server_cert: std::path::PathBuf,
+    server_key: std::path::PathBuf,
+    client_ca: std::path::PathBuf,
+    server_ca_pem: String,
+    client_chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    client_key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+fn pki(dir: &TestDir) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let server = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "toolhost test agents CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params.distinguished_name.push(DnType::CommonName, "research-bot");
+    client_params.distinguished_name.push(DnType::OrganizationName, "Example");
+    let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    Pki {
+        server_cert: write("server.pem", server.cert.pem()),
+        server_key: write("server.key", server.signing_key.serialize_pem()),
+        client_ca: write("agents-ca.pem", ca.pem()),
+        server_ca_pem: server.cert.pem(),
+        client_chain: vec![client_cert.der().clone()],
+        client_key: rustls::pki_types::PrivateKeyDer::try_from(client_key.serialize_der()).unwrap(),
+    }
+}
+
+/// A gRPC client over TLS to `addr`, trusting `server_ca_pem`, with a client certificate if given.
+async fn tls_client(
+    addr: std::net::SocketAddr,
+    server_ca_pem: &str,
+    identity: Option<(Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)>,
+) -> pb::tool_host_client::ToolHostClient<tonic::transport::Channel> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(server_ca_pem.as_bytes()).unwrap()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await?;
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                connector.connect(name, tcp).await.map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .unwrap();
+    pb::tool_host_client::ToolHostClient::new(channel)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_client_certificate_is_the_callers_identity() {
+    let dir = TestDir::new();
+    let pki = pki(&dir);
+    let script = dir.script("demo", json!({}));
+    let config_path = dir.path("toolhost.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [\"unix:toolhost.sock\", {{ address = \"127.0.0.1:0\", tls = {{ cert = {:?}, key = {:?}, client_ca = {:?} }} }}]\n\
+             [access]\n[[access.agents]]\nname = \"research\"\nsubjects = [\"O=Example,CN=research-bot\"]\nallow = [\"demo__echo\"]\n\
+             [[access.agents]]\nname = \"operator\"\nusers = [\"root\"]\nallow = [\"*\"]\nadmin = true\n{}",
+            pki.server_cert,
+            pki.server_key,
+            pki.client_ca,
+            server_table("demo", &script, "")
+        ),
+    )
+    .unwrap();
+    let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let addr = tcp_addr(&app);
+
+    let mut with_cert = tls_client(addr, &pki.server_ca_pem, Some((pki.client_chain.clone(), pki.client_key.clone_key()))).await;
+    let who = with_cert.who_am_i(pb::WhoAmIRequest {}).await.unwrap().into_inner();
+    assert_eq!((who.agent.as_str(), who.transport.as_str()), ("research", "tls"));
+    assert_eq!(who.certificate_subject, "O=Example,CN=research-bot", "the subject in RFC 4514 form");
+    let tools = with_cert.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    assert_eq!(tools.iter().map(|t| t.qualified_name.as_str()).collect::<Vec<_>>(), ["demo__echo"]);
+
+    let mut without_cert = tls_client(addr, &pki.server_ca_pem, None).await;
+    let refused = without_cert.list_tools(pb::ListToolsRequest::default()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    app.shutdown().await;
+}
+
+#[test]
+fn off_loopback_the_api_needs_tls() {
+    let dir = TestDir::new();
+    let pki = pki(&dir);
+    let path = dir.path("open.toml");
+    std::fs::write(&path, "[grpc]\nlisten = [\"0.0.0.0:50999\"]\n").unwrap();
+    let refused = toolhost::config::Config::load(&path).unwrap_err().to_string();
+    assert!(refused.contains("grpc.listen[0]") && refused.contains("needs tls"), "{refused}");
+    std::fs::write(
+        &path,
+        format!(
+            "[grpc]\nlisten = [{{ address = \"0.0.0.0:50999\", tls = {{ cert = {:?}, key = {:?} }} }}]\n",
+            pki.server_cert, pki.server_key
+        ),
+    )
+    .unwrap();
+    assert!(toolhost::config::Config::load(&path).is_ok(), "with TLS it is accepted");
+}
