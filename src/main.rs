@@ -88,6 +88,18 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Search the catalog: tools whose names, titles, descriptions or argument names match.
+    Search {
+        /// Words to look for.
+        query: String,
+        /// Only this server (repeatable).
+        #[arg(long)]
+        server: Vec<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Show who the daemon takes you for, the agent entry that admits you, and what you may use.
     Whoami(ClientArgs),
     /// Show the audit trail of tool calls (operators only).
@@ -161,6 +173,7 @@ fn main() -> ExitCode {
         Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),
         Command::Restart { server, client } => (ClientCommand::Restart { server }, client),
         Command::Whoami(client) => (ClientCommand::Whoami, client),
+        Command::Search { query, server, limit, client } => (ClientCommand::Search { query, servers: server, limit }, client),
         Command::Audit { since, agent, limit, client } => (ClientCommand::Audit { since, agent, limit }, client),
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };

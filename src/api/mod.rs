@@ -7,6 +7,7 @@
 mod access;
 mod authority;
 mod convert;
+mod search;
 pub(crate) mod service;
 mod status;
 mod tls;

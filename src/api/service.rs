@@ -202,6 +202,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn query_audit(&self, request: Request<pb::QueryAuditRequest>) -> Result<Response<pb::QueryAuditResponse>, Status> {
         self.query_audit_in(request).await.map(Response::new)
     }
+
+    async fn search_tools(&self, request: Request<pb::SearchToolsRequest>) -> Result<Response<pb::SearchToolsResponse>, Status> {
+        self.search_tools_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {

@@ -3,6 +3,7 @@
 pub mod model;
 pub mod names;
 pub mod record;
+pub mod search;
 pub mod store;
 #[cfg(test)]
 mod store_model;

@@ -19,6 +19,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
+use crate::catalog::search::SearchDoc;
 
 /// Enumeration records kept per server.
 const ENUMERATIONS_KEPT: i64 = 200;
@@ -106,7 +107,9 @@ impl Store {
         // A commit that returned is on disk, even across a power loss: a published generation
         // number is never handed out twice.
         let writer = Writer { options: options.synchronous(SqliteSynchronous::Full), connection: None };
-        Ok(Store { pool, writer: Arc::new(Mutex::new(writer)), history_generations })
+        let store = Store { pool, writer: Arc::new(Mutex::new(writer)), history_generations };
+        store.backfill_search().await?;
+        Ok(store)
     }
 
     /// Starts a write transaction on the writer connection (opening it if needed).
@@ -348,6 +351,12 @@ impl Store {
                 .bind(name)
                 .execute(tx.conn())
                 .await?;
+            sqlx::query("UPDATE search_rows SET last_generation = ? WHERE server = ? AND name = ? AND last_generation IS NULL")
+                .bind(current)
+                .bind(server)
+                .bind(name)
+                .execute(tx.conn())
+                .await?;
         }
         for name in diff.added.iter().chain(&diff.changed) {
             let tool = by_name[name.as_str()];
@@ -363,6 +372,7 @@ impl Store {
                 .bind(&tool.hash)
                 .execute(tx.conn())
                 .await?;
+            index_version(tx.conn(), server, tool, next, None).await?;
         }
         sqlx::query(
             "INSERT INTO generations (server, generation, committed_at_ms, reason, tool_count, added, removed, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -482,6 +492,19 @@ impl Store {
             .bind(oldest_kept)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "DELETE FROM tool_search WHERE rowid IN \
+             (SELECT id FROM search_rows WHERE server = ?1 AND last_generation IS NOT NULL AND last_generation < ?2)",
+        )
+        .bind(server)
+        .bind(oldest_kept)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM search_rows WHERE server = ? AND last_generation IS NOT NULL AND last_generation < ?")
+            .bind(server)
+            .bind(oldest_kept)
+            .execute(&mut *tx)
+            .await?;
         if pruned.rows_affected() > 0 {
             sqlx::query("DELETE FROM definitions WHERE hash NOT IN (SELECT hash FROM tool_versions)").execute(&mut *tx).await?;
         }
@@ -576,6 +599,102 @@ impl Store {
             });
         }
         Ok(records)
+    }
+}
+
+/// Adds one tool version to the full-text index.
+async fn index_version(
+    tx: &mut SqliteConnection,
+    server: &str,
+    tool: &ToolDef,
+    first_generation: i64,
+    last_generation: Option<i64>,
+) -> Result<(), StoreError> {
+    let doc = SearchDoc::of(server, tool);
+    let id: i64 =
+        sqlx::query_scalar("INSERT INTO search_rows (server, name, first_generation, last_generation) VALUES (?, ?, ?, ?) RETURNING id")
+            .bind(server)
+            .bind(&tool.name)
+            .bind(first_generation)
+            .bind(last_generation)
+            .fetch_one(&mut *tx)
+            .await?;
+    sqlx::query("INSERT INTO tool_search (rowid, qualified, original, title, description, properties) VALUES (?, ?, ?, ?, ?, ?)")
+        .bind(id)
+        .bind(doc.qualified)
+        .bind(doc.original)
+        .bind(doc.title)
+        .bind(doc.description)
+        .bind(doc.properties)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Tools matching `query` (an FTS5 query from [`crate::catalog::search::fts_query`]) in
+    /// exactly the generation given for each server, best first: `(server, name, score)`, a
+    /// higher score being a better match.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn search(&self, query: &str, generations: &[(&str, u64)], limit: u32) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let generations: serde_json::Map<String, serde_json::Value> =
+            generations.iter().map(|(server, generation)| ((*server).to_owned(), serde_json::Value::from(*generation))).collect();
+        // bm25 weights: qualified name, original name, title, description, schema words.
+        let rows: Vec<(String, String, f64)> = sqlx::query_as(
+            "SELECT r.server, r.name, -bm25(tool_search, 4.0, 4.0, 3.0, 1.0, 0.5) AS score \
+             FROM tool_search JOIN search_rows r ON r.id = tool_search.rowid \
+             JOIN json_each(?2) g ON g.key = r.server \
+             WHERE tool_search MATCH ?1 AND r.first_generation <= g.value AND (r.last_generation IS NULL OR r.last_generation >= g.value) \
+             ORDER BY score DESC LIMIT ?3",
+        )
+        .bind(query)
+        .bind(serde_json::Value::Object(generations).to_string())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// The names the search index holds for `server` at `generation` (for tests of the index).
+    #[cfg(test)]
+    pub(crate) async fn indexed_names(&self, server: &str, generation: u64) -> Result<Vec<String>, StoreError> {
+        let generation = to_i64(generation);
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM search_rows WHERE server = ?1 AND first_generation <= ?2 AND (last_generation IS NULL OR last_generation >= ?2) \
+             ORDER BY name",
+        )
+        .bind(server)
+        .bind(generation)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Builds the full-text index from the kept tool versions when it does not cover them (a
+    /// store from before the index, or one an operator emptied). One transaction.
+    async fn backfill_search(&self) -> Result<(), StoreError> {
+        let (indexed, versions): (i64, i64) =
+            sqlx::query_as("SELECT (SELECT count(*) FROM search_rows), (SELECT count(*) FROM tool_versions)").fetch_one(&self.pool).await?;
+        if indexed == versions {
+            return Ok(());
+        }
+        let rows: Vec<(String, String, i64, Option<i64>, String, String)> = sqlx::query_as(
+            "SELECT v.server, v.name, v.first_generation, v.last_generation, d.definition, v.hash \
+             FROM tool_versions v JOIN definitions d ON d.hash = v.hash",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM tool_search").execute(tx.conn()).await?;
+        sqlx::query("DELETE FROM search_rows").execute(tx.conn()).await?;
+        for (server, name, first, last, definition, hash) in rows {
+            let tool = ToolDef::from_stored(name, definition, hash);
+            index_version(tx.conn(), &server, &tool, first, last).await?;
+        }
+        tx.commit().await?;
+        tracing::info!(tool_versions = versions, "built the tool search index");
+        Ok(())
     }
 }
 

@@ -87,6 +87,9 @@ async fn check(steps: Vec<Step>) -> Result<(), TestCaseError> {
             let kept = generations.len().saturating_sub(HISTORY as usize);
             for (number, tools) in generations.iter().enumerate().skip(kept) {
                 prop_assert_eq!(&stored_tools(&store, server, number as u64 + 1).await, tools, "{} generation {}", server, number + 1);
+                // The search index holds exactly that generation's tools, too.
+                let indexed = store.indexed_names(server, number as u64 + 1).await.expect("read the index");
+                prop_assert_eq!(indexed, tools.keys().cloned().collect::<Vec<_>>(), "index of {} generation {}", server, number + 1);
             }
             let current = store.load_current(server).await.expect("load");
             prop_assert_eq!(current.map(|c| c.generation.number).unwrap_or(0), generations.len() as u64);

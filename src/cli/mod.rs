@@ -33,6 +33,7 @@ pub enum ClientCommand {
     Restart { server: String },
     Whoami,
     Audit { since: Option<String>, agent: Option<String>, limit: u32 },
+    Search { query: String, servers: Vec<String>, limit: u32 },
 }
 
 /// Where the daemon is and how to print.
@@ -154,6 +155,10 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         ClientCommand::Restart { server } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
+        }
+        ClientCommand::Search { query, servers, limit } => {
+            let response = client.search_tools(pb::SearchToolsRequest { query, servers, limit }).await?.into_inner();
+            out.search(&response.results)?;
         }
         ClientCommand::Whoami => {
             let response = client.who_am_i(pb::WhoAmIRequest {}).await?.into_inner();

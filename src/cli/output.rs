@@ -162,6 +162,27 @@ impl Printer {
         self.table(&["GEN", "REASON", "TOOLS", "ADDED", "REMOVED", "CHANGED"], &rows)
     }
 
+    pub(crate) fn search(&mut self, results: &[pb::SearchResult]) -> std::io::Result<()> {
+        if self.json {
+            let list: Vec<Value> = results
+                .iter()
+                .filter_map(|r| r.tool.as_ref().map(|t| (t, r.score)))
+                .map(|(t, score)| {
+                    json!({"name": t.qualified_name, "server": t.server, "tool": t.name, "score": score, "hash": t.definition_hash,
+                           "generation": t.generation, "title": t.title, "description": t.description,
+                           "input_schema": parse_or_null(&t.input_schema_json), "available": t.available})
+                })
+                .collect();
+            return self.json_line(&Value::from(list));
+        }
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .filter_map(|r| r.tool.as_ref().map(|t| (t, r.score)))
+            .map(|(t, score)| vec![format!("{score:.2}"), t.qualified_name.clone(), first_line(&t.description)])
+            .collect();
+        self.table(&["SCORE", "NAME", "DESCRIPTION"], &rows)
+    }
+
     pub(crate) fn whoami(&mut self, who: &pb::WhoAmIResponse) -> std::io::Result<()> {
         let value = json!({
             "transport": who.transport, "uid": who.uid, "gid": who.gid, "pid": who.pid, "groups": who.groups, "unit": who.unit,

@@ -19,6 +19,7 @@ mod interop;
 mod lifecycle;
 mod modern;
 mod restart;
+mod search;
 mod store_faults;
 mod telemetry;
 mod unix_socket;
