@@ -13,8 +13,14 @@ CREATE TABLE search_rows (
 
 CREATE INDEX search_rows_current ON search_rows(server, name, last_generation);
 
--- The text, by row id. Names split on '_' and case; descriptions stemmed (porter).
+-- The text, by row id: the names (qualified and original, split into words), the title, and
+-- the description with the input schema's property names and descriptions; stemmed (porter).
+-- Three columns, because ranking costs per column and per match.
 CREATE VIRTUAL TABLE tool_search USING fts5(
-    qualified, original, title, description, properties,
+    names, title, body,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
+
+-- The ranking every search uses (ORDER BY rank): BM25 with names weighted over the title, and
+-- the title over the description.
+INSERT INTO tool_search (tool_search, rank) VALUES ('rank', 'bm25(4.0, 3.0, 1.0)');

@@ -10,6 +10,8 @@
 mod daemon;
 mod fast_server;
 mod scenarios;
+mod search_bench;
+mod search_corpus;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -25,7 +27,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "throughput", "propagation", "storm", "scale", "policy"];
+    let all = ["overhead", "throughput", "propagation", "storm", "scale", "policy", "search"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -38,6 +40,7 @@ fn main() {
                 "storm" => scenarios::storm().await,
                 "scale" => scenarios::scale().await,
                 "policy" => scenarios::policy().await,
+                "search" => search_bench::search().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });
