@@ -106,6 +106,11 @@ pub struct BoundListeners(Vec<Bound>);
 
 fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    // A fresh machine may not have the socket's directory yet (systemd's RuntimeDirectory makes
+    // /run/toolhost; a hand-run daemon may have nothing).
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
     // A socket left by a previous run would make bind fail; anything else at that path is kept.
     if let Ok(metadata) = std::fs::symlink_metadata(path)
         && metadata.file_type().is_socket()

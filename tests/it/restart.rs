@@ -127,11 +127,16 @@ async fn an_empty_listing_after_a_reconnect_needs_confirmation_before_it_empties
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_store_directory_is_created_on_a_fresh_machine() {
+async fn the_store_and_socket_directories_are_created_on_a_fresh_machine() {
     let dir = TestDir::new();
     let config_path = dir.path("fresh.toml");
-    std::fs::write(&config_path, "[store]\npath = \"state/nested/catalog.db\"\n[grpc]\nlisten = [\"127.0.0.1:0\"]\n").unwrap();
+    std::fs::write(
+        &config_path,
+        "[store]\npath = \"state/nested/catalog.db\"\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:run/nested/toolhost.sock\"]\n",
+    )
+    .unwrap();
     let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
     assert!(dir.path("state/nested/catalog.db").exists());
+    assert!(dir.path("run/nested/toolhost.sock").exists(), "the demo's socket lives in a directory the first run makes");
     app.shutdown().await;
 }
