@@ -1,0 +1,95 @@
+//! The audit trail's table: batches in, retention, queries.
+
+use sqlx::Row;
+
+use super::{Store, StoreError, to_i64, to_u64};
+
+impl Store {
+    /// Stores audit records, in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure; none of the batch is stored then.
+    pub async fn append_audit(&self, records: &[crate::audit::AuditRecord]) -> Result<(), StoreError> {
+        // The whole batch travels as one JSON array and is inserted by one statement: a row
+        // costs SQLite's work, not a round trip to the database thread each.
+        let rows: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!([
+                    r.at_ms,
+                    &*r.agent,
+                    r.caller,
+                    r.transport,
+                    r.qualified_name,
+                    r.server,
+                    r.tool,
+                    to_i64(r.generation),
+                    r.definition_hash,
+                    r.outcome,
+                    to_i64(r.duration_us),
+                    r.arguments
+                ])
+            })
+            .collect();
+        let batch = serde_json::Value::Array(rows).to_string();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments) \
+             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, \
+                    value ->> 9, value ->> 10, value ->> 11 FROM json_each(?)",
+        )
+        .bind(batch)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await
+    }
+
+    /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM audit WHERE at_ms < ?").bind(oldest_ms).execute(tx.conn()).await?;
+        sqlx::query("DELETE FROM audit WHERE id <= (SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?)")
+            .bind(to_i64(max_records))
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await
+    }
+
+    /// Audit records at or after `since_ms`, of `agent` if given, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn query_audit(&self, since_ms: i64, agent: Option<&str>, limit: u32) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments \
+             FROM audit WHERE at_ms >= ?1 AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
+        )
+        .bind(since_ms)
+        .bind(agent)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            let transport: String = row.try_get(3)?;
+            records.push(crate::audit::AuditRecord {
+                at_ms: row.try_get(0)?,
+                agent: row.try_get::<String, _>(1)?.into(),
+                caller: row.try_get(2)?,
+                transport: if transport == "unix" { "unix" } else { "tcp" },
+                qualified_name: row.try_get(4)?,
+                server: row.try_get(5)?,
+                tool: row.try_get(6)?,
+                generation: to_u64(row.try_get(7)?)?,
+                definition_hash: row.try_get(8)?,
+                outcome: row.try_get(9)?,
+                duration_us: to_u64(row.try_get(10)?)?,
+                arguments: row.try_get(11)?,
+            });
+        }
+        Ok(records)
+    }
+}

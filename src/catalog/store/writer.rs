@@ -1,0 +1,74 @@
+//! The writer connection's transactions, and the check that a database file is toolhost's.
+
+use std::path::Path;
+
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+
+use super::{APPLICATION_ID, StoreError, WriteTx};
+
+// === impl WriteTx ===
+
+impl WriteTx<'_> {
+    pub(super) fn conn(&mut self) -> &mut SqliteConnection {
+        // `begin` opened it, and only dropping an uncommitted transaction takes it away.
+        self.writer.connection.as_mut().expect("the writer connection is open during a transaction")
+    }
+
+    /// Commits. On failure the connection is closed (rolling back whatever SQLite still holds).
+    pub(super) async fn commit(mut self) -> Result<(), StoreError> {
+        sqlx::query("COMMIT").execute(self.conn()).await?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Closing the connection ends the transaction whatever state SQLite left it in
+            // (after SQLITE_FULL it may or may not have rolled back by itself).
+            self.writer.connection = None;
+        }
+    }
+}
+
+/// Refuses a database that belongs to someone else: a non-zero `application_id` other than
+/// toolhost's, or tables without toolhost's schema. An empty file, toolhost's own, or a store of
+/// an earlier toolhost (its tables, no id yet) are fine.
+pub(super) async fn check_ownership(path: &Path) -> Result<(), StoreError> {
+    let foreign = |reason: String| StoreError::Foreign { path: path.display().to_string(), reason };
+    if std::fs::metadata(path).map_or(true, |meta| meta.len() == 0) {
+        return Ok(());
+    }
+    // Read-only and without touching the journal mode: looking must not change the file.
+    let options = SqliteConnectOptions::new().filename(path).read_only(true);
+    let mut connection =
+        SqliteConnection::connect_with(&options).await.map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+    let verdict = ownership(&mut connection, foreign).await;
+    let _ = connection.close().await;
+    verdict
+}
+
+async fn ownership(connection: &mut SqliteConnection, foreign: impl Fn(String) -> StoreError) -> Result<(), StoreError> {
+    let application_id: i64 = sqlx::query_scalar("PRAGMA application_id").fetch_one(&mut *connection).await?;
+    if application_id == APPLICATION_ID {
+        return Ok(());
+    }
+    if application_id != 0 {
+        return Err(foreign(format!("its application_id is {application_id:#x}")));
+    }
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .fetch_all(&mut *connection)
+            .await?;
+    let ours = ["_sqlx_migrations", "servers", "tool_versions", "generations"];
+    if tables.is_empty() || ours.iter().all(|name| tables.iter().any(|table| table == name)) {
+        return Ok(());
+    }
+    let mut listed = tables.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if tables.len() > 5 {
+        listed.push_str(", …");
+    }
+    Err(foreign(format!("it holds other tables ({listed})")))
+}
