@@ -237,6 +237,8 @@ type ReceivedSpan = (String, Vec<KeyValue>, String);
 struct Receiver {
     spans: std::sync::Arc<Mutex<Vec<ReceivedSpan>>>,
     metrics: std::sync::Arc<Mutex<Vec<String>>>,
+    /// Every metric received, data points and attributes included, as text.
+    metric_dump: std::sync::Arc<Mutex<String>>,
 }
 
 #[tonic::async_trait]
@@ -273,6 +275,7 @@ impl opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server:
     ) -> Result<tonic::Response<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse>, tonic::Status> {
         for resource in request.into_inner().resource_metrics {
             for scope in resource.scope_metrics {
+                self.metric_dump.lock().unwrap().push_str(&format!("{:?}", scope.metrics));
                 self.metrics.lock().unwrap().extend(scope.metrics.into_iter().map(|m| m.name));
             }
         }
@@ -468,5 +471,47 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
         let bytes = std::fs::read(dir.path(file)).unwrap_or_default();
         assert!(!bytes.windows(token.len()).any(|w| w == token.as_bytes()), "the token leaked into {file}");
     }
+    collector.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_attributes_name_configured_servers_only() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = Receiver::default();
+    let collector = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(receiver.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let dir = TestDir::new();
+    let script = dir.script("labelled", json!({}));
+    let config = dir.path("labels.toml");
+    std::fs::write(
+        &config,
+        format!("[store]\npath = \"labels.db\"\n[grpc]\nlisten = [\"unix:labels.sock\"]\n{}", server_table("labelled", &script, "")),
+    )
+    .unwrap();
+    let (mut daemon, mut client) = serve(&config, dir.path("labels.sock"), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]).await;
+    let deadline = Instant::now() + WAIT;
+    let known =
+        pb::CallToolRequest { qualified_name: "labelled__echo".into(), arguments_json: r#"{"text":"x"}"#.into(), ..Default::default() };
+    while client.call_tool(known.clone()).await.is_err() {
+        assert!(Instant::now() < deadline, "the server never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Names a caller makes up: each would be a new time series if it became a label.
+    for i in 0..20 {
+        let made_up = pb::CallToolRequest { server: format!("madeupserver{i}"), name: "x".into(), ..Default::default() };
+        assert!(client.call_tool(made_up).await.is_err());
+        let made_up = pb::CallToolRequest { qualified_name: format!("madeupserver{i}__tool"), ..Default::default() };
+        assert!(client.call_tool(made_up).await.is_err());
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(daemon.wait().unwrap().success());
+    let dump = receiver.metric_dump.lock().unwrap().clone();
+    assert!(dump.contains("toolhost.calls") && dump.contains("labelled"), "the calls were measured");
+    assert!(!dump.contains("madeupserver"), "a caller's made-up server name became a metric attribute");
     collector.abort();
 }
