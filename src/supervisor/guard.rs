@@ -50,6 +50,7 @@ impl WorkerSeed {
             session_listed_ok: false,
             empty_listing_held: false,
             last_ttl: None,
+            last_pass: None,
         }
     }
 }

@@ -1,7 +1,6 @@
 //! The per-server loop: start a session, enumerate, follow changes, and restart with backoff
 //! when the session ends. Every new session is a fresh handshake and a full enumeration.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,11 +33,13 @@ use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 const QUIET_PERIOD: Duration = Duration::from_millis(20);
 /// ...but never waits longer than this for a burst to end.
 const MAX_QUIET_WAIT: Duration = Duration::from_secs(2);
-/// At most this many passes per [`BURST_WINDOW`] start the moment a list_changed arrives; past
-/// that, notifications count as a burst and the next pass waits for quiet. Isolated changes
-/// are thus published at once, and a storm costs a handful of passes.
-const IMMEDIATE_PASSES: usize = 2;
-const BURST_WINDOW: Duration = Duration::from_secs(1);
+/// A list_changed with none other this long before it is an isolated change: listed at once,
+/// whatever the rate of earlier changes. One closer to the previous is part of a burst, which
+/// waits for quiet and keeps listing work to [`MAX_LISTING_SHARE`] of the time.
+const ISOLATION: Duration = Duration::from_millis(100);
+/// Under a burst, a pass starts no sooner than this many times the last pass's duration after
+/// it ended: listing takes at most a tenth of the server's time, however long the burst.
+const IDLE_PER_PASS: u32 = 9;
 
 /// Requests a worker accepts from the rest of toolhost.
 #[derive(Debug)]
@@ -79,6 +80,8 @@ pub(crate) struct Worker {
     pub(crate) empty_listing_held: bool,
     /// The `ttlMs` of the last complete listing, if the server gave one.
     pub(crate) last_ttl: Option<Duration>,
+    /// When the last pass ended and how long it took: bursts keep listing to a share of the time.
+    pub(crate) last_pass: Option<(Instant, Duration)>,
 }
 
 // === impl Worker ===
@@ -207,7 +210,6 @@ impl Worker {
         let mut cause: Option<SpanContext> = None;
         let mut change_seen_at: Option<Instant> = None;
         let mut retry_at: Option<Instant> = None;
-        let mut recent_passes: VecDeque<Instant> = VecDeque::new();
         let stray_changes = Throttle::new(1);
         self.session_listed_ok = false;
         self.empty_listing_held = false;
@@ -215,7 +217,7 @@ impl Worker {
             if let Some(reason) = pending.take() {
                 retry_at = None;
                 let span = trace::refresh(&self.name, reason, session_context.clone(), cause.take());
-                let refreshed = self.refresh(&connection, &hello, reason, &mut changes, &mut recent_passes).instrument(span).await;
+                let refreshed = self.refresh(&connection, &hello, reason, &mut changes).instrument(span).await;
                 match refreshed {
                     Ok(true) => {
                         if let Some(seen) = change_seen_at.take() {
@@ -313,7 +315,6 @@ impl Worker {
         hello: &ServerHello,
         reason: EnumerationReason,
         changes: &mut watch::Receiver<u64>,
-        recent_passes: &mut VecDeque<Instant>,
     ) -> Result<bool, SessionEnd> {
         let span = tracing::Span::current();
         if !hello.has_tools {
@@ -325,8 +326,7 @@ impl Worker {
         if reason == EnumerationReason::ListChanged {
             let received = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
             span.add_event("notification received", vec![opentelemetry::KeyValue::new("toolhost.notifications.total", received as i64)]);
-            recent_passes.retain(|started| started.elapsed() < BURST_WINDOW);
-            if recent_passes.len() >= IMMEDIATE_PASSES {
+            if !is_isolated(connection.handle().last_change_gap()) {
                 tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
                 self.wait_for_quiet(changes).await?;
                 let now = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
@@ -335,7 +335,6 @@ impl Worker {
                     vec![opentelemetry::KeyValue::new("toolhost.notifications.coalesced", (now - received + 1) as i64)],
                 );
             }
-            recent_passes.push_back(Instant::now());
         }
         let settled = self.enumerate_until_settled(connection, reason, changes).await?;
         if settled {
@@ -373,6 +372,7 @@ impl Worker {
             };
             trace::finish_pass(&pass_span, outcome, &stats, error);
             drop(pass_span);
+            self.last_pass = Some((Instant::now(), clock.elapsed()));
             if outcome != "complete" {
                 self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, clock.elapsed());
             }
@@ -425,14 +425,17 @@ impl Worker {
         ))
     }
 
-    /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] (at most [`MAX_QUIET_WAIT`]).
+    /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] and listing has been idle
+    /// for [`IDLE_PER_PASS`] times the last pass (at most [`MAX_QUIET_WAIT`] in all).
     async fn wait_for_quiet(&self, changes: &mut watch::Receiver<u64>) -> Result<(), SessionEnd> {
         let give_up = deadline::after(MAX_QUIET_WAIT);
+        let idle_until = self.last_pass.map(|(ended, took)| ended + took.saturating_mul(IDLE_PER_PASS).min(MAX_QUIET_WAIT));
         changes.borrow_and_update();
         loop {
+            let quiet_until = deadline::after(QUIET_PERIOD).max(idle_until.unwrap_or_else(Instant::now));
             tokio::select! {
                 () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
-                () = tokio::time::sleep(QUIET_PERIOD) => return Ok(()),
+                () = tokio::time::sleep_until(quiet_until) => return Ok(()),
                 () = tokio::time::sleep_until(give_up) => return Ok(()),
                 changed = changes.changed() => {
                     if changed.is_err() {
@@ -451,6 +454,11 @@ impl Worker {
             }
         });
     }
+}
+
+/// A change with no other within [`ISOLATION`] before it (or the first of a session).
+fn is_isolated(gap_before: Option<Duration>) -> bool {
+    gap_before.is_none_or(|gap| gap >= ISOLATION)
 }
 
 /// An open `subscriptions/listen`: completes when the subscription ends.
@@ -477,6 +485,15 @@ fn ttl_delay(ttl: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_is_isolated_when_none_came_in_the_hundred_ms_before() {
+        assert!(is_isolated(None));
+        assert!(is_isolated(Some(Duration::from_millis(300))));
+        assert!(is_isolated(Some(ISOLATION)));
+        assert!(!is_isolated(Some(Duration::from_millis(1))));
+        assert!(!is_isolated(Some(Duration::from_millis(99))));
+    }
 
     #[test]
     fn ttl_refreshes_are_jittered_and_never_a_tight_poll() {

@@ -75,6 +75,8 @@ struct Shared {
     subscriptions: Mutex<Subscriptions>,
     /// Bounds the log lines the server's misbehaviour can cause.
     diagnostics: Throttle,
+    /// When the last list_changed arrived, and how long after the one before it.
+    change_times: Mutex<(Option<Instant>, Option<Duration>)>,
 }
 
 /// A request waiting for its response.
@@ -141,6 +143,7 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
         request_meta: OnceLock::new(),
         subscriptions: Mutex::default(),
         diagnostics: Throttle::new(DIAGNOSTICS_PER_SECOND),
+        change_times: Mutex::default(),
     });
     (SessionHandle { shared: shared.clone() }, Core { shared }, outgoing_rx)
 }
@@ -329,6 +332,12 @@ impl SessionHandle {
         self.shared.closed.is_cancelled()
     }
 
+    /// How long before the latest list_changed the previous one arrived (`None` before a second
+    /// one): what tells an isolated change from a burst.
+    pub fn last_change_gap(&self) -> Option<Duration> {
+        self.shared.change_times.lock().unwrap_or_else(PoisonError::into_inner).1
+    }
+
     /// A receiver that changes whenever the server sends `notifications/tools/list_changed`.
     pub fn list_changed(&self) -> watch::Receiver<u64> {
         self.shared.list_changed.subscribe()
@@ -476,6 +485,11 @@ impl Shared {
             }
         }
         if method == METHOD_TOOLS_LIST_CHANGED {
+            {
+                let mut times = self.change_times.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
+                *times = (Some(now), times.0.map(|previous| now.saturating_duration_since(previous)));
+            }
             self.stats.num_list_changed.fetch_add(1, Ordering::Relaxed);
             self.list_changed.send_modify(|n| *n += 1);
         } else if let Some(suppressed) = self.diagnostics.admit() {
