@@ -102,6 +102,12 @@ impl<S> AuthorityFix<S> {
                     self.mode = Mode::Sniffing(Block::default());
                 }
                 Mode::Sniffing(_) | Mode::Rewrite(_) => {
+                    if declared_frame_len(&self.incoming).is_some_and(|len| len > MAX_BLOCK) {
+                        // Larger than any frame the server accepts: never buffer it, let the
+                        // server refuse it.
+                        self.mode = Mode::PassThrough;
+                        continue;
+                    }
                     let Some(len) = complete_frame_len(&self.incoming) else { return };
                     let frame: Vec<u8> = self.incoming.drain(..len).collect();
                     self.on_frame(frame);
@@ -244,11 +250,15 @@ impl Rewriter {
     }
 }
 
+/// The payload length the frame at the start of `buf` declares, once its header is there.
+fn declared_frame_len(buf: &[u8]) -> Option<usize> {
+    let header = buf.get(..FRAME_HEADER_LEN)?;
+    Some(usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]))
+}
+
 /// The length of the complete frame at the start of `buf`, if it is all there.
 fn complete_frame_len(buf: &[u8]) -> Option<usize> {
-    let header = buf.get(..FRAME_HEADER_LEN)?;
-    let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
-    let total = FRAME_HEADER_LEN + len;
+    let total = FRAME_HEADER_LEN + declared_frame_len(buf)?;
     (buf.len() >= total).then_some(total)
 }
 
@@ -445,6 +455,15 @@ mod tests {
         input.extend(frame(CONTINUATION, END_HEADERS, 1, second));
         input.extend(frame(0x0, END_STREAM, 1, b"data"));
         assert_eq!(run(input.clone(), 3).await, input);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_never_buffered() {
+        let mut input = PREFACE.to_vec();
+        // A 16 MiB DATA frame announced, of which only the start is sent.
+        input.extend_from_slice(&[0xff, 0xff, 0xff, 0x0, 0x0, 0, 0, 0, 1]);
+        input.extend_from_slice(&[7u8; 1000]);
+        assert_eq!(run(input.clone(), 64).await, input, "passed through as it came");
     }
 
     #[tokio::test]

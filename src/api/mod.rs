@@ -5,7 +5,7 @@
 //! standard health and reflection services beside `toolhost.v1.ToolHost`.
 
 mod access;
-mod authority;
+pub(crate) mod authority;
 mod convert;
 mod search;
 pub(crate) mod service;
