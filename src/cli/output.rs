@@ -220,8 +220,10 @@ impl Printer {
         let rows: Vec<Vec<String>> = records
             .iter()
             .map(|r| {
+                let since_epoch = std::time::Duration::from_millis(u64::try_from(r.at_unix_ms).unwrap_or(0));
+                let at = std::time::UNIX_EPOCH.checked_add(since_epoch).unwrap_or(std::time::UNIX_EPOCH);
                 vec![
-                    r.at_unix_ms.to_string(),
+                    humantime::format_rfc3339_seconds(at).to_string(),
                     r.agent.clone(),
                     r.qualified_name.clone(),
                     r.generation.to_string(),
@@ -231,7 +233,7 @@ impl Printer {
                 ]
             })
             .collect();
-        self.table(&["AT_UNIX_MS", "AGENT", "TOOL", "GEN", "OUTCOME", "TOOK", "CALLER"], &rows)
+        self.table(&["AT", "AGENT", "TOOL", "GEN", "OUTCOME", "TOOK", "CALLER"], &rows)
     }
 
     pub(crate) fn done(&mut self, message: &str) -> std::io::Result<()> {
