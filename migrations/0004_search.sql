@@ -24,3 +24,9 @@ CREATE VIRTUAL TABLE tool_search USING fts5(
 -- The ranking every search uses (ORDER BY rank): BM25 with names weighted over the title, and
 -- the title over the description.
 INSERT INTO tool_search (tool_search, rank) VALUES ('rank', 'bm25(4.0, 3.0, 1.0)');
+
+-- Facts about the store itself, such as whether the search index covers every kept version.
+CREATE TABLE store_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+) STRICT, WITHOUT ROWID;

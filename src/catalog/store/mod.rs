@@ -24,7 +24,7 @@ mod audit;
 mod search;
 mod writer;
 
-use search::index_version;
+use search::index_versions;
 use writer::check_ownership;
 
 /// Best full-text matches considered per result wanted: the rest of them may be versions that
@@ -363,39 +363,47 @@ impl Store {
         }
 
         let next = current.checked_add(1).ok_or_else(|| StoreError::Corrupt(format!("generation counter of {server} is exhausted")))?;
+        // A handful of statements per commit whatever its size: each takes its rows as one JSON
+        // array (a statement is a round trip to the database thread; a row is SQLite's work).
         let by_name: BTreeMap<&str, &ToolDef> = listing.tools.iter().map(|tool| (tool.name.as_str(), tool)).collect();
-        for name in diff.removed.iter().chain(&diff.changed) {
-            sqlx::query("UPDATE tool_versions SET last_generation = ? WHERE server = ? AND name = ? AND last_generation IS NULL")
-                .bind(current)
-                .bind(server)
-                .bind(name)
-                .execute(tx.conn())
-                .await?;
+        let ended: Vec<&String> = diff.removed.iter().chain(&diff.changed).collect();
+        if !ended.is_empty() {
+            let ended = serde_json::to_string(&ended).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+            sqlx::query(
+                "UPDATE tool_versions SET last_generation = ?1 WHERE server = ?2 AND last_generation IS NULL \
+                 AND name IN (SELECT value FROM json_each(?3))",
+            )
+            .bind(current)
+            .bind(server)
+            .bind(&ended)
+            .execute(tx.conn())
+            .await?;
             if self.search_index {
-                sqlx::query("UPDATE search_rows SET last_generation = ? WHERE server = ? AND name = ? AND last_generation IS NULL")
-                    .bind(current)
-                    .bind(server)
-                    .bind(name)
-                    .execute(tx.conn())
-                    .await?;
+                search::end_versions(tx.conn(), server, current, &ended).await?;
             }
         }
-        for name in diff.added.iter().chain(&diff.changed) {
-            let tool = by_name[name.as_str()];
-            sqlx::query("INSERT INTO definitions (hash, definition) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING")
-                .bind(&tool.hash)
-                .bind(&*tool.definition)
-                .execute(tx.conn())
-                .await?;
-            sqlx::query("INSERT INTO tool_versions (server, name, first_generation, hash) VALUES (?, ?, ?, ?)")
-                .bind(server)
-                .bind(&tool.name)
-                .bind(next)
-                .bind(&tool.hash)
-                .execute(tx.conn())
-                .await?;
+        let new_tools: Vec<&ToolDef> = diff.added.iter().chain(&diff.changed).map(|name| by_name[name.as_str()]).collect();
+        if !new_tools.is_empty() {
+            let rows: Vec<serde_json::Value> =
+                new_tools.iter().map(|tool| serde_json::json!([tool.name, tool.hash, &*tool.definition])).collect();
+            let rows = serde_json::Value::Array(rows).to_string();
+            sqlx::query(
+                "INSERT INTO definitions (hash, definition) SELECT value ->> 1, value ->> 2 FROM json_each(?1) WHERE true \
+                 ON CONFLICT(hash) DO NOTHING",
+            )
+            .bind(&rows)
+            .execute(tx.conn())
+            .await?;
+            sqlx::query(
+                "INSERT INTO tool_versions (server, name, first_generation, hash) SELECT ?1, value ->> 0, ?2, value ->> 1 FROM json_each(?3)",
+            )
+            .bind(server)
+            .bind(next)
+            .bind(&rows)
+            .execute(tx.conn())
+            .await?;
             if self.search_index {
-                index_version(tx.conn(), server, tool, next, None).await?;
+                index_versions(tx.conn(), server, next, None, &new_tools).await?;
             }
         }
         sqlx::query(

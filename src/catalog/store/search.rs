@@ -7,30 +7,56 @@ use super::{CANDIDATES_PER_RESULT, Store, StoreError};
 use crate::catalog::model::ToolDef;
 use crate::catalog::search::SearchDoc;
 
-/// Adds one tool version to the full-text index.
-pub(super) async fn index_version(
+/// Adds tool versions of one server, current from `first_generation` (to `last_generation`, if
+/// no longer current), to the full-text index: two statements, whatever the number of tools.
+pub(super) async fn index_versions(
     tx: &mut SqliteConnection,
     server: &str,
-    tool: &ToolDef,
     first_generation: i64,
     last_generation: Option<i64>,
+    tools: &[&ToolDef],
 ) -> Result<(), StoreError> {
-    let doc = SearchDoc::of(server, tool);
-    let id: i64 =
-        sqlx::query_scalar("INSERT INTO search_rows (server, name, first_generation, last_generation) VALUES (?, ?, ?, ?) RETURNING id")
-            .bind(server)
-            .bind(&tool.name)
-            .bind(first_generation)
-            .bind(last_generation)
-            .fetch_one(&mut *tx)
-            .await?;
-    sqlx::query("INSERT INTO tool_search (rowid, names, title, body) VALUES (?, ?, ?, ?)")
-        .bind(id)
-        .bind(format!("{} {}", doc.qualified, doc.original))
-        .bind(doc.title)
-        .bind(format!("{} {}", doc.description, doc.properties))
-        .execute(&mut *tx)
-        .await?;
+    let docs: Vec<serde_json::Value> = tools
+        .iter()
+        .map(|tool| {
+            let doc = SearchDoc::of(server, tool);
+            serde_json::json!([tool.name, format!("{} {}", doc.qualified, doc.original), doc.title, format!("{} {}", doc.description, doc.properties)])
+        })
+        .collect();
+    let docs = serde_json::Value::Array(docs).to_string();
+    sqlx::query(
+        "INSERT INTO search_rows (server, name, first_generation, last_generation) SELECT ?1, value ->> 0, ?2, ?3 FROM json_each(?4)",
+    )
+    .bind(server)
+    .bind(first_generation)
+    .bind(last_generation)
+    .bind(&docs)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO tool_search (rowid, names, title, body) \
+         SELECT r.id, j.value ->> 1, j.value ->> 2, j.value ->> 3 FROM json_each(?3) j \
+         JOIN search_rows r ON r.server = ?1 AND r.first_generation = ?2 AND r.name = j.value ->> 0",
+    )
+    .bind(server)
+    .bind(first_generation)
+    .bind(&docs)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks the current versions of the named tools (a JSON array) as ended at `generation`.
+pub(super) async fn end_versions(tx: &mut SqliteConnection, server: &str, generation: i64, names: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE search_rows SET last_generation = ?1 WHERE server = ?2 AND last_generation IS NULL \
+         AND name IN (SELECT value FROM json_each(?3))",
+    )
+    .bind(generation)
+    .bind(server)
+    .bind(names)
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }
 
@@ -76,12 +102,13 @@ impl Store {
         .await?)
     }
 
-    /// Builds the full-text index from the kept tool versions when it does not cover them (a
-    /// store from before the index, or one an operator emptied). One transaction.
+    /// Builds the full-text index from the kept tool versions once, for a store that predates
+    /// it; from then on every commit keeps it. One transaction, marked done in `store_meta` (a
+    /// single-row lookup at every later start).
     pub(super) async fn backfill_search(&self) -> Result<(), StoreError> {
-        let (indexed, versions): (i64, i64) =
-            sqlx::query_as("SELECT (SELECT count(*) FROM search_rows), (SELECT count(*) FROM tool_versions)").fetch_one(&self.pool).await?;
-        if indexed == versions {
+        let built: Option<String> =
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'search_index'").fetch_optional(&self.pool).await?;
+        if built.is_some() {
             return Ok(());
         }
         let rows: Vec<(String, String, i64, Option<i64>, String, String)> = sqlx::query_as(
@@ -90,15 +117,64 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
+        let versions = rows.len();
+        // Versions grouped as one commit would write them: by server and generation interval.
+        let mut groups: std::collections::BTreeMap<(String, i64, Option<i64>), Vec<ToolDef>> = std::collections::BTreeMap::new();
+        for (server, name, first, last, definition, hash) in rows {
+            groups.entry((server, first, last)).or_default().push(ToolDef::from_stored(name, definition, hash));
+        }
         let mut tx = self.begin().await?;
         sqlx::query("DELETE FROM tool_search").execute(tx.conn()).await?;
         sqlx::query("DELETE FROM search_rows").execute(tx.conn()).await?;
-        for (server, name, first, last, definition, hash) in rows {
-            let tool = ToolDef::from_stored(name, definition, hash);
-            index_version(tx.conn(), &server, &tool, first, last).await?;
+        for ((server, first, last), tools) in &groups {
+            let tools: Vec<&ToolDef> = tools.iter().collect();
+            index_versions(tx.conn(), server, *first, *last, &tools).await?;
         }
+        sqlx::query("INSERT INTO store_meta (key, value) VALUES ('search_index', 'built')").execute(tx.conn()).await?;
         tx.commit().await?;
-        tracing::info!(tool_versions = versions, "built the tool search index");
+        if versions > 0 {
+            tracing::info!(tool_versions = versions, "built the tool search index");
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::catalog::model::Listing;
+    use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord};
+    use crate::catalog::store::Store;
+
+    #[tokio::test]
+    async fn a_store_from_before_the_index_gets_it_built_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        let store = Store::open(&path, 10).await.unwrap();
+        let record = EnumerationRecord {
+            started_at_ms: 0,
+            duration_ms: 0,
+            reason: EnumerationReason::Initial,
+            outcome: EnumerationOutcome::Committed,
+            pages: 1,
+            tools: 2,
+            bytes: 0,
+            generation: 0,
+            error: None,
+            diagnostics: Vec::new(),
+        };
+        let listing = Listing::from_raw(vec![json!({"name": "read_file", "description": "Reads a file."}), json!({"name": "other"})]);
+        store.commit("files", listing, record, None).await.unwrap();
+        // What a store of the previous schema looks like: versions, and no index.
+        for statement in ["DELETE FROM tool_search", "DELETE FROM search_rows", "DELETE FROM store_meta"] {
+            sqlx::query(statement).execute(&store.pool).await.unwrap();
+        }
+        store.close().await;
+        let store = Store::open(&path, 10).await.unwrap();
+        assert_eq!(store.indexed_names("files", 1).await.unwrap(), ["other", "read_file"]);
+        let hits = store.search("\"read\"", &[("files", 1)], 5).await.unwrap();
+        assert_eq!(hits.first().map(|h| h.1.as_str()), Some("read_file"));
+        store.close().await;
     }
 }
