@@ -20,27 +20,37 @@ pub(super) async fn index_versions(
         .iter()
         .map(|tool| {
             let doc = SearchDoc::of(server, tool);
-            serde_json::json!([tool.name, format!("{} {}", doc.qualified, doc.original), doc.title, format!("{} {}", doc.description, doc.properties)])
+            serde_json::json!([
+                tool.name,
+                format!("{} {}", doc.qualified, doc.original),
+                doc.title,
+                format!("{} {}", doc.description, doc.properties)
+            ])
         })
         .collect();
-    let docs = serde_json::Value::Array(docs).to_string();
-    sqlx::query(
-        "INSERT INTO search_rows (server, name, first_generation, last_generation) SELECT ?1, value ->> 0, ?2, ?3 FROM json_each(?4)",
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+    let names = serde_json::to_string(&names).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    let ids: Vec<(i64, String)> = sqlx::query_as(
+        "INSERT INTO search_rows (server, name, first_generation, last_generation) \
+         SELECT ?1, value, ?2, ?3 FROM json_each(?4) WHERE true RETURNING id, name",
     )
     .bind(server)
     .bind(first_generation)
     .bind(last_generation)
-    .bind(&docs)
-    .execute(&mut *tx)
+    .bind(&names)
+    .fetch_all(&mut *tx)
     .await?;
+    // Each document under its row's id (RETURNING gives no order, so they meet by name).
+    let ids: std::collections::HashMap<String, i64> = ids.into_iter().map(|(id, name)| (name, id)).collect();
+    let docs: Vec<serde_json::Value> = tools
+        .iter()
+        .zip(docs)
+        .filter_map(|(tool, doc)| ids.get(&tool.name).map(|id| serde_json::json!([id, doc[1], doc[2], doc[3]])))
+        .collect();
     sqlx::query(
-        "INSERT INTO tool_search (rowid, names, title, body) \
-         SELECT r.id, j.value ->> 1, j.value ->> 2, j.value ->> 3 FROM json_each(?3) j \
-         JOIN search_rows r ON r.server = ?1 AND r.first_generation = ?2 AND r.name = j.value ->> 0",
+        "INSERT INTO tool_search (rowid, names, title, body) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)",
     )
-    .bind(server)
-    .bind(first_generation)
-    .bind(&docs)
+    .bind(serde_json::Value::Array(docs).to_string())
     .execute(&mut *tx)
     .await?;
     Ok(())
