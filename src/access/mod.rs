@@ -49,6 +49,8 @@ pub struct Agent {
     subjects: Vec<WildMatch>,
     allow: Vec<WildMatch>,
     deny: Vec<WildMatch>,
+    /// `allow = ["*"]` and no `deny`: every decision is yes, without a lookup.
+    allows_everything: bool,
     decisions: RwLock<HashMap<Box<str>, bool>>,
 }
 
@@ -160,6 +162,7 @@ impl Agent {
             subjects: globs(&config.subjects),
             allow: globs(&config.allow),
             deny: globs(&config.deny),
+            allows_everything: config.allow.iter().any(|pattern| pattern == "*") && config.deny.is_empty(),
             decisions: RwLock::default(),
         }
     }
@@ -186,6 +189,9 @@ impl Agent {
     /// Whether this agent may see and call the tool with this qualified name. Decided once per
     /// name and cached, so the call path costs a read lock and a hash lookup.
     pub fn may_use(&self, qualified: &str) -> bool {
+        if self.allows_everything {
+            return true;
+        }
         if let Some(decision) = self.decisions.read().unwrap_or_else(PoisonError::into_inner).get(qualified) {
             return *decision;
         }
