@@ -9,23 +9,6 @@ use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
 
-/// Runs the CLI as `uid` (no supplementary groups) against `socket`.
-async fn cli_as(uid: u32, socket: &std::path::Path, args: &[&str]) -> Output {
-    let uid = uid.to_string();
-    let addr = format!("unix:{}", socket.display());
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        Command::new("setpriv")
-            .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", env!("CARGO_BIN_EXE_toolhost")])
-            .args(&args)
-            .args(["--addr", &addr])
-            .output()
-            .expect("run the CLI as another user")
-    })
-    .await
-    .unwrap()
-}
-
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -81,27 +64,27 @@ async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_au
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let socket = dir.path("toolhost.sock");
 
-    let reader = cli_as(4301, &socket, &["tools", "--json"]).await;
+    let reader = cli_as(4301, None, &socket, &["tools", "--json"]).await;
     assert_eq!(listed(&reader), ["demo__add", "demo__echo"], "{}", stderr(&reader));
-    let sleeper = cli_as(4302, &socket, &["tools", "--json"]).await;
+    let sleeper = cli_as(4302, None, &socket, &["tools", "--json"]).await;
     assert_eq!(listed(&sleeper), ["demo__echo", "demo__sleep"], "{}", stderr(&sleeper));
 
-    let allowed = cli_as(4301, &socket, &["call", "demo__echo", "--args", r#"{"text":"hi"}"#]).await;
+    let allowed = cli_as(4301, None, &socket, &["call", "demo__echo", "--args", r#"{"text":"hi"}"#]).await;
     assert!(allowed.status.success(), "{}", stderr(&allowed));
     // A tool the agent may not use answers exactly like one that does not exist.
-    let refused = cli_as(4301, &socket, &["call", "demo__sleep", "--args", r#"{"ms":1}"#]).await;
-    let missing = cli_as(4301, &socket, &["call", "demo__nope"]).await;
+    let refused = cli_as(4301, None, &socket, &["call", "demo__sleep", "--args", r#"{"ms":1}"#]).await;
+    let missing = cli_as(4301, None, &socket, &["call", "demo__nope"]).await;
     assert_eq!(refused.status.code(), Some(3));
     assert_eq!(stderr(&refused).replace("sleep", "X"), stderr(&missing).replace("nope", "X"), "no existence oracle");
     assert!(stderr(&refused).contains("NOT_FOUND (UNKNOWN_TOOL)"), "{}", stderr(&refused));
-    let by_server = cli_as(4302, &socket, &["call", "demo/add", "--args", r#"{"a":1,"b":2}"#]).await;
+    let by_server = cli_as(4302, None, &socket, &["call", "demo/add", "--args", r#"{"a":1,"b":2}"#]).await;
     assert!(stderr(&by_server).contains("UNKNOWN_TOOL"), "{}", stderr(&by_server));
 
-    let stranger = cli_as(4303, &socket, &["servers"]).await;
+    let stranger = cli_as(4303, None, &socket, &["servers"]).await;
     assert!(stderr(&stranger).contains("PERMISSION_DENIED (NO_MATCHING_AGENT)"), "{}", stderr(&stranger));
-    let not_admin = cli_as(4301, &socket, &["refresh", "demo"]).await;
+    let not_admin = cli_as(4301, None, &socket, &["refresh", "demo"]).await;
     assert!(stderr(&not_admin).contains("PERMISSION_DENIED (ADMIN_REQUIRED)"), "{}", stderr(&not_admin));
-    let whoami = cli_as(4302, &socket, &["whoami", "--json"]).await;
+    let whoami = cli_as(4302, None, &socket, &["whoami", "--json"]).await;
     let whoami: Value = serde_json::from_slice(&whoami.stdout).unwrap();
     assert_eq!(
         (whoami["agent"].as_str(), whoami["uid"].as_u64(), whoami["visible_tools"].as_u64()),

@@ -193,3 +193,22 @@ pub fn is_root() -> bool {
 pub fn skipped(why: &str) {
     eprintln!("{why}");
 }
+
+/// Runs the CLI as `uid` (its gid too), with exactly the supplementary `groups` given (none when
+/// `None`), against the Unix socket `socket`: a real process of another user.
+pub async fn cli_as(uid: u32, groups: Option<&str>, socket: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let uid = uid.to_string();
+    let groups = groups.map_or_else(|| "--clear-groups".to_owned(), |groups| format!("--groups={groups}"));
+    let addr = format!("unix:{}", socket.display());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new("setpriv")
+            .args(["--reuid", &uid, "--regid", &uid, &groups, env!("CARGO_BIN_EXE_toolhost")])
+            .args(&args)
+            .args(["--addr", &addr])
+            .output()
+            .expect("run the CLI as another user")
+    })
+    .await
+    .expect("the CLI's task")
+}

@@ -98,21 +98,10 @@ async fn the_socket_admits_its_group_and_refuses_other_users_by_name() {
     assert_eq!(std::os::unix::fs::MetadataExt::gid(&metadata), 100, "the socket belongs to the configured group");
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o777, 0o660);
 
-    let addr = format!("unix:{}", socket.display());
-    let cli_as = move |uid: &'static str, groups: Option<&'static str>| {
-        let addr = addr.clone();
-        tokio::task::spawn_blocking(move || {
-            let groups = groups.map_or_else(|| "--clear-groups".to_owned(), |groups| format!("--groups={groups}"));
-            Command::new("setpriv")
-                .args(["--reuid", uid, "--regid", uid, &groups, env!("CARGO_BIN_EXE_toolhost"), "servers", "--addr", &addr])
-                .output()
-                .expect("run the CLI as another user")
-        })
-    };
-    let member = cli_as("4242", Some("100")).await.unwrap();
+    let member = cli_as(4242, Some("100"), &socket, &["servers"]).await;
     assert!(member.status.success(), "a member of the socket's group gets in: {}", String::from_utf8_lossy(&member.stderr));
     assert!(String::from_utf8_lossy(&member.stdout).contains("demo"));
-    let outsider = cli_as("4243", None).await.unwrap();
+    let outsider = cli_as(4243, None, &socket, &["servers"]).await;
     assert_eq!(outsider.status.code(), Some(3), "an outsider is refused");
     let message = String::from_utf8_lossy(&outsider.stderr);
     assert!(message.contains("permission denied") && message.contains(&socket.display().to_string()), "{message}");
