@@ -7,26 +7,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use toolhost::catalog::model::{Generation, Listing};
 use toolhost::catalog::names::qualify;
-use toolhost::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord};
-use toolhost::catalog::search::fts_queries;
+use toolhost::catalog::record::{EnumerationReason, EnumerationRecord};
 use toolhost::catalog::store::{CommitOutcome, Store};
 
 use crate::search_corpus::{QUERIES, catalog};
-
-fn record() -> EnumerationRecord {
-    EnumerationRecord {
-        started_at_ms: 0,
-        duration_ms: 0,
-        reason: EnumerationReason::ListChanged,
-        outcome: EnumerationOutcome::Committed,
-        pages: 1,
-        tools: 0,
-        bytes: 0,
-        generation: 0,
-        error: None,
-        diagnostics: Vec::new(),
-    }
-}
 
 /// Commits `tools` grouped by server; returns each server's generation.
 async fn build(store: &Store, tools: Vec<(String, Value)>) -> BTreeMap<String, Generation> {
@@ -36,7 +20,11 @@ async fn build(store: &Store, tools: Vec<(String, Value)>) -> BTreeMap<String, G
     }
     let mut generations = BTreeMap::new();
     for (server, tools) in by_server {
-        match store.commit(&server, Listing::from_raw(tools), record(), None).await.expect("commit") {
+        match store
+            .commit(&server, Listing::from_raw(tools), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None)
+            .await
+            .expect("commit")
+        {
             CommitOutcome::Committed { generation, .. } => {
                 generations.insert(server, (*generation).clone());
             }
@@ -48,18 +36,7 @@ async fn build(store: &Store, tools: Vec<(String, Value)>) -> BTreeMap<String, G
 
 /// What `SearchTools` does: the first round of queries that matches anything answers.
 async fn run_search(store: &Store, query: &str, generations: &[(&str, u64)], limit: u32) -> Vec<(String, String, f64)> {
-    let mut hits: Vec<(String, String, f64)> = Vec::new();
-    for round in fts_queries(query) {
-        for fts in round {
-            hits.extend(store.search(&fts, generations, limit).await.expect("search"));
-        }
-        if !hits.is_empty() {
-            break;
-        }
-    }
-    hits.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let mut seen = std::collections::HashSet::new();
-    hits.retain(|(server, name, _)| seen.insert((server.clone(), name.clone())));
+    let mut hits = store.search_words(query, generations, limit).await.expect("search");
     hits.truncate(limit as usize);
     hits
 }
@@ -162,7 +139,10 @@ pub async fn search() {
         for (store, previous, times) in [(&indexed, &mut current.0, &mut with_index), (&plain, &mut current.1, &mut without)] {
             let listing = changed(previous);
             let started = Instant::now();
-            let outcome = store.commit("crm", listing, record(), Some(previous)).await.expect("commit");
+            let outcome = store
+                .commit("crm", listing, EnumerationRecord::unmeasured(EnumerationReason::ListChanged), Some(previous))
+                .await
+                .expect("commit");
             times.push(started.elapsed());
             if let CommitOutcome::Committed { generation, .. } = outcome {
                 *previous = (*generation).clone();

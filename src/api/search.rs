@@ -7,7 +7,6 @@ use crate::api::access::server_visible;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::api::{convert, pb};
-use crate::catalog::search::fts_queries;
 
 const DEFAULT_LIMIT: u32 = 10;
 const MAX_LIMIT: u32 = 100;
@@ -28,7 +27,6 @@ impl ToolHostService {
                 return Err(ApiError::UnknownServer(server.clone()).into());
             }
         }
-        let queries = fts_queries(&request.query);
         // The generation of each server in this snapshot: the index answers for exactly those.
         let generations: Vec<(&str, u64)> = snapshot
             .servers
@@ -36,19 +34,7 @@ impl ToolHostService {
             .filter(|view| request.servers.is_empty() || request.servers.iter().any(|s| **s == *view.name))
             .filter_map(|view| view.generation.as_ref().map(|generation| (&*view.name, generation.number)))
             .collect();
-        // The first round of queries that matches anything answers (see `fts_queries`).
-        let mut hits: Vec<(String, String, f64)> = Vec::new();
-        for round in &queries {
-            for query in round {
-                hits.extend(self.store.search(query, &generations, limit.saturating_mul(OVERFETCH)).await.map_err(ApiError::from)?);
-            }
-            if !hits.is_empty() {
-                break;
-            }
-        }
-        hits.sort_by(|a, b| b.2.total_cmp(&a.2));
-        let mut seen = std::collections::HashSet::new();
-        hits.retain(|(server, name, _)| seen.insert((server.clone(), name.clone())));
+        let hits = self.store.search_words(&request.query, &generations, limit.saturating_mul(OVERFETCH)).await.map_err(ApiError::from)?;
         let mut results = Vec::with_capacity(limit as usize);
         for (server, name, score) in hits {
             let Some(view) = snapshot.servers.get(server.as_str()) else { continue };

@@ -46,6 +46,26 @@ pub struct EnumerationRecord {
     pub diagnostics: Vec<String>,
 }
 
+impl EnumerationRecord {
+    /// A record of an enumeration for `reason` with nothing measured yet: what
+    /// [`crate::catalog::store::Store::commit`] fills in (outcome, generation) when a listing
+    /// arrives without a pass behind it (tests, benchmarks).
+    pub fn unmeasured(reason: EnumerationReason) -> EnumerationRecord {
+        EnumerationRecord {
+            started_at_ms: 0,
+            duration_ms: 0,
+            reason,
+            outcome: EnumerationOutcome::Committed,
+            pages: 0,
+            tools: 0,
+            bytes: 0,
+            generation: 0,
+            error: None,
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
 /// A committed generation's summary, for history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenerationSummary {

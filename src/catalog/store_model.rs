@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use crate::catalog::model::Listing;
-use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord};
+use crate::catalog::record::{EnumerationReason, EnumerationRecord};
 use crate::catalog::store::{CommitOutcome, Store};
 
 const HISTORY: u32 = 6;
@@ -37,21 +37,6 @@ fn model_of(entries: &[(u8, u8)]) -> BTreeMap<String, String> {
     tools
 }
 
-fn record() -> EnumerationRecord {
-    EnumerationRecord {
-        started_at_ms: 0,
-        duration_ms: 0,
-        reason: EnumerationReason::ListChanged,
-        outcome: EnumerationOutcome::Committed,
-        pages: 1,
-        tools: 0,
-        bytes: 0,
-        generation: 0,
-        error: None,
-        diagnostics: Vec::new(),
-    }
-}
-
 async fn stored_tools(store: &Store, server: &str, generation: u64) -> BTreeMap<String, String> {
     let tools = store.tools_at(server, generation).await.expect("read a generation");
     tools.iter().map(|tool| (tool.name.clone(), tool.fields().description.clone())).collect()
@@ -66,7 +51,10 @@ async fn check(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let mut model: [Vec<BTreeMap<String, String>>; 2] = [Vec::new(), Vec::new()];
     for (server, entries) in &steps {
         let expected = model_of(entries);
-        let outcome = store.commit(servers[*server], listing(entries), record(), None).await.expect("commit");
+        let outcome = store
+            .commit(servers[*server], listing(entries), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None)
+            .await
+            .expect("commit");
         let generations = &mut model[*server];
         match outcome {
             CommitOutcome::Committed { generation, .. } => {

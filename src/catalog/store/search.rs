@@ -5,7 +5,7 @@ use sqlx::sqlite::SqliteConnection;
 
 use super::{CANDIDATES_PER_RESULT, Store, StoreError};
 use crate::catalog::model::ToolDef;
-use crate::catalog::search::SearchDoc;
+use crate::catalog::search::{SearchDoc, fts_queries};
 
 /// Adds tool versions of one server, current from `first_generation` (to `last_generation`, if
 /// no longer current), to the full-text index: two statements, whatever the number of tools.
@@ -71,6 +71,33 @@ pub(super) async fn end_versions(tx: &mut SqliteConnection, server: &str, genera
 }
 
 impl Store {
+    /// Tools matching what a searcher typed, best first, at most `limit` per query: the queries
+    /// of [`fts_queries`] round by round, the first round that matches anything answering, its
+    /// matches merged (each tool once, at its best score).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn search_words(
+        &self,
+        text: &str,
+        generations: &[(&str, u64)],
+        limit: u32,
+    ) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let mut hits: Vec<(String, String, f64)> = Vec::new();
+        for round in fts_queries(text) {
+            for query in round {
+                hits.extend(self.search(&query, generations, limit).await?);
+            }
+            if !hits.is_empty() {
+                break;
+            }
+        }
+        hits.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let mut seen = std::collections::HashSet::new();
+        hits.retain(|(server, name, _)| seen.insert((server.clone(), name.clone())));
+        Ok(hits)
+    }
+
     /// Tools matching `query` (an FTS5 query from [`crate::catalog::search::fts_query`]) in
     /// exactly the generation given for each server, best first: `(server, name, score)`, a
     /// higher score being a better match.
@@ -154,7 +181,7 @@ mod tests {
     use serde_json::json;
 
     use crate::catalog::model::Listing;
-    use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord};
+    use crate::catalog::record::{EnumerationReason, EnumerationRecord};
     use crate::catalog::store::Store;
 
     #[tokio::test]
@@ -162,18 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
         let store = Store::open(&path, 10).await.unwrap();
-        let record = EnumerationRecord {
-            started_at_ms: 0,
-            duration_ms: 0,
-            reason: EnumerationReason::Initial,
-            outcome: EnumerationOutcome::Committed,
-            pages: 1,
-            tools: 2,
-            bytes: 0,
-            generation: 0,
-            error: None,
-            diagnostics: Vec::new(),
-        };
+        let record = EnumerationRecord::unmeasured(EnumerationReason::Initial);
         let listing = Listing::from_raw(vec![json!({"name": "read_file", "description": "Reads a file."}), json!({"name": "other"})]);
         store.commit("files", listing, record, None).await.unwrap();
         // What a store of the previous schema looks like: versions, and no index.
