@@ -15,6 +15,7 @@ use crate::audit::{Auditor, Retention};
 use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
+use crate::door::Door;
 use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
@@ -112,13 +113,13 @@ impl App {
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
+        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor);
         let parts = ApiParts {
             registry: registry.clone(),
             store: store.clone(),
-            calls: calls.clone(),
+            door: door.clone(),
             refresher: supervisor.refresher(),
             access: access.clone(),
-            auditor,
         };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {

@@ -47,12 +47,17 @@ pub struct CallRequest<'a> {
     pub expected_revision: Option<u64>,
     /// The caller's deadline; the server's request timeout applies when it has none.
     pub timeout: Option<Duration>,
+    /// Where the server's `notifications/progress` for this call go (their `params`, with
+    /// toolhost's own progress token); `None` asks the server for no progress.
+    pub progress: Option<tokio::sync::mpsc::Sender<Box<RawValue>>>,
 }
 
 /// A completed call: the tool's result (which may itself report a failure) and what it ran against.
 #[derive(Debug)]
 pub struct CallResult {
     pub outcome: CallOutcome,
+    /// The server's whole `result` object, byte for byte.
+    pub raw: Box<RawValue>,
     pub server: Arc<str>,
     pub name: String,
     pub generation: u64,
@@ -205,7 +210,8 @@ impl Calls {
             upstream_span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
         }
         let trace_meta = upstream_span.in_scope(propagation::current_meta);
-        let params = call_params(&tool.name, request.arguments, &trace_meta)?;
+        let progress = request.progress.map(|sink| session.route_progress(sink));
+        let params = call_params(&tool.name, request.arguments, &trace_meta, progress.as_ref().map(|route| route.token))?;
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
         let deadline = crate::deadline::after(timeout);
         let expired = || CallError::DeadlineExceeded {
@@ -244,6 +250,7 @@ impl Calls {
                 }
                 Ok(CallResult {
                     outcome,
+                    raw: result,
                     server: view.name.clone(),
                     name: tool.name.clone(),
                     generation: generation.number,
@@ -447,6 +454,77 @@ impl CallError {
     }
 }
 
+/// What a front door tells a caller about a failed call, whatever its protocol: a stable reason
+/// (gRPC `ErrorInfo.reason`, MCP `error.data.reason`) and the facts that help it recover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub reason: &'static str,
+    pub details: Vec<(&'static str, String)>,
+}
+
+impl CallError {
+    /// The reason and facts for this error; the one table every front door uses.
+    pub fn explain(&self) -> Explained {
+        let at = |server: &str, tool: &str, generation: u64| {
+            vec![("server", server.to_owned()), ("tool", tool.to_owned()), ("generation", generation.to_string())]
+        };
+        let (reason, details) = match self {
+            CallError::InvalidArguments(_) => ("ARGUMENTS_NOT_AN_OBJECT", vec![]),
+            CallError::UnknownTool { server, tool } => {
+                ("UNKNOWN_TOOL", vec![("server", server.clone().unwrap_or_default()), ("tool", tool.clone())])
+            }
+            CallError::UnknownServer(server) => ("UNKNOWN_SERVER", vec![("server", server.clone())]),
+            CallError::Unavailable { server, tool, state, reason } => (
+                "SERVER_UNAVAILABLE",
+                vec![
+                    ("server", server.clone()),
+                    ("tool", tool.clone()),
+                    ("state", format!("{state:?}")),
+                    ("last_error", reason.clone().unwrap_or_default()),
+                ],
+            ),
+            CallError::Stale(stale) => {
+                let reason = match stale.kind {
+                    RaceKind::RemovedBeforeCall => "STALE_TOOL_REMOVED",
+                    RaceKind::ChangedSinceListed => "STALE_TOOL_CHANGED",
+                    RaceKind::UpstreamUnknownTool => "STALE_TOOL_UPSTREAM_UNKNOWN",
+                };
+                let mut details = vec![
+                    ("server", stale.server.clone()),
+                    ("tool", stale.tool.clone()),
+                    ("current_generation", stale.current_generation.to_string()),
+                ];
+                if let Some(removed) = stale.removed_in_generation {
+                    details.push(("removed_in_generation", removed.to_string()));
+                }
+                if let Some(hash) = &stale.current_hash {
+                    details.push(("current_definition_hash", hash.clone()));
+                }
+                (reason, details)
+            }
+            CallError::RevisionNotKept(revision) => ("REVISION_NOT_KEPT", vec![("catalog_revision", revision.to_string())]),
+            CallError::TaskRequired { server, tool } => ("TASK_REQUIRED", vec![("server", server.clone()), ("tool", tool.clone())]),
+            CallError::DeadlineExceeded { server, tool, generation, after } => {
+                let mut details = at(server, tool, *generation);
+                details.push(("timeout_ms", after.as_millis().to_string()));
+                ("UPSTREAM_DEADLINE", details)
+            }
+            CallError::SessionLost { server, tool, generation } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
+            CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
+            CallError::UpstreamInvalidParams { server, tool, generation, .. } => ("UPSTREAM_INVALID_PARAMS", at(server, tool, *generation)),
+            CallError::Upstream { server, tool, generation, code, .. } => {
+                let mut details = at(server, tool, *generation);
+                details.push(("jsonrpc_code", code.to_string()));
+                ("UPSTREAM_ERROR", details)
+            }
+            CallError::InvalidResult { server, tool, generation, .. } => ("UPSTREAM_INVALID_RESULT", at(server, tool, *generation)),
+            CallError::Store(_) => ("INTERNAL", vec![]),
+            CallError::NotAllowed { agent, tool } => ("TOOL_NOT_ALLOWED", vec![("agent", agent.clone()), ("tool", tool.clone())]),
+        };
+        Explained { reason, details }
+    }
+}
+
 fn upstream_error_type(error: &UpstreamError) -> &'static str {
     match error {
         UpstreamError::Timeout { .. } => "timeout",
@@ -466,19 +544,34 @@ fn unknown(tool: &ToolRef) -> CallError {
 /// `{"name": ..., "arguments": ..., "_meta": {...}}`, with the arguments checked to be one JSON
 /// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
 /// trace context when a trace is recorded.
-fn call_params(name: &str, arguments: Option<&str>, meta: &HashMap<String, String>) -> Result<Box<RawValue>, CallError> {
+fn call_params(
+    name: &str,
+    arguments: Option<&str>,
+    meta: &HashMap<String, String>,
+    progress_token: Option<u64>,
+) -> Result<Box<RawValue>, CallError> {
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     if !raw.get().starts_with('{') {
         return Err(CallError::InvalidArguments("expected an object, like {\"key\": \"value\"}".to_owned()));
     }
     let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
-    let params = if meta.is_empty() {
-        format!(r#"{{"name":{name},"arguments":{}}}"#, raw.get())
-    } else {
-        let meta = serde_json::to_string(meta).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
-        format!(r#"{{"name":{name},"arguments":{},"_meta":{meta}}}"#, raw.get())
-    };
+    let mut params = format!(r#"{{"name":{name},"arguments":{}"#, raw.get());
+    if !meta.is_empty() || progress_token.is_some() {
+        let mut members: Vec<String> = Vec::with_capacity(meta.len() + 1);
+        if let Some(token) = progress_token {
+            members.push(format!(r#""progressToken":{token}"#));
+        }
+        for (key, value) in meta {
+            let (key, value) = (serde_json::to_string(key), serde_json::to_string(value));
+            let (Ok(key), Ok(value)) = (key, value) else { continue };
+            members.push(format!("{key}:{value}"));
+        }
+        params.push_str(r#","_meta":{"#);
+        params.push_str(&members.join(","));
+        params.push('}');
+    }
+    params.push('}');
     RawValue::from_string(params).map_err(|err| CallError::InvalidArguments(err.to_string()))
 }
 
@@ -504,15 +597,22 @@ mod tests {
     #[test]
     fn arguments_must_be_one_json_object_and_are_forwarded_verbatim() {
         let none = HashMap::new();
-        assert_eq!(call_params("t", None, &none).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        assert_eq!(call_params("t", None, &none, None).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
         let meta = HashMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]);
-        assert_eq!(call_params("t", None, &meta).unwrap().get(), r#"{"name":"t","arguments":{},"_meta":{"traceparent":"00-abc-def-01"}}"#);
         assert_eq!(
-            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none).unwrap().get(),
+            call_params("t", None, &meta, None).unwrap().get(),
+            r#"{"name":"t","arguments":{},"_meta":{"traceparent":"00-abc-def-01"}}"#
+        );
+        assert_eq!(
+            call_params("t", None, &meta, Some(7)).unwrap().get(),
+            r#"{"name":"t","arguments":{},"_meta":{"progressToken":7,"traceparent":"00-abc-def-01"}}"#
+        );
+        assert_eq!(
+            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none, None).unwrap().get(),
             r#"{"name":"t","arguments":{"big": 12345678901234567890}}"#
         );
         for bad in ["[1]", "\"x\"", "{", "{} {}", "null"] {
-            assert!(matches!(call_params("t", Some(bad), &none), Err(CallError::InvalidArguments(_))), "{bad}");
+            assert!(matches!(call_params("t", Some(bad), &none, None), Err(CallError::InvalidArguments(_))), "{bad}");
         }
     }
 

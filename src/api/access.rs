@@ -9,10 +9,8 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
-use crate::calls::{CallError, CallResult, ToolRef};
-use crate::catalog::names;
-use crate::config::AuditArguments;
-use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot, ServerView};
+use crate::door::server_visible;
+use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.
@@ -65,91 +63,6 @@ impl ToolHostService {
         let agent = Some(request.agent.as_str()).filter(|agent| !agent.is_empty());
         let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;
         Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
-    }
-
-    /// Records a finished (or refused) call in the audit trail.
-    pub(crate) fn audit_call(
-        &self,
-        caller: &Caller,
-        target: &ToolRef,
-        arguments: &str,
-        started: (i64, std::time::Instant),
-        outcome: &Result<CallResult, CallError>,
-        denied: bool,
-    ) {
-        let (qualified, server, tool) = match target {
-            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
-            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
-        };
-        let (generation, definition_hash, outcome_text) = match outcome {
-            Ok(result) => {
-                (result.generation, result.definition_hash.clone(), if result.outcome.is_error { "tool_error" } else { "ok" }.to_owned())
-            }
-            Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
-            Err(_) if denied => (0, String::new(), "denied".to_owned()),
-            Err(error) => (0, String::new(), error.kind().to_owned()),
-        };
-        let tool = match outcome {
-            Ok(result) => result.name.clone(),
-            Err(_) => tool,
-        };
-        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared.audit_arguments);
-        let arguments = match audit_arguments {
-            AuditArguments::None => None,
-            AuditArguments::Hash => Some(format!("sha256:{}", crate::catalog::model::sha256_hex(arguments.as_bytes()))),
-            AuditArguments::Full => Some(crate::secrets::redact_owned(arguments.to_owned())),
-        };
-        self.auditor.record(AuditRecord {
-            at_ms: started.0,
-            agent: caller.agent.name.clone(),
-            caller: caller.identity.describe(),
-            transport: caller.identity.transport,
-            qualified_name: super::status::truncate(qualified, 256),
-            server: super::status::truncate(server, 64),
-            tool: super::status::truncate(tool, 256),
-            generation,
-            definition_hash,
-            outcome: outcome_text,
-            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
-            arguments,
-        });
-    }
-}
-
-/// Whether a non-operator may know that this server exists: it offers at least one tool the
-/// agent may use. Operators see every server.
-pub(crate) fn server_visible(caller: &Caller, view: &ServerView) -> bool {
-    if caller.agent.admin {
-        return true;
-    }
-    view.generation
-        .as_ref()
-        .is_some_and(|generation| (0..generation.tools.len()).any(|idx| caller.agent.may_use(view.qualified().name(idx))))
-}
-
-/// The error a caller gets for a tool it may not use: for an operator, the truth; for anyone
-/// else, exactly what a tool (or server) that does not exist would give.
-pub(crate) fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> CallError {
-    let (server, shown) = match target {
-        ToolRef::Qualified(qualified) => (names::server_of(qualified).unwrap_or_default(), qualified.clone()),
-        ToolRef::ServerTool { server, name } => (server.as_str(), name.clone()),
-    };
-    if caller.agent.admin {
-        return CallError::NotAllowed { agent: caller.agent.name.to_string(), tool: shown };
-    }
-    let visible = snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
-    match target {
-        ToolRef::ServerTool { server, .. } if !visible => CallError::UnknownServer(server.clone()),
-        ToolRef::ServerTool { server, name } => CallError::UnknownTool { server: Some(server.clone()), tool: name.clone() },
-        ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
-    }
-}
-
-/// The qualified name a call targets.
-pub(crate) fn qualified_target(target: &ToolRef) -> std::borrow::Cow<'_, str> {
-    match target {
-        ToolRef::Qualified(qualified) => std::borrow::Cow::Borrowed(qualified),
-        ToolRef::ServerTool { server, name } => std::borrow::Cow::Owned(names::qualify(server, name)),
     }
 }
 

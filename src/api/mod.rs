@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
-use crate::calls::Calls;
+use crate::door::Door;
 use crate::catalog::store::Store;
 use crate::config::{ListenAddr, Listener, SocketAccess};
 use crate::supervisor::Refresher;
@@ -63,10 +63,9 @@ enum Bound {
 pub struct ApiParts {
     pub registry: Arc<Registry>,
     pub store: Store,
-    pub calls: Calls,
+    pub door: Door,
     pub refresher: Refresher,
     pub access: Arc<crate::access::Access>,
-    pub auditor: crate::audit::Auditor,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -104,7 +103,7 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
 /// Listeners bound by [`bind`], waiting for [`serve`].
 pub struct BoundListeners(Vec<Bound>);
 
-fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
+pub(crate) fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     // A fresh machine may not have the socket's directory yet (systemd's RuntimeDirectory makes
     // /run/toolhost; a hand-run daemon may have nothing).
@@ -149,11 +148,10 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
     let service = service::ToolHostService {
         registry: parts.registry.clone(),
         store: parts.store,
-        calls: parts.calls,
         refresher: parts.refresher,
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone() },
         access: parts.access,
-        auditor: parts.auditor,
+        door: parts.door,
     };
     tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
     for listener in listeners.0 {

@@ -3,7 +3,7 @@
 
 use tonic::{Request, Status};
 
-use crate::api::access::server_visible;
+use crate::door::server_visible;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::api::{convert, pb};

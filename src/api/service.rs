@@ -8,11 +8,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::access::{Access, Caller};
-use crate::api::access::{qualified_target, refused_tool, server_visible};
+use crate::door::{Door, qualified_target, refused_tool, server_visible};
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
-use crate::audit::Auditor;
-use crate::calls::{CallRequest, Calls, ToolRef};
+use crate::calls::{CallRequest, ToolRef};
 use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
@@ -34,11 +33,10 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
 pub(crate) struct ToolHostService {
     pub(crate) registry: Arc<Registry>,
     pub(crate) store: Store,
-    pub(crate) calls: Calls,
     pub(crate) refresher: Refresher,
     pub(crate) watchers: watch::Watchers,
     pub(crate) access: Arc<Access>,
-    pub(crate) auditor: Auditor,
+    pub(crate) door: Door,
 }
 
 #[tonic::async_trait]
@@ -210,7 +208,6 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 
 impl ToolHostService {
     async fn call_tool_in(&self, request: Request<pb::CallToolRequest>, caller: Caller) -> Result<Response<pb::CallToolResponse>, Status> {
-        let started = (crate::catalog::record::now_ms(), std::time::Instant::now());
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
         let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
@@ -220,21 +217,15 @@ impl ToolHostService {
             }
             _ => return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into()),
         };
-        // The same decision as listing: a tool this agent may not use answers like one that does not exist.
-        if !caller.agent.may_use(&qualified_target(&tool)) {
-            let refused = Err(refused_tool(&caller, &self.registry.snapshot(), &tool));
-            self.audit_call(&caller, &tool, &request.arguments_json, started, &refused, true);
-            return Err(refused.err().map(Status::from).unwrap_or_else(|| Status::internal("refused")));
-        }
         let call = CallRequest {
-            tool: tool.clone(),
+            tool,
             arguments: Some(request.arguments_json.as_str()),
             expected_hash: Some(request.expected_definition_hash.as_str()),
             expected_revision: Some(request.expected_catalog_revision),
             timeout,
+            progress: None,
         };
-        let result = self.calls.call(call).await;
-        self.audit_call(&caller, &tool, &request.arguments_json, started, &result, false);
+        let result = self.door.call(&caller, call).await;
         let result = result?;
         Ok(Response::new(pb::CallToolResponse {
             content_json: result.outcome.content.get().to_owned(),

@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
-use crate::calls::{CallError, RaceKind};
+use crate::calls::CallError;
 use crate::catalog::store::StoreError;
 
 const DOMAIN: &str = "toolhost";
@@ -67,73 +67,19 @@ impl From<Refusal> for Status {
 
 impl From<CallError> for Status {
     fn from(error: CallError) -> Status {
-        let message = error.to_string();
-        let (code, reason, metadata) = match error {
-            CallError::InvalidArguments(_) => (Code::InvalidArgument, "ARGUMENTS_NOT_AN_OBJECT", vec![]),
-            CallError::UnknownTool { server, tool } => {
-                (Code::NotFound, "UNKNOWN_TOOL", vec![("server", server.unwrap_or_default()), ("tool", tool)])
-            }
-            CallError::UnknownServer(server) => (Code::NotFound, "UNKNOWN_SERVER", vec![("server", server)]),
-            CallError::Unavailable { server, tool, state, reason } => (
-                Code::Unavailable,
-                "SERVER_UNAVAILABLE",
-                vec![("server", server), ("tool", tool), ("state", format!("{state:?}")), ("last_error", reason.unwrap_or_default())],
-            ),
-            CallError::Stale(stale) => {
-                let reason = match stale.kind {
-                    RaceKind::RemovedBeforeCall => "STALE_TOOL_REMOVED",
-                    RaceKind::ChangedSinceListed => "STALE_TOOL_CHANGED",
-                    RaceKind::UpstreamUnknownTool => "STALE_TOOL_UPSTREAM_UNKNOWN",
-                };
-                let mut metadata =
-                    vec![("server", stale.server), ("tool", stale.tool), ("current_generation", stale.current_generation.to_string())];
-                if let Some(removed) = stale.removed_in_generation {
-                    metadata.push(("removed_in_generation", removed.to_string()));
-                }
-                if let Some(hash) = stale.current_hash {
-                    metadata.push(("current_definition_hash", hash));
-                }
-                (Code::FailedPrecondition, reason, metadata)
-            }
-            CallError::RevisionNotKept(revision) => {
-                (Code::FailedPrecondition, "REVISION_NOT_KEPT", vec![("catalog_revision", revision.to_string())])
-            }
-            CallError::TaskRequired { server, tool } => {
-                (Code::FailedPrecondition, "TASK_REQUIRED", vec![("server", server), ("tool", tool)])
-            }
-            CallError::DeadlineExceeded { server, tool, generation, after } => (
-                Code::DeadlineExceeded,
-                "UPSTREAM_DEADLINE",
-                vec![
-                    ("server", server),
-                    ("tool", tool),
-                    ("generation", generation.to_string()),
-                    ("timeout_ms", after.as_millis().to_string()),
-                ],
-            ),
-            CallError::SessionLost { server, tool, generation } => {
-                (Code::Unavailable, "OUTCOME_UNKNOWN", vec![("server", server), ("tool", tool), ("generation", generation.to_string())])
-            }
-            CallError::Overloaded { server, tool } => {
-                (Code::ResourceExhausted, "SERVER_OVERLOADED", vec![("server", server), ("tool", tool)])
-            }
-            CallError::UpstreamInvalidParams { server, tool, generation, .. } => (
-                Code::InvalidArgument,
-                "UPSTREAM_INVALID_PARAMS",
-                vec![("server", server), ("tool", tool), ("generation", generation.to_string())],
-            ),
-            CallError::Upstream { server, tool, generation, code, .. } => (
-                Code::Unknown,
-                "UPSTREAM_ERROR",
-                vec![("server", server), ("tool", tool), ("generation", generation.to_string()), ("jsonrpc_code", code.to_string())],
-            ),
-            CallError::InvalidResult { server, tool, generation, .. } => {
-                (Code::Unknown, "UPSTREAM_INVALID_RESULT", vec![("server", server), ("tool", tool), ("generation", generation.to_string())])
-            }
-            CallError::Store(detail) => return internal(&detail),
-            CallError::NotAllowed { agent, tool } => (Code::PermissionDenied, "TOOL_NOT_ALLOWED", vec![("agent", agent), ("tool", tool)]),
+        let code = match &error {
+            CallError::InvalidArguments(_) | CallError::UpstreamInvalidParams { .. } => Code::InvalidArgument,
+            CallError::UnknownTool { .. } | CallError::UnknownServer(_) => Code::NotFound,
+            CallError::Unavailable { .. } | CallError::SessionLost { .. } => Code::Unavailable,
+            CallError::Stale(_) | CallError::RevisionNotKept(_) | CallError::TaskRequired { .. } => Code::FailedPrecondition,
+            CallError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            CallError::Overloaded { .. } => Code::ResourceExhausted,
+            CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
+            CallError::NotAllowed { .. } => Code::PermissionDenied,
+            CallError::Store(detail) => return internal(detail),
         };
-        status(code, message, reason, metadata)
+        let explained = error.explain();
+        status(code, error.to_string(), explained.reason, explained.details)
     }
 }
 
@@ -149,19 +95,7 @@ fn status(code: Code, message: String, reason: &str, metadata: Vec<(&str, String
     Status::with_error_details(code, clean(message, MAX_MESSAGE_BYTES), ErrorDetails::with_error_info(reason, DOMAIN, metadata))
 }
 
-/// `text` cut to at most `max` bytes on a character boundary, marked when it was cut.
-pub(crate) fn truncate(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max.saturating_sub(3);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push('…');
-    text
-}
+pub(crate) use crate::door::truncate;
 
 /// Internal failures are logged in full here; clients get a generic message.
 fn internal(error: &dyn std::fmt::Display) -> Status {

@@ -11,6 +11,7 @@ pub const METHOD_INITIALIZE: &str = "initialize";
 pub const METHOD_INITIALIZED: &str = "notifications/initialized";
 pub const METHOD_PING: &str = "ping";
 pub const METHOD_CANCELLED: &str = "notifications/cancelled";
+pub const METHOD_PROGRESS: &str = "notifications/progress";
 pub const METHOD_TOOLS_LIST: &str = "tools/list";
 pub const METHOD_TOOLS_CALL: &str = "tools/call";
 pub const METHOD_TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";

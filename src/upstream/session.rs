@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
-use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_TOOLS_LIST_CHANGED};
+use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_PROGRESS, METHOD_TOOLS_LIST_CHANGED};
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::lines::{self, Line};
@@ -77,6 +77,25 @@ struct Shared {
     diagnostics: Throttle,
     /// When the last list_changed arrived, and how long after the one before it.
     change_times: Mutex<(Option<Instant>, Option<Duration>)>,
+    /// Where `notifications/progress` for each progress token toolhost issued goes.
+    progress: Mutex<HashMap<u64, mpsc::Sender<Box<RawValue>>>>,
+    next_progress_token: AtomicU64,
+}
+
+/// How many progress notifications may wait for a slow caller; past that they are dropped
+/// (progress is advisory, and a caller must not make the session's reader wait).
+pub const PROGRESS_QUEUE: usize = 32;
+
+/// A progress token routed to a caller while this value lives.
+pub struct ProgressRoute {
+    shared: Arc<Shared>,
+    pub token: u64,
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.shared.progress.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.token);
+    }
 }
 
 /// A request waiting for its response.
@@ -144,6 +163,8 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
         subscriptions: Mutex::default(),
         diagnostics: Throttle::new(DIAGNOSTICS_PER_SECOND),
         change_times: Mutex::default(),
+        progress: Mutex::default(),
+        next_progress_token: AtomicU64::new(1),
     });
     (SessionHandle { shared: shared.clone() }, Core { shared }, outgoing_rx)
 }
@@ -285,6 +306,13 @@ impl SessionHandle {
             Ok(Err(error)) => Err(UpstreamError::Rpc(error)),
             Err(_) => Err(UpstreamError::Closed),
         }
+    }
+
+    /// A fresh progress token whose `notifications/progress` go to `sink` until the route drops.
+    pub fn route_progress(&self, sink: mpsc::Sender<Box<RawValue>>) -> ProgressRoute {
+        let token = self.shared.next_progress_token.fetch_add(1, Ordering::Relaxed);
+        self.shared.progress.lock().unwrap_or_else(PoisonError::into_inner).insert(token, sink);
+        ProgressRoute { shared: self.shared.clone(), token }
     }
 
     /// Modern era: every later request carries these `_meta` keys.
@@ -484,7 +512,9 @@ impl Shared {
                 Some(_) => {}
             }
         }
-        if method == METHOD_TOOLS_LIST_CHANGED {
+        if method == METHOD_PROGRESS {
+            self.route_progress(params);
+        } else if method == METHOD_TOOLS_LIST_CHANGED {
             {
                 let mut times = self.change_times.lock().unwrap_or_else(PoisonError::into_inner);
                 let now = Instant::now();
@@ -494,6 +524,22 @@ impl Shared {
             self.list_changed.send_modify(|n| *n += 1);
         } else if let Some(suppressed) = self.diagnostics.admit() {
             tracing::debug!(server = %self.server, mcp.method.name = method, suppressed, "notification");
+        }
+    }
+
+    /// Hands a progress notification to the caller whose token it names; a token toolhost did
+    /// not issue, or whose call has ended, is ignored.
+    fn route_progress(&self, params: Option<&RawValue>) {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Token {
+            progress_token: u64,
+        }
+        let Some(params) = params else { return };
+        let Ok(Token { progress_token }) = serde_json::from_str::<Token>(params.get()) else { return };
+        let sink = self.progress.lock().unwrap_or_else(PoisonError::into_inner).get(&progress_token).cloned();
+        if let Some(sink) = sink {
+            let _ = sink.try_send(params.to_owned());
         }
     }
 

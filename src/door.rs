@@ -1,0 +1,168 @@
+//! What every front door (the gRPC API, the MCP endpoint) does around a tool call: the access
+//! decision, the refusal that looks exactly like absence, the call itself through [`Calls`], and
+//! the audit record. One implementation, so that the doors cannot drift apart.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::access::{Access, Caller, Identity, Refusal};
+use crate::audit::{AuditRecord, Auditor};
+use crate::calls::{CallError, CallRequest, CallResult, Calls, ToolRef};
+use crate::catalog::names;
+use crate::config::AuditArguments;
+use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+
+/// Longest tool name and server name an audit record keeps of what a caller sent.
+const AUDIT_NAME_BYTES: usize = 256;
+const AUDIT_SERVER_BYTES: usize = 64;
+
+/// The call gate shared by every front door. Cheap to clone.
+#[derive(Clone)]
+pub struct Door {
+    registry: Arc<Registry>,
+    calls: Calls,
+    access: Arc<Access>,
+    auditor: Auditor,
+}
+
+impl Door {
+    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor) -> Door {
+        Door { registry, calls, access, auditor }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn access(&self) -> &Arc<Access> {
+        &self.access
+    }
+
+    /// The agent entry that admits `identity`.
+    ///
+    /// # Errors
+    /// The [`Refusal`] that turns the caller away.
+    pub fn admit(&self, identity: Identity) -> Result<Caller, Refusal> {
+        self.access.admit(identity)
+    }
+
+    /// Calls a tool for `caller`: refused (and audited as refused) when its policy excludes the
+    /// tool, else routed through [`Calls`] and audited with its outcome.
+    ///
+    /// # Errors
+    /// [`CallError`]; a refusal is the error a missing tool would give (operators get the truth).
+    pub async fn call(&self, caller: &Caller, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+        let started = (crate::catalog::record::now_ms(), Instant::now());
+        let target = request.tool.clone();
+        let arguments = request.arguments.unwrap_or("{}");
+        // The same decision as listing: a tool this agent may not use answers like one that does not exist.
+        if !caller.agent.may_use(&qualified_target(&target)) {
+            let refused = Err(refused_tool(caller, &self.registry.snapshot(), &target));
+            self.audit_call(caller, &target, arguments, started, &refused, true);
+            return refused;
+        }
+        let result = self.calls.call(request).await;
+        self.audit_call(caller, &target, arguments, started, &result, false);
+        result
+    }
+
+    /// Records a finished (or refused) call in the audit trail.
+    fn audit_call(
+        &self,
+        caller: &Caller,
+        target: &ToolRef,
+        arguments: &str,
+        started: (i64, Instant),
+        outcome: &Result<CallResult, CallError>,
+        denied: bool,
+    ) {
+        let (qualified, server, tool) = match target {
+            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
+            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
+        };
+        let (generation, definition_hash, outcome_text) = match outcome {
+            Ok(result) => {
+                (result.generation, result.definition_hash.clone(), if result.outcome.is_error { "tool_error" } else { "ok" }.to_owned())
+            }
+            Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
+            Err(_) if denied => (0, String::new(), "denied".to_owned()),
+            Err(error) => (0, String::new(), error.kind().to_owned()),
+        };
+        let tool = match outcome {
+            Ok(result) => result.name.clone(),
+            Err(_) => tool,
+        };
+        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared.audit_arguments);
+        let arguments = match audit_arguments {
+            AuditArguments::None => None,
+            AuditArguments::Hash => Some(format!("sha256:{}", crate::catalog::model::sha256_hex(arguments.as_bytes()))),
+            AuditArguments::Full => Some(crate::secrets::redact_owned(arguments.to_owned())),
+        };
+        self.auditor.record(AuditRecord {
+            at_ms: started.0,
+            agent: caller.agent.name.clone(),
+            caller: caller.identity.describe(),
+            transport: caller.identity.transport,
+            qualified_name: truncate(qualified, AUDIT_NAME_BYTES),
+            server: truncate(server, AUDIT_SERVER_BYTES),
+            tool: truncate(tool, AUDIT_NAME_BYTES),
+            generation,
+            definition_hash,
+            outcome: outcome_text,
+            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
+            arguments,
+        });
+    }
+}
+
+/// Whether a non-operator may know that this server exists: it offers at least one tool the
+/// agent may use. Operators see every server.
+pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
+    if caller.agent.admin {
+        return true;
+    }
+    view.generation
+        .as_ref()
+        .is_some_and(|generation| (0..generation.tools.len()).any(|idx| caller.agent.may_use(view.qualified().name(idx))))
+}
+
+/// The error a caller gets for a tool it may not use: for an operator, the truth; for anyone
+/// else, exactly what a tool (or server) that does not exist would give.
+pub fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> CallError {
+    let (server, shown) = match target {
+        ToolRef::Qualified(qualified) => (names::server_of(qualified).unwrap_or_default(), qualified.clone()),
+        ToolRef::ServerTool { server, name } => (server.as_str(), name.clone()),
+    };
+    if caller.agent.admin {
+        return CallError::NotAllowed { agent: caller.agent.name.to_string(), tool: shown };
+    }
+    let visible = snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
+    match target {
+        ToolRef::ServerTool { server, .. } if !visible => CallError::UnknownServer(server.clone()),
+        ToolRef::ServerTool { server, name } => CallError::UnknownTool { server: Some(server.clone()), tool: name.clone() },
+        ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
+    }
+}
+
+/// The qualified name a call targets.
+pub fn qualified_target(target: &ToolRef) -> Cow<'_, str> {
+    match target {
+        ToolRef::Qualified(qualified) => Cow::Borrowed(qualified),
+        ToolRef::ServerTool { server, name } => Cow::Owned(names::qualify(server, name)),
+    }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, marked when it was cut.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
