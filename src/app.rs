@@ -16,6 +16,7 @@ use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
 use crate::door::Door;
+use crate::endpoint::{self, Endpoint};
 use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
@@ -56,6 +57,8 @@ pub struct App {
     reaper: Arc<Reaper>,
     notifier: Arc<Notifier>,
     grpc_addrs: Vec<BoundAddr>,
+    mcp_addrs: Vec<BoundAddr>,
+    endpoint: Arc<Endpoint>,
     api_tasks: TaskTracker,
     api_cancel: CancellationToken,
     /// Status and watchdog reporting.
@@ -85,6 +88,7 @@ impl App {
     pub async fn start_with(config: Config, options: RuntimeOptions) -> Result<App, StartError> {
         let started = std::time::Instant::now();
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
+        let (mcp_addrs, mcp_listeners) = endpoint::bind(&config.mcp.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
         let reaper = Arc::new(match &options.reaper_program {
             Some(program) => Reaper::spawn(program).map_err(StartError::Reaper)?,
@@ -125,6 +129,11 @@ impl App {
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
+        let endpoint = Arc::new(Endpoint::new(door, &config.mcp));
+        endpoint::serve(mcp_listeners, endpoint.clone(), &api_tasks, api_cancel.clone());
+        for addr in &mcp_addrs {
+            tracing::info!(?addr, "serving the MCP endpoint");
+        }
         let notifier = Arc::new(options.notifier);
         background.spawn(report_status(registry, notifier.clone(), background_cancel.clone()));
         if let Some(interval) = systemd::watchdog_interval() {
@@ -143,6 +152,8 @@ impl App {
             reaper,
             notifier,
             grpc_addrs,
+            mcp_addrs,
+            endpoint,
             api_tasks,
             api_cancel,
             background,
@@ -168,6 +179,11 @@ impl App {
         &self.grpc_addrs
     }
 
+    /// Where the MCP endpoint listens (with real port numbers).
+    pub fn mcp_addrs(&self) -> &[BoundAddr] {
+        &self.mcp_addrs
+    }
+
     /// Applies a new configuration's servers: adds, removes and restarts only what changed.
     /// Store and listener settings need a restart; a change to them is reported, not applied.
     ///
@@ -175,9 +191,13 @@ impl App {
     /// [`StoreError`] if an added server's stored catalog cannot be read.
     pub async fn reload(&mut self, config: Config) -> Result<ReloadSummary, StoreError> {
         self.notifier.reloading();
-        if config.store.path != self.config.store.path || config.grpc.listen != self.config.grpc.listen {
-            tracing::warn!("[store] and [grpc] changes take effect at the next restart");
+        if config.store.path != self.config.store.path || config.grpc.listen != self.config.grpc.listen || config.mcp.listen != self.config.mcp.listen {
+            tracing::warn!("[store], [grpc] and [mcp] listen changes take effect at the next restart");
         }
+        // Profiles, page size and allowed origins apply to the next request.
+        self.endpoint.reconfigure(&config.mcp);
+        let bound = std::mem::take(&mut self.config.mcp.listen);
+        self.config.mcp = crate::config::McpConfig { listen: bound, ..config.mcp };
         // New requests and open watch streams are judged by the new policy from here on, the
         // events of this reload included.
         self.access.replace(&config.access);

@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod deadline;
+pub mod endpoint;
 pub mod door;
 pub mod faults;
 #[cfg(test)]

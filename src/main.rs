@@ -115,6 +115,19 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Serve MCP on stdin and stdout, bridged to the daemon's MCP socket: the command a desktop
+    /// client's `mcpServers` entry runs (`{"command": "toolhost", "args": ["mcp"]}`).
+    Mcp {
+        /// The daemon's MCP socket (default: the first unix: address in --config's [mcp] listen,
+        /// else /run/toolhost/mcp.sock).
+        #[arg(long, env = "TOOLHOST_MCP_SOCKET")]
+        socket: Option<PathBuf>,
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Serve only this profile of [mcp.profiles].
+        #[arg(long)]
+        profile: Option<String>,
+    },
     /// Internal: the orphan guard that `serve` starts (kills server process groups it outlives).
     #[command(name = "__reap", hide = true)]
     Reap,
@@ -165,6 +178,7 @@ fn main() -> ExitCode {
                 Err(error) => fail(&error, 1),
             };
         }
+        Command::Mcp { socket, config, profile } => return bridge(socket, config.as_deref(), profile.as_deref()),
         Command::Servers(client) => (ClientCommand::Servers, client),
         Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),
         Command::Call { name, args, hash, timeout_ms, client } => (ClientCommand::Call { name, args, hash, timeout_ms }, client),
@@ -215,6 +229,21 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
     telemetry.shutdown();
     drop(runtime);
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Option<&str>) -> ExitCode {
+    let socket = match toolhost::cli::bridge::socket_path(socket, config) {
+        Ok(socket) => socket,
+        Err(error) => return fail(&error, EXIT_CONFIG),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
+    };
+    match runtime.block_on(toolhost::cli::bridge::run(&socket, profile)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(&error, 1),
+    }
 }
 
 fn check_config(config: &std::path::Path) -> ExitCode {

@@ -48,6 +48,21 @@ impl UnixPeer {
         Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit })
     }
 
+    /// The owner of the other end of a loopback TCP connection, from the kernel's socket table
+    /// (`/proc/net/tcp`, `/proc/net/tcp6`): the socket whose local end is our peer's address and
+    /// whose remote end is ours. Its uid is the kernel's word, as `SO_PEERCRED` is on a Unix
+    /// socket; pid, groups and unit are not known (the primary group comes from the user database).
+    pub fn of_loopback(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<UnixPeer> {
+        if !remote.ip().is_loopback() {
+            return None;
+        }
+        let table = if remote.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+        let text = std::fs::read_to_string(table).ok()?;
+        let uid = socket_owner(&text, remote, local)?;
+        let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
+        Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None })
+    }
+
     /// The primary group and every supplementary one.
     pub fn gids(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.gid).chain(self.groups.iter().copied())
@@ -65,6 +80,32 @@ fn read_proc(pid: i32) -> (Vec<u32>, Option<String>) {
         .unwrap_or_default();
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     (groups, unit_of(&cgroup))
+}
+
+/// The uid owning the socket `local` → `remote` in a `/proc/net/tcp{,6}` table.
+fn socket_owner(table: &str, local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<u32> {
+    let (local, remote) = (proc_address(local), proc_address(remote));
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid …
+        let matches = fields.get(1).is_some_and(|f| f.eq_ignore_ascii_case(&local)) && fields.get(2).is_some_and(|f| f.eq_ignore_ascii_case(&remote));
+        matches.then(|| fields.get(7).and_then(|uid| uid.parse().ok())).flatten()
+    })
+}
+
+/// An address as `/proc/net/tcp{,6}` writes it: the address's 32-bit words in host byte order,
+/// in hex, then the port.
+fn proc_address(addr: std::net::SocketAddr) -> String {
+    let words: Vec<u32> = match addr.ip() {
+        std::net::IpAddr::V4(ip) => vec![u32::from_ne_bytes(ip.octets())],
+        std::net::IpAddr::V6(ip) => {
+            let octets = ip.octets();
+            octets.chunks(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+        }
+    };
+    let mut text: String = words.iter().map(|word| format!("{word:08X}")).collect();
+    let _ = write!(text, ":{:04X}", addr.port());
+    text
 }
 
 /// The innermost `.service` or `.scope` in a process's cgroup path (cgroup v2, or the systemd
@@ -86,16 +127,24 @@ impl Identity {
         Identity { transport: "tcp", peer: None, token, certificate: None }
     }
 
+    /// A TCP caller on loopback, identified by the kernel's socket table (see
+    /// [`UnixPeer::of_loopback`]) when it could be, and by its bearer token.
+    pub fn loopback(peer: Option<UnixPeer>, token: Option<Vec<u8>>) -> Identity {
+        Identity { transport: "tcp", peer, token, certificate: None }
+    }
+
+    /// The bearer token of an `authorization` header value.
+    pub fn bearer(value: Option<&str>) -> Option<Vec<u8>> {
+        value
+            .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+            .map(|token| token.trim().as_bytes().to_vec())
+            .filter(|token| !token.is_empty())
+    }
+
     /// The identity of a gRPC request: its connection's Unix peer (set by the listener) and the
     /// bearer token in its `authorization` metadata.
     pub fn of_request<T>(request: &tonic::Request<T>) -> Identity {
-        let token = request
-            .metadata()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
-            .map(|token| token.trim().as_bytes().to_vec())
-            .filter(|token| !token.is_empty());
+        let token = Identity::bearer(request.metadata().get("authorization").and_then(|value| value.to_str().ok()));
         if let Some(PeerInfo(peer)) = request.extensions().get::<PeerInfo>() {
             return Identity { transport: "unix", peer: peer.clone(), token, certificate: None };
         }
@@ -160,6 +209,17 @@ mod tests {
         assert_eq!(unit_of("12:cpu:/x\n1:name=systemd:/system.slice/old.service\n").as_deref(), Some("old.service"));
         assert_eq!(unit_of("0::/\n"), None);
         assert_eq!(unit_of(""), None);
+    }
+
+    #[tokio::test]
+    async fn a_loopback_tcp_peer_is_identified_by_the_socket_table() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, remote) = listener.accept().await.unwrap();
+        assert_eq!(remote, client.local_addr().unwrap());
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("found in /proc/net/tcp");
+        assert_eq!(peer.uid, nix::unistd::getuid().as_raw());
+        assert_eq!(proc_address("127.0.0.1:8080".parse().unwrap()), if cfg!(target_endian = "little") { "0100007F:1F90" } else { "7F000001:1F90" });
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 the tool reported an error (`isError`), 2 a usage error, 3 an RPC
 //! error (the status is printed), 64 a bad configuration file.
 
+pub mod bridge;
 pub mod conformance;
 mod output;
 

@@ -99,7 +99,7 @@ fn check_glob(pattern: &str) -> Result<(), String> {
 
 /// A glob over qualified names (`SERVER__TOOL`) whose server part, when it has no wildcard,
 /// names a configured server: a typo must not silently allow or deny nothing.
-fn check_tool_pattern(pattern: &str, servers: &BTreeMap<String, ServerSpec>) -> Result<(), String> {
+pub(super) fn check_tool_pattern(pattern: &str, servers: &BTreeMap<String, ServerSpec>) -> Result<(), String> {
     check_glob(pattern)?;
     if let Some((server, _)) = pattern.split_once("__")
         && !server.contains(['*', '?'])

@@ -5,6 +5,7 @@
 //! against the configuration file's directory, never against the current directory.
 
 mod access;
+mod mcp;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ pub struct Config {
     pub source: PathBuf,
     pub store: StoreConfig,
     pub grpc: GrpcConfig,
+    pub mcp: McpConfig,
     pub daemon: DaemonConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
@@ -92,6 +94,27 @@ pub struct GrpcConfig {
     pub listen: Vec<Listener>,
     /// Catalog events kept for watchers that fall behind; older ones get a resync.
     pub watch_backlog: usize,
+}
+
+/// `[mcp]`: the MCP endpoint (off when it listens nowhere).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct McpConfig {
+    /// TCP listeners serve Streamable HTTP at `/mcp`; Unix sockets speak newline-delimited JSON-RPC.
+    pub listen: Vec<Listener>,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// Browser origins allowed besides loopback ones (lower case, no trailing slash).
+    pub allowed_origins: Vec<String>,
+    pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// `[mcp.profiles.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileConfig {
+    /// Globs over qualified names.
+    pub tools: Vec<String>,
+    /// `names = "original"`: the one server whose own tool names the profile exposes.
+    pub original_names: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,10 +400,15 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
+    let mcp = mcp::validate(&base, raw.mcp, &servers).map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
+    if let Some(shared) = mcp.listen.iter().find(|listener| listen_addrs.iter().any(|grpc| grpc.addr == listener.addr)) {
+        return Err(error("mcp.listen".into(), format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr)));
+    }
     Ok(Config {
         source: file.to_path_buf(),
         store: StoreConfig { path: store_path, history_generations },
         grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
+        mcp,
         daemon: DaemonConfig { shutdown_timeout },
         telemetry,
         servers,

@@ -14,6 +14,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) grpc: RawGrpc,
     #[serde(default)]
+    pub(crate) mcp: RawMcp,
+    #[serde(default)]
     pub(crate) daemon: RawDaemon,
     #[serde(default)]
     pub(crate) telemetry: RawTelemetry,
@@ -74,6 +76,26 @@ pub(crate) struct RawStore {
 pub(crate) struct RawGrpc {
     pub(crate) listen: Option<OneOrMany>,
     pub(crate) watch_backlog: Option<u32>,
+}
+
+/// `[mcp]`: the MCP endpoint agents connect to.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcp {
+    pub(crate) listen: Option<OneOrMany>,
+    pub(crate) page_size: Option<u32>,
+    #[serde(default)]
+    pub(crate) allowed_origins: Vec<String>,
+    #[serde(default)]
+    pub(crate) profiles: BTreeMap<String, RawProfile>,
+}
+
+/// `[mcp.profiles.NAME]`: a subset of the catalog served at `/mcp/NAME`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProfile {
+    pub(crate) tools: Vec<String>,
+    pub(crate) names: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -34,6 +34,28 @@ pub fn continue_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataM
     }
 }
 
+struct Pairs<'a>([(&'static str, Option<&'a str>); 2]);
+
+impl Extractor for Pairs<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| *k == key).and_then(|(_, v)| *v)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| *k).collect()
+    }
+}
+
+/// Makes `span` a child of the trace named by a W3C `traceparent` (and `tracestate`), as an MCP
+/// request carries them in `_meta` or an HTTP request in its headers.
+pub fn continue_from_pairs(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    let parent = TraceContextPropagator::new().extract(&Pairs([("traceparent", Some(traceparent)), ("tracestate", tracestate)]));
+    use opentelemetry::trace::TraceContextExt;
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+}
+
 /// `"traceparent"` and `"tracestate"` of the current span, as `_meta` entries (empty when no
 /// trace is being recorded).
 pub fn current_meta() -> HashMap<String, String> {

@@ -1,0 +1,79 @@
+//! `toolhost mcp`: a stdio MCP server for desktop clients (`"command": "toolhost", "args":
+//! ["mcp"]`) that carries its stdin and stdout to the daemon's MCP Unix socket, byte for byte.
+//! The daemon identifies the client by the bridge's uid, as for any local caller.
+
+use std::path::{Path, PathBuf};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+use crate::config::{Config, ListenAddr};
+use crate::endpoint::PROFILE_NOTIFICATION;
+
+/// Where the systemd unit's daemon serves MCP (`deploy/systemd/toolhost.toml`).
+pub const DEFAULT_SOCKET: &str = "/run/toolhost/mcp.sock";
+
+/// The socket to use: the one given, else the first `unix:` address in `[mcp] listen` of the
+/// configuration file, else [`DEFAULT_SOCKET`].
+///
+/// # Errors
+/// The configuration file cannot be read, or lists no Unix socket for MCP.
+pub fn socket_path(socket: Option<PathBuf>, config: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(socket) = socket {
+        return Ok(socket);
+    }
+    let Some(config) = config else { return Ok(PathBuf::from(DEFAULT_SOCKET)) };
+    let config = Config::load(config).map_err(|error| format!("invalid configuration: {error}"))?;
+    config
+        .mcp
+        .listen
+        .iter()
+        .find_map(|listener| match &listener.addr {
+            ListenAddr::Unix(path) => Some(path.clone()),
+            ListenAddr::Tcp(_) => None,
+        })
+        .ok_or_else(|| format!("{} has no unix: address in [mcp] listen", config.source.display()))
+}
+
+/// Bridges stdio to the socket until either side ends.
+///
+/// # Errors
+/// A message for stderr (stdout belongs to the MCP client).
+pub async fn run(socket: &Path, profile: Option<&str>) -> Result<(), String> {
+    let stream = UnixStream::connect(socket).await.map_err(|error| {
+        let hint = match error.kind() {
+            std::io::ErrorKind::NotFound => "is the daemon running with this socket in [mcp] listen?",
+            std::io::ErrorKind::PermissionDenied => "the socket's mode and group decide who may connect",
+            std::io::ErrorKind::ConnectionRefused => "nothing is listening on it (a socket left by a stopped daemon?)",
+            _ => "",
+        };
+        format!("cannot connect to {}: {error} {hint}", socket.display())
+    })?;
+    let (mut from_daemon, mut to_daemon) = stream.into_split();
+    if let Some(profile) = profile {
+        let params = serde_json::json!({ "name": profile });
+        let line = format!(r#"{{"jsonrpc":"2.0","method":"{PROFILE_NOTIFICATION}","params":{params}}}"#) + "\n";
+        to_daemon.write_all(line.as_bytes()).await.map_err(|error| format!("cannot write to the daemon: {error}"))?;
+    }
+    let upstream = async {
+        let mut stdin = tokio::io::stdin();
+        let copied = tokio::io::copy(&mut stdin, &mut to_daemon).await;
+        // The client closed stdin: tell the daemon this session is over.
+        let _ = to_daemon.shutdown().await;
+        copied
+    };
+    let downstream = async {
+        let mut stdout = tokio::io::stdout();
+        let copied = tokio::io::copy(&mut from_daemon, &mut stdout).await;
+        let _ = stdout.flush().await;
+        copied
+    };
+    // Whichever side ends first ends the bridge: a daemon that went away, or a client that left.
+    tokio::select! {
+        result = downstream => result.map(drop).map_err(|error| format!("the connection to the daemon failed: {error}")),
+        result = upstream => {
+            result.map_err(|error| format!("cannot forward stdin: {error}"))?;
+            Ok(())
+        }
+    }
+}

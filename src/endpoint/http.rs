@@ -1,0 +1,452 @@
+//! The MCP endpoint over Streamable HTTP, at `/mcp` (and `/mcp/PROFILE`), both eras per request:
+//! a POST whose `_meta` (or `MCP-Protocol-Version` header) names 2026-07-28 is stateless, with
+//! the `Mcp-Method`/`Mcp-Name` headers checked against the body; anything else is the 2025
+//! session shape (`initialize` mints an `Mcp-Session-Id`, GET opens the notification stream,
+//! DELETE ends the session, an unknown session is 404).
+//!
+//! Callers are identified by a bearer token, or on loopback by the kernel's socket table (the
+//! uid that owns the client's socket). Browser origins other than loopback ones and those
+//! configured are refused (DNS rebinding).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::message::{self, Message, Params};
+use super::sessions::{Session, Sessions};
+use super::{Admission, ChangeWatch, Endpoint, Era, View, reply};
+use crate::access::{Identity, UnixPeer};
+use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
+use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_ACKNOWLEDGED, METHOD_LISTEN, SUBSCRIPTION_ID};
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// SSE comments on an idle stream, so that proxies and clients see it alive.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// How long a connection may take to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts connections until `cancel`; each is served on a task in `tracker`.
+pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
+    let sessions = Arc::new(Sessions::default());
+    tracker.spawn(sessions.clone().expire(cancel.clone()));
+    loop {
+        let (stream, remote) = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept an MCP HTTP connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok();
+        let peer = local.and_then(|local| UnixPeer::of_loopback(local, remote));
+        let front = Arc::new(Front { endpoint: endpoint.clone(), sessions: sessions.clone(), peer, cancel: cancel.clone() });
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let front = front.clone();
+                async move { Ok::<_, Infallible>(front.handle(request, remote).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = cancel.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
+                }
+            }
+        });
+    }
+}
+
+/// What every request on one connection shares.
+struct Front {
+    endpoint: Arc<Endpoint>,
+    sessions: Arc<Sessions>,
+    /// The connection's owner, when it is on loopback and the kernel said.
+    peer: Option<UnixPeer>,
+    cancel: CancellationToken,
+}
+
+impl Front {
+    async fn handle(&self, request: http::Request<Incoming>, _remote: SocketAddr) -> Response<Body> {
+        let path = request.uri().path();
+        let profile = match path.trim_end_matches('/') {
+            "/mcp" => None,
+            other => match other.strip_prefix("/mcp/").and_then(|name| self.endpoint.profile(name)) {
+                Some(profile) => Some(profile),
+                None => return plain(StatusCode::NOT_FOUND, "no MCP endpoint here: use /mcp or /mcp/PROFILE"),
+            },
+        };
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|origin| self.endpoint.settings().origin_allowed(origin));
+            if !allowed {
+                return rpc_error(StatusCode::FORBIDDEN, -32600, "this Origin may not use the endpoint (DNS rebinding protection)");
+            }
+        }
+        let token = Identity::bearer(request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+        let mut admission = Admission::new(Identity::loopback(self.peer.clone(), token));
+        let caller = match self.endpoint.admit(&mut admission) {
+            Ok(caller) => caller,
+            Err(refusal) => {
+                let status = match refusal {
+                    crate::access::Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::FORBIDDEN,
+                };
+                let mut response = rpc_error(status, reply::SERVER_ERROR, &refusal.to_string());
+                if status == StatusCode::UNAUTHORIZED {
+                    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                }
+                return response;
+            }
+        };
+        let view = View { caller, profile };
+        match *request.method() {
+            Method::POST => self.post(request, view).await,
+            Method::GET => self.get(request.headers(), &view),
+            Method::DELETE => self.delete(request.headers(), &view),
+            _ => plain(StatusCode::METHOD_NOT_ALLOWED, "use POST (and GET or DELETE with a 2025 session)"),
+        }
+    }
+
+    async fn post(&self, request: http::Request<Incoming>, view: View) -> Response<Body> {
+        let headers = request.headers().clone();
+        let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+        if !json {
+            return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, -32700, "the body must be application/json");
+        }
+        let body = match Limited::new(request.into_body(), super::socket::MAX_MESSAGE_BYTES).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(_) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, "the message is too large, or the body was cut off"),
+        };
+        let message = match message::read(&body) {
+            Ok(message) => message,
+            Err(unreadable) => return rpc_error(StatusCode::BAD_REQUEST, unreadable.code, &unreadable.message),
+        };
+        let header_version = header_text(&headers, VERSION_HEADER);
+        let (method, params) = match &message {
+            Message::Request(request) => (Some(&*request.method), request.params),
+            Message::Notification { method, params } => (Some(&**method), *params),
+            Message::Response => (None, None),
+        };
+        let parsed = Params::read(params).unwrap_or_default();
+        let modern = parsed.era() == Era::Modern || header_version == Some(modern::VERSION) || method == Some(modern::METHOD_DISCOVER);
+        if modern {
+            return self.post_modern(&headers, &message, &parsed, view).await;
+        }
+        if let Some(version) = header_version
+            && !LEGACY_VERSIONS.contains(&version)
+        {
+            return rpc_error(StatusCode::BAD_REQUEST, -32600, &format!("unsupported MCP-Protocol-Version {:?}", reply::clip(version)));
+        }
+        self.post_legacy(&headers, &message, view).await
+    }
+
+    async fn post_modern(&self, headers: &HeaderMap, message: &Message<'_>, params: &Params<'_>, view: View) -> Response<Body> {
+        let Message::Request(request) = message else {
+            // Notifications need no answer (cancellation is closing the stream in this era).
+            return empty(StatusCode::ACCEPTED);
+        };
+        if let Err(line) = params.check_modern(request.id) {
+            return json(StatusCode::BAD_REQUEST, line);
+        }
+        let meta_version = params.meta.as_ref().and_then(|meta| meta.protocol_version.as_deref());
+        let mismatch = if header_text(headers, VERSION_HEADER) != meta_version {
+            Some("MCP-Protocol-Version must equal _meta's io.modelcontextprotocol/protocolVersion")
+        } else if header_text(headers, "mcp-method") != Some(&*request.method) {
+            Some("Mcp-Method must equal the body's method")
+        } else if request.method == METHOD_TOOLS_CALL && header_text(headers, "mcp-name") != params.name.as_deref() {
+            Some("Mcp-Name must equal params.name")
+        } else {
+            None
+        };
+        if let Some(problem) = mismatch {
+            return json(StatusCode::BAD_REQUEST, reply::error(request.id, HEADER_MISMATCH, problem, None));
+        }
+        match &*request.method {
+            METHOD_LISTEN => self.listen(request, view),
+            METHOD_TOOLS_CALL if wants_stream(headers) && params.progress_token.is_some() => self.call_streamed(request, view, None),
+            method => {
+                let line = self.endpoint.answer(&view, request, None).await;
+                let known = matches!(method, METHOD_TOOLS_CALL | "tools/list" | "ping" | "server/discover" | METHOD_INITIALIZE);
+                let status = if known { StatusCode::OK } else { StatusCode::NOT_FOUND };
+                json(status, line)
+            }
+        }
+    }
+
+    async fn post_legacy(&self, headers: &HeaderMap, message: &Message<'_>, view: View) -> Response<Body> {
+        let session_id = header_text(headers, SESSION_HEADER);
+        if let Message::Request(request) = message
+            && request.method == METHOD_INITIALIZE
+        {
+            let line = self.endpoint.answer(&view, request, None).await;
+            let session = self.sessions.open(&view);
+            let Some(session) = session else {
+                return rpc_error(StatusCode::SERVICE_UNAVAILABLE, reply::SERVER_ERROR, "too many MCP sessions are open; try again later");
+            };
+            let mut response = json(StatusCode::OK, line);
+            if let Ok(value) = HeaderValue::from_str(session.id()) {
+                response.headers_mut().insert(SESSION_HEADER, value);
+            }
+            return response;
+        }
+        let Some(session_id) = session_id else {
+            return rpc_error(StatusCode::BAD_REQUEST, -32600, "missing Mcp-Session-Id: send initialize first");
+        };
+        let Some(session) = self.sessions.get(session_id, &view) else {
+            return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
+        };
+        let view = View { caller: view.caller, profile: session.profile() };
+        let request = match message {
+            Message::Response => return empty(StatusCode::ACCEPTED),
+            Message::Notification { method, params } => {
+                if method == METHOD_CANCELLED {
+                    session.cancel(*params);
+                }
+                return empty(StatusCode::ACCEPTED);
+            }
+            Message::Request(request) => request,
+        };
+        if request.method == METHOD_TOOLS_CALL {
+            let Some(cancelled) = session.start(request.id) else {
+                return json(StatusCode::OK, reply::error(request.id, reply::SERVER_ERROR, "too many calls in flight on this session", None));
+            };
+            if wants_stream(headers) && Params::read(request.params).is_ok_and(|p| p.progress_token.is_some()) {
+                return self.call_streamed(request, view, Some((session, cancelled)));
+            }
+            let line = tokio::select! {
+                line = self.endpoint.answer(&view, request, None) => Some(line),
+                () = cancelled.cancelled() => None,
+            };
+            session.finish(request.id.get());
+            return match line {
+                Some(line) => json(StatusCode::OK, line),
+                // Cancelled: the client wants no answer; the HTTP request still needs a response.
+                None => empty(StatusCode::ACCEPTED),
+            };
+        }
+        json(StatusCode::OK, self.endpoint.answer(&view, request, None).await)
+    }
+
+    /// A call whose progress travels on an SSE response, then its result. A 2025 session's
+    /// call also ends on `notifications/cancelled`.
+    fn call_streamed(&self, request: &message::Request<'_>, view: View, session: Option<(Arc<Session>, CancellationToken)>) -> Response<Body> {
+        let (tx, rx) = mpsc::channel::<String>(crate::upstream::session::PROGRESS_QUEUE);
+        let line = body_line(request);
+        let endpoint = self.endpoint.clone();
+        let stop = self.cancel.clone();
+        let task = async move {
+            let Ok(Message::Request(request)) = message::read(line.as_bytes()) else { return };
+            let cancelled = session.as_ref().map_or_else(CancellationToken::new, |(_, token)| token.clone());
+            let answer = tokio::select! {
+                answer = endpoint.answer(&view, &request, Some(&tx)) => Some(answer),
+                () = cancelled.cancelled() => None,
+                () = stop.cancelled() => None,
+            };
+            if let Some((session, _)) = &session {
+                session.finish(request.id.get());
+            }
+            if let Some(answer) = answer {
+                let _ = tx.send(answer).await;
+            }
+        };
+        sse(rx, Some(Box::pin(task)))
+    }
+
+    /// A 2026 `subscriptions/listen` stream: the acknowledgement, then a tagged list_changed
+    /// whenever the caller's view changes, with keep-alive comments; it ends when the client
+    /// closes it or toolhost stops.
+    fn listen(&self, request: &message::Request<'_>, view: View) -> Response<Body> {
+        let (tx, rx) = mpsc::channel::<String>(8);
+        let id = request.id.get().to_owned();
+        let wanted = request.params.is_some_and(|p| p.get().contains(r#""toolsListChanged":true"#) || p.get().contains(r#""toolsListChanged": true"#));
+        let accepted = if wanted { r#"{"toolsListChanged":true}"# } else { "{}" };
+        let ack = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}},"notifications":{accepted}}}"#);
+        let endpoint = self.endpoint.clone();
+        let stop = self.cancel.clone();
+        let task = async move {
+            if tx.send(reply::notification(METHOD_ACKNOWLEDGED, Some(&ack))).await.is_err() {
+                return;
+            }
+            let tagged = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}}}}"#);
+            let mut changes = ChangeWatch::new(&endpoint, &view);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tx.closed() => return,
+                    changed = changes.changed(&endpoint, &view), if wanted => {
+                        if !changed || tx.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, Some(&tagged))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        sse(rx, Some(Box::pin(task)))
+    }
+
+    /// A 2025 session's notification stream.
+    fn get(&self, headers: &HeaderMap, view: &View) -> Response<Body> {
+        if !wants_stream(headers) {
+            return plain(StatusCode::NOT_ACCEPTABLE, "GET opens an event stream: send Accept: text/event-stream");
+        }
+        let Some(session_id) = header_text(headers, SESSION_HEADER) else {
+            return plain(StatusCode::METHOD_NOT_ALLOWED, "GET needs an Mcp-Session-Id (2025 sessions only)");
+        };
+        let Some(session) = self.sessions.get(session_id, view) else {
+            return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
+        };
+        let view = View { caller: view.caller.clone(), profile: session.profile() };
+        let (tx, rx) = mpsc::channel::<String>(8);
+        let endpoint = self.endpoint.clone();
+        let stop = self.cancel.clone();
+        let (ended, replaced) = (session.ended(), session.take_stream());
+        let task = async move {
+            let mut changes = ChangeWatch::new(&endpoint, &view);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = ended.cancelled() => return,
+                    () = replaced.cancelled() => return,
+                    () = tx.closed() => return,
+                    changed = changes.changed(&endpoint, &view) => {
+                        if !changed || tx.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, None)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        sse(rx, Some(Box::pin(task)))
+    }
+
+    fn delete(&self, headers: &HeaderMap, view: &View) -> Response<Body> {
+        let Some(session_id) = header_text(headers, SESSION_HEADER) else {
+            return plain(StatusCode::METHOD_NOT_ALLOWED, "DELETE ends a 2025 session: send its Mcp-Session-Id");
+        };
+        match self.sessions.close(session_id, view) {
+            true => empty(StatusCode::NO_CONTENT),
+            false => rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session"),
+        }
+    }
+}
+
+type Feeder = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// An SSE response carrying `lines` as `message` events. `feeder` (what sends them) runs as
+/// part of the body: when the client closes the stream, the body is dropped and the feeder
+/// with it (a call still running is cancelled upstream).
+fn sse(lines: mpsc::Receiver<String>, feeder: Option<Feeder>) -> Response<Body> {
+    let keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+    let events = EventStream { feeder, lines, keepalive };
+    let body = StreamBody::new(events.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))));
+    let mut response = Response::new(BodyExt::boxed_unsync(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The events of an SSE response: each line from `lines`, keep-alive comments while idle, and
+/// the end once the feeder is done and every line is out.
+struct EventStream {
+    feeder: Option<Feeder>,
+    lines: mpsc::Receiver<String>,
+    keepalive: tokio::time::Interval,
+}
+
+impl tokio_stream::Stream for EventStream {
+    type Item = Bytes;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Bytes>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Some(feeder) = this.feeder.as_mut()
+            && feeder.as_mut().poll(cx).is_ready()
+        {
+            // Dropping the feeder drops its sender: the lines end once drained.
+            this.feeder = None;
+        }
+        match this.lines.poll_recv(cx) {
+            Poll::Ready(Some(line)) => {
+                this.keepalive.reset();
+                return Poll::Ready(Some(Bytes::from(format!("event: message\ndata: {}\n\n", line.trim_end()))));
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {}
+        }
+        match this.keepalive.poll_tick(cx) {
+            Poll::Ready(_) => Poll::Ready(Some(Bytes::from_static(b": keep-alive\n\n"))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The request's message again, as text, for a task that outlives the borrowed body.
+fn body_line(request: &message::Request<'_>) -> String {
+    let mut line = format!(r#"{{"jsonrpc":"2.0","id":{},"method":{}"#, request.id.get(), serde_json::to_string(&*request.method).unwrap_or_default());
+    if let Some(params) = request.params {
+        line.push_str(r#","params":"#);
+        line.push_str(params.get());
+    }
+    line.push('}');
+    line
+}
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().any(|value| value.to_str().is_ok_and(|v| v.contains("text/event-stream")))
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+fn json(status: StatusCode, line: String) -> Response<Body> {
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::from(line))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response<Body> {
+    json(status, reply::unreadable(code, message))
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::from_static(text.as_bytes()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new())));
+    *response.status_mut() = status;
+    response
+}

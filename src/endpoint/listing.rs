@@ -1,0 +1,233 @@
+//! `tools/list` over one registry snapshot: pages with toolhost's own cursors (bound to the
+//! catalog revision they were cut from), each tool rendered once per generation and reused by
+//! every page and every client, and the change watch that tells a session its view changed.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
+use crate::catalog::model::ToolDef;
+use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+
+/// Version tag of toolhost's cursor format.
+const CURSOR_TAG: &str = "th1";
+/// After the catalog moves, how long a session waits for it to settle before comparing what it
+/// sees: servers that publish together cost one notification.
+const SETTLE: Duration = Duration::from_millis(5);
+
+/// Rendered tool entries, per server and naming, for the generation they were rendered from.
+#[derive(Default)]
+pub(super) struct Cache {
+    rendered: Mutex<HashMap<(Arc<str>, bool), (u64, Arc<[Box<str>]>)>>,
+}
+
+/// Where a page starts: a server's position in the snapshot and a tool's in its generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    revision: u64,
+    server: usize,
+    tool: usize,
+}
+
+impl Cache {
+    /// One page of what `view` sees, as the `tools/list` result.
+    ///
+    /// # Errors
+    /// A message for -32602 when the cursor is not one of toolhost's or its revision is no
+    /// longer kept: the client starts its listing again.
+    pub(super) fn page(
+        &self,
+        current: &Arc<CatalogSnapshot>,
+        registry: &Registry,
+        view: &View,
+        cursor: Option<&str>,
+        page_size: usize,
+        era: Era,
+    ) -> Result<String, String> {
+        let start = match cursor {
+            None => Position { revision: current.revision, server: 0, tool: 0 },
+            Some(cursor) => parse_cursor(cursor).ok_or("the cursor is not one toolhost issued; list again without a cursor")?,
+        };
+        let snapshot = match start.revision == current.revision {
+            true => current.clone(),
+            false => registry
+                .snapshot_at(start.revision)
+                .ok_or("the cursor has expired (the catalog changed too often since); list again without a cursor")?,
+        };
+        let original = view.original_names();
+        let mut out = String::with_capacity(page_size.min(1000) * 512);
+        out.push_str(r#"{"tools":["#);
+        let mut taken = 0usize;
+        let mut next = None;
+        'servers: for (ordinal, server) in snapshot.servers.values().enumerate().skip(start.server) {
+            if !server.is_available() || !self.in_view(view, server) {
+                continue;
+            }
+            let Some(generation) = &server.generation else { continue };
+            let first = if ordinal == start.server { start.tool } else { 0 };
+            let entries = self.rendered(server, original);
+            for idx in first..generation.tools.len() {
+                if !view.shows(server.qualified().name(idx)) {
+                    continue;
+                }
+                if taken == page_size {
+                    next = Some(Position { revision: snapshot.revision, server: ordinal, tool: idx });
+                    break 'servers;
+                }
+                if taken > 0 {
+                    out.push(',');
+                }
+                out.push_str(&entries[idx]);
+                taken += 1;
+            }
+        }
+        out.push(']');
+        if let Some(next) = next {
+            out.push_str(&format!(r#","nextCursor":"{CURSOR_TAG}.{}.{}.{}""#, next.revision, next.server, next.tool));
+        }
+        if era == Era::Modern {
+            // What a caller sees depends on who it is: never to be shared across callers.
+            out.push_str(&format!(r#","resultType":"complete","ttlMs":{LIST_TTL_MS},"cacheScope":"private""#));
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    /// A profile with original names shows one server only.
+    fn in_view(&self, view: &View, server: &ServerView) -> bool {
+        match view.profile.as_ref().and_then(|profile| profile.original.as_deref()) {
+            Some(only) => *server.name == *only,
+            None => true,
+        }
+    }
+
+    /// The server's current tools as MCP tool objects, rendered once per generation.
+    fn rendered(&self, server: &ServerView, original: bool) -> Arc<[Box<str>]> {
+        let Some(generation) = &server.generation else { return Arc::new([]) };
+        let key = (server.name.clone(), original);
+        if let Some((number, entries)) = self.rendered.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
+            && *number == generation.number
+        {
+            return entries.clone();
+        }
+        let entries: Arc<[Box<str>]> = generation
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(idx, tool)| {
+                let shown = if original { tool.name.as_str() } else { server.qualified().name(idx) };
+                render(&server.name, generation.number, tool, shown)
+            })
+            .collect();
+        let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
+        let keep = rendered.get(&key).is_none_or(|(number, _)| *number < generation.number);
+        if keep {
+            rendered.insert(key, (generation.number, entries.clone()));
+        }
+        entries
+    }
+}
+
+/// A tool object as the server defined it, under the name this view shows, with toolhost's
+/// facts added to its `_meta`.
+fn render(server: &str, generation: u64, tool: &ToolDef, shown: &str) -> Box<str> {
+    let mut object: Map<String, Value> = serde_json::from_str(&tool.definition).unwrap_or_default();
+    object.insert("name".into(), Value::from(shown));
+    let meta = object.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Value::Object(meta) = meta {
+        meta.insert(META_SERVER.into(), Value::from(server));
+        meta.insert(META_GENERATION.into(), Value::from(generation));
+        meta.insert(META_HASH.into(), Value::from(tool.hash.as_str()));
+        meta.insert(META_NAME.into(), Value::from(tool.name.as_str()));
+    }
+    Value::Object(object).to_string().into_boxed_str()
+}
+
+fn parse_cursor(cursor: &str) -> Option<Position> {
+    let mut parts = cursor.strip_prefix(CURSOR_TAG)?.strip_prefix('.')?.split('.');
+    let revision = parts.next()?.parse().ok()?;
+    let server = parts.next()?.parse().ok()?;
+    let tool = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some(Position { revision, server, tool })
+}
+
+/// What `view` sees of `snapshot`, as one number: the names and definition hashes of the tools
+/// it would list. Equal numbers, same listing.
+fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for server in snapshot.servers.values().filter(|server| server.is_available()) {
+        let Some(generation) = &server.generation else { continue };
+        for (idx, tool) in generation.tools.iter().enumerate() {
+            let name = server.qualified().name(idx);
+            if view.shows(name) {
+                name.hash(&mut hasher);
+                tool.hash.hash(&mut hasher);
+            }
+        }
+    }
+    hasher.finish()
+}
+
+/// Tells a session when the catalog it sees changes (not when other callers' parts do).
+pub(super) struct ChangeWatch {
+    revisions: watch::Receiver<u64>,
+    seen: u64,
+}
+
+impl ChangeWatch {
+    pub(super) fn new(endpoint: &Endpoint, view: &View) -> ChangeWatch {
+        let mut revisions = endpoint.door.registry().subscribe();
+        revisions.borrow_and_update();
+        ChangeWatch { revisions, seen: fingerprint(&endpoint.door.registry().snapshot(), view) }
+    }
+
+    /// Waits until what `view` sees differs from what it saw; `false` when the registry is gone.
+    pub(super) async fn changed(&mut self, endpoint: &Endpoint, view: &View) -> bool {
+        loop {
+            if self.revisions.changed().await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(SETTLE).await;
+            self.revisions.borrow_and_update();
+            let now = fingerprint(&endpoint.door.registry().snapshot(), view);
+            if now != self.seen {
+                self.seen = now;
+                return true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_strict() {
+        assert_eq!(parse_cursor("th1.7.2.40"), Some(Position { revision: 7, server: 2, tool: 40 }));
+        for bad in ["", "th1", "th1.7.2", "th1.7.2.40.1", "th2.7.2.40", "th1.-1.2.3", "th1.a.b.c", "x.th1.1.1.1"] {
+            assert_eq!(parse_cursor(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_tool_keeps_its_definition_and_gains_toolhosts_facts() {
+        let value = serde_json::json!({"name": "read", "description": "Reads", "inputSchema": {"type": "object"}, "_meta": {"x": 1}});
+        let tool = ToolDef::from_value("read".into(), &value);
+        let rendered: Value = serde_json::from_str(&render("files", 3, &tool, "files__read")).unwrap();
+        assert_eq!(rendered["name"], "files__read");
+        assert_eq!(rendered["description"], "Reads");
+        assert_eq!(rendered["_meta"]["x"], 1);
+        assert_eq!(rendered["_meta"][META_GENERATION], 3);
+        assert_eq!(rendered["_meta"][META_HASH], tool.hash.as_str());
+        assert_eq!(rendered["_meta"][META_NAME], "read");
+    }
+}

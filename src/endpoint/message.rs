@@ -1,0 +1,216 @@
+//! What the endpoint reads from a client's message: one borrowed parse of the envelope and of
+//! the `params` members any method uses. Arguments stay raw; no JSON tree is built.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{Era, reply};
+use crate::mcp::jsonrpc::code::INVALID_PARAMS;
+use crate::mcp::modern::{self, UNSUPPORTED_VERSION};
+
+/// Longest progress token toolhost echoes back to a client.
+const MAX_TOKEN_BYTES: usize = 256;
+
+/// A client's message, classified.
+#[derive(Debug)]
+pub(super) enum Message<'a> {
+    Request(Request<'a>),
+    Notification { method: Cow<'a, str>, params: Option<&'a RawValue> },
+    /// A response to a request toolhost never sends (it sends none to clients): ignored.
+    Response,
+}
+
+/// A request: its id (echoed verbatim), method and raw params.
+#[derive(Debug)]
+pub(super) struct Request<'a> {
+    pub(super) id: &'a RawValue,
+    pub(super) method: Cow<'a, str>,
+    pub(super) params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// Why a message was not read, as the JSON-RPC error to answer with (id `null`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Unreadable {
+    pub(super) code: i64,
+    pub(super) message: String,
+}
+
+/// The `params` members the endpoint's methods read.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Params<'a> {
+    #[serde(borrow, default)]
+    pub(super) name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) arguments: Option<&'a RawValue>,
+    #[serde(default)]
+    pub(super) cursor: Option<String>,
+    #[serde(rename = "protocolVersion", default)]
+    pub(super) protocol_version: Option<String>,
+    #[serde(rename = "_meta", borrow, default)]
+    pub(super) meta: Option<Meta<'a>>,
+    /// Copied out of `meta` by [`Params::read`].
+    #[serde(skip)]
+    pub(super) progress_token: Option<&'a RawValue>,
+    #[serde(skip)]
+    pub(super) definition_hash: Option<Cow<'a, str>>,
+}
+
+/// The request `_meta` members the endpoint reads.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Meta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+    pub(super) protocol_version: Option<Cow<'a, str>>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow, default)]
+    pub(super) client_capabilities: Option<&'a RawValue>,
+    #[serde(rename = "progressToken", borrow, default)]
+    pub(super) progress_token: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub(super) traceparent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) tracestate: Option<Cow<'a, str>>,
+    #[serde(rename = "dev.toolhost/definitionHash", borrow, default)]
+    pub(super) definition_hash: Option<Cow<'a, str>>,
+}
+
+/// Reads one message.
+///
+/// # Errors
+/// [`Unreadable`]: -32700 for text that is not JSON, -32600 for JSON that is not one JSON-RPC
+/// message (a batch included: MCP dropped batches in 2025-06-18).
+pub(super) fn read(bytes: &[u8]) -> Result<Message<'_>, Unreadable> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        return Err(Unreadable { code: -32600, message: "JSON-RPC batches are not supported".into() });
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(bytes).map_err(|err| match err.is_data() {
+        true => Unreadable { code: -32600, message: "not a JSON-RPC message object".into() },
+        false => Unreadable { code: -32700, message: format!("parse error: {err}") },
+    })?;
+    if envelope.jsonrpc.as_deref() != Some("2.0") {
+        return Err(Unreadable { code: -32600, message: "jsonrpc must be \"2.0\"".into() });
+    }
+    match (envelope.method, envelope.id) {
+        (Some(method), Some(id)) if id.get() != "null" => {
+            let valid_id = id.get().starts_with('"') || id.get().bytes().all(|b| b.is_ascii_digit() || b == b'-');
+            if !valid_id {
+                return Err(Unreadable { code: -32600, message: "a request id is a string or an integer".into() });
+            }
+            Ok(Message::Request(Request { id, method, params: envelope.params }))
+        }
+        (Some(method), _) => Ok(Message::Notification { method, params: envelope.params }),
+        (None, _) if envelope.result.is_some() || envelope.error.is_some() => Ok(Message::Response),
+        (None, _) => Err(Unreadable { code: -32600, message: "neither a request, a notification nor a response".into() }),
+    }
+}
+
+impl<'a> Params<'a> {
+    /// The params of a request (absent params read as empty).
+    ///
+    /// # Errors
+    /// What is wrong with them.
+    pub(super) fn read(params: Option<&'a RawValue>) -> Result<Params<'a>, String> {
+        let Some(params) = params else { return Ok(Params::default()) };
+        let mut read: Params<'a> = serde_json::from_str(params.get()).map_err(|err| err.to_string())?;
+        if let Some(meta) = &mut read.meta {
+            read.progress_token = meta.progress_token.filter(|token| {
+                let text = token.get();
+                text.len() <= MAX_TOKEN_BYTES && (text.starts_with('"') || text.bytes().all(|b| b.is_ascii_digit() || b == b'-'))
+            });
+            read.definition_hash = meta.definition_hash.take();
+        }
+        Ok(read)
+    }
+
+    /// A request that names its protocol version in `_meta` belongs to the 2026 era.
+    pub(super) fn era(&self) -> Era {
+        match self.meta.as_ref().and_then(|meta| meta.protocol_version.as_ref()) {
+            Some(_) => Era::Modern,
+            None => Era::Legacy,
+        }
+    }
+
+    /// The 2026 rules for a request's `_meta`: a version toolhost speaks, and the client's
+    /// capabilities. On failure, the error line to answer with.
+    ///
+    /// # Errors
+    /// The response line: -32022 with the supported versions, or -32602.
+    pub(super) fn check_modern(&self, id: &RawValue) -> Result<(), String> {
+        let meta = self.meta.as_ref();
+        let version = meta.and_then(|meta| meta.protocol_version.as_deref()).unwrap_or_default();
+        if version != modern::VERSION {
+            let data = serde_json::json!({ "supported": [modern::VERSION], "requested": reply::clip(version) }).to_string();
+            return Err(reply::error(id, UNSUPPORTED_VERSION, "Unsupported protocol version", RawValue::from_string(data).ok().as_deref()));
+        }
+        if meta.and_then(|meta| meta.client_capabilities).is_none() {
+            return Err(reply::error(id, INVALID_PARAMS, "_meta needs io.modelcontextprotocol/clientCapabilities", None));
+        }
+        Ok(())
+    }
+
+    /// Makes `span` a child of the trace named in `_meta` (`traceparent`), if any.
+    pub(super) fn continue_trace(&self, span: &tracing::Span) {
+        let Some(meta) = &self.meta else { return };
+        let Some(parent) = meta.traceparent.as_deref() else { return };
+        crate::telemetry::propagation::continue_from_pairs(span, parent, meta.tracestate.as_deref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shape_is_classified_and_bad_input_named() {
+        assert!(matches!(read(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request(_))));
+        assert!(matches!(read(br#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/list"}"#), Ok(Message::Request(_))));
+        assert!(matches!(read(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Message::Notification { .. })));
+        assert!(matches!(read(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Message::Response)));
+        assert_eq!(read(b"{nope").unwrap_err().code, -32700);
+        assert_eq!(read(b"[{}]").unwrap_err().code, -32600);
+        assert_eq!(read(b"42").unwrap_err().code, -32600);
+        assert_eq!(read(br#"{"id":1,"method":"ping"}"#).unwrap_err().code, -32600, "jsonrpc missing");
+        assert_eq!(read(br#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#).unwrap_err().code, -32600, "object id");
+        assert_eq!(read(br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#).unwrap_err().code, -32600, "fractional id");
+    }
+
+    #[test]
+    fn params_keep_arguments_raw_and_read_the_meta() {
+        let raw = RawValue::from_string(
+            r#"{"name":"a\u005fb","arguments":{"big":12345678901234567890},"_meta":{"progressToken":"p1","dev.toolhost/definitionHash":"abc","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#.to_owned(),
+        )
+        .unwrap();
+        let params = Params::read(Some(&raw)).unwrap();
+        assert_eq!(params.name.as_deref(), Some("a_b"));
+        assert_eq!(params.arguments.unwrap().get(), r#"{"big":12345678901234567890}"#);
+        assert_eq!(params.progress_token.unwrap().get(), r#""p1""#);
+        assert_eq!(params.definition_hash.as_deref(), Some("abc"));
+        assert_eq!(params.era(), Era::Modern);
+        assert!(params.meta.as_ref().unwrap().definition_hash.is_none(), "moved out");
+        let id = RawValue::from_string("1".into()).unwrap();
+        assert!(params.check_modern(&id).unwrap_err().contains("clientCapabilities"));
+        let old = RawValue::from_string(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}"#.into()).unwrap();
+        let line = Params::read(Some(&old)).unwrap().check_modern(&id).unwrap_err();
+        assert!(line.contains("-32022") && line.contains(r#""requested":"1900-01-01""#), "{line}");
+        let object_token = RawValue::from_string(r#"{"_meta":{"progressToken":{"x":1}}}"#.into()).unwrap();
+        assert!(Params::read(Some(&object_token)).unwrap().progress_token.is_none());
+        assert_eq!(Params::read(None).unwrap().era(), Era::Legacy);
+    }
+}

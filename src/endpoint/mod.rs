@@ -1,0 +1,383 @@
+//! The MCP endpoint: the resolved catalog and call routing served over MCP itself, so that any
+//! agent framework can use toolhost by pointing its MCP client at it.
+//!
+//! `Endpoint::answer` is the whole protocol, for both eras, without I/O: it reads one request
+//! and produces its response line. The transports only move messages: `socket` (a Unix socket
+//! speaking newline-delimited JSON-RPC, also what `toolhost mcp` bridges stdio to) and `http`
+//! (Streamable HTTP at `/mcp`, sessions for the 2025 era, stateless for 2026-07-28). Listing
+//! reads one registry snapshot (`listing`); calling goes through the same [`Door`] as the gRPC
+//! API; errors take their reasons from `CallError::explain` (`reply`).
+
+mod http;
+mod listing;
+mod message;
+mod reply;
+mod sessions;
+mod socket;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use wildmatch::WildMatch;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::access::{Caller, Identity, Refusal};
+use crate::api::{ApiStartError, BoundAddr};
+use crate::calls::{CallRequest, ToolRef};
+use crate::catalog::names;
+use crate::config::{ListenAddr, McpConfig};
+use crate::door::Door;
+use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
+use crate::mcp::modern::{self, METHOD_DISCOVER};
+
+pub use http::serve_http;
+use listing::ChangeWatch;
+use message::Params;
+pub use socket::{PROFILE_NOTIFICATION, serve_unix};
+
+/// The newest legacy version toolhost speaks; a client asking for an unknown one gets this.
+const LATEST_LEGACY: &str = "2025-11-25";
+/// How long a 2026 client may treat a listing as fresh. Changes are also announced (list_changed,
+/// `subscriptions/listen`), and a call to a tool that changed is refused with a typed error.
+const LIST_TTL_MS: u64 = 10_000;
+/// `_meta` keys toolhost adds to each listed tool and reads back from a call.
+pub const META_SERVER: &str = "dev.toolhost/server";
+pub const META_GENERATION: &str = "dev.toolhost/generation";
+pub const META_HASH: &str = "dev.toolhost/definitionHash";
+pub const META_NAME: &str = "dev.toolhost/name";
+
+/// Which protocol era a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// Up to 2025-11-25: `initialize`, sessions.
+    Legacy,
+    /// 2026-07-28: every request carries its protocol version in `_meta`.
+    Modern,
+}
+
+/// The endpoint's shared state. One per daemon.
+pub struct Endpoint {
+    door: Door,
+    settings: ArcSwap<Settings>,
+    listing: listing::Cache,
+}
+
+/// What the configuration says, swapped whole on reload.
+pub struct Settings {
+    page_size: usize,
+    allowed_origins: Vec<String>,
+    profiles: HashMap<String, Arc<Profile>>,
+}
+
+/// A subset of the catalog served under its own name.
+#[derive(Debug)]
+pub struct Profile {
+    pub name: String,
+    tools: Vec<WildMatch>,
+    /// `names = "original"`: the server whose own tool names are exposed.
+    original: Option<Arc<str>>,
+}
+
+/// Who is asking, and through which profile: every listing and call is seen through one.
+#[derive(Clone)]
+pub struct View {
+    pub caller: Caller,
+    pub profile: Option<Arc<Profile>>,
+}
+
+/// A request's identity as the transport knows it, admitted afresh when the policy changes.
+pub struct Admission {
+    identity: Identity,
+    cached: Option<(Arc<crate::access::Policy>, Result<Caller, Refusal>)>,
+}
+
+// === impl Endpoint ===
+
+impl Endpoint {
+    pub fn new(door: Door, config: &McpConfig) -> Endpoint {
+        Endpoint { door, settings: ArcSwap::from_pointee(Settings::from_config(config)), listing: listing::Cache::default() }
+    }
+
+    /// Applies a reloaded `[mcp]` section (listeners need a restart).
+    pub fn reconfigure(&self, config: &McpConfig) {
+        self.settings.store(Arc::new(Settings::from_config(config)));
+    }
+
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.load_full()
+    }
+
+    /// The profile called `name`.
+    pub fn profile(&self, name: &str) -> Option<Arc<Profile>> {
+        self.settings.load().profiles.get(name).cloned()
+    }
+
+    /// The caller behind `admission`, admitted once per policy.
+    ///
+    /// # Errors
+    /// The refusal that turns it away.
+    fn admit(&self, admission: &mut Admission) -> Result<Caller, Refusal> {
+        let policy = self.door.access().policy();
+        match &admission.cached {
+            Some((cached, result)) if Arc::ptr_eq(cached, &policy) => result.clone(),
+            _ => {
+                let result = self.door.admit(admission.identity.clone());
+                admission.cached = Some((policy, result.clone()));
+                result
+            }
+        }
+    }
+
+    /// Answers one request (not `subscriptions/listen`, which the transports stream) with its
+    /// response line. `progress` receives `notifications/progress` lines for a call that asked
+    /// for progress.
+    async fn answer(&self, view: &View, request: &message::Request<'_>, progress: Option<&mpsc::Sender<String>>) -> String {
+        let id = request.id;
+        let params = match Params::read(request.params) {
+            Ok(params) => params,
+            Err(problem) => return reply::error(id, INVALID_PARAMS, &format!("invalid params: {problem}"), None),
+        };
+        let era = params.era();
+        if era == Era::Modern
+            && let Err(line) = params.check_modern(id)
+        {
+            return line;
+        }
+        match &*request.method {
+            METHOD_TOOLS_CALL => self.call(view, id, &params, era, progress).await,
+            METHOD_TOOLS_LIST => self.list(view, id, &params, era),
+            METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
+            METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
+            METHOD_DISCOVER => reply::result(id, &discover_result()),
+            other => reply::error(id, METHOD_NOT_FOUND, &format!("toolhost serves tools only; {} is not offered", reply::clip(other)), None),
+        }
+    }
+
+    fn list(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era) -> String {
+        let settings = self.settings.load();
+        let snapshot = self.door.registry().snapshot();
+        match self.listing.page(&snapshot, self.door.registry(), view, params.cursor.as_deref(), settings.page_size, era) {
+            Ok(page) => reply::result(id, &page),
+            Err(problem) => reply::error(id, INVALID_PARAMS, &problem, Some(&reply::reason_data("CURSOR_EXPIRED", &[]))),
+        }
+    }
+
+    async fn call(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era, progress: Option<&mpsc::Sender<String>>) -> String {
+        let Some(name) = params.name.as_deref() else {
+            return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
+        };
+        let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", reply::clip(name)), otel.kind = "server");
+        params.continue_trace(&span);
+        span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
+        span.set_attribute("gen_ai.tool.name", reply::clip(name).to_owned());
+        span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
+        span.set_attribute("toolhost.front_door", "mcp");
+        let tool = match view.tool_ref(name) {
+            Some(tool) => tool,
+            None => {
+                let error = crate::calls::CallError::UnknownTool { server: None, tool: name.to_owned() };
+                return reply::call_error(id, &error);
+            }
+        };
+        let wants_progress = params.progress_token.is_some() && progress.is_some();
+        let (sink, mut upstream_progress) = match wants_progress {
+            true => {
+                let (tx, rx) = mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let request = CallRequest {
+            tool,
+            arguments: params.arguments.map(RawValue::get),
+            expected_hash: params.definition_hash.as_deref(),
+            expected_revision: None,
+            timeout: None,
+            progress: sink,
+        };
+        let call = self.door.call(&view.caller, request).instrument(span);
+        tokio::pin!(call);
+        let result = loop {
+            let Some(rx) = upstream_progress.as_mut() else { break call.await };
+            tokio::select! {
+                result = &mut call => break result,
+                update = rx.recv() => match (update, progress, params.progress_token) {
+                    (Some(update), Some(out), Some(token)) => {
+                        if let Some(line) = reply::progress(&update, token) {
+                            let _ = out.try_send(line);
+                        }
+                    }
+                    _ => upstream_progress = None,
+                },
+            }
+        };
+        match result {
+            Ok(result) => reply::result(id, result.raw.get()),
+            Err(error) => {
+                let _ = era;
+                reply::call_error(id, &error)
+            }
+        }
+    }
+}
+
+// === impl Settings ===
+
+impl Settings {
+    fn from_config(config: &McpConfig) -> Settings {
+        let profiles = config
+            .profiles
+            .iter()
+            .map(|(name, profile)| {
+                let compiled = Profile {
+                    name: name.clone(),
+                    tools: profile.tools.iter().map(|pattern| WildMatch::new(pattern)).collect(),
+                    original: profile.original_names.as_deref().map(Arc::from),
+                };
+                (name.clone(), Arc::new(compiled))
+            })
+            .collect();
+        Settings { page_size: config.page_size.max(1), allowed_origins: config.allowed_origins.clone(), profiles }
+    }
+
+    /// Whether a browser page from `origin` may talk to the endpoint: loopback origins (any port)
+    /// and those the operator allowed. Anything else is a DNS-rebinding attempt until proven not.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+        if self.allowed_origins.iter().any(|allowed| *allowed == origin) {
+            return true;
+        }
+        let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
+        let host = match rest.strip_prefix('[') {
+            Some(bracketed) => bracketed.split_once(']').map_or("", |(host, _)| host),
+            None => rest.split(':').next().unwrap_or_default(),
+        };
+        matches!(host, "localhost" | "127.0.0.1" | "::1")
+    }
+}
+
+// === impl Profile / View ===
+
+impl Profile {
+    fn shows(&self, qualified: &str) -> bool {
+        self.tools.iter().any(|glob| glob.matches(qualified))
+    }
+}
+
+impl View {
+    /// Whether this caller, through this profile, sees the tool with this qualified name.
+    pub fn shows(&self, qualified: &str) -> bool {
+        self.caller.agent.may_use(qualified) && self.profile.as_ref().is_none_or(|profile| profile.shows(qualified))
+    }
+
+    /// The tool a listed name means here, or `None` if this view cannot name it.
+    fn tool_ref(&self, name: &str) -> Option<ToolRef> {
+        match self.profile.as_ref().and_then(|profile| profile.original.clone()) {
+            Some(server) => {
+                let qualified = names::qualify(&server, name);
+                self.profile.as_ref().is_some_and(|p| p.shows(&qualified)).then(|| ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() })
+            }
+            None => self.profile.as_ref().is_none_or(|p| p.shows(name)).then(|| ToolRef::Qualified(name.to_owned())),
+        }
+    }
+
+    fn original_names(&self) -> bool {
+        self.profile.as_ref().is_some_and(|profile| profile.original.is_some())
+    }
+}
+
+impl Admission {
+    pub fn new(identity: Identity) -> Admission {
+        Admission { identity, cached: None }
+    }
+}
+
+/// The `initialize` result: the version the client asked for if toolhost speaks it, else the
+/// newest legacy one; tools with `listChanged`, nothing else.
+fn initialize_result(requested: Option<&str>) -> String {
+    let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LATEST_LEGACY);
+    format!(
+        r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}}}},"serverInfo":{},"instructions":{}}}"#,
+        server_info(),
+        serde_json::to_string(INSTRUCTIONS).unwrap_or_default()
+    )
+}
+
+fn discover_result() -> String {
+    let mut supported = vec![modern::VERSION];
+    supported.extend(LEGACY_VERSIONS.iter().take(3));
+    format!(
+        r#"{{"resultType":"complete","supportedVersions":{},"capabilities":{{"tools":{{"listChanged":true}}}},"instructions":{},"ttlMs":{LIST_TTL_MS},"cacheScope":"public","_meta":{{"io.modelcontextprotocol/serverInfo":{}}}}}"#,
+        serde_json::to_string(&supported).unwrap_or_default(),
+        serde_json::to_string(INSTRUCTIONS).unwrap_or_default(),
+        server_info()
+    )
+}
+
+fn server_info() -> String {
+    format!(r#"{{"name":"toolhost","title":"toolhost","version":"{}"}}"#, env!("CARGO_PKG_VERSION"))
+}
+
+const INSTRUCTIONS: &str = "Tools from the MCP servers on this host, named SERVER__TOOL. Each tool's _meta names its server, \
+generation and definition hash; send the hash back in the call's _meta (dev.toolhost/definitionHash) to be told, instead of \
+running it, when the tool changed since you listed it.";
+
+/// The endpoint's listeners, bound before the daemon says it is ready.
+pub struct BoundListeners(Vec<Bound>);
+
+enum Bound {
+    Http(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, std::path::PathBuf),
+}
+
+/// Binds every `[mcp]` listener, so that a bad address fails the start.
+///
+/// # Errors
+/// [`ApiStartError::Bind`] naming the address.
+pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
+    let mut addrs = Vec::new();
+    let mut bound = Vec::new();
+    for listener in listeners {
+        match &listener.addr {
+            ListenAddr::Tcp(socket) => {
+                let bind_error = |source| ApiStartError::Bind { addr: socket.to_string(), source };
+                let tcp = tokio::net::TcpListener::bind(socket).await.map_err(bind_error)?;
+                addrs.push(BoundAddr::Tcp(tcp.local_addr().map_err(bind_error)?));
+                bound.push(Bound::Http(tcp));
+            }
+            ListenAddr::Unix(path) => {
+                let unix = crate::api::bind_unix(path, &listener.socket)
+                    .map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                addrs.push(BoundAddr::Unix(path.clone()));
+                bound.push(Bound::Unix(unix, path.clone()));
+            }
+        }
+    }
+    Ok((addrs, BoundListeners(bound)))
+}
+
+/// Serves the endpoint on every listener until `cancel`; every task goes into `tracker`.
+pub fn serve(listeners: BoundListeners, endpoint: Arc<Endpoint>, tracker: &TaskTracker, cancel: CancellationToken) {
+    for listener in listeners.0 {
+        match listener {
+            Bound::Http(tcp) => {
+                tracker.spawn(serve_http(tcp, endpoint.clone(), tracker.clone(), cancel.clone()));
+            }
+            Bound::Unix(unix, path) => {
+                let (endpoint, tracker_for_connections, cancel) = (endpoint.clone(), tracker.clone(), cancel.clone());
+                tracker.spawn(async move {
+                    serve_unix(unix, endpoint, tracker_for_connections, cancel).await;
+                    let _ = std::fs::remove_file(&path);
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! What the endpoint writes: response lines, the one table from a call error to a JSON-RPC
+//! error (its reason and facts come from `CallError::explain`, as the gRPC statuses' do), and
+//! progress notifications carrying the client's own token.
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::access::Refusal;
+use crate::calls::CallError;
+use crate::mcp::jsonrpc::code::{INTERNAL_ERROR, INVALID_PARAMS};
+
+/// Implementation-defined JSON-RPC server error: the call could not be carried out now
+/// (server unavailable, overloaded, timed out, outcome unknown) or the caller is not admitted.
+pub(super) const SERVER_ERROR: i64 = -32000;
+/// Longest message an error carries, and longest echo of a client's input.
+const MAX_MESSAGE_BYTES: usize = 1024;
+const MAX_ECHO_BYTES: usize = 128;
+
+/// A success response line.
+pub(super) fn result(id: &RawValue, result: &str) -> String {
+    let mut line = String::with_capacity(40 + id.get().len() + result.len());
+    line.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    line.push_str(id.get());
+    line.push_str(r#","result":"#);
+    line.push_str(result);
+    line.push_str("}\n");
+    line
+}
+
+/// An error response line; `data` is raw JSON.
+pub(super) fn error(id: &RawValue, code: i64, message: &str, data: Option<&RawValue>) -> String {
+    let message = crate::door::truncate(crate::secrets::redact_owned(message.to_owned()), MAX_MESSAGE_BYTES);
+    let mut error = Map::new();
+    error.insert("code".into(), Value::from(code));
+    error.insert("message".into(), Value::from(message));
+    let mut line = format!(r#"{{"jsonrpc":"2.0","id":{},"error":"#, id.get());
+    let mut encoded = Value::Object(error).to_string();
+    if let Some(data) = data {
+        encoded.pop();
+        encoded.push_str(r#","data":"#);
+        encoded.push_str(data.get());
+        encoded.push('}');
+    }
+    line.push_str(&encoded);
+    line.push_str("}\n");
+    line
+}
+
+/// An error answered to a message whose id could not be read.
+pub(super) fn unreadable(code: i64, message: &str) -> String {
+    let null = RawValue::from_string("null".to_owned()).ok();
+    match null {
+        Some(null) => error(&null, code, message, None),
+        None => String::new(),
+    }
+}
+
+/// `{"reason": REASON, "domain": "toolhost", …facts}` as raw JSON. Facts that are generation
+/// numbers become numbers.
+pub(super) fn reason_data(reason: &str, facts: &[(&str, String)]) -> Box<RawValue> {
+    let mut data = Map::new();
+    data.insert("reason".into(), Value::from(reason));
+    data.insert("domain".into(), Value::from("toolhost"));
+    for (key, value) in facts {
+        let clean = crate::door::truncate(crate::secrets::redact_owned(value.clone()), 256);
+        let value = match (key.ends_with("generation"), clean.parse::<u64>()) {
+            (true, Ok(number)) => Value::from(number),
+            _ => Value::from(clean),
+        };
+        data.insert((*key).to_owned(), value);
+    }
+    RawValue::from_string(Value::Object(data).to_string()).unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())
+}
+
+/// The JSON-RPC error for a failed call. An unknown tool is -32602, as MCP says; a race is
+/// -32602 too, with `data.reason` naming which (removed in generation N, changed since
+/// listed, unknown upstream) so that the agent lists again instead of retrying blindly.
+pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
+    let code = match failure {
+        CallError::InvalidArguments(_)
+        | CallError::UnknownTool { .. }
+        | CallError::UnknownServer(_)
+        | CallError::Stale(_)
+        | CallError::UpstreamInvalidParams { .. }
+        | CallError::NotAllowed { .. } => INVALID_PARAMS,
+        CallError::Upstream { code, .. } => *code,
+        CallError::Store(detail) => {
+            tracing::error!(error = %detail, "internal error while serving an MCP call");
+            return error(id, INTERNAL_ERROR, "internal error in toolhost (see its log)", None);
+        }
+        CallError::Unavailable { .. }
+        | CallError::RevisionNotKept(_)
+        | CallError::DeadlineExceeded { .. }
+        | CallError::SessionLost { .. }
+        | CallError::Overloaded { .. }
+        | CallError::InvalidResult { .. }
+        | CallError::TaskRequired { .. } => SERVER_ERROR,
+    };
+    let explained = failure.explain();
+    let data = reason_data(explained.reason, &explained.details);
+    error(id, code, &failure.to_string(), Some(&data))
+}
+
+/// The error for a caller the policy turns away.
+pub(super) fn refusal(id: &RawValue, refusal: &Refusal) -> String {
+    let reason = match refusal {
+        Refusal::Unauthenticated => "UNAUTHENTICATED",
+        Refusal::NoMatchingAgent { .. } => "NO_MATCHING_AGENT",
+        Refusal::NotAdmin { .. } => "ADMIN_REQUIRED",
+    };
+    error(id, SERVER_ERROR, &refusal.to_string(), Some(&reason_data(reason, &[])))
+}
+
+/// A `notifications/progress` line for the client: the server's progress `params` with the
+/// client's own token in place of toolhost's.
+pub(super) fn progress(update: &RawValue, client_token: &RawValue) -> Option<String> {
+    let mut params: Map<String, Value> = serde_json::from_str(update.get()).ok()?;
+    let token: Value = serde_json::from_str(client_token.get()).ok()?;
+    params.insert("progressToken".into(), token);
+    Some(format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{}}}"#, Value::Object(params)) + "\n")
+}
+
+/// A notification line with raw params.
+pub(super) fn notification(method: &str, params: Option<&str>) -> String {
+    match params {
+        Some(params) => format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params}}}"#) + "\n",
+        None => format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#) + "\n",
+    }
+}
+
+/// A client's text, cut short for an echo in a message or a span name.
+pub(super) fn clip(text: &str) -> &str {
+    if text.len() <= MAX_ECHO_BYTES {
+        return text;
+    }
+    let mut end = MAX_ECHO_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calls::{RaceKind, StaleTool};
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn a_removed_tool_is_invalid_params_naming_the_generation() {
+        let stale = CallError::Stale(Box::new(StaleTool {
+            kind: RaceKind::RemovedBeforeCall,
+            server: "files".into(),
+            tool: "read".into(),
+            current_generation: 4,
+            removed_in_generation: Some(4),
+            current_hash: None,
+            detail: "removed in generation 4".into(),
+        }));
+        let line: Value = serde_json::from_str(&call_error(&raw("\"r1\""), &stale)).unwrap();
+        assert_eq!(line["id"], "r1");
+        assert_eq!(line["error"]["code"], -32602);
+        assert_eq!(line["error"]["data"]["reason"], "STALE_TOOL_REMOVED");
+        assert_eq!(line["error"]["data"]["removed_in_generation"], 4);
+        assert_eq!(line["error"]["data"]["server"], "files");
+    }
+
+    #[test]
+    fn progress_carries_the_clients_token_and_everything_else_verbatim() {
+        let line = progress(&raw(r#"{"progressToken":17,"progress":0.5,"total":1,"message":"half"}"#), &raw(r#""mine""#)).unwrap();
+        let value: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(value["params"]["progressToken"], "mine");
+        assert_eq!(value["params"]["progress"], 0.5);
+        assert_eq!(value["params"]["message"], "half");
+        assert!(line.ends_with('\n') && !line.trim_end().contains('\n'));
+    }
+
+    #[test]
+    fn errors_are_one_line_and_cut() {
+        let long = "x".repeat(5000);
+        let line = error(&raw("1"), -32601, &long, None);
+        assert!(line.len() < 1200 && line.ends_with("}\n"));
+        let value: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(value["error"]["code"], -32601);
+        assert_eq!(clip(&"é".repeat(100)).len(), 128);
+    }
+}

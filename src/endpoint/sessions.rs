@@ -1,0 +1,194 @@
+//! 2025-era Streamable HTTP sessions: minted by `initialize`, bound to the caller that opened
+//! them, bounded in number, ended by DELETE or after an hour unused.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use super::{Profile, View};
+
+/// Sessions open at once; past this, the least recently used idle one makes room, else
+/// `initialize` is refused.
+const MAX_SESSIONS: usize = 4096;
+/// A session unused this long ends.
+const IDLE: Duration = Duration::from_secs(3600);
+/// How often idle sessions are looked for.
+const SWEEP: Duration = Duration::from_secs(60);
+/// Calls one session may have in flight.
+const MAX_IN_FLIGHT: usize = 256;
+
+#[derive(Default)]
+pub(super) struct Sessions {
+    open: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+pub(super) struct Session {
+    id: String,
+    /// Who opened it: the agent entry and the caller's identity, as described.
+    owner: (Arc<str>, String),
+    profile: Option<Arc<Profile>>,
+    last_used: Mutex<Instant>,
+    /// Calls running, by their request id's JSON text, for `notifications/cancelled`.
+    in_flight: Mutex<HashMap<Box<str>, CancellationToken>>,
+    /// Cancelled when the session ends.
+    ended: CancellationToken,
+    /// The open GET stream's token: a new GET replaces the old stream (a message is never sent
+    /// on two streams).
+    stream: Mutex<CancellationToken>,
+}
+
+impl Sessions {
+    /// A new session for `view`'s caller, or `None` when too many are open.
+    pub(super) fn open(&self, view: &View) -> Option<Arc<Session>> {
+        let id = session_id()?;
+        let session = Arc::new(Session {
+            id: id.clone(),
+            owner: owner(view),
+            profile: view.profile.clone(),
+            last_used: Mutex::new(Instant::now()),
+            in_flight: Mutex::default(),
+            ended: CancellationToken::new(),
+            stream: Mutex::new(CancellationToken::new()),
+        });
+        let mut open = self.lock();
+        if open.len() >= MAX_SESSIONS {
+            let oldest = open.values().filter(|s| s.idle_for() > SWEEP).min_by_key(|s| *s.last_used.lock().unwrap_or_else(PoisonError::into_inner));
+            let oldest = oldest.map(|s| s.id.clone())?;
+            if let Some(evicted) = open.remove(&oldest) {
+                evicted.ended.cancel();
+            }
+        }
+        open.insert(id, session.clone());
+        Some(session)
+    }
+
+    /// The session `id`, if it exists and belongs to `view`'s caller and profile.
+    pub(super) fn get(&self, id: &str, view: &View) -> Option<Arc<Session>> {
+        let session = self.lock().get(id).cloned()?;
+        let same_profile = session.profile.as_ref().map(|p| &p.name) == view.profile.as_ref().map(|p| &p.name);
+        if session.owner != owner(view) || !same_profile {
+            return None;
+        }
+        *session.last_used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        Some(session)
+    }
+
+    /// Ends the session `id` if it belongs to `view`'s caller.
+    pub(super) fn close(&self, id: &str, view: &View) -> bool {
+        let Some(session) = self.get(id, view) else { return false };
+        self.lock().remove(&session.id);
+        session.ended.cancel();
+        true
+    }
+
+    /// Ends idle sessions until `cancel`.
+    pub(super) async fn expire(self: Arc<Sessions>, cancel: CancellationToken) {
+        let mut sweeps = tokio::time::interval(SWEEP);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = sweeps.tick() => {
+                    self.lock().retain(|_, session| {
+                        let keep = session.idle_for() < IDLE;
+                        if !keep {
+                            session.ended.cancel();
+                        }
+                        keep
+                    });
+                }
+            }
+        }
+        for session in self.lock().drain().map(|(_, session)| session) {
+            session.ended.cancel();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Deserialize)]
+struct Cancelled<'a> {
+    #[serde(rename = "requestId", borrow)]
+    request_id: &'a RawValue,
+}
+
+impl Session {
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(super) fn profile(&self) -> Option<Arc<Profile>> {
+        self.profile.clone()
+    }
+
+    pub(super) fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
+    /// Registers a call; its token fires on `notifications/cancelled` or when the session ends.
+    /// `None` when the session has too many calls in flight.
+    pub(super) fn start(&self, id: &RawValue) -> Option<CancellationToken> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        if in_flight.len() >= MAX_IN_FLIGHT {
+            return None;
+        }
+        let token = self.ended.child_token();
+        in_flight.insert(id.get().into(), token.clone());
+        Some(token)
+    }
+
+    pub(super) fn finish(&self, id: &str) {
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+    }
+
+    /// `notifications/cancelled` for one of this session's calls.
+    pub(super) fn cancel(&self, params: Option<&RawValue>) {
+        let Some(cancelled) = params.and_then(|params| serde_json::from_str::<Cancelled<'_>>(params.get()).ok()) else { return };
+        if let Some(token) = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(cancelled.request_id.get()) {
+            token.cancel();
+        }
+    }
+
+    /// A token for a new GET stream; the previous stream, if any, ends.
+    pub(super) fn take_stream(&self) -> CancellationToken {
+        let fresh = self.ended.child_token();
+        let previous = std::mem::replace(&mut *self.stream.lock().unwrap_or_else(PoisonError::into_inner), fresh.clone());
+        previous.cancel();
+        fresh
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(PoisonError::into_inner).elapsed()
+    }
+}
+
+fn owner(view: &View) -> (Arc<str>, String) {
+    (view.caller.agent.name.clone(), view.caller.identity.describe())
+}
+
+/// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII, as the spec requires).
+fn session_id() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut bytes)).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_random_visible_ascii() {
+        let (a, b) = (session_id().unwrap(), session_id().unwrap());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+    }
+}

@@ -1,0 +1,288 @@
+//! The MCP endpoint on a Unix socket: newline-delimited JSON-RPC, as MCP's stdio transport
+//! frames it (the spec recommends that framing for local byte streams). One connection is one
+//! session; the kernel names the caller (`SO_PEERCRED`), as on the gRPC socket.
+//!
+//! Each connection is one task that reads; calls run on tasks it owns (a `JoinSet`, so closing
+//! the connection or `notifications/cancelled` aborts them, which cancels them upstream), and
+//! one writer task owns the socket's write half.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::message::{self, Message, Request};
+use super::{Admission, ChangeWatch, Endpoint, View, reply};
+use crate::access::{Identity, UnixPeer};
+use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
+use crate::mcp::modern::{METHOD_ACKNOWLEDGED, METHOD_LISTEN, SUBSCRIPTION_ID};
+use crate::upstream::lines::{self, Line};
+
+/// A toolhost notification a client sends first to be served one profile (`toolhost mcp
+/// --profile NAME` does): `{"method": "notifications/toolhost/profile", "params": {"name": NAME}}`.
+pub const PROFILE_NOTIFICATION: &str = "notifications/toolhost/profile";
+/// Longest message a client may send.
+pub(super) const MAX_MESSAGE_BYTES: usize = 4 << 20;
+/// Requests one connection may have in flight; past that, requests are refused until some end.
+const MAX_IN_FLIGHT: usize = 256;
+/// Lines waiting for a slow client before its calls' answers wait too.
+const OUTGOING_QUEUE: usize = 1024;
+
+/// Accepts connections until `cancel`; each becomes a task in `tracker`.
+pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept an MCP connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(peer) = UnixPeer::of(&stream) else {
+            tracing::warn!("an MCP connection without peer credentials was closed");
+            continue;
+        };
+        tracker.spawn(Connection::new(endpoint.clone(), Identity::unix(peer)).run(stream, cancel.clone()));
+    }
+}
+
+/// One client's session.
+struct Connection {
+    endpoint: Arc<Endpoint>,
+    admission: Admission,
+    profile: Option<Arc<super::Profile>>,
+    /// Requests running on tasks (calls, subscriptions), by their id's JSON text.
+    in_flight: HashMap<Box<str>, AbortHandle>,
+    /// Whether `initialize` started the legacy list_changed forwarder.
+    announcing: bool,
+}
+
+#[derive(Deserialize)]
+struct Cancelled<'a> {
+    #[serde(rename = "requestId", borrow)]
+    request_id: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct ProfileChoice {
+    name: String,
+}
+
+#[derive(Deserialize, Default)]
+struct ListenParams {
+    #[serde(default)]
+    notifications: ListenTypes,
+}
+
+#[derive(Deserialize, Default)]
+struct ListenTypes {
+    #[serde(rename = "toolsListChanged", default)]
+    tools_list_changed: bool,
+}
+
+impl Connection {
+    fn new(endpoint: Arc<Endpoint>, identity: Identity) -> Connection {
+        Connection { endpoint, admission: Admission::new(identity), profile: None, in_flight: HashMap::new(), announcing: false }
+    }
+
+    async fn run(mut self, stream: UnixStream, cancel: CancellationToken) {
+        let (read, write) = stream.into_split();
+        let (out, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
+        let mut tasks: JoinSet<Option<Box<str>>> = JoinSet::new();
+        tasks.spawn(async move {
+            write_loop(write, out_rx).await;
+            None
+        });
+        let mut reader = BufReader::new(read);
+        let mut buf = Vec::with_capacity(4096);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                Some(done) = tasks.join_next() => {
+                    match done {
+                        Ok(Some(id)) => { self.in_flight.remove(&id); }
+                        // The writer ended: the client is gone.
+                        Ok(None) => break,
+                        Err(_) => {}
+                    }
+                }
+                line = lines::read_line(&mut reader, &mut buf, MAX_MESSAGE_BYTES) => match line {
+                    Ok(Line::Complete) if buf.iter().all(u8::is_ascii_whitespace) => {}
+                    Ok(Line::Complete) => {
+                        if !self.on_line(&mut buf, &out, &mut tasks).await {
+                            break;
+                        }
+                    }
+                    Ok(Line::Oversized(bytes)) => {
+                        let message = format!("a message of {bytes} bytes exceeds the limit of {MAX_MESSAGE_BYTES}");
+                        if out.send(reply::unreadable(-32600, &message)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Line::Eof) | Err(_) => break,
+                },
+            }
+        }
+        // Dropping the set aborts every call still running, which cancels it upstream.
+        tasks.shutdown().await;
+    }
+
+    /// Handles one message; `false` ends the connection.
+    async fn on_line(&mut self, buf: &mut Vec<u8>, out: &mpsc::Sender<String>, tasks: &mut JoinSet<Option<Box<str>>>) -> bool {
+        let message = match message::read(buf) {
+            Ok(message) => message,
+            Err(unreadable) => return out.send(reply::unreadable(unreadable.code, &unreadable.message)).await.is_ok(),
+        };
+        let request = match message {
+            Message::Response => return true,
+            Message::Notification { method, params } => return self.on_notification(&method, params, out).await,
+            Message::Request(request) => request,
+        };
+        let caller = match self.endpoint.admit(&mut self.admission) {
+            Ok(caller) => caller,
+            Err(refusal) => return out.send(reply::refusal(request.id, &refusal)).await.is_ok(),
+        };
+        let view = View { caller, profile: self.profile.clone() };
+        let key: Box<str> = request.id.get().into();
+        match &*request.method {
+            METHOD_TOOLS_CALL | METHOD_LISTEN => {
+                if self.in_flight.len() >= MAX_IN_FLIGHT || self.in_flight.contains_key(&key) {
+                    let problem = match self.in_flight.contains_key(&key) {
+                        true => "a request with this id is still running".to_owned(),
+                        false => format!("more than {MAX_IN_FLIGHT} requests in flight on this connection"),
+                    };
+                    return out.send(reply::error(request.id, reply::SERVER_ERROR, &problem, None)).await.is_ok();
+                }
+                let listen = request.method == METHOD_LISTEN;
+                let line = std::mem::take(buf);
+                let (endpoint, out) = (self.endpoint.clone(), out.clone());
+                let handle = match listen {
+                    true => tasks.spawn(listen_task(endpoint, view, line, out, key.clone())),
+                    false => tasks.spawn(call_task(endpoint, view, line, out, key.clone())),
+                };
+                self.in_flight.insert(key, handle);
+                true
+            }
+            method => {
+                let answer = self.endpoint.answer(&view, &request, None).await;
+                let initialized = method == METHOD_INITIALIZE && !self.announcing;
+                let sent = out.send(answer).await.is_ok();
+                if initialized {
+                    self.announcing = true;
+                    tasks.spawn(announce_changes(self.endpoint.clone(), view, out.clone()));
+                }
+                sent
+            }
+        }
+    }
+
+    async fn on_notification(&mut self, method: &str, params: Option<&RawValue>, out: &mpsc::Sender<String>) -> bool {
+        match method {
+            METHOD_CANCELLED => {
+                let cancelled = params.and_then(|params| serde_json::from_str::<Cancelled<'_>>(params.get()).ok());
+                if let Some(handle) = cancelled.and_then(|c| self.in_flight.remove(c.request_id.get())) {
+                    handle.abort();
+                }
+                true
+            }
+            PROFILE_NOTIFICATION => {
+                let choice = params.and_then(|params| serde_json::from_str::<ProfileChoice>(params.get()).ok());
+                match choice.and_then(|choice| self.endpoint.profile(&choice.name).ok_or(choice.name).ok()) {
+                    Some(profile) => {
+                        self.profile = Some(profile);
+                        true
+                    }
+                    None => {
+                        // Serving the whole catalog instead would be a surprise: say so and end.
+                        let _ = out.send(reply::unreadable(-32602, "no such profile in [mcp.profiles]")).await;
+                        false
+                    }
+                }
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Runs one call; the connection aborts the task to cancel it.
+async fn call_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mpsc::Sender<String>, key: Box<str>) -> Option<Box<str>> {
+    if let Ok(Message::Request(request)) = message::read(&line) {
+        let answer = endpoint.answer(&view, &request, Some(&out)).await;
+        let _ = out.send(answer).await;
+    }
+    Some(key)
+}
+
+/// A 2026 `subscriptions/listen`: acknowledged at once, then one `list_changed` tagged with the
+/// subscription each time the caller's view changes, until the client cancels it.
+async fn listen_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mpsc::Sender<String>, key: Box<str>) -> Option<Box<str>> {
+    let Ok(Message::Request(request)) = message::read(&line) else { return Some(key) };
+    if let Err(answer) = check_listen(&request) {
+        let _ = out.send(answer).await;
+        return Some(key);
+    }
+    let wanted = request.params.and_then(|p| serde_json::from_str::<ListenParams>(p.get()).ok()).unwrap_or_default();
+    let id = request.id.get();
+    let accepted = if wanted.notifications.tools_list_changed { r#"{"toolsListChanged":true}"# } else { "{}" };
+    let ack = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}},"notifications":{accepted}}}"#);
+    if out.send(reply::notification(METHOD_ACKNOWLEDGED, Some(&ack))).await.is_err() || !wanted.notifications.tools_list_changed {
+        // Nothing to send on it: the subscription stays open, silent, until cancelled.
+        std::future::pending::<()>().await;
+    }
+    let tagged = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}}}}"#);
+    let mut changes = ChangeWatch::new(&endpoint, &view);
+    while changes.changed(&endpoint, &view).await {
+        if out.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, Some(&tagged))).await.is_err() {
+            break;
+        }
+    }
+    Some(key)
+}
+
+/// The 2026 rules apply to a listen request too.
+fn check_listen(request: &Request<'_>) -> Result<(), String> {
+    let params = message::Params::read(request.params).map_err(|problem| reply::error(request.id, -32602, &problem, None))?;
+    params.check_modern(request.id)
+}
+
+/// Legacy sessions: `notifications/tools/list_changed` whenever the caller's view changes.
+async fn announce_changes(endpoint: Arc<Endpoint>, view: View, out: mpsc::Sender<String>) -> Option<Box<str>> {
+    let mut changes = ChangeWatch::new(&endpoint, &view);
+    while changes.changed(&endpoint, &view).await {
+        if out.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, None)).await.is_err() {
+            break;
+        }
+    }
+    // Not a request: nothing to remove from the in-flight map, and the connection goes on.
+    std::future::pending::<Option<Box<str>>>().await
+}
+
+/// Writes lines as they come, flushing when none are waiting.
+async fn write_loop(write: OwnedWriteHalf, mut lines: mpsc::Receiver<String>) {
+    let mut writer = BufWriter::with_capacity(64 * 1024, write);
+    while let Some(line) = lines.recv().await {
+        if writer.write_all(line.as_bytes()).await.is_err() {
+            return;
+        }
+        while let Ok(line) = lines.try_recv() {
+            if writer.write_all(line.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        if writer.flush().await.is_err() {
+            return;
+        }
+    }
+}
