@@ -383,15 +383,34 @@ impl Server {
                 let millis = arguments.get("ms").and_then(Value::as_u64).unwrap_or(1000);
                 let out = self.out.clone();
                 let calls_file = self.script.calls_file.clone();
+                // With a progress token, one progress notification halfway through.
+                let progress_token = params.pointer("/_meta/progressToken").cloned();
                 append(calls_file.as_deref(), &format!("start {id}"));
                 std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(millis));
+                    if let Some(token) = progress_token {
+                        std::thread::sleep(Duration::from_millis(millis / 2));
+                        let params = json!({"progressToken": token, "progress": 1, "total": 2, "message": "halfway"});
+                        write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
+                        std::thread::sleep(Duration::from_millis(millis - millis / 2));
+                    } else {
+                        std::thread::sleep(Duration::from_millis(millis));
+                    }
                     append(calls_file.as_deref(), &format!("end {id}"));
                     let result = json!({"content": [{"type": "text", "text": format!("slept {millis} ms")}]});
                     write_line(&out, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
                 });
             }
             "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
+            "test_tool_with_progress" => {
+                if let Some(token) = params.pointer("/_meta/progressToken") {
+                    for progress in [0, 50, 100] {
+                        let params = json!({"progressToken": token, "progress": progress, "total": 100});
+                        write_line(&self.out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
+                    }
+                }
+                self.respond(id, Ok(json!({"content": [{"type": "text", "text": "progress done"}]})));
+            }
+            name if name.starts_with("test_") => self.respond(id, Ok(conformance_result(name))),
             "add" => {
                 let sum =
                     arguments.get("a").and_then(Value::as_f64).unwrap_or(0.0) + arguments.get("b").and_then(Value::as_f64).unwrap_or(0.0);
@@ -479,6 +498,23 @@ fn count_launch(state_dir: Option<&str>) -> u64 {
     let launches = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse::<u64>().ok()).unwrap_or(0) + 1;
     let _ = std::fs::write(&path, launches.to_string());
     launches
+}
+
+/// What the official conformance suite's server scenarios expect of their tools.
+fn conformance_result(name: &str) -> Value {
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+    const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA=";
+    let text = json!({"type": "text", "text": "This is a simple text response for testing."});
+    let image = json!({"type": "image", "data": PNG, "mimeType": "image/png"});
+    let resource = json!({"type": "resource", "resource": {"uri": "test://embedded-resource", "mimeType": "text/plain", "text": "This is an embedded resource content."}});
+    match name {
+        "test_image_content" => json!({"content": [image]}),
+        "test_audio_content" => json!({"content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}]}),
+        "test_embedded_resource" => json!({"content": [resource]}),
+        "test_multiple_content_types" => json!({"content": [text, image, resource]}),
+        "test_error_handling" => json!({"content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}], "isError": true}),
+        _ => json!({"content": [text]}),
+    }
 }
 
 fn demo_tools() -> Vec<Value> {

@@ -102,6 +102,12 @@ impl Front {
                 None => return plain(StatusCode::NOT_FOUND, "no MCP endpoint here: use /mcp or /mcp/PROFILE"),
             },
         };
+        if let Some(host) = request.headers().get(header::HOST) {
+            let allowed = host.to_str().is_ok_and(|host| self.endpoint.settings().host_allowed(host));
+            if !allowed {
+                return rpc_error(StatusCode::FORBIDDEN, -32600, "this Host may not use the endpoint (DNS rebinding protection)");
+            }
+        }
         if let Some(origin) = request.headers().get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|origin| self.endpoint.settings().origin_allowed(origin));
             if !allowed {

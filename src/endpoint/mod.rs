@@ -256,12 +256,24 @@ impl Settings {
             return true;
         }
         let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
-        let host = match rest.strip_prefix('[') {
-            Some(bracketed) => bracketed.split_once(']').map_or("", |(host, _)| host),
-            None => rest.split(':').next().unwrap_or_default(),
-        };
-        matches!(host, "localhost" | "127.0.0.1" | "::1")
+        is_loopback_name(rest)
     }
+
+    /// Whether a request's `Host` names this machine's loopback (any port) or the host of an
+    /// allowed origin: a rebound DNS name (`evil.example`) is refused even without an Origin.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        is_loopback_name(&host) || self.allowed_origins.iter().any(|origin| origin.split_once("://").is_some_and(|(_, allowed)| allowed == host))
+    }
+}
+
+/// `localhost`, `127.0.0.1` or `[::1]`, with or without a port.
+fn is_loopback_name(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(host, _)| host),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
 // === impl Profile / View ===

@@ -35,6 +35,8 @@ pub(super) const MAX_MESSAGE_BYTES: usize = 4 << 20;
 const MAX_IN_FLIGHT: usize = 256;
 /// Lines waiting for a slow client before its calls' answers wait too.
 const OUTGOING_QUEUE: usize = 1024;
+/// How long a closing connection may take to write what was already answered.
+const FLUSH_ON_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Accepts connections until `cancel`; each becomes a task in `tracker`.
 pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
@@ -100,22 +102,18 @@ impl Connection {
     async fn run(mut self, stream: UnixStream, cancel: CancellationToken) {
         let (read, write) = stream.into_split();
         let (out, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
+        let mut writer = tokio::spawn(write_loop(write, out_rx));
         let mut tasks: JoinSet<Option<Box<str>>> = JoinSet::new();
-        tasks.spawn(async move {
-            write_loop(write, out_rx).await;
-            None
-        });
         let mut reader = BufReader::new(read);
         let mut buf = Vec::with_capacity(4096);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
+                // The writer ended: the client is gone.
+                _ = &mut writer => break,
                 Some(done) = tasks.join_next() => {
-                    match done {
-                        Ok(Some(id)) => { self.in_flight.remove(&id); }
-                        // The writer ended: the client is gone.
-                        Ok(None) => break,
-                        Err(_) => {}
+                    if let Ok(Some(id)) = done {
+                        self.in_flight.remove(&id);
                     }
                 }
                 line = lines::read_line(&mut reader, &mut buf, MAX_MESSAGE_BYTES) => match line {
@@ -135,8 +133,13 @@ impl Connection {
                 },
             }
         }
-        // Dropping the set aborts every call still running, which cancels it upstream.
+        // Aborting the calls still running cancels them upstream; then what was already answered
+        // is written out, briefly, before the socket closes.
         tasks.shutdown().await;
+        drop(out);
+        if tokio::time::timeout(FLUSH_ON_CLOSE, &mut writer).await.is_err() {
+            writer.abort();
+        }
     }
 
     /// Handles one message; `false` ends the connection.
