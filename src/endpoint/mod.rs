@@ -205,20 +205,31 @@ impl Endpoint {
         };
         let call = self.door.call(&view.caller, request).instrument(span);
         tokio::pin!(call);
+        let forward = |update: Box<RawValue>| {
+            if let (Some(out), Some(token)) = (progress, params.progress_token)
+                && let Some(line) = reply::progress(&update, token)
+            {
+                let _ = out.try_send(line);
+            }
+        };
         let result = loop {
             let Some(rx) = upstream_progress.as_mut() else { break call.await };
             tokio::select! {
-                result = &mut call => break result,
-                update = rx.recv() => match (update, progress, params.progress_token) {
-                    (Some(update), Some(out), Some(token)) => {
-                        if let Some(line) = reply::progress(&update, token) {
-                            let _ = out.try_send(line);
-                        }
-                    }
-                    _ => upstream_progress = None,
+                biased;
+                update = rx.recv() => match update {
+                    Some(update) => forward(update),
+                    None => upstream_progress = None,
                 },
+                result = &mut call => break result,
             }
         };
+        // The server's reader routed every progress notification before the response: those
+        // still queued go out first, in order.
+        if let Some(rx) = upstream_progress.as_mut() {
+            while let Ok(update) = rx.try_recv() {
+                forward(update);
+            }
+        }
         match result {
             Ok(result) if era == Era::Modern => reply::result(id, &reply::complete(&result.raw)),
             Ok(result) => reply::result(id, result.raw.get()),

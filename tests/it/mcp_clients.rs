@@ -133,3 +133,48 @@ async fn langchain_loads_and_invokes_toolhost_tools() {
     assert_eq!(report["echo"][0]["text"], r#"{"text":"from langchain"}"#);
     app.shutdown().await;
 }
+
+/// The conformance suite's server scenarios that apply to a tools-only server, against a
+/// name-preserving profile over a server with the suite's tools. Not run (README): logging,
+/// completion, resources and prompts (toolhost serves tools only), sampling and elicitation
+/// (upstream server requests are refused), tools-call-with-logging (log notifications are not
+/// forwarded), json-schema-2020-12 and the elicitation defaults (tools the fronted server would
+/// need to define), and SSE polling/multiple streams (toolhost's answers are single JSON or SSE
+/// responses without resumption).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_its_server_scenarios() {
+    let dir = TestDir::new();
+    let tools: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/conformance_tools.json")).unwrap()).unwrap();
+    let script = dir.script("conf", json!({"tools": tools}));
+    let profile = "[mcp.profiles.conformance]\ntools = [\"conf__*\"]\nnames = \"original\"\n";
+    let app = start(dir.config_with(&mcp_section(profile), &server_table("conf", &script, ""))).await;
+    wait_for_server(app.registry(), "conf", "ready", |v| v.state == ServerState::Ready).await;
+    let url = format!("http://localhost:{}/mcp/conformance", mcp_http(&app).port());
+    let suite = npm_tools().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let scenarios = [
+        "server-initialize",
+        "ping",
+        "tools-list",
+        "dns-rebinding-protection",
+        "tools-call-simple-text",
+        "tools-call-image",
+        "tools-call-audio",
+        "tools-call-embedded-resource",
+        "tools-call-mixed-content",
+        "tools-call-error",
+        "tools-call-with-progress",
+    ];
+    for scenario in scenarios {
+        let results = TestDir::new();
+        let output = tokio::process::Command::new(node())
+            .arg(&suite)
+            .args(["server", "--url", &url, "--scenario", scenario, "-o"])
+            .arg(results.path("results"))
+            .output()
+            .await
+            .unwrap();
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success() && !printed.contains("FAILURE"), "{scenario}:\n{printed}");
+    }
+    app.shutdown().await;
+}
