@@ -191,7 +191,10 @@ impl App {
     /// [`StoreError`] if an added server's stored catalog cannot be read.
     pub async fn reload(&mut self, config: Config) -> Result<ReloadSummary, StoreError> {
         self.notifier.reloading();
-        if config.store.path != self.config.store.path || config.grpc.listen != self.config.grpc.listen || config.mcp.listen != self.config.mcp.listen {
+        if config.store.path != self.config.store.path
+            || config.grpc.listen != self.config.grpc.listen
+            || config.mcp.listen != self.config.mcp.listen
+        {
             tracing::warn!("[store], [grpc] and [mcp] listen changes take effect at the next restart");
         }
         // Profiles, page size and allowed origins apply to the next request.

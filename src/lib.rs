@@ -18,8 +18,8 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod deadline;
-pub mod endpoint;
 pub mod door;
+pub mod endpoint;
 pub mod faults;
 #[cfg(test)]
 mod fuzz;

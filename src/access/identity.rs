@@ -88,7 +88,8 @@ fn socket_owner(table: &str, local: std::net::SocketAddr, remote: std::net::Sock
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid …
-        let matches = fields.get(1).is_some_and(|f| f.eq_ignore_ascii_case(&local)) && fields.get(2).is_some_and(|f| f.eq_ignore_ascii_case(&remote));
+        let matches =
+            fields.get(1).is_some_and(|f| f.eq_ignore_ascii_case(&local)) && fields.get(2).is_some_and(|f| f.eq_ignore_ascii_case(&remote));
         matches.then(|| fields.get(7).and_then(|uid| uid.parse().ok())).flatten()
     })
 }
@@ -219,7 +220,10 @@ mod tests {
         assert_eq!(remote, client.local_addr().unwrap());
         let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("found in /proc/net/tcp");
         assert_eq!(peer.uid, nix::unistd::getuid().as_raw());
-        assert_eq!(proc_address("127.0.0.1:8080".parse().unwrap()), if cfg!(target_endian = "little") { "0100007F:1F90" } else { "7F000001:1F90" });
+        assert_eq!(
+            proc_address("127.0.0.1:8080".parse().unwrap()),
+            if cfg!(target_endian = "little") { "0100007F:1F90" } else { "7F000001:1F90" }
+        );
     }
 
     #[tokio::test]

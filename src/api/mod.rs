@@ -24,9 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
-use crate::door::Door;
 use crate::catalog::store::Store;
 use crate::config::{ListenAddr, Listener, SocketAccess};
+use crate::door::Door;
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{Registry, ServerState};
 

@@ -3,10 +3,10 @@
 
 use tonic::{Request, Status};
 
-use crate::door::server_visible;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::api::{convert, pb};
+use crate::door::server_visible;
 
 const DEFAULT_LIMIT: u32 = 10;
 const MAX_LIMIT: u32 = 100;

@@ -8,7 +8,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::access::{Access, Caller};
-use crate::door::{Door, qualified_target, refused_tool, server_visible};
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
 use crate::calls::{CallRequest, ToolRef};
@@ -16,6 +15,7 @@ use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
+use crate::door::{Door, qualified_target, refused_tool, server_visible};
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
 use crate::telemetry::propagation;

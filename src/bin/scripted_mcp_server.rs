@@ -512,7 +512,9 @@ fn conformance_result(name: &str) -> Value {
         "test_audio_content" => json!({"content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}]}),
         "test_embedded_resource" => json!({"content": [resource]}),
         "test_multiple_content_types" => json!({"content": [text, image, resource]}),
-        "test_error_handling" => json!({"content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}], "isError": true}),
+        "test_error_handling" => {
+            json!({"content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}], "isError": true})
+        }
         _ => json!({"content": [text]}),
     }
 }

@@ -20,7 +20,10 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
     for (idx, entry) in entries.iter().enumerate() {
         let listener = parse_listener(base, entry).map_err(|problem| (format!("listen[{idx}]"), problem))?;
         if listener.tls.is_some() {
-            return Err((format!("listen[{idx}]"), "the MCP endpoint does not serve TLS yet: use a loopback address or a unix: socket".into()));
+            return Err((
+                format!("listen[{idx}]"),
+                "the MCP endpoint does not serve TLS yet: use a loopback address or a unix: socket".into(),
+            ));
         }
         if listen.iter().any(|other| other.addr == listener.addr) {
             return Err((format!("listen[{idx}]"), "names the same address twice".into()));
@@ -34,7 +37,8 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
     };
     for (idx, origin) in raw.allowed_origins.iter().enumerate() {
         let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
-        let valid = rest.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/') && !rest.contains(char::is_whitespace));
+        let valid =
+            rest.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/') && !rest.contains(char::is_whitespace));
         if !valid {
             return Err((format!("allowed_origins[{idx}]"), format!("{origin:?} is not an origin like \"https://app.example\"")));
         }
@@ -56,7 +60,8 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
 }
 
 fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, ServerSpec>) -> Result<ProfileConfig, KeyProblem> {
-    let valid_name = !name.is_empty() && name.len() <= MAX_PROFILE_NAME_LEN && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
+    let valid_name =
+        !name.is_empty() && name.len() <= MAX_PROFILE_NAME_LEN && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
     if !valid_name {
         return Err((String::new(), format!("a profile name is 1 to {MAX_PROFILE_NAME_LEN} letters, digits, '_' or '-'")));
     }

@@ -400,11 +400,17 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
-    let mcp = mcp::validate(&base, raw.mcp, &servers).map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
+    let mcp = mcp::validate(&base, raw.mcp, &servers)
+        .map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
     // Port 0 picks a fresh port for each listener: no clash.
     let fixed = |addr: &ListenAddr| !matches!(addr, ListenAddr::Tcp(socket) if socket.port() == 0);
-    if let Some(shared) = mcp.listen.iter().find(|listener| fixed(&listener.addr) && listen_addrs.iter().any(|grpc| grpc.addr == listener.addr)) {
-        return Err(error("mcp.listen".into(), format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr)));
+    if let Some(shared) =
+        mcp.listen.iter().find(|listener| fixed(&listener.addr) && listen_addrs.iter().any(|grpc| grpc.addr == listener.addr))
+    {
+        return Err(error(
+            "mcp.listen".into(),
+            format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr),
+        ));
     }
     Ok(Config {
         source: file.to_path_buf(),

@@ -240,7 +240,10 @@ impl Front {
         };
         if request.method == METHOD_TOOLS_CALL {
             let Some(cancelled) = session.start(request.id) else {
-                return json(StatusCode::OK, reply::error(request.id, reply::SERVER_ERROR, "too many calls in flight on this session", None));
+                return json(
+                    StatusCode::OK,
+                    reply::error(request.id, reply::SERVER_ERROR, "too many calls in flight on this session", None),
+                );
             };
             if wants_stream(headers) && Params::read(request.params).is_ok_and(|p| p.progress_token.is_some()) {
                 return self.call_streamed(request, view, Some((session, cancelled)));
@@ -261,7 +264,12 @@ impl Front {
 
     /// A call whose progress travels on an SSE response, then its result. A 2025 session's
     /// call also ends on `notifications/cancelled`.
-    fn call_streamed(&self, request: &message::Request<'_>, view: View, session: Option<(Arc<Session>, CancellationToken)>) -> Response<Body> {
+    fn call_streamed(
+        &self,
+        request: &message::Request<'_>,
+        view: View,
+        session: Option<(Arc<Session>, CancellationToken)>,
+    ) -> Response<Body> {
         let (tx, rx) = mpsc::channel::<String>(crate::upstream::session::PROGRESS_QUEUE);
         let line = body_line(request);
         let endpoint = self.endpoint.clone();
@@ -290,7 +298,9 @@ impl Front {
     fn listen(&self, request: &message::Request<'_>, view: View) -> Response<Body> {
         let (tx, rx) = mpsc::channel::<String>(8);
         let id = request.id.get().to_owned();
-        let wanted = request.params.is_some_and(|p| p.get().contains(r#""toolsListChanged":true"#) || p.get().contains(r#""toolsListChanged": true"#));
+        let wanted = request
+            .params
+            .is_some_and(|p| p.get().contains(r#""toolsListChanged":true"#) || p.get().contains(r#""toolsListChanged": true"#));
         let accepted = if wanted { r#"{"toolsListChanged":true}"# } else { "{}" };
         let ack = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}},"notifications":{accepted}}}"#);
         let endpoint = self.endpoint.clone();
@@ -416,7 +426,8 @@ impl tokio_stream::Stream for EventStream {
 
 /// The request's message again, as text, for a task that outlives the borrowed body.
 fn body_line(request: &message::Request<'_>) -> String {
-    let mut line = format!(r#"{{"jsonrpc":"2.0","id":{},"method":{}"#, request.id.get(), serde_json::to_string(&*request.method).unwrap_or_default());
+    let mut line =
+        format!(r#"{{"jsonrpc":"2.0","id":{},"method":{}"#, request.id.get(), serde_json::to_string(&*request.method).unwrap_or_default());
     if let Some(params) = request.params {
         line.push_str(r#","params":"#);
         line.push_str(params.get());

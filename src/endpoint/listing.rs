@@ -20,10 +20,16 @@ const CURSOR_TAG: &str = "th1";
 /// sees: servers that publish together cost one notification.
 const SETTLE: Duration = Duration::from_millis(5);
 
-/// Rendered tool entries, per server and naming, for the generation they were rendered from.
+/// One server's tools as MCP tool objects, in generation order.
+type Entries = Arc<[Box<str>]>;
+/// A server and whether its tools show under their original names.
+type Key = (Arc<str>, bool);
+
+/// Rendered tool entries, per server and naming (qualified or original), with the generation
+/// they were rendered from.
 #[derive(Default)]
 pub(super) struct Cache {
-    rendered: Mutex<HashMap<(Arc<str>, bool), (u64, Arc<[Box<str>]>)>>,
+    rendered: Mutex<HashMap<Key, (u64, Entries)>>,
 }
 
 /// Where a page starts: a server's position in the snapshot and a tool's in its generation.
@@ -107,7 +113,7 @@ impl Cache {
     }
 
     /// The server's current tools as MCP tool objects, rendered once per generation.
-    fn rendered(&self, server: &ServerView, original: bool) -> Arc<[Box<str>]> {
+    fn rendered(&self, server: &ServerView, original: bool) -> Entries {
         let Some(generation) = &server.generation else { return Arc::new([]) };
         let key = (server.name.clone(), original);
         if let Some((number, entries)) = self.rendered.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
@@ -115,7 +121,7 @@ impl Cache {
         {
             return entries.clone();
         }
-        let entries: Arc<[Box<str>]> = generation
+        let entries: Entries = generation
             .tools
             .iter()
             .enumerate()

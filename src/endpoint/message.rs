@@ -17,7 +17,10 @@ const MAX_TOKEN_BYTES: usize = 256;
 #[derive(Debug)]
 pub(super) enum Message<'a> {
     Request(Request<'a>),
-    Notification { method: Cow<'a, str>, params: Option<&'a RawValue> },
+    Notification {
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
+    },
     /// A response to a request toolhost never sends (it sends none to clients): ignored.
     Response,
 }
@@ -206,7 +209,10 @@ mod tests {
         assert!(params.meta.as_ref().unwrap().definition_hash.is_none(), "moved out");
         let id = RawValue::from_string("1".into()).unwrap();
         assert!(params.check_modern(&id).unwrap_err().contains("clientCapabilities"));
-        let old = RawValue::from_string(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}"#.into()).unwrap();
+        let old = RawValue::from_string(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}"#.into(),
+        )
+        .unwrap();
         let line = Params::read(Some(&old)).unwrap().check_modern(&id).unwrap_err();
         assert!(line.contains("-32022") && line.contains(r#""requested":"1900-01-01""#), "{line}");
         let object_token = RawValue::from_string(r#"{"_meta":{"progressToken":{"x":1}}}"#.into()).unwrap();

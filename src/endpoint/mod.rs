@@ -157,7 +157,9 @@ impl Endpoint {
             METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
             METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
             METHOD_DISCOVER => reply::result(id, &discover_result()),
-            other => reply::error(id, METHOD_NOT_FOUND, &format!("toolhost serves tools only; {} is not offered", reply::clip(other)), None),
+            other => {
+                reply::error(id, METHOD_NOT_FOUND, &format!("toolhost serves tools only; {} is not offered", reply::clip(other)), None)
+            }
         }
     }
 
@@ -261,7 +263,7 @@ impl Settings {
     /// and those the operator allowed. Anything else is a DNS-rebinding attempt until proven not.
     pub fn origin_allowed(&self, origin: &str) -> bool {
         let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-        if self.allowed_origins.iter().any(|allowed| *allowed == origin) {
+        if self.allowed_origins.contains(&origin) {
             return true;
         }
         let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
@@ -272,7 +274,8 @@ impl Settings {
     /// allowed origin: a rebound DNS name (`evil.example`) is refused even without an Origin.
     pub fn host_allowed(&self, host: &str) -> bool {
         let host = host.to_ascii_lowercase();
-        is_loopback_name(&host) || self.allowed_origins.iter().any(|origin| origin.split_once("://").is_some_and(|(_, allowed)| allowed == host))
+        is_loopback_name(&host)
+            || self.allowed_origins.iter().any(|origin| origin.split_once("://").is_some_and(|(_, allowed)| allowed == host))
     }
 }
 
@@ -304,7 +307,10 @@ impl View {
         match self.profile.as_ref().and_then(|profile| profile.original.clone()) {
             Some(server) => {
                 let qualified = names::qualify(&server, name);
-                self.profile.as_ref().is_some_and(|p| p.shows(&qualified)).then(|| ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() })
+                self.profile
+                    .as_ref()
+                    .is_some_and(|p| p.shows(&qualified))
+                    .then(|| ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() })
             }
             None => self.profile.as_ref().is_none_or(|p| p.shows(name)).then(|| ToolRef::Qualified(name.to_owned())),
         }

@@ -57,7 +57,8 @@ impl Sessions {
         });
         let mut open = self.lock();
         if open.len() >= MAX_SESSIONS {
-            let oldest = open.values().filter(|s| s.idle_for() > SWEEP).min_by_key(|s| *s.last_used.lock().unwrap_or_else(PoisonError::into_inner));
+            let oldest =
+                open.values().filter(|s| s.idle_for() > SWEEP).min_by_key(|s| *s.last_used.lock().unwrap_or_else(PoisonError::into_inner));
             let oldest = oldest.map(|s| s.id.clone())?;
             if let Some(evicted) = open.remove(&oldest) {
                 evicted.ended.cancel();

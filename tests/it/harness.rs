@@ -64,8 +64,9 @@ impl TestDir {
 
     /// [`TestDir::config`] with more sections (`[mcp]`, `[access]`) before the servers.
     pub fn config_with(&self, sections: &str, servers: &str) -> Config {
-        let text =
-            format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{sections}\n\n{servers}");
+        let text = format!(
+            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{sections}\n\n{servers}"
+        );
         let path = self.path("toolhost.toml");
         std::fs::write(&path, &text).expect("write config");
         Config::load(&path).unwrap_or_else(|err| panic!("test config is invalid: {err}\n{text}"))

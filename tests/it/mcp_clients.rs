@@ -3,7 +3,6 @@
 //! suite's server scenarios. `bash .ci/test` installs them, pinned, into `.tools`.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::{Value, json};
 use toolhost::app::App;
@@ -38,18 +37,26 @@ async fn two_servers(dir: &TestDir, mcp_extra: &str) -> (App, PathBuf) {
 
 /// Runs a client program to completion and returns the JSON object it printed last.
 async fn run_client(mut command: tokio::process::Command, what: &str) -> Value {
-    let output = tokio::time::timeout(WAIT * 3, command.kill_on_drop(true).output()).await.unwrap_or_else(|_| panic!("{what} did not finish")).unwrap();
+    let output = tokio::time::timeout(WAIT * 3, command.kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish"))
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", output.status);
-    let last = stdout.lines().rev().find(|line| line.starts_with('{')).unwrap_or_else(|| panic!("{what} printed no report:\n{stdout}\n{stderr}"));
+    let last =
+        stdout.lines().rev().find(|line| line.starts_with('{')).unwrap_or_else(|| panic!("{what} printed no report:\n{stdout}\n{stderr}"));
     serde_json::from_str(last).unwrap()
 }
 
 /// What every SDK run must have seen.
 fn check_python_report(report: &Value, dir: &TestDir, mode: &str) {
     let tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert_eq!(tools, ["demo__add", "demo__echo", "demo__fail", "demo__sleep", "paged__alerts", "paged__forecast", "paged__radar"], "{mode}");
+    assert_eq!(
+        tools,
+        ["demo__add", "demo__echo", "demo__fail", "demo__sleep", "paged__alerts", "paged__forecast", "paged__radar"],
+        "{mode}"
+    );
     assert_eq!(report["pages"], 3, "{mode}: every page, three tools a page");
     assert_eq!(report["add"], json!(["42"]), "{mode}");
     assert_eq!(report["progress"][0]["message"], "halfway", "{mode}: {report}");
@@ -144,7 +151,10 @@ async fn langchain_loads_and_invokes_toolhost_tools() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_its_server_scenarios() {
     let dir = TestDir::new();
-    let tools: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/conformance_tools.json")).unwrap()).unwrap();
+    let tools: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/conformance_tools.json")).unwrap(),
+    )
+    .unwrap();
     let script = dir.script("conf", json!({"tools": tools}));
     let profile = "[mcp.profiles.conformance]\ntools = [\"conf__*\"]\nnames = \"original\"\n";
     let app = start(dir.config_with(&mcp_section(profile), &server_table("conf", &script, ""))).await;

@@ -14,8 +14,7 @@ use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
 
-pub const MODERN_META: &str =
-    r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+pub const MODERN_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
 /// `[mcp]` on a loopback port and a socket in the test directory.
 pub fn mcp_section(extra: &str) -> String {
@@ -82,7 +81,13 @@ impl Line {
     }
 
     pub async fn initialize(&mut self) {
-        let response = self.request(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}})).await;
+        let response = self
+            .request(
+                0,
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}),
+            )
+            .await;
         assert_eq!(response["result"]["protocolVersion"], "2025-11-25", "{response}");
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     }
@@ -111,7 +116,13 @@ impl Line {
 }
 
 /// One raw HTTP/1.1 exchange: status, headers (lower-case names) and body.
-pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
@@ -129,7 +140,8 @@ pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str, headers:
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines.next().and_then(|line| line.split_whitespace().nth(1)).and_then(|code| code.parse().ok()).unwrap_or(0);
-    let headers = lines.filter_map(|line| line.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
+    let headers =
+        lines.filter_map(|line| line.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
     (status, headers, body.to_owned())
 }
 
@@ -208,9 +220,13 @@ async fn cancellation_reaches_the_server_and_progress_reaches_the_caller() {
     let app = demo_app(&dir, "", json!(tools("t", 1))).await;
     let mut mcp = Line::connect(&mcp_socket(&app)).await;
     mcp.initialize().await;
-    mcp.send(json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 20000}}})).await;
+    mcp.send(
+        json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 20000}}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow", "reason": "changed my mind"}})).await;
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow", "reason": "changed my mind"}}))
+        .await;
     let deadline = std::time::Instant::now() + WAIT;
     while !dir.methods("demo").iter().any(|m| m == "notifications/cancelled") {
         assert!(std::time::Instant::now() < deadline, "the server never heard of the cancellation");
@@ -244,7 +260,13 @@ async fn a_2026_client_on_the_socket_gets_cache_hints_and_subscribes() {
     assert_eq!(page["result"]["resultType"], "complete");
     assert_eq!(page["result"]["cacheScope"], "private");
     assert!(page["result"]["ttlMs"].as_u64().is_some());
-    let old = mcp.request(3, "tools/list", json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01", "io.modelcontextprotocol/clientCapabilities": {}}})).await;
+    let old = mcp
+        .request(
+            3,
+            "tools/list",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01", "io.modelcontextprotocol/clientCapabilities": {}}}),
+        )
+        .await;
     assert_eq!(old["error"]["code"], -32022);
     assert_eq!(old["error"]["data"]["supported"], json!(["2026-07-28"]));
 
@@ -271,14 +293,34 @@ async fn bad_http_input_gets_the_specs_answers_and_disturbs_nothing() {
     let with_session = [JSON_HEADERS[0], JSON_HEADERS[1], ("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"}}}"#;
 
-    let cases: Vec<(&str, Vec<(&str, &str)>, String, u16, Option<i64>)> = vec![
+    // What is sent, with which headers and body, and the HTTP status and JSON-RPC code expected.
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, Option<i64>);
+    let cases: Vec<Case<'_>> = vec![
         ("malformed JSON", with_session.to_vec(), "{nope".into(), 400, Some(-32700)),
         ("a batch", with_session.to_vec(), format!("[{call}]"), 400, Some(-32600)),
-        ("an oversized body", with_session.to_vec(), format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(5 << 20)), 413, None),
+        (
+            "an oversized body",
+            with_session.to_vec(),
+            format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(5 << 20)),
+            413,
+            None,
+        ),
         ("an unknown session", vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Mcp-Session-Id", "0123456789abcdef")], call.into(), 404, None),
         ("no session", JSON_HEADERS.to_vec(), call.into(), 400, None),
-        ("a wrong protocol version", vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "1999-01-01")], call.into(), 400, None),
-        ("an Origin from elsewhere", vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Origin", "http://evil.example")], initialize.into(), 403, None),
+        (
+            "a wrong protocol version",
+            vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "1999-01-01")],
+            call.into(),
+            400,
+            None,
+        ),
+        (
+            "an Origin from elsewhere",
+            vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Origin", "http://evil.example")],
+            initialize.into(),
+            403,
+            None,
+        ),
         ("a Host from elsewhere", vec![JSON_HEADERS[0], JSON_HEADERS[1], ("Host", "evil.example")], initialize.into(), 403, None),
         ("not JSON", vec![("Content-Type", "text/plain")], call.into(), 415, None),
     ];
@@ -291,8 +333,12 @@ async fn bad_http_input_gets_the_specs_answers_and_disturbs_nothing() {
         }
     }
     // A 2026 request whose headers disagree with its body.
-    let modern_call = format!(r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"text":"hi"}},"_meta":{MODERN_META}}}}}"#);
-    let modern = |name: &'static str| [JSON_HEADERS[0], JSON_HEADERS[1], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", name)];
+    let modern_call = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"text":"hi"}},"_meta":{MODERN_META}}}}}"#
+    );
+    let modern = |name: &'static str| {
+        [JSON_HEADERS[0], JSON_HEADERS[1], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", name)]
+    };
     let (status, _, answer) = http(addr, "POST", "/mcp", &modern("demo__add"), &modern_call).await;
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("-32020"), "HeaderMismatch: {answer}");
@@ -335,20 +381,35 @@ async fn the_policy_decides_what_an_mcp_caller_sees_and_calls() {
     let addr = mcp_http(&app);
     let bearer = [JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer mcp-agent-token-0123456789")];
     let modern = |method: &'static str, name: &'static str| {
-        [JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer mcp-agent-token-0123456789"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method), ("Mcp-Name", name)]
+        [
+            JSON_HEADERS[0],
+            JSON_HEADERS[1],
+            ("Authorization", "Bearer mcp-agent-token-0123456789"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", method),
+            ("Mcp-Name", name),
+        ]
     };
     let list = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{MODERN_META}}}}}"#);
     let (status, _, answer) = http(addr, "POST", "/mcp", &modern("tools/list", ""), &list).await;
     assert_eq!(status, 200, "{answer}");
-    let names: Vec<String> = serde_json::from_str::<Value>(&answer).unwrap()["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    let names: Vec<String> = serde_json::from_str::<Value>(&answer).unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(names, ["demo__echo", "live__t0"], "only what the agent may use");
-    let call = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"demo__add","arguments":{{"a":1,"b":2}},"_meta":{MODERN_META}}}}}"#);
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"demo__add","arguments":{{"a":1,"b":2}},"_meta":{MODERN_META}}}}}"#
+    );
     let (_, _, answer) = http(addr, "POST", "/mcp", &modern("tools/call", "demo__add"), &call).await;
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["error"]["data"]["reason"], "UNKNOWN_TOOL", "a tool it may not use looks like no tool: {answer}");
     // A wrong token is refused; without a token, the loopback caller is identified by uid and
     // matches no entry (the default is deny).
-    let (status, headers, _) = http(addr, "POST", "/mcp", &[JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer wrong-token-0123456789")], &list).await;
+    let (status, headers, _) =
+        http(addr, "POST", "/mcp", &[JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer wrong-token-0123456789")], &list).await;
     assert_eq!(status, 403, "a wrong token over loopback: the uid matches no entry either");
     assert!(header(&headers, "www-authenticate").is_none());
     let (status, _, _) = http(addr, "POST", "/mcp", &bearer, &list).await;
@@ -381,10 +442,24 @@ async fn a_profile_with_original_names_fronts_one_server() {
     let outside = mcp.request(2, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}})).await;
     assert_eq!(outside["error"]["code"], -32602, "a tool outside the profile is unknown here");
 
-    let (status, _, answer) = http(mcp_http(&app), "POST", "/mcp/echo", &JSON_HEADERS, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{MODERN_META}}}}}"#)).await;
+    let (status, _, answer) = http(
+        mcp_http(&app),
+        "POST",
+        "/mcp/echo",
+        &JSON_HEADERS,
+        &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{MODERN_META}}}}}"#),
+    )
+    .await;
     assert_eq!(status, 400, "headers missing: {answer}");
     let modern = [JSON_HEADERS[0], JSON_HEADERS[1], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
-    let (status, _, answer) = http(mcp_http(&app), "POST", "/mcp/echo", &modern, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{MODERN_META}}}}}"#)).await;
+    let (status, _, answer) = http(
+        mcp_http(&app),
+        "POST",
+        "/mcp/echo",
+        &modern,
+        &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{MODERN_META}}}}}"#),
+    )
+    .await;
     assert_eq!(status, 200);
     let tools: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 1);
