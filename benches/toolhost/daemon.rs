@@ -28,11 +28,25 @@ pub fn servers(names: &[String], tools: usize, extra: &str) -> String {
 impl Daemon {
     /// Starts the daemon in `dir` (kept between starts, so a restart finds its store).
     pub fn start(dir: &std::path::Path, servers: &str) -> Daemon {
+        Daemon::start_with(dir, "", servers, None)
+    }
+
+    /// [`Daemon::start`] with more configuration sections, optionally pinned to one CPU (its
+    /// servers inherit the pinning).
+    pub fn start_with(dir: &std::path::Path, sections: &str, servers: &str, cpu: Option<usize>) -> Daemon {
         std::fs::create_dir_all(dir).expect("bench dir");
         let config = dir.join("toolhost.toml");
-        let text = format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{servers}");
+        let text = format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{sections}\n\n{servers}");
         std::fs::write(&config, text).expect("write config");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", &cpu.to_string(), env!("CARGO_BIN_EXE_toolhost")]);
+                taskset
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_toolhost")),
+        };
+        let child = command
             .args(["serve", "--config", config.to_str().expect("utf-8 path")])
             .env("RUST_LOG", std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".to_owned()))
             .stdin(Stdio::null())

@@ -9,6 +9,7 @@
 
 mod daemon;
 mod fast_server;
+mod mcp_bench;
 mod scenarios;
 mod search_bench;
 mod search_corpus;
@@ -27,7 +28,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "throughput", "propagation", "storm", "scale", "policy", "search"];
+    let all = ["overhead", "mcp", "throughput", "propagation", "storm", "scale", "policy", "search"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -35,6 +36,7 @@ fn main() {
         runtime.block_on(async {
             match scenario {
                 "overhead" => scenarios::overhead().await,
+                "mcp" => mcp_bench::mcp().await,
                 "throughput" => scenarios::throughput().await,
                 "propagation" => scenarios::propagation().await,
                 "storm" => scenarios::storm().await,

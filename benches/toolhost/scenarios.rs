@@ -12,7 +12,7 @@ use toolhost::upstream::{self, Connection, SessionSettings};
 
 use crate::daemon::{self, Daemon};
 
-fn bench_dir(name: &str) -> std::path::PathBuf {
+pub(crate) fn bench_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("toolhost-bench-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
@@ -20,7 +20,19 @@ fn bench_dir(name: &str) -> std::path::PathBuf {
 
 /// A direct session with a benchmark server: a Rust MCP client on its own stdio pipe.
 async fn direct_session(tools: usize) -> Connection {
-    let text = daemon::servers(&["direct".to_owned()], tools, "");
+    direct_session_with(tools, None).await
+}
+
+/// [`direct_session`] with the server pinned to one CPU.
+pub(crate) async fn direct_session_with(tools: usize, cpu: Option<usize>) -> Connection {
+    let mut text = daemon::servers(&["direct".to_owned()], tools, "");
+    if let Some(cpu) = cpu {
+        let exe = std::env::current_exe().expect("the bench binary's path");
+        text = format!(
+            "[servers.direct]\ncommand = \"taskset\"\nargs = [\"-c\", \"{cpu}\", {:?}, \"--serve-mcp\", \"{tools}\"]\n",
+            exe.display().to_string()
+        );
+    }
     let config = Config::parse(std::path::Path::new("/bench/direct.toml"), &text).expect("bench config");
     let spec = &config.servers["direct"];
     let settings = SessionSettings {
@@ -32,7 +44,7 @@ async fn direct_session(tools: usize) -> Connection {
     upstream::connect(&"direct".into(), spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("direct session")
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -40,7 +52,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx]
 }
 
-fn micros(d: Duration) -> String {
+pub(crate) fn micros(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
 }
 
@@ -48,7 +60,7 @@ fn millis(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1e3)
 }
 
-fn call_request(tool: &str) -> pb::CallToolRequest {
+pub(crate) fn call_request(tool: &str) -> pb::CallToolRequest {
     pb::CallToolRequest { qualified_name: tool.to_owned(), arguments_json: r#"{"x":1}"#.to_owned(), ..Default::default() }
 }
 

@@ -1,0 +1,191 @@
+//! The MCP endpoint's call path, side by side with the direct stdio call and the gRPC API in
+//! one run: the same `tools/call` to the same server program, interleaved in blocks.
+//!
+//! Pinned (when the machine has two CPUs or more and `taskset` exists): this process, the
+//! agent, on CPU 0; the direct server, and the daemon with its servers, on the last CPU. A
+//! direct call then always crosses cores, as a call through the daemon does, instead of
+//! landing bimodally on whichever core the scheduler picks.
+
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::daemon::{self, Daemon};
+use crate::scenarios::{bench_dir, call_request, direct_session_with, micros, percentile};
+
+const ROUNDS: usize = 10;
+const PER_ROUND: usize = 2000;
+
+/// The last CPU, if this process can be pinned to CPU 0 and children to that one.
+fn pin() -> Option<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if cpus < 2 {
+        return None;
+    }
+    let pinned = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    pinned.then_some(cpus - 1)
+}
+
+/// A client on the MCP Unix socket: one line out, one line back.
+struct SocketClient {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+    line: String,
+    next_id: u64,
+}
+
+impl SocketClient {
+    async fn connect(path: &std::path::Path) -> SocketClient {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stream = loop {
+            match tokio::net::UnixStream::connect(path).await {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(error) => panic!("the MCP socket: {error}"),
+            }
+        };
+        let (read, writer) = stream.into_split();
+        SocketClient { reader: BufReader::new(read), writer, line: String::new(), next_id: 1 }
+    }
+
+    async fn call(&mut self, tool: &str) {
+        self.next_id += 1;
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"x":1}}}}}}"#,
+            self.next_id
+        );
+        self.writer.write_all(request.as_bytes()).await.expect("write");
+        self.writer.write_all(b"\n").await.expect("write");
+        self.line.clear();
+        self.reader.read_line(&mut self.line).await.expect("read");
+        assert!(self.line.contains(r#""result""#), "{}", self.line);
+    }
+}
+
+/// A keep-alive HTTP/1.1 client of a 2025 session at `/mcp`.
+struct HttpClient {
+    stream: BufReader<tokio::net::TcpStream>,
+    session: String,
+    next_id: u64,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl HttpClient {
+    async fn connect(addr: std::net::SocketAddr) -> HttpClient {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("the MCP HTTP listener");
+        stream.set_nodelay(true).expect("nodelay");
+        let mut client =
+            HttpClient { stream: BufReader::new(stream), session: String::new(), next_id: 1, head: String::new(), body: Vec::new() };
+        client.post(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#).await;
+        client.session = client.head.lines().find_map(|l| l.strip_prefix("mcp-session-id: ")).expect("a session").trim().to_owned();
+        client
+    }
+
+    async fn post(&mut self, body: &str) {
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\nContent-Length: {}\r\n\r\n{body}",
+            self.session,
+            body.len()
+        );
+        self.stream.get_mut().write_all(request.as_bytes()).await.expect("write");
+        self.head.clear();
+        loop {
+            let before = self.head.len();
+            self.stream.read_line(&mut self.head).await.expect("read");
+            if self.head.len() - before <= 2 {
+                break;
+            }
+        }
+        let length: usize =
+            self.head.lines().find_map(|l| l.strip_prefix("content-length: ")).and_then(|n| n.trim().parse().ok()).expect("a length");
+        self.body.resize(length, 0);
+        self.stream.read_exact(&mut self.body).await.expect("body");
+    }
+
+    async fn call(&mut self, tool: &str) {
+        self.next_id += 1;
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"x":1}}}}}}"#,
+            self.next_id
+        );
+        self.post(&body).await;
+        assert!(self.head.starts_with("HTTP/1.1 200"), "{}", self.head);
+    }
+}
+
+pub async fn mcp() {
+    let cpu = pin();
+    let dir = bench_dir("mcp");
+    let sections = "[mcp]\nlisten = [\"127.0.0.1:0\", \"unix:mcp.sock\"]\n";
+    // A fixed port is not known in advance: read the bound one from the daemon's log instead of
+    // guessing; the simplest is to give it one that is free now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let sections = sections.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let daemon = Daemon::start_with(&dir, &sections, &daemon::servers(&["bench".to_owned()], 10, ""), cpu);
+    daemon.wait_ready(1, Instant::now()).await;
+    let mut grpc = daemon.client().await;
+    let mut socket = SocketClient::connect(&dir.join("mcp.sock")).await;
+    let mut http = HttpClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let direct = direct_session_with(10, cpu).await;
+    let session = direct.handle().clone();
+    let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
+
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    for round in 0..=ROUNDS {
+        for leg in 0..4 {
+            let path = (round + leg) % 4;
+            for _ in 0..PER_ROUND {
+                let started = Instant::now();
+                match path {
+                    0 => drop(session.request("tools/call", Some(&params), Duration::from_secs(10), true).await.expect("direct call")),
+                    1 => socket.call("bench__tool_1").await,
+                    2 => http.call("bench__tool_1").await,
+                    _ => drop(grpc.call_tool(call_request("bench__tool_1")).await.expect("gRPC call")),
+                }
+                // Round 0 warms every path up and is not counted.
+                if round > 0 {
+                    times[path].push(started.elapsed());
+                }
+            }
+        }
+    }
+    for series in &mut times {
+        series.sort();
+    }
+    let direct_p50 = percentile(&times[0], 0.5);
+    println!(
+        "{} calls per path, interleaved in blocks of {PER_ROUND}; pinned: {}.\n",
+        ROUNDS * PER_ROUND,
+        match cpu {
+            Some(cpu) => format!("agent on CPU 0, servers and daemon on CPU {cpu}"),
+            None => "no (one CPU, or no taskset)".to_owned(),
+        }
+    );
+    println!("| path | p50 µs | p90 µs | p99 µs | p50 ÷ direct |");
+    println!("|---|---:|---:|---:|---:|");
+    let names = [
+        "direct stdio session (Rust client)",
+        "toolhost MCP, Unix socket",
+        "toolhost MCP, Streamable HTTP (2025 session)",
+        "toolhost gRPC, Unix socket",
+    ];
+    for (name, series) in names.iter().zip(&times) {
+        let p50 = percentile(series, 0.5);
+        println!(
+            "| {name} | {} | {} | {} | {:.2}× |",
+            micros(p50),
+            micros(percentile(series, 0.9)),
+            micros(percentile(series, 0.99)),
+            p50.as_secs_f64() / direct_p50.as_secs_f64()
+        );
+    }
+    direct.shutdown().await;
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
