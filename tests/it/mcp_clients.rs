@@ -85,19 +85,16 @@ async fn the_python_sdk_over_streamable_http_in_both_eras() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_over_toolhost_mcp_stdio() {
-    let dir = TestDir::new();
-    let (app, tools_file) = two_servers(&dir, "").await;
-    let mut command = tokio::process::Command::new(python());
-    command
-        .arg(fixture("python_client.py"))
-        .args(["stdio", env!("CARGO_BIN_EXE_toolhost")])
-        .arg(mcp_socket(&app))
-        .arg("legacy")
-        .arg(&tools_file);
-    let report = run_client(command, "the Python SDK client over `toolhost mcp`").await;
-    check_python_report(&report, &dir, "stdio");
-    app.shutdown().await;
+async fn the_python_sdk_over_toolhost_mcp_stdio_in_both_eras() {
+    for mode in ["legacy", "2026-07-28"] {
+        let dir = TestDir::new();
+        let (app, tools_file) = two_servers(&dir, "").await;
+        let mut command = tokio::process::Command::new(python());
+        command.arg(fixture("python_client.py")).args(["stdio", env!("CARGO_BIN_EXE_toolhost")]).arg(mcp_socket(&app)).arg(mode).arg(&tools_file);
+        let report = run_client(command, &format!("the Python SDK client over `toolhost mcp` ({mode})")).await;
+        check_python_report(&report, &dir, &format!("stdio {mode}"));
+        app.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
