@@ -188,4 +188,55 @@ pub async fn mcp() {
     direct.shutdown().await;
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
+    listing(cpu).await;
+}
+
+/// `tools/list` of about 10,000 tools over the socket, every page: the first listing renders
+/// each tool once per generation; later ones only copy rendered entries into the page.
+async fn listing(cpu: Option<usize>) {
+    const SERVERS: usize = 100;
+    let dir = bench_dir("mcp-list");
+    let names: Vec<String> = (0..SERVERS).map(|i| format!("s{i:03}")).collect();
+    let sections = "[mcp]\nlisten = [\"unix:mcp.sock\"]\npage_size = 500\n";
+    let daemon = Daemon::start_with(&dir, sections, &daemon::servers(&names, 100, ""), cpu);
+    daemon.wait_ready(SERVERS, Instant::now()).await;
+    let mut socket = SocketClient::connect(&dir.join("mcp.sock")).await;
+    let rss_before = daemon.rss_kib();
+    let mut runs = Vec::new();
+    let mut tools = 0;
+    for _ in 0..21 {
+        let started = Instant::now();
+        let (mut cursor, mut count, mut bytes) = (None::<String>, 0usize, 0usize);
+        loop {
+            let params = cursor.as_ref().map_or_else(String::new, |c| format!(r#","params":{{"cursor":"{c}"}}"#));
+            let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list"{params}}}"#);
+            socket.writer.write_all(line.as_bytes()).await.expect("write");
+            socket.writer.write_all(b"\n").await.expect("write");
+            socket.line.clear();
+            socket.reader.read_line(&mut socket.line).await.expect("read");
+            bytes += socket.line.len();
+            let page: serde_json::Value = serde_json::from_str(&socket.line).expect("a page");
+            count += page["result"]["tools"].as_array().map_or(0, Vec::len);
+            match page["result"]["nextCursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        tools = count;
+        runs.push((started.elapsed(), bytes));
+    }
+    let first = runs[0];
+    let mut later: Vec<Duration> = runs[1..].iter().map(|(d, _)| *d).collect();
+    later.sort();
+    println!(
+        "\n`tools/list` of {tools} tools ({SERVERS} servers), every page of 500, over the socket ({} KiB in all), timed in the client:\n",
+        first.1 / 1024
+    );
+    println!("| listing | whole listing ms |");
+    println!("|---|---:|");
+    println!("| first (renders every tool once) | {:.1} |", first.0.as_secs_f64() * 1e3);
+    println!("| later, p50 of 20 | {:.1} |", percentile(&later, 0.5).as_secs_f64() * 1e3);
+    println!("\nDaemon RSS: {} MiB before the first listing, {} MiB after all of them.", rss_before / 1024, daemon.rss_kib() / 1024);
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -130,7 +130,10 @@ impl Front {
                 return response;
             }
         };
-        let view = View { caller, profile };
+        let trace = header_text(request.headers(), "traceparent")
+            .filter(|parent| parent.len() <= 128)
+            .map(|parent| (parent.to_owned(), header_text(request.headers(), "tracestate").filter(|s| s.len() <= 512).map(str::to_owned)));
+        let view = View { caller, profile, trace };
         match *request.method() {
             Method::POST => self.post(request, view).await,
             Method::GET => self.get(request.headers(), &view),
@@ -227,7 +230,7 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, &view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller, profile: session.profile() };
+        let view = View { caller: view.caller, profile: session.profile(), trace: view.trace };
         let request = match message {
             Message::Response => return empty(StatusCode::ACCEPTED),
             Message::Notification { method, params } => {
@@ -337,7 +340,7 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller.clone(), profile: session.profile() };
+        let view = View { caller: view.caller.clone(), profile: session.profile(), trace: None };
         let (tx, rx) = mpsc::channel::<String>(8);
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();

@@ -169,10 +169,12 @@ impl<'a> Params<'a> {
     }
 
     /// Makes `span` a child of the trace named in `_meta` (`traceparent`), if any.
-    pub(super) fn continue_trace(&self, span: &tracing::Span) {
-        let Some(meta) = &self.meta else { return };
-        let Some(parent) = meta.traceparent.as_deref() else { return };
+    /// Whether `_meta` named one.
+    pub(super) fn continue_trace(&self, span: &tracing::Span) -> bool {
+        let Some(meta) = &self.meta else { return false };
+        let Some(parent) = meta.traceparent.as_deref() else { return false };
         crate::telemetry::propagation::continue_from_pairs(span, parent, meta.tracestate.as_deref());
+        true
     }
 }
 

@@ -91,6 +91,9 @@ pub struct Profile {
 pub struct View {
     pub caller: Caller,
     pub profile: Option<Arc<Profile>>,
+    /// W3C trace context from the transport (HTTP `traceparent`/`tracestate` headers), used
+    /// when the request's `_meta` carries none.
+    pub trace: Option<(String, Option<String>)>,
 }
 
 /// A request's identity as the transport knows it, admitted afresh when the policy changes.
@@ -177,7 +180,11 @@ impl Endpoint {
             return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
         };
         let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", reply::clip(name)), otel.kind = "server");
-        params.continue_trace(&span);
+        if !params.continue_trace(&span)
+            && let Some((parent, state)) = &view.trace
+        {
+            crate::telemetry::propagation::continue_from_pairs(&span, parent, state.as_deref());
+        }
         span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
         span.set_attribute("gen_ai.tool.name", reply::clip(name).to_owned());
         span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());

@@ -157,7 +157,7 @@ impl Connection {
             Ok(caller) => caller,
             Err(refusal) => return out.send(reply::refusal(request.id, &refusal)).await.is_ok(),
         };
-        let view = View { caller, profile: self.profile.clone() };
+        let view = View { caller, profile: self.profile.clone(), trace: None };
         let key: Box<str> = request.id.get().into();
         match &*request.method {
             METHOD_TOOLS_CALL | METHOD_LISTEN => {

@@ -90,7 +90,12 @@ async fn the_python_sdk_over_toolhost_mcp_stdio_in_both_eras() {
         let dir = TestDir::new();
         let (app, tools_file) = two_servers(&dir, "").await;
         let mut command = tokio::process::Command::new(python());
-        command.arg(fixture("python_client.py")).args(["stdio", env!("CARGO_BIN_EXE_toolhost")]).arg(mcp_socket(&app)).arg(mode).arg(&tools_file);
+        command
+            .arg(fixture("python_client.py"))
+            .args(["stdio", env!("CARGO_BIN_EXE_toolhost")])
+            .arg(mcp_socket(&app))
+            .arg(mode)
+            .arg(&tools_file);
         let report = run_client(command, &format!("the Python SDK client over `toolhost mcp` ({mode})")).await;
         check_python_report(&report, &dir, &format!("stdio {mode}"));
         app.shutdown().await;

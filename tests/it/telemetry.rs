@@ -103,6 +103,45 @@ async fn a_call_continues_the_agents_trace_and_passes_it_upstream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_continues_the_trace_from_meta_or_from_http_headers() {
+    use crate::mcp_endpoint::{JSON_HEADERS, Line, http, mcp_http, mcp_section, mcp_socket};
+    exporter();
+    let dir = TestDir::new();
+    let script = dir.script("mcptraced", json!({}));
+    let app = start(dir.config_with(&mcp_section(""), &server_table("mcptraced", &script, ""))).await;
+    wait_for_server(app.registry(), "mcptraced", "ready", |v| v.state == ServerState::Ready).await;
+    let in_meta = "4bf92f3577b34da6a3ce929d0e0e4731";
+    let mut mcp = Line::connect(&mcp_socket(&app)).await;
+    let params = json!({"name": "mcptraced__echo", "arguments": {"text": "a"}, "_meta": {"traceparent": format!("00-{in_meta}-00f067aa0ba902b7-01")}});
+    assert!(mcp.request(1, "tools/call", params).await["result"].is_object());
+    let in_header = "4bf92f3577b34da6a3ce929d0e0e4732";
+    let traceparent = format!("00-{in_header}-00f067aa0ba902b8-01");
+    let headers = [
+        JSON_HEADERS[0],
+        JSON_HEADERS[1],
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "mcptraced__add"),
+        ("traceparent", traceparent.as_str()),
+    ];
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"mcptraced__add","arguments":{{"a":1,"b":2}},"_meta":{}}}}}"#,
+        crate::mcp_endpoint::MODERN_META
+    );
+    let (status, _, answer) = http(mcp_http(&app), "POST", "/mcp", &headers, &body).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let from_meta = spans_named("tools/call mcptraced__echo", 1).await.remove(0);
+    assert_eq!(from_meta.span_kind, SpanKind::Server);
+    assert_eq!(from_meta.span_context.trace_id().to_string(), in_meta);
+    assert_eq!(attr_str(&from_meta, "toolhost.front_door"), "mcp");
+    assert_eq!(attr_str(&from_meta, "toolhost.server"), "mcptraced");
+    let from_header = spans_named("tools/call mcptraced__add", 1).await.remove(0);
+    assert_eq!(from_header.span_context.trace_id().to_string(), in_header);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enumeration_shows_the_chain_from_notification_to_watchers() {
     exporter();
     let dir = TestDir::new();
