@@ -175,3 +175,42 @@ fn the_api_listens_on_loopback_or_a_unix_socket_only() {
     assert!(error.contains("grpc.listen[0]") && error.contains("not a loopback address"), "{error}");
     assert!(load("toolhost.toml", "[grpc]\nlisten = [\"[::1]:50051\", \"127.0.0.2:1\"]\n").is_ok());
 }
+
+#[test]
+fn the_mcp_section_is_checked_key_by_key() {
+    let base = "[servers.files]\ncommand = \"f\"\n[servers.web]\ncommand = \"w\"\n";
+    let with = |mcp: &str| load("toolhost.toml", &format!("{base}\n{mcp}"));
+    let config = with(
+        "[mcp]\nlisten = [\"127.0.0.1:50052\", \"unix:mcp.sock\"]\npage_size = 50\nallowed_origins = [\"https://App.example/\"]\n\
+         [mcp.profiles.files]\ntools = [\"files__*\"]\nnames = \"original\"\n[mcp.profiles.mixed]\ntools = [\"files__read\", \"web__*\"]\n",
+    )
+    .unwrap();
+    assert_eq!(config.mcp.page_size, 50);
+    assert_eq!(config.mcp.listen[1].addr, ListenAddr::Unix("/etc/toolhost/mcp.sock".into()));
+    assert_eq!(config.mcp.allowed_origins, ["https://app.example"]);
+    assert_eq!(config.mcp.profiles["files"].original_names.as_deref(), Some("files"));
+    assert_eq!(config.mcp.profiles["mixed"].original_names, None);
+    assert!(with("").unwrap().mcp.listen.is_empty(), "off unless configured");
+
+    for (mcp, expected) in [
+        ("[mcp]\nlisten = [\"127.0.0.1:1\"]\npage_size = 0\n", "mcp.page_size: 0 is not between 1 and 10000"),
+        ("[mcp]\nlisten = [\"10.0.0.1:50052\"]\n", "mcp.listen[0]: \"10.0.0.1:50052\" is not a loopback address"),
+        ("[mcp]\nlisten = [\"127.0.0.1:50051\"]\n", "mcp.listen: Tcp(127.0.0.1:50051) is also a [grpc] listener"),
+        ("[mcp]\nlisten = [\"unix:a\", \"unix:a\"]\n", "mcp.listen[1]: names the same address twice"),
+        ("[mcp]\nlisten = [\"unix:a\"]\nallowed_origins = [\"evil.example\"]\n", "mcp.allowed_origins[0]"),
+        (
+            "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = [\"nope__*\"]\n",
+            "mcp.profiles.x.tools: \"nope__*\" names the server \"nope\"",
+        ),
+        (
+            "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = [\"files__*\", \"web__*\"]\nnames = \"original\"\n",
+            "mcp.profiles.x.names",
+        ),
+        ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = []\n", "mcp.profiles.x.tools: lists no tools"),
+        ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.\"a b\"]\ntools = [\"*\"]\n", "a profile name is 1 to 64"),
+        ("[mcp.profiles.x]\ntools = [\"*\"]\n", "profiles are configured but the endpoint listens nowhere"),
+    ] {
+        let error = with(mcp).expect_err(mcp);
+        assert!(error.contains(expected), "{mcp}\n  gave: {error}\n  expected: {expected}");
+    }
+}

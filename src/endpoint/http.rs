@@ -38,13 +38,16 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 /// SSE comments on an idle stream, so that proxies and clients see it alive.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// How long a connection may take to send its request head.
+/// How long a connection may take to send its request head, and then its body.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Accepts connections until `cancel`; each is served on a task in `tracker`.
 pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
     let sessions = Arc::new(Sessions::default());
     tracker.spawn(sessions.clone().expire(cancel.clone()));
+    let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
+    let warnings = crate::telemetry::throttle::Throttle::new(1);
     loop {
         let (stream, remote) = tokio::select! {
             () = cancel.cancelled() => return,
@@ -57,6 +60,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
                 }
             },
         };
+        let Some(slot) = super::connection_slot(&slots, &warnings) else { continue };
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok();
         let peer = local.and_then(|local| UnixPeer::of_loopback(local, remote));
@@ -79,6 +83,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
                     let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
                 }
             }
+            drop(slot);
         });
     }
 }
@@ -148,9 +153,11 @@ impl Front {
         if !json {
             return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, -32700, "the body must be application/json");
         }
-        let body = match Limited::new(request.into_body(), super::socket::MAX_MESSAGE_BYTES).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(_) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, "the message is too large, or the body was cut off"),
+        let body = Limited::new(request.into_body(), super::socket::MAX_MESSAGE_BYTES).collect();
+        let body = match tokio::time::timeout(BODY_TIMEOUT, body).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(_)) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, "the message is too large, or the body was cut off"),
+            Err(_) => return rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, "the request body did not arrive in time"),
         };
         let message = match message::read(&body) {
             Ok(message) => message,

@@ -85,10 +85,11 @@ impl Cache {
                     next = Some(Position { revision: snapshot.revision, server: ordinal, tool: idx });
                     break 'servers;
                 }
+                let Some(entry) = entries.get(idx) else { continue };
                 if taken > 0 {
                     out.push(',');
                 }
-                out.push_str(&entries[idx]);
+                out.push_str(entry);
                 taken += 1;
             }
         }

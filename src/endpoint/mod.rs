@@ -364,6 +364,24 @@ const INSTRUCTIONS: &str = "Tools from the MCP servers on this host, named SERVE
 generation and definition hash; send the hash back in the call's _meta (dev.toolhost/definitionHash) to be told, instead of \
 running it, when the tool changed since you listed it.";
 
+/// Connections one listener serves at once; past this, new ones are closed at once (each costs a
+/// task and a file descriptor, and an agent needs one).
+const MAX_CONNECTIONS: usize = 1024;
+
+/// A connection slot; a listener that has none left turns connections away.
+fn connection_slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    warnings: &crate::telemetry::throttle::Throttle,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let slot = slots.clone().try_acquire_owned().ok();
+    if slot.is_none()
+        && let Some(suppressed) = warnings.admit()
+    {
+        tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "an MCP connection was refused: too many open");
+    }
+    slot
+}
+
 /// The endpoint's listeners, bound before the daemon says it is ready.
 pub struct BoundListeners(Vec<Bound>);
 

@@ -40,6 +40,8 @@ const FLUSH_ON_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Accepts connections until `cancel`; each becomes a task in `tracker`.
 pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
+    let warnings = crate::telemetry::throttle::Throttle::new(1);
     loop {
         let stream = tokio::select! {
             () = cancel.cancelled() => return,
@@ -52,11 +54,17 @@ pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker
                 }
             },
         };
+        let Some(slot) = super::connection_slot(&slots, &warnings) else { continue };
         let Some(peer) = UnixPeer::of(&stream) else {
             tracing::warn!("an MCP connection without peer credentials was closed");
             continue;
         };
-        tracker.spawn(Connection::new(endpoint.clone(), Identity::unix(peer)).run(stream, cancel.clone()));
+        let connection = Connection::new(endpoint.clone(), Identity::unix(peer));
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            connection.run(stream, cancel).await;
+            drop(slot);
+        });
     }
 }
 

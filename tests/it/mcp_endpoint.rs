@@ -474,3 +474,25 @@ async fn a_profile_with_original_names_fronts_one_server() {
     assert!(unknown.next().await.is_none(), "the connection ends");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_profiles_for_the_next_connection() {
+    let dir = TestDir::new();
+    let mut app = demo_app(&dir, "", json!(tools("t", 2))).await;
+    let choose = |name: &str| json!({"jsonrpc": "2.0", "method": "notifications/toolhost/profile", "params": {"name": name}});
+    let mut before = Line::connect(&mcp_socket(&app)).await;
+    before.send(choose("echo")).await;
+    assert_eq!(before.next().await.unwrap()["error"]["code"], -32602, "no such profile yet");
+
+    let demo = dir.path("demo.json");
+    let live = dir.path("live.json");
+    let servers = format!("{}{}", server_table("demo", &demo, ""), server_table("live", &live, ""));
+    let config = dir.config_with(&mcp_section("[mcp.profiles.echo]\ntools = [\"demo__echo\"]\n"), &servers);
+    app.reload(config).await.unwrap();
+    let mut after = Line::connect(&mcp_socket(&app)).await;
+    after.send(choose("echo")).await;
+    after.initialize().await;
+    let (listed, _) = after.list_all(None).await;
+    assert_eq!(listed.iter().map(|t| t["name"].as_str().unwrap()).collect::<Vec<_>>(), ["demo__echo"]);
+    app.shutdown().await;
+}
