@@ -206,6 +206,16 @@ async fn the_socket_lists_every_page_calls_and_names_each_race() {
     assert_eq!(not_offered["error"]["code"], -32601);
     assert_eq!(mcp.request(7, "ping", json!({})).await["result"], json!({}));
 
+    // Garbage, a batch and an oversized line each get their error; the session carries on.
+    mcp.send_raw("this is not JSON").await;
+    assert_eq!(mcp.next().await.unwrap()["error"]["code"], -32700);
+    mcp.send_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#).await;
+    assert_eq!(mcp.next().await.unwrap()["error"]["code"], -32600);
+    mcp.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(5 << 20))).await;
+    let oversized = mcp.next().await.unwrap();
+    assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
+    assert!(oversized["error"]["message"].as_str().unwrap().contains("exceeds"));
+
     // A cursor from a revision no longer kept is refused; the client lists again.
     let expired = mcp.request(8, "tools/list", json!({"cursor": "th1.99999999.1.1"})).await;
     assert_eq!(expired["error"]["code"], -32602, "{expired}");
