@@ -18,21 +18,13 @@ fn fixture(name: &str) -> String {
 
 /// `demo` (echo, add, sleep, fail) and `paged` (two tools a page, from a file it watches).
 async fn two_servers(dir: &TestDir, mcp_extra: &str) -> (App, PathBuf) {
-    let tools_file = dir.path("paged-tools.json");
     let tools = json!([
         {"name": "forecast", "description": "Weather forecast.", "inputSchema": {"type": "object"}},
         {"name": "alerts", "description": "Weather alerts.", "inputSchema": {"type": "object"}},
         {"name": "radar", "description": "Radar images.", "inputSchema": {"type": "object"}}
     ]);
-    std::fs::write(&tools_file, tools.to_string()).unwrap();
-    let demo = dir.script("demo", json!({}));
-    let paged = dir.script("paged", json!({"tools_file": tools_file, "watch_tools_file": true, "page_size": 2}));
-    let servers = format!("{}{}", server_table("demo", &demo, ""), server_table("paged", &paged, ""));
-    let app = start(dir.config_with(&mcp_section(mcp_extra), &servers)).await;
-    for server in ["demo", "paged"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
-    }
-    (app, tools_file)
+    let app = crate::mcp_endpoint::two_servers(dir, mcp_extra, "paged", tools).await;
+    (app, dir.path("tools.json"))
 }
 
 /// Runs a client program to completion and returns the JSON object it printed last.

@@ -152,13 +152,18 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 async fn demo_app(dir: &TestDir, mcp_extra: &str, tools: Value) -> App {
-    let tools_file = dir.path("tools.json");
-    std::fs::write(&tools_file, tools.to_string()).unwrap();
+    two_servers(dir, mcp_extra, "live", tools).await
+}
+
+/// `demo` (echo, add, sleep, fail) and a server called `changing` whose tools come from
+/// `tools.json` (two a page), which it watches: write the file and it announces the change.
+pub async fn two_servers(dir: &TestDir, mcp_extra: &str, changing: &str, tools: Value) -> App {
+    std::fs::write(dir.path("tools.json"), tools.to_string()).unwrap();
     let demo = dir.script("demo", json!({}));
-    let live = dir.script("live", json!({"tools_file": tools_file, "watch_tools_file": true, "page_size": 2}));
-    let servers = format!("{}{}", server_table("demo", &demo, ""), server_table("live", &live, ""));
+    let other = dir.script(changing, json!({"tools_file": dir.path("tools.json"), "watch_tools_file": true, "page_size": 2}));
+    let servers = format!("{}{}", server_table("demo", &demo, ""), server_table(changing, &other, ""));
     let app = start(dir.config_with(&mcp_section(mcp_extra), &servers)).await;
-    for server in ["demo", "live"] {
+    for server in ["demo", changing] {
         wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
     }
     app
