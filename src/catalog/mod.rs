@@ -1,5 +1,6 @@
 //! The tool catalog: its vocabulary (`model`, `record`) and its SQLite persistence (`store`).
 
+pub mod integrity;
 pub mod model;
 pub mod names;
 pub mod record;

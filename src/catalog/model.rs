@@ -238,45 +238,12 @@ impl Generation {
     }
 }
 
-/// Serialises JSON with object keys in byte order and no whitespace, whatever map type
-/// serde_json was built with, so that equal definitions always hash equally.
+/// The RFC 8785 (JCS) canonical form of `value`: keys sorted by UTF-16 code units, numbers as
+/// ECMAScript writes them, no insignificant whitespace. Anyone can recompute a definition's hash
+/// with any JCS library: SHA-256 over this text.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::with_capacity(256);
-    write_canonical(value, &mut out);
-    // Only serde_json's own string escaping and ASCII punctuation were written.
-    String::from_utf8(out).unwrap_or_default()
-}
-
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (idx, (key, item)) in entries.into_iter().enumerate() {
-                if idx > 0 {
-                    out.push(b',');
-                }
-                let _ = serde_json::to_writer(&mut *out, key);
-                out.push(b':');
-                write_canonical(item, out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (idx, item) in items.iter().enumerate() {
-                if idx > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        scalar => {
-            let _ = serde_json::to_writer(&mut *out, scalar);
-        }
-    }
+    // A serde_json value always serialises (no NaN, no non-string keys).
+    serde_json_canonicalizer::to_string(value).unwrap_or_default()
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -304,9 +271,30 @@ mod tests {
             serde_json::from_str(r#"{ "inputSchema": {"a": [1, {"y": 1, "z": 0}], "b": 1, "type": "object"}, "name": "t" }"#).unwrap();
         assert_eq!(a, ToolDef::from_value("t".into(), &b));
         assert_eq!(&*a.definition, r#"{"inputSchema":{"a":[1,{"y":1,"z":0}],"b":1,"type":"object"},"name":"t"}"#);
+        assert_eq!(a.hash, sha256_hex(a.definition.as_bytes()), "the hash is SHA-256 over the JCS text");
         let c = ToolDef::from_value("t".into(), &json!({"name": "t", "inputSchema": {"type": "object"}, "x-vendor": true}));
         assert_ne!(a.hash, c.hash);
         assert!(c.definition.contains("x-vendor"), "unknown fields are kept");
+    }
+
+    #[test]
+    fn the_canonical_form_is_rfc_8785() {
+        // RFC 8785 §3.2.2 and §3.2.3: numbers as ECMAScript writes them, keys by UTF-16 units.
+        let value: Value = serde_json::from_str(
+            r#"{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
+        );
+        let keys: Value = serde_json::from_str(r#"{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}"#).unwrap();
+        let canonical = canonical_json(&keys);
+        let positions: Vec<usize> = ["Carriage Return", "One", "Control", "Latin Small", "Euro Sign", "Emoji", "Hebrew"]
+            .iter()
+            .map(|needle| canonical.find(needle).unwrap())
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "UTF-16 order: {canonical}");
     }
 
     #[test]

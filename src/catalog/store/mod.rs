@@ -20,6 +20,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
 
+mod approvals;
 mod audit;
 mod search;
 mod writer;
@@ -119,6 +120,7 @@ impl Store {
         // number is never handed out twice.
         let writer = Writer { options: options.synchronous(SqliteSynchronous::Full), connection: None };
         let store = Store { pool, writer: Arc::new(Mutex::new(writer)), history_generations, search_index: true };
+        store.rehash_definitions().await?;
         store.backfill_search().await?;
         Ok(store)
     }
