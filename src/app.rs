@@ -122,6 +122,7 @@ impl App {
             registry: registry.clone(),
             store: store.clone(),
             door: door.clone(),
+            approver: supervisor.approver(),
             refresher: supervisor.refresher(),
             access: access.clone(),
         };

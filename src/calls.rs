@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::catalog::integrity::Hold;
 use crate::catalog::model::ToolDef;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
@@ -113,6 +114,8 @@ pub enum CallError {
     Upstream { server: String, tool: String, generation: u64, code: i64, message: String },
     #[error("{server}/{tool} answered with an invalid result: {message}")]
     InvalidResult { server: String, tool: String, generation: u64, message: String },
+    #[error("{server}/{tool} is held ({}): its definition {offered_hash} is not the approved one{}; an operator must review and approve it", hold.as_str(), approved_hash.as_deref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    DefinitionHeld { server: String, tool: String, hold: Hold, approved_hash: Option<String>, offered_hash: String },
     #[error("{server}/{tool} can only run as an MCP task (execution.taskSupport = required), which toolhost does not offer")]
     TaskRequired { server: String, tool: String },
     #[error("catalog store: {0}")]
@@ -186,6 +189,17 @@ impl Calls {
         span.set_attribute("toolhost.definition_hash", tool.hash.clone());
         span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
         self.check_preconditions(&view, tool, generation.number, &request)?;
+        // Never the approved definition in place of the offered one: a held tool is not called at all.
+        if let Some(hold) = view.held(idx) {
+            span.set_attribute("toolhost.hold", hold.as_str());
+            return Err(CallError::DefinitionHeld {
+                server: view.name.to_string(),
+                tool: tool.name.clone(),
+                hold,
+                approved_hash: view.integrity_at(idx).and_then(|state| state.approved_hash.clone()),
+                offered_hash: tool.hash.clone(),
+            });
+        }
         if tool.fields().task_required {
             return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
         }
@@ -430,6 +444,7 @@ impl CallError {
             CallError::Upstream { .. } => "upstream_error",
             CallError::InvalidResult { .. } => "invalid_result",
             CallError::TaskRequired { .. } => "task_required",
+            CallError::DefinitionHeld { .. } => "definition_held",
             CallError::Store(_) => "internal",
             CallError::NotAllowed { .. } => "denied",
         }
@@ -445,7 +460,8 @@ impl CallError {
             | CallError::UpstreamInvalidParams { server, .. }
             | CallError::Upstream { server, .. }
             | CallError::InvalidResult { server, .. }
-            | CallError::TaskRequired { server, .. } => Some(server),
+            | CallError::TaskRequired { server, .. }
+            | CallError::DefinitionHeld { server, .. } => Some(server),
             CallError::Stale(stale) => Some(&stale.server),
             CallError::UnknownTool { server, .. } => server.as_deref(),
             CallError::UnknownServer(server) => Some(server),
@@ -504,6 +520,16 @@ impl CallError {
             }
             CallError::RevisionNotKept(revision) => ("REVISION_NOT_KEPT", vec![("catalog_revision", revision.to_string())]),
             CallError::TaskRequired { server, tool } => ("TASK_REQUIRED", vec![("server", server.clone()), ("tool", tool.clone())]),
+            CallError::DefinitionHeld { server, tool, hold, approved_hash, offered_hash } => (
+                "DEFINITION_HELD",
+                vec![
+                    ("server", server.clone()),
+                    ("tool", tool.clone()),
+                    ("hold", hold.as_str().to_owned()),
+                    ("approved_hash", approved_hash.clone().unwrap_or_default()),
+                    ("offered_hash", offered_hash.clone()),
+                ],
+            ),
             CallError::DeadlineExceeded { server, tool, generation, after } => {
                 let mut details = at(server, tool, *generation);
                 details.push(("timeout_ms", after.as_millis().to_string()));

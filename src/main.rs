@@ -100,6 +100,27 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Approve the tool definitions a server offers now (operators only): held tools become callable.
+    Approve {
+        server: String,
+        /// The tools' own names (not qualified).
+        tools: Vec<String>,
+        /// Every tool the server offers now.
+        #[arg(long, conflicts_with = "tools")]
+        all: bool,
+        /// Only this exact definition (sha256:… or hex) of the one named tool.
+        #[arg(long)]
+        hash: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show what changed between a tool's approved and offered definitions (operators only).
+    Diff {
+        server: String,
+        tool: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Show who the daemon takes you for, the agent entry that admits you, and what you may use.
     Whoami(ClientArgs),
     /// Show the audit trail of tool calls (operators only).
@@ -187,6 +208,8 @@ fn main() -> ExitCode {
         Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),
         Command::Restart { server, client } => (ClientCommand::Restart { server }, client),
         Command::Whoami(client) => (ClientCommand::Whoami, client),
+        Command::Approve { server, tools, all, hash, client } => (ClientCommand::Approve { server, tools, all, hash }, client),
+        Command::Diff { server, tool, client } => (ClientCommand::Diff { server, tool }, client),
         Command::Search { query, server, limit, client } => (ClientCommand::Search { query, servers: server, limit }, client),
         Command::Audit { since, agent, limit, client } => (ClientCommand::Audit { since, agent, limit }, client),
     };

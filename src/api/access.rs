@@ -79,6 +79,14 @@ pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: 
             }
             CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed }
         }
+        CatalogChange::IntegrityChanged { server, held, released } => {
+            let keep = |names: Vec<String>| names.into_iter().filter(|name| caller.agent.may_use(name)).collect::<Vec<_>>();
+            let (held, released) = (keep(held), keep(released));
+            if held.is_empty() && released.is_empty() {
+                return None;
+            }
+            CatalogChange::IntegrityChanged { server, held, released }
+        }
         CatalogChange::StateChanged { ref server, .. } | CatalogChange::ConfigChanged { ref server, .. } if !visible_server(server) => {
             return None;
         }

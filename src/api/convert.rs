@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::api::pb;
+use crate::catalog::integrity::ToolIntegrity;
 use crate::catalog::model::ToolDef;
 use crate::catalog::record::{EnumerationRecord, GenerationSummary};
 use crate::supervisor::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState, ServerView};
@@ -64,8 +65,18 @@ pub(crate) fn enumeration(record: &EnumerationRecord) -> pb::Enumeration {
     }
 }
 
-pub(crate) fn tool(view: &ServerView, qualified_name: &str, tool: &ToolDef, generation: u64, with_definition: bool) -> pb::Tool {
+/// A tool as the API shows it. `integrity` is its state in the current generation (`None`:
+/// callable as offered, or a past generation's tool).
+pub(crate) fn tool(
+    view: &ServerView,
+    qualified_name: &str,
+    tool: &ToolDef,
+    generation: u64,
+    with_definition: bool,
+    integrity: Option<&ToolIntegrity>,
+) -> pb::Tool {
     let fields = tool.fields();
+    let held = integrity.and_then(|state| state.held);
     pb::Tool {
         qualified_name: qualified_name.to_owned(),
         server: view.name.to_string(),
@@ -77,8 +88,15 @@ pub(crate) fn tool(view: &ServerView, qualified_name: &str, tool: &ToolDef, gene
         annotations_json: fields.annotations.clone(),
         definition_hash: tool.hash.clone(),
         generation,
-        available: view.is_available() && !fields.task_required,
+        available: view.is_available() && !fields.task_required && held.is_none(),
         definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
+        state: if held.is_some() { "held" } else { "ok" }.to_owned(),
+        hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),
+        approved_hash: match integrity {
+            Some(state) => state.approved_hash.clone().unwrap_or_default(),
+            None => tool.hash.clone(),
+        },
+        flags: integrity.map(|state| state.flags.names().into_iter().map(str::to_owned).collect()).unwrap_or_default(),
     }
 }
 
@@ -115,6 +133,9 @@ pub(crate) fn event(event: CatalogEvent) -> pb::CatalogEvent {
                 error: error.unwrap_or_default(),
             })
         }
+        CatalogChange::IntegrityChanged { server, held, released } => {
+            pb::catalog_event::Event::IntegrityChanged(pb::IntegrityChanged { server: server.to_string(), held, released })
+        }
         CatalogChange::ConfigChanged { server, change } => pb::catalog_event::Event::ServerConfigChanged(pb::ServerConfigChanged {
             server: server.to_string(),
             change: match change {
@@ -137,6 +158,7 @@ pub(crate) fn change_server(change: &CatalogChange) -> &str {
     match change {
         CatalogChange::GenerationPublished { server, .. }
         | CatalogChange::StateChanged { server, .. }
+        | CatalogChange::IntegrityChanged { server, .. }
         | CatalogChange::ConfigChanged { server, .. } => server,
     }
 }

@@ -7,6 +7,7 @@
 mod access;
 pub(crate) mod authority;
 mod convert;
+mod integrity;
 mod search;
 pub(crate) mod service;
 mod status;
@@ -64,6 +65,7 @@ pub struct ApiParts {
     pub registry: Arc<Registry>,
     pub store: Store,
     pub door: Door,
+    pub approver: crate::supervisor::integrity::Approver,
     pub refresher: Refresher,
     pub access: Arc<crate::access::Access>,
 }
@@ -152,6 +154,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone() },
         access: parts.access,
         door: parts.door,
+        approver: parts.approver,
     };
     tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
     for listener in listeners.0 {

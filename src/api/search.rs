@@ -45,7 +45,7 @@ impl ToolHostService {
                 continue;
             }
             results.push(pb::SearchResult {
-                tool: Some(convert::tool(view, qualified, &generation.tools[idx], generation.number, false)),
+                tool: Some(convert::tool(view, qualified, &generation.tools[idx], generation.number, false, view.integrity_at(idx))),
                 score,
             });
             if results.len() == limit as usize {

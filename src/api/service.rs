@@ -15,6 +15,7 @@ use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
+use crate::supervisor::integrity::Approver;
 use crate::door::{Door, qualified_target, refused_tool, server_visible};
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
@@ -37,6 +38,7 @@ pub(crate) struct ToolHostService {
     pub(crate) watchers: watch::Watchers,
     pub(crate) access: Arc<Access>,
     pub(crate) door: Door,
+    pub(crate) approver: Approver,
 }
 
 #[tonic::async_trait]
@@ -108,7 +110,8 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         };
         let (tool, generation) = tool.ok_or_else(not_found)?;
         let qualified = names::qualify(&server, &tool.name);
-        let tool = convert::tool(view, &qualified, &tool, generation, true);
+        let integrity = (Some(generation) == current.map(|g| g.number)).then(|| current.and_then(|g| g.position(&tool.name))).flatten();
+        let tool = convert::tool(view, &qualified, &tool, generation, true, integrity.and_then(|idx| view.integrity_at(idx)));
         Ok(Response::new(pb::GetToolResponse { tool: Some(tool), catalog_revision: snapshot.revision }))
     }
 
@@ -131,9 +134,11 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         if !caller.agent.admin {
             enumerations.iter_mut().for_each(|record| record.diagnostics.clear());
         }
+        let approvals = self.approvals_of(&request.server, |name| caller.agent.may_use(&names::qualify(&request.server, name))).await?;
         Ok(Response::new(pb::HistoryResponse {
             generations: generations.into_iter().map(convert::generation_change).collect(),
             enumerations: enumerations.iter().map(convert::enumeration).collect(),
+            approvals,
         }))
     }
 
@@ -203,6 +208,14 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 
     async fn search_tools(&self, request: Request<pb::SearchToolsRequest>) -> Result<Response<pb::SearchToolsResponse>, Status> {
         self.search_tools_in(request).await.map(Response::new)
+    }
+
+    async fn approve_tools(&self, request: Request<pb::ApproveToolsRequest>) -> Result<Response<pb::ApproveToolsResponse>, Status> {
+        self.approve_tools_in(request).await.map(Response::new)
+    }
+
+    async fn diff_tool(&self, request: Request<pb::DiffToolRequest>) -> Result<Response<pb::DiffToolResponse>, Status> {
+        self.diff_tool_in(request).await.map(Response::new)
     }
 }
 
@@ -298,7 +311,7 @@ fn collect_page(
             if tools.len() == page_size as usize {
                 return (tools, Some(Position { server: server_idx, tool: tool_idx }));
             }
-            tools.push(convert::tool(view, qualified, tool, generation.number, false));
+            tools.push(convert::tool(view, qualified, tool, generation.number, request.with_definitions, view.integrity_at(tool_idx)));
         }
     }
     (tools, None)

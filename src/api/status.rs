@@ -9,6 +9,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
 use crate::calls::CallError;
+use crate::supervisor::integrity::ApproveError;
 use crate::catalog::store::StoreError;
 
 const DOMAIN: &str = "toolhost";
@@ -65,13 +66,34 @@ impl From<Refusal> for Status {
     }
 }
 
+impl From<ApproveError> for Status {
+    fn from(error: ApproveError) -> Status {
+        let message = error.to_string();
+        let (code, reason, metadata) = match error {
+            ApproveError::UnknownServer(server) => (Code::NotFound, "UNKNOWN_SERVER", vec![("server", server)]),
+            ApproveError::UnknownTool { server, tool } => (Code::NotFound, "UNKNOWN_TOOL", vec![("server", server), ("tool", tool)]),
+            ApproveError::Pinned { server, tool } => (Code::FailedPrecondition, "TOOL_PINNED", vec![("server", server), ("tool", tool)]),
+            ApproveError::HashMismatch { server, tool, expected, offered } => (
+                Code::FailedPrecondition,
+                "DEFINITION_CHANGED",
+                vec![("server", server), ("tool", tool), ("expected_hash", expected), ("offered_hash", offered)],
+            ),
+            ApproveError::NothingNamed | ApproveError::HashNeedsOneTool => (Code::InvalidArgument, "BAD_APPROVAL", vec![]),
+            ApproveError::Store(error) => return internal(&error),
+        };
+        status(code, message, reason, metadata)
+    }
+}
+
 impl From<CallError> for Status {
     fn from(error: CallError) -> Status {
         let code = match &error {
             CallError::InvalidArguments(_) | CallError::UpstreamInvalidParams { .. } => Code::InvalidArgument,
             CallError::UnknownTool { .. } | CallError::UnknownServer(_) => Code::NotFound,
             CallError::Unavailable { .. } | CallError::SessionLost { .. } => Code::Unavailable,
-            CallError::Stale(_) | CallError::RevisionNotKept(_) | CallError::TaskRequired { .. } => Code::FailedPrecondition,
+            CallError::Stale(_) | CallError::RevisionNotKept(_) | CallError::TaskRequired { .. } | CallError::DefinitionHeld { .. } => {
+                Code::FailedPrecondition
+            }
             CallError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             CallError::Overloaded { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,

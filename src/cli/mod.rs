@@ -35,6 +35,8 @@ pub enum ClientCommand {
     Whoami,
     Audit { since: Option<String>, agent: Option<String>, limit: u32 },
     Search { query: String, servers: Vec<String>, limit: u32 },
+    Approve { server: String, tools: Vec<String>, all: bool, hash: Option<String> },
+    Diff { server: String, tool: String },
 }
 
 /// Where the daemon is and how to print.
@@ -105,7 +107,12 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             out.servers(&response.servers)?;
         }
         ClientCommand::Tools { servers, name_contains } => {
-            let mut request = pb::ListToolsRequest { servers, name_contains: name_contains.unwrap_or_default(), ..Default::default() };
+            let mut request = pb::ListToolsRequest {
+                servers,
+                name_contains: name_contains.unwrap_or_default(),
+                with_definitions: options.json,
+                ..Default::default()
+            };
             let mut tools = Vec::new();
             loop {
                 let response = client.list_tools(request.clone()).await?.into_inner();
@@ -156,6 +163,15 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         ClientCommand::Restart { server } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
+        }
+        ClientCommand::Approve { server, tools, all, hash } => {
+            let request = pb::ApproveToolsRequest { server: server.clone(), tools, all, hash: hash.unwrap_or_default() };
+            let response = client.approve_tools(request).await?.into_inner();
+            out.approved(&server, &response.approved)?;
+        }
+        ClientCommand::Diff { server, tool } => {
+            let response = client.diff_tool(pb::DiffToolRequest { server: server.clone(), name: tool.clone() }).await?.into_inner();
+            out.diff(&server, &tool, &response)?;
         }
         ClientCommand::Search { query, servers, limit } => {
             let response = client.search_tools(pb::SearchToolsRequest { query, servers, limit }).await?.into_inner();

@@ -62,7 +62,8 @@ impl Printer {
                 .map(|t| {
                     json!({"name": t.qualified_name, "server": t.server, "tool": t.name, "title": t.title, "description": t.description,
                            "generation": t.generation, "hash": t.definition_hash, "available": t.available,
-                           "input_schema": parse_or_null(&t.input_schema_json)})
+                           "state": t.state, "hold_reason": t.hold_reason, "approved_hash": t.approved_hash, "flags": t.flags,
+                           "input_schema": parse_or_null(&t.input_schema_json), "definition": parse_or_null(&t.definition_json)})
                 })
                 .collect();
             return self.json_line(&Value::Array(rows));
@@ -70,15 +71,61 @@ impl Printer {
         let rows: Vec<Vec<String>> = tools
             .iter()
             .map(|t| {
+                let state = match (t.state.as_str(), t.flags.is_empty()) {
+                    ("held", _) => format!("HELD ({})", t.hold_reason),
+                    (_, false) => format!("ok, flagged: {}", t.flags.join(",")),
+                    _ => "ok".to_owned(),
+                };
                 vec![
                     t.qualified_name.clone(),
                     t.generation.to_string(),
                     t.definition_hash[..12.min(t.definition_hash.len())].to_owned(),
+                    state,
                     first_line(&t.description),
                 ]
             })
             .collect();
-        self.table(&["TOOL", "GEN", "HASH", "DESCRIPTION"], &rows)
+        self.table(&["TOOL", "GEN", "HASH", "STATE", "DESCRIPTION"], &rows)
+    }
+
+    pub(crate) fn approved(&mut self, server: &str, approved: &[pb::ApprovedTool]) -> std::io::Result<()> {
+        if self.json {
+            let rows: Vec<Value> = approved.iter().map(|a| json!({"server": server, "tool": a.name, "hash": a.hash})).collect();
+            return self.json_line(&Value::Array(rows));
+        }
+        for tool in approved {
+            writeln!(self.out, "approved {server}/{} sha256:{}", tool.name, tool.hash)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn diff(&mut self, server: &str, tool: &str, diff: &pb::DiffToolResponse) -> std::io::Result<()> {
+        if self.json {
+            return self.json_line(&json!({
+                "server": server, "tool": tool, "state": diff.state, "hold_reason": diff.hold_reason, "flags": diff.flags,
+                "offered_hash": diff.offered_hash, "approved_hash": diff.approved_hash, "approved_by": diff.approved_by,
+                "approved_unix_ms": diff.approved_unix_ms, "changes": diff.changes,
+                "offered": parse_or_null(&diff.offered_definition_json), "approved": parse_or_null(&diff.approved_definition_json),
+            }));
+        }
+        let state = if diff.state == "held" { format!("HELD ({})", diff.hold_reason) } else { "ok".to_owned() };
+        writeln!(self.out, "{server}/{tool}: {state}")?;
+        writeln!(self.out, "offered:  sha256:{}", diff.offered_hash)?;
+        if diff.approved_hash.is_empty() {
+            writeln!(self.out, "approved: never (the whole definition is new)")?;
+        } else {
+            writeln!(self.out, "approved: sha256:{} by {} at {}", diff.approved_hash, diff.approved_by, rfc3339(diff.approved_unix_ms))?;
+        }
+        if !diff.flags.is_empty() {
+            writeln!(self.out, "flags:    {}", diff.flags.join(", "))?;
+        }
+        if diff.changes.is_empty() {
+            writeln!(self.out, "no changes")?;
+        }
+        for change in &diff.changes {
+            writeln!(self.out, "{change}")?;
+        }
+        Ok(())
     }
 
     pub(crate) fn call(&mut self, result: &pb::CallToolResponse) -> std::io::Result<()> {
@@ -109,6 +156,9 @@ impl Printer {
             Some(Event::ServerConfigChanged(c)) => {
                 json!({"revision": event.revision, "type": "server_config_changed", "server": c.server, "change": c.change})
             }
+            Some(Event::IntegrityChanged(i)) => {
+                json!({"revision": event.revision, "type": "integrity_changed", "server": i.server, "held": i.held, "released": i.released})
+            }
             None => json!({"revision": event.revision, "type": "unknown"}),
         };
         if self.json {
@@ -129,6 +179,9 @@ impl Printer {
             }
             Some(Event::Resync(r)) => format!("r{} resync: {}", event.revision, r.reason),
             Some(Event::ServerConfigChanged(c)) => format!("r{} {} configuration {}", event.revision, c.server, c.change),
+            Some(Event::IntegrityChanged(i)) => {
+                format!("r{} {} held: [{}] released: [{}]", event.revision, i.server, i.held.join(", "), i.released.join(", "))
+            }
             None => format!("r{} (unknown event)", event.revision),
         };
         writeln!(self.out, "{line}")?;
@@ -220,10 +273,8 @@ impl Printer {
         let rows: Vec<Vec<String>> = records
             .iter()
             .map(|r| {
-                let since_epoch = std::time::Duration::from_millis(u64::try_from(r.at_unix_ms).unwrap_or(0));
-                let at = std::time::UNIX_EPOCH.checked_add(since_epoch).unwrap_or(std::time::UNIX_EPOCH);
                 vec![
-                    humantime::format_rfc3339_seconds(at).to_string(),
+                    rfc3339(r.at_unix_ms),
                     r.agent.clone(),
                     r.qualified_name.clone(),
                     r.generation.to_string(),
@@ -295,4 +346,11 @@ pub(crate) fn state_name(state: i32) -> &'static str {
         pb::ServerState::Stopped => "stopped",
         pb::ServerState::AuthFailed => "auth_failed",
     }
+}
+
+/// Unix milliseconds as an RFC 3339 time (to the second, UTC).
+fn rfc3339(unix_ms: i64) -> String {
+    let since_epoch = std::time::Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0));
+    let at = std::time::UNIX_EPOCH.checked_add(since_epoch).unwrap_or(std::time::UNIX_EPOCH);
+    humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -201,6 +201,8 @@ pub struct ServerSpec {
     /// Which MCP era to speak: detect it (`auto`), or only one.
     pub protocol: ProtocolChoice,
     pub audit_arguments: AuditArguments,
+    /// `changes`, `new_tools` and `pins`: which definitions may be called.
+    pub integrity: crate::catalog::integrity::Policy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -600,7 +602,29 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
                 return Err(("audit_arguments".into(), format!("{other:?} is not one of \"none\", \"hash\", \"full\"")));
             }
         },
+        integrity: crate::catalog::integrity::Policy {
+            hold_changes: hold_or_accept(raw.changes.as_deref()).map_err(at("changes"))?,
+            hold_new: hold_or_accept(raw.new_tools.as_deref()).map_err(at("new_tools"))?,
+            pins: raw
+                .pins
+                .into_iter()
+                .map(|(tool, pin)| match pin.strip_prefix("sha256:") {
+                    Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {
+                        Ok((tool, hex.to_owned()))
+                    }
+                    _ => Err((format!("pins.{tool}"), format!("{pin:?} is not \"sha256:\" and 64 lower-case hex digits"))),
+                })
+                .collect::<Result<_, _>>()?,
+        },
     })
+}
+
+fn hold_or_accept(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None | Some("accept") => Ok(false),
+        Some("hold") => Ok(true),
+        Some(other) => Err(format!("{other:?} is not \"accept\" or \"hold\"")),
+    }
 }
 
 /// Resolves the `${…}` references of every value, naming the key of one that cannot be.

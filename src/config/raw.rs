@@ -175,6 +175,13 @@ pub(crate) struct RawServer {
     pub(crate) inherit_env: Vec<String>,
     /// What the audit trail keeps of a call's arguments: "none", "hash" or "full".
     pub(crate) audit_arguments: Option<String>,
+    /// "accept" or "hold": a changed definition.
+    pub(crate) changes: Option<String>,
+    /// "accept" or "hold": a tool never approved.
+    pub(crate) new_tools: Option<String>,
+    /// TOOL = "sha256:…".
+    #[serde(default)]
+    pub(crate) pins: BTreeMap<String, String>,
     pub(crate) ca_file: Option<String>,
     pub(crate) protocol: Option<String>,
     pub(crate) enabled: Option<bool>,

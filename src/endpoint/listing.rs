@@ -78,7 +78,8 @@ impl Cache {
             let first = if ordinal == start.server { start.tool } else { 0 };
             let entries = self.rendered(server, original);
             for idx in first..generation.tools.len() {
-                if !view.shows(server.qualified().name(idx)) {
+                // A held tool cannot be called, and an MCP client cannot see a state: not listed.
+                if !view.shows(server.qualified().name(idx)) || server.held(idx).is_some() {
                     continue;
                 }
                 if taken == page_size {
@@ -174,7 +175,7 @@ fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
         let Some(generation) = &server.generation else { continue };
         for (idx, tool) in generation.tools.iter().enumerate() {
             let name = server.qualified().name(idx);
-            if view.shows(name) {
+            if view.shows(name) && server.held(idx).is_none() {
                 name.hash(&mut hasher);
                 tool.hash.hash(&mut hasher);
             }

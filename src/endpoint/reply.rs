@@ -94,7 +94,8 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::SessionLost { .. }
         | CallError::Overloaded { .. }
         | CallError::InvalidResult { .. }
-        | CallError::TaskRequired { .. } => SERVER_ERROR,
+        | CallError::TaskRequired { .. }
+        | CallError::DefinitionHeld { .. } => SERVER_ERROR,
     };
     let explained = failure.explain();
     let data = reason_data(explained.reason, &explained.details);

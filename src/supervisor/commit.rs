@@ -6,7 +6,10 @@ use opentelemetry::trace::SpanContext;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::catalog::integrity::{self, Approval, ToolIntegrity};
 use crate::catalog::model::Listing;
+use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
+use crate::supervisor::integrity::compact as integrity_states;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::CommitOutcome;
 use crate::supervisor::enumerate::{PassClock, PassStats};
@@ -39,10 +42,34 @@ impl Worker {
             tracing::warn!(server = %self.name, skipped = listing.skipped, first = %first, "tools/list entries skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, clock, stats, listing.diagnostics.clone());
-        let previous = self.registry.server(&self.name).and_then(|view| view.generation.clone());
-        let committed = self.store.commit(&self.name, listing, record.clone(), previous.as_deref()).await;
+        let Some(shared) = self.registry.server(&self.name).map(|view| view.shared.clone()) else { return false };
+        // The integrity lock: an operator's approval cannot interleave with this evaluation.
+        let mut approvals = shared.approvals.lock().await;
+        let Some(current) = self.registry.server(&self.name) else { return false };
+        let previous = current.generation.clone();
+        let evaluation = integrity::evaluate(&self.spec.integrity, &listing.tools, &approvals, |name| {
+            let before = previous.as_ref()?.tool(name)?;
+            listing.tools.iter().find(|tool| tool.name == name).filter(|tool| tool.hash != before.hash)?;
+            Some(before.fields().description.clone())
+        });
+        let committed = self.store.commit_accepting(&self.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted).await;
         let outcome = match committed {
             Ok(CommitOutcome::Committed { generation, diff }) => {
+                for (name, hash) in &evaluation.accepted {
+                    let approval = Approval { hash: hash.clone(), approved_by: ACCEPTED_BY_POLICY.to_owned(), approved_at_ms: now_ms() };
+                    approvals.insert(name.clone(), approval);
+                }
+                let mut states = evaluation.tools;
+                // A definition unchanged since the last generation keeps what was said of its description then.
+                for (state, tool) in states.iter_mut().zip(&generation.tools) {
+                    if let Some(before) = previous.as_ref().and_then(|p| p.position(&tool.name).map(|idx| (idx, &p.tools[idx])))
+                        && before.1.hash == tool.hash
+                    {
+                        state.flags.description_changed = current.integrity_at(before.0).is_some_and(|old| old.flags.description_changed);
+                    }
+                }
+                self.report_holds(&generation, &states, &span);
+                let states = integrity_states(&generation.tools, states);
                 tracing::info!(
                     server = %self.name, generation = generation.number, tools = generation.tools.len(),
                     added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
@@ -60,6 +87,7 @@ impl Worker {
                 }
                 self.registry.update(&self.name, |view| {
                     view.generation = Some(generation);
+                    view.integrity = states;
                     view.revalidating = false;
                     view.last_error = None;
                     view.last_verified_at_ms = Some(now_ms());
@@ -97,6 +125,32 @@ impl Worker {
         span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
         self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), clock.elapsed());
         true
+    }
+
+    /// A WARN and a span event for each tool held or flagged in a new generation, with what
+    /// changed; the held-tools gauge follows the registry.
+    fn report_holds(&self, generation: &crate::catalog::model::Generation, states: &[ToolIntegrity], span: &tracing::Span) {
+        for (tool, state) in generation.tools.iter().zip(states) {
+            if state.held.is_none() && !state.flags.any() {
+                continue;
+            }
+            let hold = state.held.map_or("none", |hold| hold.as_str());
+            let flags = state.flags.names().join(",");
+            tracing::warn!(
+                server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash,
+                approved = state.approved_hash.as_deref().unwrap_or("none"), "tool definition held or flagged"
+            );
+            span.add_event(
+                "toolhost.definition_held",
+                vec![
+                    KeyValue::new("gen_ai.tool.name", tool.name.clone()),
+                    KeyValue::new("toolhost.hold", hold),
+                    KeyValue::new("toolhost.flags", flags),
+                    KeyValue::new("toolhost.definition_hash", tool.hash.clone()),
+                    KeyValue::new("toolhost.approved_hash", state.approved_hash.clone().unwrap_or_default()),
+                ],
+            );
+        }
     }
 
     pub(crate) async fn record_failure(

@@ -3,13 +3,14 @@
 
 mod backoff;
 mod commit;
+pub mod integrity;
 mod enumerate;
 mod guard;
 pub mod registry;
 mod trace;
 mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::integrity::Approval;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError, StoredServer};
 use crate::config::{ServerSpec, Transport};
@@ -83,6 +85,8 @@ impl Supervisor {
     ) -> Result<Supervisor, StoreError> {
         let mut stored = store.load_all_current().await?;
         let eras = store.eras().await?;
+        let mut approvals = store.approvals(None).await?;
+        let mut previous = store.previous_definitions(None).await?;
         let mut supervisor = Supervisor {
             metrics,
             registry,
@@ -99,7 +103,10 @@ impl Supervisor {
         let mut views = Vec::with_capacity(servers.len());
         for (name, spec) in servers {
             let name: Arc<str> = name.as_str().into();
-            views.push(supervisor.view(&name, spec, stored.remove(&*name)));
+            let mut view = supervisor.view(&name, spec, stored.remove(&*name));
+            let (approvals, previous) = (approvals.remove(&*name).unwrap_or_default(), previous.remove(&*name).unwrap_or_default());
+            supervisor.judge(&mut view, approvals, &previous).await?;
+            views.push(view);
             supervisor.specs.insert(name, spec.clone());
         }
         supervisor.registry.insert_all(views);
@@ -182,13 +189,39 @@ impl Supervisor {
     /// Publishes a server (with its stored generation) and starts its worker if enabled.
     async fn add(&mut self, name: Arc<str>, spec: ServerSpec, change: Option<ConfigChange>) -> Result<(), StoreError> {
         let stored = self.store.load_current(&name).await?;
-        let view = self.view(&name, &spec, stored);
+        let mut view = self.view(&name, &spec, stored);
+        let approvals = self.store.approvals(Some(&name)).await?.remove(&*name).unwrap_or_default();
+        let previous = self.store.previous_definitions(Some(&name)).await?.remove(&*name).unwrap_or_default();
+        self.judge(&mut view, approvals, &previous).await?;
         self.registry.insert(view, change);
         if spec.enabled {
             self.spawn_worker(name.clone(), spec.clone());
         }
         self.specs.insert(name, spec);
         Ok(())
+    }
+
+    /// Evaluates a stored generation's integrity before it is first published, and hands the
+    /// server's approvals to its shared state.
+    async fn judge(&self, view: &mut ServerView, approvals: HashMap<String, Approval>, previous: &HashMap<String, String>) -> Result<(), StoreError> {
+        let approvals = match view.generation.clone() {
+            Some(generation) => {
+                let (states, approvals) =
+                    integrity::evaluate_stored(&self.store, &view.name, &view.shared.policy, &generation, approvals, previous).await?;
+                view.integrity = states;
+                approvals
+            }
+            None => approvals,
+        };
+        if let Some(shared) = Arc::get_mut(&mut view.shared) {
+            *shared.approvals.get_mut() = approvals;
+        }
+        Ok(())
+    }
+
+    /// An operator's approvals and diffs.
+    pub fn approver(&self) -> integrity::Approver {
+        integrity::Approver { registry: self.registry.clone(), store: self.store.clone() }
     }
 
     fn view(&self, name: &Arc<str>, spec: &ServerSpec, stored: Option<StoredServer>) -> ServerView {
@@ -198,7 +231,7 @@ impl Supervisor {
             Transport::Http(_) => "http",
         };
         let mut view =
-            ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout, spec.audit_arguments);
+            ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout, spec.audit_arguments, spec.integrity.clone());
         if let Some(stored) = stored {
             view.generation = Some(stored.generation);
             view.last_verified_at_ms = stored.last_verified_at_ms;

@@ -18,6 +18,9 @@ use arc_swap::ArcSwap;
 use opentelemetry::trace::SpanContext;
 use tokio::sync::{Semaphore, watch};
 
+use std::collections::HashMap;
+
+use crate::catalog::integrity::{Approval, Hold, Policy, ToolIntegrity};
 use crate::catalog::model::{Diff, Generation};
 use crate::catalog::names::{QualifiedIndex, qualify};
 use crate::catalog::record::EnumerationRecord;
@@ -71,6 +74,9 @@ pub struct ServerView {
     /// Qualified names of `generation`'s tools, built on first use (a restart with a hundred
     /// thousand stored tools need not build them all before serving) and reset with the generation.
     qualified: Arc<OnceLock<QualifiedIndex>>,
+    /// The integrity state of each of `generation`'s tools (parallel to its tools); empty when
+    /// every tool is callable, accepted as offered, with nothing to flag.
+    pub integrity: Arc<[ToolIntegrity]>,
     /// The generation was loaded from the store and no session of this daemon has confirmed it yet.
     pub revalidating: bool,
     pub last_verified_at_ms: Option<i64>,
@@ -93,6 +99,11 @@ pub struct ServerShared {
     pub request_timeout: Duration,
     /// What the audit trail keeps of this server's call arguments.
     pub audit_arguments: AuditArguments,
+    /// Which definitions may be called (`changes`, `new_tools`, `pins`).
+    pub policy: Policy,
+    /// The current approval of each tool. Also the server's integrity lock: whoever evaluates
+    /// and publishes integrity states (a worker's commit, an operator's approval) holds it.
+    pub approvals: tokio::sync::Mutex<HashMap<String, Approval>>,
     pub races: RaceCounters,
     /// The trace span of the refresh that published each recent generation, so that a stale-tool
     /// race can link to the enumeration that observed the change.
@@ -159,6 +170,13 @@ pub enum CatalogChange {
         available: bool,
         error: Option<String>,
     },
+    /// Tools became held (a definition not approved) or were released (approved). Names are
+    /// qualified names.
+    IntegrityChanged {
+        server: Arc<str>,
+        held: Vec<String>,
+        released: Vec<String>,
+    },
     /// A reload added, removed or changed the server's configuration.
     ConfigChanged {
         server: Arc<str>,
@@ -206,6 +224,7 @@ impl ServerView {
         max_concurrent_calls: u32,
         request_timeout: Duration,
         audit_arguments: AuditArguments,
+        policy: Policy,
     ) -> ServerView {
         let permits = usize::try_from(max_concurrent_calls).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
         ServerView {
@@ -216,6 +235,7 @@ impl ServerView {
             hello: None,
             generation: None,
             qualified: Arc::default(),
+            integrity: Arc::new([]),
             revalidating: false,
             last_verified_at_ms: None,
             last_enumeration: None,
@@ -226,6 +246,8 @@ impl ServerView {
                 call_permits: Arc::new(Semaphore::new(permits)),
                 request_timeout,
                 audit_arguments,
+                policy,
+                approvals: tokio::sync::Mutex::default(),
                 races: RaceCounters::default(),
                 generation_spans: Mutex::default(),
             }),
@@ -247,6 +269,21 @@ impl ServerView {
 
     pub fn generation_number(&self) -> u64 {
         self.generation.as_ref().map_or(0, |g| g.number)
+    }
+
+    /// The integrity state of the current generation's tool `idx` (`None`: callable as offered).
+    pub fn integrity_at(&self, idx: usize) -> Option<&ToolIntegrity> {
+        self.integrity.get(idx)
+    }
+
+    /// Why tool `idx` may not be called, if it is held.
+    pub fn held(&self, idx: usize) -> Option<Hold> {
+        self.integrity.get(idx).and_then(|state| state.held)
+    }
+
+    /// The qualified names of the tools held now.
+    pub fn held_names(&self) -> Vec<String> {
+        (0..self.integrity.len()).filter(|idx| self.held(*idx).is_some()).map(|idx| self.qualified().name(idx).to_owned()).collect()
     }
 }
 
@@ -354,6 +391,16 @@ impl Registry {
                 after.qualified = Arc::default();
                 events.push(generation_event(&before, new));
             }
+            let integrity_changed = !Arc::ptr_eq(&before.integrity, &after.integrity) && {
+                let (was, now) = (before.held_names(), after.held_names());
+                let held: Vec<String> = now.iter().filter(|name| !was.contains(name)).cloned().collect();
+                let released: Vec<String> = was.iter().filter(|name| !now.contains(name)).cloned().collect();
+                let changed = !held.is_empty() || !released.is_empty();
+                if changed {
+                    events.push(CatalogChange::IntegrityChanged { server: after.name.clone(), held, released });
+                }
+                changed
+            };
             let availability_changed = before.is_available() != after.is_available();
             if availability_changed {
                 events.push(CatalogChange::StateChanged {
@@ -364,7 +411,7 @@ impl Registry {
                     error: after.last_error.clone(),
                 });
             }
-            generation_changed || availability_changed
+            generation_changed || availability_changed || integrity_changed
         });
     }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
+use sqlx::SqliteConnection;
 
 use super::{Store, StoreError};
 use crate::catalog::integrity::Approval;
@@ -12,17 +13,50 @@ use crate::catalog::record::now_ms;
 
 /// Approval rows kept per tool: the current one and its recent history.
 const APPROVALS_KEPT: i64 = 20;
+/// Who approved a definition that the server's policy accepted on its own.
+pub const ACCEPTED_BY_POLICY: &str = "policy (accept)";
+
+/// Inserts approvals of `(tool, hash)` in a write transaction, keeping each tool's history bounded.
+pub(super) async fn insert(conn: &mut SqliteConnection, server: &str, tools: &[(String, String)], approved_by: &str) -> Result<i64, StoreError> {
+    let at = now_ms();
+    if tools.is_empty() {
+        return Ok(at);
+    }
+    let entries = serde_json::to_string(tools).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    sqlx::query(
+        "INSERT INTO approvals (server, name, hash, approved_by, approved_at_ms) \
+         SELECT ?1, value ->> 0, value ->> 1, ?2, ?3 FROM json_each(?4)",
+    )
+    .bind(server)
+    .bind(approved_by)
+    .bind(at)
+    .bind(&entries)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "DELETE FROM approvals WHERE server = ?1 AND name IN (SELECT value ->> 0 FROM json_each(?2)) AND id NOT IN \
+         (SELECT id FROM approvals a WHERE a.server = approvals.server AND a.name = approvals.name ORDER BY id DESC LIMIT ?3)",
+    )
+    .bind(server)
+    .bind(&entries)
+    .bind(APPROVALS_KEPT)
+    .execute(&mut *conn)
+    .await?;
+    Ok(at)
+}
 
 impl Store {
-    /// The current approval of every tool that has one, by server then tool name.
+    /// The current approval of every tool that has one (of one server, or of all), by server
+    /// then tool name.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approvals(&self) -> Result<HashMap<String, HashMap<String, Approval>>, StoreError> {
+    pub async fn approvals(&self, server: Option<&str>) -> Result<HashMap<String, HashMap<String, Approval>>, StoreError> {
         let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(
             "SELECT server, name, hash, approved_by, approved_at_ms FROM approvals \
-             WHERE id IN (SELECT max(id) FROM approvals GROUP BY server, name)",
+             WHERE id IN (SELECT max(id) FROM approvals WHERE ?1 IS NULL OR server = ?1 GROUP BY server, name)",
         )
+        .bind(server)
         .fetch_all(&self.pool)
         .await?;
         let mut by_server: HashMap<String, HashMap<String, Approval>> = HashMap::new();
@@ -40,28 +74,8 @@ impl Store {
         if tools.is_empty() {
             return Ok(Vec::new());
         }
-        let at = now_ms();
-        let entries = serde_json::to_string(tools).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO approvals (server, name, hash, approved_by, approved_at_ms) \
-             SELECT ?1, value ->> 0, value ->> 1, ?2, ?3 FROM json_each(?4)",
-        )
-        .bind(server)
-        .bind(approved_by)
-        .bind(at)
-        .bind(&entries)
-        .execute(tx.conn())
-        .await?;
-        sqlx::query(
-            "DELETE FROM approvals WHERE server = ?1 AND name IN (SELECT value ->> 0 FROM json_each(?2)) AND id NOT IN \
-             (SELECT id FROM approvals a WHERE a.server = approvals.server AND a.name = approvals.name ORDER BY id DESC LIMIT ?3)",
-        )
-        .bind(server)
-        .bind(&entries)
-        .bind(APPROVALS_KEPT)
-        .execute(tx.conn())
-        .await?;
+        let at = insert(tx.conn(), server, tools, approved_by).await?;
         tx.commit().await?;
         Ok(tools
             .iter()
@@ -92,21 +106,26 @@ impl Store {
         Ok(sqlx::query_scalar("SELECT definition FROM definitions WHERE hash = ?").bind(hash).fetch_optional(&self.pool).await?)
     }
 
-    /// The definition each current tool of `server` had just before its current one (when its
-    /// previous version ended right where the current one began).
+    /// The definition each current tool had just before its current one (when its previous
+    /// version ended right where the current one began), by server then tool; one server's
+    /// only, or every server's.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn previous_definitions(&self, server: &str) -> Result<HashMap<String, String>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT c.name, d.definition FROM tool_versions c \
+    pub async fn previous_definitions(&self, server: Option<&str>) -> Result<HashMap<String, HashMap<String, String>>, StoreError> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT c.server, c.name, d.definition FROM tool_versions c \
              JOIN tool_versions p ON p.server = c.server AND p.name = c.name AND p.last_generation = c.first_generation - 1 \
-             JOIN definitions d ON d.hash = p.hash WHERE c.server = ? AND c.last_generation IS NULL",
+             JOIN definitions d ON d.hash = p.hash WHERE c.last_generation IS NULL AND (?1 IS NULL OR c.server = ?1)",
         )
         .bind(server)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().collect())
+        let mut by_server: HashMap<String, HashMap<String, String>> = HashMap::new();
+        for (server, name, definition) in rows {
+            by_server.entry(server).or_default().insert(name, definition);
+        }
+        Ok(by_server)
     }
 
     /// Once per store: rewrites every stored definition into its JCS form and re-keys it by the

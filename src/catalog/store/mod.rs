@@ -20,7 +20,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
 
-mod approvals;
+pub mod approvals;
 mod audit;
 mod search;
 mod writer;
@@ -332,8 +332,25 @@ impl Store {
         &self,
         server: &str,
         listing: Listing,
+        record: EnumerationRecord,
+        previous: Option<&Generation>,
+    ) -> Result<CommitOutcome, StoreError> {
+        self.commit_accepting(server, listing, record, previous, &[]).await
+    }
+
+    /// [`Store::commit`] that also records, in the same transaction, the definitions the
+    /// server's integrity policy accepted (`(tool, hash)`): the baseline later changes are
+    /// compared with is durable exactly when the generation is.
+    ///
+    /// # Errors
+    /// As [`Store::commit`].
+    pub async fn commit_accepting(
+        &self,
+        server: &str,
+        listing: Listing,
         mut record: EnumerationRecord,
         previous: Option<&Generation>,
+        accepted: &[(String, String)],
     ) -> Result<CommitOutcome, StoreError> {
         let mut tx = self.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
@@ -431,6 +448,7 @@ impl Store {
         record.generation = to_u64(next)?;
         insert_enumeration(tx.conn(), server, &record).await?;
         self.prune_history(tx.conn(), server, next).await?;
+        approvals::insert(tx.conn(), server, accepted, approvals::ACCEPTED_BY_POLICY).await?;
         tx.commit().await?;
         let generation = Arc::new(Generation { number: to_u64(next)?, committed_at_ms: now, tools: listing.tools });
         Ok(CommitOutcome::Committed { generation, diff })
