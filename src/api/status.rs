@@ -9,8 +9,8 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
 use crate::calls::CallError;
-use crate::supervisor::integrity::ApproveError;
 use crate::catalog::store::StoreError;
+use crate::supervisor::integrity::ApproveError;
 
 const DOMAIN: &str = "toolhost";
 

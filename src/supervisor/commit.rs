@@ -8,11 +8,11 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::integrity::{self, Approval, ToolIntegrity};
 use crate::catalog::model::Listing;
-use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
-use crate::supervisor::integrity::compact as integrity_states;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::CommitOutcome;
+use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
 use crate::supervisor::enumerate::{PassClock, PassStats};
+use crate::supervisor::integrity::compact as integrity_states;
 use crate::supervisor::registry::ServerState;
 use crate::supervisor::trace;
 use crate::supervisor::worker::Worker;

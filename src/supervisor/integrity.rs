@@ -116,7 +116,9 @@ impl Approver {
             true => generation.tools.iter().filter(|tool| !policy.pins.contains_key(&tool.name)).collect(),
             false => tools
                 .iter()
-                .map(|name| generation.tool(name).ok_or_else(|| ApproveError::UnknownTool { server: server.to_owned(), tool: name.clone() }))
+                .map(|name| {
+                    generation.tool(name).ok_or_else(|| ApproveError::UnknownTool { server: server.to_owned(), tool: name.clone() })
+                })
                 .collect::<Result<_, _>>()?,
         };
         let mut entries = Vec::with_capacity(chosen.len());

@@ -3,9 +3,9 @@
 
 mod backoff;
 mod commit;
-pub mod integrity;
 mod enumerate;
 mod guard;
+pub mod integrity;
 pub mod registry;
 mod trace;
 mod worker;
@@ -203,7 +203,12 @@ impl Supervisor {
 
     /// Evaluates a stored generation's integrity before it is first published, and hands the
     /// server's approvals to its shared state.
-    async fn judge(&self, view: &mut ServerView, approvals: HashMap<String, Approval>, previous: &HashMap<String, String>) -> Result<(), StoreError> {
+    async fn judge(
+        &self,
+        view: &mut ServerView,
+        approvals: HashMap<String, Approval>,
+        previous: &HashMap<String, String>,
+    ) -> Result<(), StoreError> {
         let approvals = match view.generation.clone() {
             Some(generation) => {
                 let (states, approvals) =
@@ -230,8 +235,15 @@ impl Supervisor {
             Transport::Stdio(_) => "stdio",
             Transport::Http(_) => "http",
         };
-        let mut view =
-            ServerView::new(name.clone(), state, transport, spec.max_concurrent_calls, spec.request_timeout, spec.audit_arguments, spec.integrity.clone());
+        let mut view = ServerView::new(
+            name.clone(),
+            state,
+            transport,
+            spec.max_concurrent_calls,
+            spec.request_timeout,
+            spec.audit_arguments,
+            spec.integrity.clone(),
+        );
         if let Some(stored) = stored {
             view.generation = Some(stored.generation);
             view.last_verified_at_ms = stored.last_verified_at_ms;

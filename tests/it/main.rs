@@ -15,6 +15,7 @@ mod enumeration;
 mod hardening;
 mod http;
 mod http_server;
+mod integrity;
 mod interop;
 mod lifecycle;
 mod mcp_clients;

@@ -17,7 +17,12 @@ const APPROVALS_KEPT: i64 = 20;
 pub const ACCEPTED_BY_POLICY: &str = "policy (accept)";
 
 /// Inserts approvals of `(tool, hash)` in a write transaction, keeping each tool's history bounded.
-pub(super) async fn insert(conn: &mut SqliteConnection, server: &str, tools: &[(String, String)], approved_by: &str) -> Result<i64, StoreError> {
+pub(super) async fn insert(
+    conn: &mut SqliteConnection,
+    server: &str,
+    tools: &[(String, String)],
+    approved_by: &str,
+) -> Result<i64, StoreError> {
     let at = now_ms();
     if tools.is_empty() {
         return Ok(at);
@@ -70,7 +75,12 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approve(&self, server: &str, tools: &[(String, String)], approved_by: &str) -> Result<Vec<(String, Approval)>, StoreError> {
+    pub async fn approve(
+        &self,
+        server: &str,
+        tools: &[(String, String)],
+        approved_by: &str,
+    ) -> Result<Vec<(String, Approval)>, StoreError> {
         if tools.is_empty() {
             return Ok(Vec::new());
         }
@@ -88,14 +98,16 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn approval_history(&self, server: &str, limit: u32) -> Result<Vec<(String, Approval)>, StoreError> {
-        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
-            "SELECT name, hash, approved_by, approved_at_ms FROM approvals WHERE server = ? ORDER BY id DESC LIMIT ?",
-        )
-        .bind(server)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(|(name, hash, approved_by, approved_at_ms)| (name, Approval { hash, approved_by, approved_at_ms })).collect())
+        let rows: Vec<(String, String, String, i64)> =
+            sqlx::query_as("SELECT name, hash, approved_by, approved_at_ms FROM approvals WHERE server = ? ORDER BY id DESC LIMIT ?")
+                .bind(server)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, hash, approved_by, approved_at_ms)| (name, Approval { hash, approved_by, approved_at_ms }))
+            .collect())
     }
 
     /// A stored definition by its hash.
@@ -141,7 +153,8 @@ impl Store {
         let rehash = move || -> Result<Vec<(String, String, String)>, StoreError> {
             let mut moved = Vec::new();
             for (old, definition) in rows {
-                let value: Value = serde_json::from_str(&definition).map_err(|err| StoreError::Corrupt(format!("definition {old}: {err}")))?;
+                let value: Value =
+                    serde_json::from_str(&definition).map_err(|err| StoreError::Corrupt(format!("definition {old}: {err}")))?;
                 let canonical = canonical_json(&value);
                 let hash = sha256_hex(canonical.as_bytes());
                 if hash != old {
@@ -154,8 +167,13 @@ impl Store {
         let count = moved.len();
         let moved = serde_json::to_string(&moved).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let mut tx = self.begin().await?;
-        sqlx::query("CREATE TEMP TABLE rehash (old TEXT PRIMARY KEY, new TEXT NOT NULL, definition TEXT NOT NULL)").execute(tx.conn()).await?;
-        sqlx::query("INSERT INTO rehash SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)").bind(&moved).execute(tx.conn()).await?;
+        sqlx::query("CREATE TEMP TABLE rehash (old TEXT PRIMARY KEY, new TEXT NOT NULL, definition TEXT NOT NULL)")
+            .execute(tx.conn())
+            .await?;
+        sqlx::query("INSERT INTO rehash SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)")
+            .bind(&moved)
+            .execute(tx.conn())
+            .await?;
         sqlx::query("INSERT OR IGNORE INTO definitions (hash, definition) SELECT new, definition FROM rehash").execute(tx.conn()).await?;
         sqlx::query("UPDATE tool_versions SET hash = (SELECT new FROM rehash WHERE old = tool_versions.hash) WHERE hash IN (SELECT old FROM rehash)")
             .execute(tx.conn())
