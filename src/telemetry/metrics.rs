@@ -26,6 +26,7 @@ pub struct Metrics {
 pub struct RegistryGauges {
     _sessions: ObservableGauge<u64>,
     _tools: ObservableGauge<u64>,
+    _held: ObservableGauge<u64>,
 }
 
 impl Metrics {
@@ -114,6 +115,17 @@ pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges
             }
         })
         .build();
+    let for_held = registry.clone();
+    let held = meter
+        .u64_observable_gauge("toolhost.tools.held")
+        .with_description("Tools whose offered definition is not the approved one (not callable until approved)")
+        .with_callback(move |observer| {
+            for view in for_held.snapshot().servers.values() {
+                let count = view.integrity.iter().filter(|state| state.held.is_some()).count() as u64;
+                observer.observe(count, &[KeyValue::new("toolhost.server", view.name.to_string())]);
+            }
+        })
+        .build();
     let tools = meter
         .u64_observable_gauge("toolhost.tools")
         .with_description("Tools in each server's current generation")
@@ -130,7 +142,7 @@ pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges
             }
         })
         .build();
-    RegistryGauges { _sessions: sessions, _tools: tools }
+    RegistryGauges { _sessions: sessions, _tools: tools, _held: held }
 }
 
 const ALL_STATES: [ServerState; 10] = [

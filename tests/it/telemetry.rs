@@ -369,7 +369,14 @@ async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
     assert!(spans.iter().any(|(name, _, _)| name == "tools/call add"), "the upstream child span arrived");
     assert!(spans.iter().any(|(name, _, _)| name == "toolhost.commit wire"), "the enumeration's spans arrived");
     let metrics = receiver.metrics.lock().unwrap().clone();
-    for name in ["mcp.client.operation.duration", "toolhost.calls", "toolhost.enumerations", "toolhost.sessions", "toolhost.tools"] {
+    for name in [
+        "mcp.client.operation.duration",
+        "toolhost.calls",
+        "toolhost.enumerations",
+        "toolhost.sessions",
+        "toolhost.tools",
+        "toolhost.tools.held",
+    ] {
         assert!(metrics.iter().any(|m| m == name), "metric {name} missing from {metrics:?}");
     }
     collector.abort();
@@ -417,6 +424,7 @@ fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
         "toolhost_enumerations_total",
         "toolhost_sessions",
         "toolhost_tools",
+        "toolhost_tools_held",
         "toolhost_server_restarts_total",
     ] {
         assert!(text.contains(name), "the dashboard does not chart {name}");
