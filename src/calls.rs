@@ -196,7 +196,7 @@ impl Calls {
                 server: view.name.to_string(),
                 tool: tool.name.clone(),
                 hold,
-                approved_hash: view.integrity_at(idx).and_then(|state| state.approved_hash.clone()),
+                approved_hash: view.integrity_at(idx).and_then(|state| state.approved(&tool.hash)).map(str::to_owned),
                 offered_hash: tool.hash.clone(),
             });
         }

@@ -93,7 +93,7 @@ pub(crate) fn tool(
         state: if held.is_some() { "held" } else { "ok" }.to_owned(),
         hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),
         approved_hash: match integrity {
-            Some(state) => state.approved_hash.clone().unwrap_or_default(),
+            Some(state) => state.approved(&tool.hash).unwrap_or_default().to_owned(),
             None => tool.hash.clone(),
         },
         flags: integrity.map(|state| state.flags.names().into_iter().map(str::to_owned).collect()).unwrap_or_default(),

@@ -59,7 +59,8 @@ pub struct Flags {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolIntegrity {
     pub held: Option<Hold>,
-    /// The definition that may be called: approved, accepted or pinned.
+    /// The approved (or pinned) definition when it is not the offered one; `None` when the
+    /// offered definition is the approved one (or, for a held new tool, when none ever was).
     pub approved_hash: Option<String>,
     pub flags: Flags,
 }
@@ -78,6 +79,18 @@ impl Policy {
     /// Whether anything can be held: otherwise no baseline needs to be kept.
     pub fn holds_anything(&self) -> bool {
         self.hold_changes || self.hold_new || !self.pins.is_empty()
+    }
+}
+
+impl ToolIntegrity {
+    /// The definition that may be called, given the offered one: the approved or pinned hash,
+    /// the offered hash when that is approved, `None` for a held tool never approved.
+    pub fn approved<'a>(&'a self, offered: &'a str) -> Option<&'a str> {
+        match (&self.approved_hash, self.held) {
+            (Some(hash), _) => Some(hash),
+            (None, Some(_)) => None,
+            (None, None) => Some(offered),
+        }
     }
 }
 
@@ -126,8 +139,10 @@ pub fn evaluate(
         };
         let mut state = ToolIntegrity { held: None, approved_hash: None, flags };
         if let Some(pin) = policy.pins.get(&tool.name) {
-            state.held = (*pin != tool.hash).then_some(Hold::PinMismatch);
-            state.approved_hash = Some(pin.clone());
+            if *pin != tool.hash {
+                state.held = Some(Hold::PinMismatch);
+                state.approved_hash = Some(pin.clone());
+            }
         } else {
             let approved = approvals.get(&tool.name);
             let by_policy_hold = match approved {
@@ -143,9 +158,8 @@ pub fn evaluate(
                 }
             };
             state.approved_hash = match (by_policy_hold, approved) {
-                (None, _) => Some(tool.hash.clone()),
-                (Some(_), Some(approval)) => Some(approval.hash.clone()),
-                (Some(_), None) => None,
+                (Some(_), Some(approval)) if approval.hash != tool.hash => Some(approval.hash.clone()),
+                _ => None,
             };
             state.held = by_policy_hold;
         }
@@ -158,8 +172,10 @@ pub fn evaluate(
 /// characters, bidi embeddings, overrides, isolates and marks. A JCS definition holds
 /// non-ASCII characters as themselves, so its text is scanned directly.
 pub fn has_invisible(definition: &str) -> bool {
-    definition.chars().any(|c| {
-        matches!(c,
+    // Every character looked for is outside ASCII, and most definitions are ASCII only.
+    !definition.is_ascii()
+        && definition.chars().any(|c| {
+            matches!(c,
             '\u{E0000}'..='\u{E007F}'
             | '\u{200B}'..='\u{200F}'
             | '\u{202A}'..='\u{202E}'
@@ -167,7 +183,7 @@ pub fn has_invisible(definition: &str) -> bool {
             | '\u{2066}'..='\u{2069}'
             | '\u{061C}'
             | '\u{FEFF}')
-    })
+        })
 }
 
 /// What changed from one definition to another, field by field: one line per changed JSON
@@ -230,7 +246,8 @@ mod tests {
         let approvals = HashMap::from([("read".to_owned(), approved(&old)), ("list".to_owned(), approved(&other))]);
         let evaluation = evaluate(&policy, &[new.clone(), other.clone()], &approvals, |_| None);
         assert_eq!(evaluation.tools[0].held, Some(Hold::Changed));
-        assert_eq!(evaluation.tools[0].approved_hash.as_deref(), Some(old.hash.as_str()));
+        assert_eq!(evaluation.tools[0].approved(&new.hash), Some(old.hash.as_str()));
+        assert_eq!(evaluation.tools[1].approved(&other.hash), Some(other.hash.as_str()));
         assert_eq!(evaluation.tools[1].held, None);
         assert!(evaluation.accepted.is_empty());
         let first_sight = evaluate(&policy, std::slice::from_ref(&other), &HashMap::new(), |_| None);

@@ -7,7 +7,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::integrity::{self, Approval, ToolIntegrity};
-use crate::catalog::model::Listing;
+use crate::catalog::model::{Generation, Listing};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
 use crate::catalog::store::CommitOutcome;
 use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
@@ -68,7 +68,7 @@ impl Worker {
                         state.flags.description_changed = current.integrity_at(before.0).is_some_and(|old| old.flags.description_changed);
                     }
                 }
-                self.report_holds(&generation, &states, &span);
+                self.report_holds(&generation, previous.as_deref(), &states, &span);
                 let states = integrity_states(&generation.tools, states);
                 tracing::info!(
                     server = %self.name, generation = generation.number, tools = generation.tools.len(),
@@ -129,16 +129,27 @@ impl Worker {
 
     /// A WARN and a span event for each tool held or flagged in a new generation, with what
     /// changed; the held-tools gauge follows the registry.
-    fn report_holds(&self, generation: &crate::catalog::model::Generation, states: &[ToolIntegrity], span: &tracing::Span) {
+    fn report_holds(&self, generation: &Generation, previous: Option<&Generation>, states: &[ToolIntegrity], span: &tracing::Span) {
         for (tool, state) in generation.tools.iter().zip(states) {
             if state.held.is_none() && !state.flags.any() {
                 continue;
             }
             let hold = state.held.map_or("none", |hold| hold.as_str());
             let flags = state.flags.names().join(",");
+            // What changed since the definition before it, as paths ("~ /description, + /inputSchema/…").
+            let summary = previous
+                .and_then(|previous| previous.tool(&tool.name))
+                .filter(|before| before.hash != tool.hash)
+                .map(|before| {
+                    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+                    let changes = integrity::changes(&parse(&before.definition), &parse(&tool.definition));
+                    let paths: Vec<&str> = changes.iter().filter_map(|line| line.split(':').next()).take(10).collect();
+                    paths.join(", ")
+                })
+                .unwrap_or_default();
             tracing::warn!(
-                server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash,
-                approved = state.approved_hash.as_deref().unwrap_or("none"), "tool definition held or flagged"
+                server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash, changes = %summary,
+                approved = state.approved(&tool.hash).unwrap_or("none"), "tool definition held or flagged"
             );
             span.add_event(
                 "toolhost.definition_held",
@@ -147,7 +158,8 @@ impl Worker {
                     KeyValue::new("toolhost.hold", hold),
                     KeyValue::new("toolhost.flags", flags),
                     KeyValue::new("toolhost.definition_hash", tool.hash.clone()),
-                    KeyValue::new("toolhost.approved_hash", state.approved_hash.clone().unwrap_or_default()),
+                    KeyValue::new("toolhost.approved_hash", state.approved(&tool.hash).unwrap_or_default().to_owned()),
+                    KeyValue::new("toolhost.changes", summary),
                 ],
             );
         }
