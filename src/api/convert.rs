@@ -92,9 +92,10 @@ pub(crate) fn tool(
         definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
         state: if held.is_some() { "held" } else { "ok" }.to_owned(),
         hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),
-        approved_hash: match integrity {
-            Some(state) => state.approved(&tool.hash).unwrap_or_default().to_owned(),
-            None => tool.hash.clone(),
+        // Empty when it is `definition_hash` (the common case, kept off the wire).
+        approved_hash: match integrity.and_then(|state| state.approved(&tool.hash)) {
+            Some(hash) if hash != tool.hash => hash.to_owned(),
+            _ => String::new(),
         },
         flags: integrity.map(|state| state.flags.names().into_iter().map(str::to_owned).collect()).unwrap_or_default(),
     }

@@ -62,7 +62,7 @@ impl Printer {
                 .map(|t| {
                     json!({"name": t.qualified_name, "server": t.server, "tool": t.name, "title": t.title, "description": t.description,
                            "generation": t.generation, "hash": t.definition_hash, "available": t.available,
-                           "state": t.state, "hold_reason": t.hold_reason, "approved_hash": t.approved_hash, "flags": t.flags,
+                           "state": t.state, "hold_reason": t.hold_reason, "approved_hash": approved_hash(t), "flags": t.flags,
                            "input_schema": parse_or_null(&t.input_schema_json), "definition": parse_or_null(&t.definition_json)})
                 })
                 .collect();
@@ -353,4 +353,13 @@ fn rfc3339(unix_ms: i64) -> String {
     let since_epoch = std::time::Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0));
     let at = std::time::UNIX_EPOCH.checked_add(since_epoch).unwrap_or(std::time::UNIX_EPOCH);
     humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// The definition that may be called: the API leaves it empty when it is the offered one.
+fn approved_hash(tool: &pb::Tool) -> Option<&str> {
+    match (tool.approved_hash.as_str(), tool.state.as_str()) {
+        ("", "held") => None,
+        ("", _) => Some(&tool.definition_hash),
+        (hash, _) => Some(hash),
+    }
 }

@@ -83,10 +83,10 @@ impl Supervisor {
         reaper: Arc<Reaper>,
         metrics: Metrics,
     ) -> Result<Supervisor, StoreError> {
-        let mut stored = store.load_all_current().await?;
-        let eras = store.eras().await?;
-        let mut approvals = store.approvals(None).await?;
-        let mut previous = store.previous_definitions(None).await?;
+        // Four reads on the pool's connections at once: the restart serves sooner.
+        let (stored, eras, approvals, previous) =
+            tokio::join!(store.load_all_current(), store.eras(), store.approvals(None), store.previous_definitions(None));
+        let (mut stored, eras, mut approvals, mut previous) = (stored?, eras?, approvals?, previous?);
         let mut supervisor = Supervisor {
             metrics,
             registry,

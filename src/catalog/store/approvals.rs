@@ -128,7 +128,8 @@ impl Store {
         let rows: Vec<(String, String, String)> = sqlx::query_as(
             "SELECT c.server, c.name, d.definition FROM tool_versions c \
              JOIN tool_versions p ON p.server = c.server AND p.name = c.name AND p.last_generation = c.first_generation - 1 \
-             JOIN definitions d ON d.hash = p.hash WHERE c.last_generation IS NULL AND (?1 IS NULL OR c.server = ?1)",
+             JOIN definitions d ON d.hash = p.hash \
+             WHERE c.last_generation IS NULL AND c.first_generation > 1 AND (?1 IS NULL OR c.server = ?1)",
         )
         .bind(server)
         .fetch_all(&self.pool)
