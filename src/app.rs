@@ -117,7 +117,7 @@ impl App {
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
-        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor);
+        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone());
         let parts = ApiParts {
             registry: registry.clone(),
             store: store.clone(),

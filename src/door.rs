@@ -1,6 +1,7 @@
-//! What every front door (the gRPC API, the MCP endpoint) does around a tool call: the access
-//! decision, the refusal that looks exactly like absence, the call itself through [`Calls`], and
-//! the audit record. One implementation, so that the doors cannot drift apart.
+//! What every front door (the gRPC API, the MCP endpoint) shares: around a tool call, the access
+//! decision, the refusal that looks exactly like absence, the call itself through [`Calls`] and
+//! the audit record; and search over one catalog snapshot under the caller's policy. One
+//! implementation, so that the doors cannot drift apart.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -10,9 +11,12 @@ use crate::access::{Access, Caller, Identity, Refusal};
 use crate::audit::{AuditRecord, Auditor};
 use crate::calls::{CallError, CallRequest, CallResult, Calls, ToolRef};
 use crate::catalog::names;
+use crate::catalog::store::Store;
 use crate::config::AuditArguments;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
+/// Search hits fetched beyond the limit, for those the caller's policy then hides.
+const SEARCH_OVERFETCH: usize = 4;
 /// Longest tool name and server name an audit record keeps of what a caller sent.
 const AUDIT_NAME_BYTES: usize = 256;
 const AUDIT_SERVER_BYTES: usize = 64;
@@ -24,11 +28,72 @@ pub struct Door {
     calls: Calls,
     access: Arc<Access>,
     auditor: Auditor,
+    store: Store,
+}
+
+/// One search hit: a tool of one server in the searched snapshot, and its score (higher first).
+pub struct Hit {
+    pub view: Arc<ServerView>,
+    pub idx: usize,
+    pub score: f64,
+}
+
+/// Why a search was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("no server named {0:?}")]
+    UnknownServer(String),
+    #[error(transparent)]
+    Store(#[from] crate::catalog::store::StoreError),
 }
 
 impl Door {
-    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor) -> Door {
-        Door { registry, calls, access, auditor }
+    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor, store: Store) -> Door {
+        Door { registry, calls, access, auditor, store }
+    }
+
+    /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all
+    /// when empty), keeping at most `limit` hits that `shows` (the caller's policy, a profile)
+    /// lets through. A server the caller may not know of is an unknown server.
+    ///
+    /// # Errors
+    /// [`SearchError`].
+    pub async fn search(
+        &self,
+        caller: &Caller,
+        query: &str,
+        servers: &[String],
+        limit: usize,
+        shows: impl Fn(&ServerView, usize) -> bool,
+    ) -> Result<(Arc<CatalogSnapshot>, Vec<Hit>), SearchError> {
+        let snapshot = self.registry.snapshot();
+        for server in servers {
+            if !snapshot.servers.get(server.as_str()).is_some_and(|view| server_visible(caller, view)) {
+                return Err(SearchError::UnknownServer(server.clone()));
+            }
+        }
+        // The generation of each server in this snapshot: the index answers for exactly those.
+        let generations: Vec<(&str, u64)> = snapshot
+            .servers
+            .values()
+            .filter(|view| servers.is_empty() || servers.iter().any(|s| **s == *view.name))
+            .filter_map(|view| view.generation.as_ref().map(|generation| (&*view.name, generation.number)))
+            .collect();
+        let fetch = u32::try_from(limit.saturating_mul(SEARCH_OVERFETCH)).unwrap_or(u32::MAX);
+        let found = self.store.search_words(query, &generations, fetch).await?;
+        let mut hits = Vec::with_capacity(limit);
+        for (server, name, score) in found {
+            let Some(view) = snapshot.servers.get(server.as_str()) else { continue };
+            let Some(idx) = view.generation.as_ref().and_then(|generation| generation.position(&name)) else { continue };
+            if !caller.agent.may_use(view.qualified().name(idx)) || !shows(view, idx) {
+                continue;
+            }
+            hits.push(Hit { view: view.clone(), idx, score });
+            if hits.len() == limit {
+                break;
+            }
+        }
+        Ok((snapshot, hits))
     }
 
     pub fn registry(&self) -> &Arc<Registry> {

@@ -65,8 +65,16 @@ fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, Serv
     if !valid_name {
         return Err((String::new(), format!("a profile name is 1 to {MAX_PROFILE_NAME_LEN} letters, digits, '_' or '-'")));
     }
-    if raw.tools.is_empty() {
+    let lazy = raw.lazy.unwrap_or(false);
+    if raw.tools.is_empty() && !lazy {
         return Err(("tools".into(), "lists no tools (globs over qualified names, like \"files__*\")".into()));
+    }
+    if raw.find.is_some() && !lazy {
+        return Err(("find".into(), "applies to lazy profiles only (lazy = true)".into()));
+    }
+    let find = raw.find.unwrap_or_else(|| vec!["*".to_owned()]);
+    for pattern in &find {
+        super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("find".to_owned(), problem))?;
     }
     for pattern in &raw.tools {
         super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("tools".to_owned(), problem))?;
@@ -89,5 +97,8 @@ fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, Serv
         }
         Some(other) => return Err(("names".into(), format!("{other:?} is not \"qualified\" or \"original\""))),
     };
-    Ok(ProfileConfig { tools: raw.tools, original_names })
+    if lazy && original_names.is_some() {
+        return Err(("lazy".into(), "a lazy profile reaches tools by qualified name: it cannot also use names = \"original\"".into()));
+    }
+    Ok(ProfileConfig { tools: raw.tools, original_names, lazy: lazy.then_some(find) })
 }

@@ -115,6 +115,8 @@ pub struct ProfileConfig {
     pub tools: Vec<String>,
     /// `names = "original"`: the one server whose own tool names the profile exposes.
     pub original_names: Option<String>,
+    /// `lazy = true`: the globs `find_tools` and `call_tool` reach (`find`, default everything).
+    pub lazy: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

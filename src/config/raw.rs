@@ -94,8 +94,13 @@ pub(crate) struct RawMcp {
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawProfile {
+    #[serde(default)]
     pub(crate) tools: Vec<String>,
     pub(crate) names: Option<String>,
+    /// Lazy exposure: the model sees `tools` plus `find_tools` and `call_tool`.
+    pub(crate) lazy: Option<bool>,
+    /// What `find_tools` and `call_tool` reach (globs over qualified names; default everything).
+    pub(crate) find: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -191,6 +191,8 @@ fn the_mcp_section_is_checked_key_by_key() {
     assert_eq!(config.mcp.profiles["files"].original_names.as_deref(), Some("files"));
     assert_eq!(config.mcp.profiles["mixed"].original_names, None);
     assert!(with("").unwrap().mcp.listen.is_empty(), "off unless configured");
+    let lazy = with("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.lazy]\nlazy = true\n").unwrap();
+    assert_eq!(lazy.mcp.profiles["lazy"].lazy, Some(vec!["*".to_owned()]), "a lazy profile may pin no tool and finds everything");
 
     for (mcp, expected) in [
         ("[mcp]\nlisten = [\"127.0.0.1:1\"]\npage_size = 0\n", "mcp.page_size: 0 is not between 1 and 10000"),
@@ -209,6 +211,18 @@ fn the_mcp_section_is_checked_key_by_key() {
         ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = []\n", "mcp.profiles.x.tools: lists no tools"),
         ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.\"a b\"]\ntools = [\"*\"]\n", "a profile name is 1 to 64"),
         ("[mcp.profiles.x]\ntools = [\"*\"]\n", "profiles are configured but the endpoint listens nowhere"),
+        (
+            "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = [\"*\"]\nfind = [\"*\"]\n",
+            "mcp.profiles.x.find: applies to lazy profiles only",
+        ),
+        (
+            "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\nlazy = true\nfind = [\"nope__*\"]\n",
+            "mcp.profiles.x.find: \"nope__*\" names the server",
+        ),
+        (
+            "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\nlazy = true\ntools = [\"files__*\"]\nnames = \"original\"\n",
+            "mcp.profiles.x.lazy",
+        ),
     ] {
         let error = with(mcp).expect_err(mcp);
         assert!(error.contains(expected), "{mcp}\n  gave: {error}\n  expected: {expected}");

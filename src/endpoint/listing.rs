@@ -70,6 +70,17 @@ impl Cache {
         out.push_str(r#"{"tools":["#);
         let mut taken = 0usize;
         let mut next = None;
+        let mut written = false;
+        // A lazy profile's meta-tools open the first page; they do not count against its size.
+        if cursor.is_none() && view.profile.as_ref().is_some_and(|profile| profile.lazy.is_some()) {
+            for entry in super::lazy::meta_tools() {
+                if written {
+                    out.push(',');
+                }
+                out.push_str(&entry);
+                written = true;
+            }
+        }
         'servers: for (ordinal, server) in snapshot.servers.values().enumerate().skip(start.server) {
             if !server.is_available() || !self.in_view(view, server) {
                 continue;
@@ -87,10 +98,11 @@ impl Cache {
                     break 'servers;
                 }
                 let Some(entry) = entries.get(idx) else { continue };
-                if taken > 0 {
+                if written {
                     out.push(',');
                 }
                 out.push_str(entry);
+                written = true;
                 taken += 1;
             }
         }

@@ -9,6 +9,7 @@
 //! API; errors take their reasons from `CallError::explain` (`reply`).
 
 mod http;
+mod lazy;
 mod listing;
 mod message;
 mod reply;
@@ -84,6 +85,8 @@ pub struct Profile {
     tools: Vec<WildMatch>,
     /// `names = "original"`: the server whose own tool names are exposed.
     original: Option<Arc<str>>,
+    /// `lazy = true`: what `find_tools` and `call_tool` reach.
+    lazy: Option<Vec<WildMatch>>,
 }
 
 /// Who is asking, and through which profile: every listing and call is seen through one.
@@ -179,6 +182,9 @@ impl Endpoint {
         let Some(name) = params.name.as_deref() else {
             return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
         };
+        if let Some(line) = lazy::answer(&self.door, view, id, name, params.arguments, era).await {
+            return line;
+        }
         let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", reply::clip(name)), otel.kind = "server");
         if !params.continue_trace(&span)
             && let Some((parent, state)) = &view.trace
@@ -259,6 +265,7 @@ impl Settings {
                     name: name.clone(),
                     tools: profile.tools.iter().map(|pattern| WildMatch::new(pattern)).collect(),
                     original: profile.original_names.as_deref().map(Arc::from),
+                    lazy: profile.lazy.as_ref().map(|globs| globs.iter().map(|glob| WildMatch::new(glob)).collect()),
                 };
                 (name.clone(), Arc::new(compiled))
             })

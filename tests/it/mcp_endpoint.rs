@@ -511,3 +511,39 @@ async fn a_reload_changes_profiles_for_the_next_connection() {
     assert_eq!(listed.iter().map(|t| t["name"].as_str().unwrap()).collect::<Vec<_>>(), ["demo__echo"]);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_profile_shows_few_tools_and_finds_and_calls_the_rest() {
+    let dir = TestDir::new();
+    let profile = "[mcp.profiles.agent]\nlazy = true\ntools = [\"demo__echo\"]\nfind = [\"demo__*\"]\n";
+    let app = demo_app(&dir, profile, json!(tools("t", 2))).await;
+    let mut mcp = Line::connect(&mcp_socket(&app)).await;
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/toolhost/profile", "params": {"name": "agent"}})).await;
+    mcp.initialize().await;
+    let (listed, _) = mcp.list_all(None).await;
+    let names: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["find_tools", "call_tool", "demo__echo"], "two meta-tools and the pinned one");
+
+    let found = mcp.request(1, "tools/call", json!({"name": "find_tools", "arguments": {"query": "add two numbers", "limit": 3}})).await;
+    let tools = found["result"]["structuredContent"]["tools"].as_array().unwrap_or_else(|| panic!("{found}")).clone();
+    assert_eq!(tools[0]["name"], "demo__add", "{found}");
+    assert_eq!(tools[0]["inputSchema"]["required"], json!(["a", "b"]));
+    assert!(tools.iter().all(|t| t["server"] == "demo"), "the profile's find scope: {tools:?}");
+    let hash = tools[0]["definitionHash"].as_str().unwrap().to_owned();
+
+    let called = mcp
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "call_tool", "arguments": {"name": "demo__add", "arguments": {"a": 1, "b": 2}, "definition_hash": hash}}),
+        )
+        .await;
+    assert_eq!(called["result"]["structuredContent"], json!({"sum": 3.0}), "{called}");
+    let stale = mcp.request(3, "tools/call", json!({"name": "call_tool", "arguments": {"name": "demo__add", "arguments": {"a": 1, "b": 2}, "definition_hash": "0".repeat(64)}})).await;
+    assert_eq!(stale["error"]["data"]["reason"], "STALE_TOOL_CHANGED", "{stale}");
+    let outside = mcp.request(4, "tools/call", json!({"name": "call_tool", "arguments": {"name": "live__t0", "arguments": {}}})).await;
+    assert_eq!(outside["error"]["data"]["reason"], "UNKNOWN_TOOL", "outside the find scope: {outside}");
+    let bad = mcp.request(5, "tools/call", json!({"name": "find_tools", "arguments": {"limit": 2}})).await;
+    assert_eq!(bad["error"]["code"], -32602, "no query: {bad}");
+    app.shutdown().await;
+}
