@@ -102,3 +102,57 @@ pub(crate) fn serve(tool_count: usize) {
         let _ = out.flush();
     }
 }
+
+/// The same server over Streamable HTTP (2025 shape, JSON answers, keep-alive), with std's
+/// blocking sockets: one thread per connection, as thin as an HTTP MCP server gets. Prints its
+/// port on stdout.
+pub(crate) fn serve_http() {
+    use std::io::{BufReader, Read};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    println!("{}", listener.local_addr().expect("addr").port());
+    let _ = std::io::stdout().flush();
+    for stream in listener.incoming().flatten() {
+        let _ = stream.set_nodelay(true);
+        std::thread::spawn(move || {
+            let mut writer = stream.try_clone().expect("clone");
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            loop {
+                let mut length = 0usize;
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let Ok(message) = serde_json::from_slice::<Message<'_>>(&body) else { return };
+                let response = match (message.id, message.method) {
+                    (Some(id), Some("initialize")) => format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"result":{{"protocolVersion":"2025-11-25","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"bench-http","version":"1"}}}}}}"#,
+                        id.get()
+                    ),
+                    (Some(id), Some(_)) => format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}]}}}}"#, id.get()),
+                    _ => String::new(),
+                };
+                let head = if response.is_empty() {
+                    "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
+                } else {
+                    format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: bench\r\ncontent-length: {}\r\n\r\n", response.len())
+                };
+                if writer.write_all(format!("{head}{response}").as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}

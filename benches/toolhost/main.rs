@@ -16,6 +16,10 @@ mod search_corpus;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-mcp-http") {
+        fast_server::serve_http();
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--serve-mcp") {
         let tools = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(10);
         fast_server::serve(tools);

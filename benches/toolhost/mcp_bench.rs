@@ -133,19 +133,40 @@ pub async fn mcp() {
     let mut socket = SocketClient::connect(&dir.join("mcp.sock")).await;
     let mut http = HttpClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
     let direct = direct_session_with(10, cpu).await;
+    // The thinnest HTTP MCP server, pinned like the others, for the direct HTTP baseline.
+    let mut http_server = {
+        let exe = std::env::current_exe().expect("the bench binary");
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut taskset = std::process::Command::new("taskset");
+                taskset.args(["-c", &cpu.to_string()]).arg(&exe);
+                taskset
+            }
+            None => std::process::Command::new(&exe),
+        };
+        command.arg("--serve-mcp-http").stdout(std::process::Stdio::piped()).spawn().expect("the HTTP bench server")
+    };
+    let http_port: u16 = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(http_server.stdout.take().expect("stdout")).read_line(&mut line).expect("its port");
+        line.trim().parse().expect("a port")
+    };
+    let mut direct_http = HttpClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], http_port))).await;
     let session = direct.handle().clone();
     let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
 
-    let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut times: [Vec<Duration>; 5] = Default::default();
     for round in 0..=ROUNDS {
-        for leg in 0..4 {
-            let path = (round + leg) % 4;
+        for leg in 0..5 {
+            let path = (round + leg) % 5;
             for _ in 0..PER_ROUND {
                 let started = Instant::now();
                 match path {
                     0 => drop(session.request("tools/call", Some(&params), Duration::from_secs(10), true).await.expect("direct call")),
                     1 => socket.call("bench__tool_1").await,
                     2 => http.call("bench__tool_1").await,
+                    3 => direct_http.call("tool_1").await,
                     _ => drop(grpc.call_tool(call_request("bench__tool_1")).await.expect("gRPC call")),
                 }
                 // Round 0 warms every path up and is not counted.
@@ -186,6 +207,8 @@ pub async fn mcp() {
         );
     }
     direct.shutdown().await;
+    let _ = http_server.kill();
+    let _ = http_server.wait();
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
     listing(cpu).await;
