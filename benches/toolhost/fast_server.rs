@@ -141,13 +141,18 @@ pub(crate) fn serve_http() {
                         r#"{{"jsonrpc":"2.0","id":{},"result":{{"protocolVersion":"2025-11-25","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"bench-http","version":"1"}}}}}}"#,
                         id.get()
                     ),
-                    (Some(id), Some(_)) => format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}]}}}}"#, id.get()),
+                    (Some(id), Some(_)) => {
+                        format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"ok"}}]}}}}"#, id.get())
+                    }
                     _ => String::new(),
                 };
                 let head = if response.is_empty() {
                     "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
                 } else {
-                    format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: bench\r\ncontent-length: {}\r\n\r\n", response.len())
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: bench\r\ncontent-length: {}\r\n\r\n",
+                        response.len()
+                    )
                 };
                 if writer.write_all(format!("{head}{response}").as_bytes()).is_err() {
                     return;

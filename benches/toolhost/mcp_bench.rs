@@ -194,6 +194,7 @@ pub async fn mcp() {
         "direct stdio session (Rust client)",
         "toolhost MCP, Unix socket",
         "toolhost MCP, Streamable HTTP (2025 session)",
+        "direct Streamable HTTP (the same HTTP client, a thin std HTTP server)",
         "toolhost gRPC, Unix socket",
     ];
     for (name, series) in names.iter().zip(&times) {

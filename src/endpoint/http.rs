@@ -64,7 +64,13 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok();
         let peer = local.and_then(|local| UnixPeer::of_loopback(local, remote));
-        let front = Arc::new(Front { endpoint: endpoint.clone(), sessions: sessions.clone(), peer, cancel: cancel.clone() });
+        let front = Arc::new(Front {
+            endpoint: endpoint.clone(),
+            sessions: sessions.clone(),
+            peer,
+            admission: std::sync::Mutex::new(None),
+            cancel: cancel.clone(),
+        });
         let cancel = cancel.clone();
         tracker.spawn(async move {
             let service = hyper::service::service_fn(move |request| {
@@ -94,6 +100,8 @@ struct Front {
     sessions: Arc<Sessions>,
     /// The connection's owner, when it is on loopback and the kernel said.
     peer: Option<UnixPeer>,
+    /// The last token presented on this connection, with its admission.
+    admission: std::sync::Mutex<Option<(Option<Vec<u8>>, Admission)>>,
     cancel: CancellationToken,
 }
 
@@ -120,8 +128,18 @@ impl Front {
             }
         }
         let token = Identity::bearer(request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
-        let mut admission = Admission::new(Identity::loopback(self.peer.clone(), token));
-        let caller = match self.endpoint.admit(&mut admission) {
+        let admitted = {
+            // A keep-alive connection's requests usually carry the same token: admitted once
+            // per token and policy, not per request.
+            let mut cached = self.admission.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let stale = cached.as_ref().is_none_or(|(cached_token, _)| *cached_token != token);
+            if stale {
+                *cached = Some((token.clone(), Admission::new(Identity::loopback(self.peer.clone(), token))));
+            }
+            cached.as_mut().map(|(_, admission)| self.endpoint.admit(admission))
+        };
+        let Some(admitted) = admitted else { return plain(StatusCode::INTERNAL_SERVER_ERROR, "no admission") };
+        let caller = match admitted {
             Ok(caller) => caller,
             Err(refusal) => {
                 let status = match refusal {
@@ -148,12 +166,13 @@ impl Front {
     }
 
     async fn post(&self, request: http::Request<Incoming>, view: View) -> Response<Body> {
-        let headers = request.headers().clone();
+        let (parts, body) = request.into_parts();
+        let headers = parts.headers;
         let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
         if !json {
             return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, -32700, "the body must be application/json");
         }
-        let body = Limited::new(request.into_body(), super::socket::MAX_MESSAGE_BYTES).collect();
+        let body = Limited::new(body, super::socket::MAX_MESSAGE_BYTES).collect();
         let body = match tokio::time::timeout(BODY_TIMEOUT, body).await {
             Ok(Ok(body)) => body.to_bytes(),
             Ok(Err(_)) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, "the message is too large, or the body was cut off"),

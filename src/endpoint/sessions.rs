@@ -29,8 +29,8 @@ pub(super) struct Sessions {
 
 pub(super) struct Session {
     id: String,
-    /// Who opened it: the agent entry and the caller's identity, as described.
-    owner: (Arc<str>, String),
+    /// Who opened it: the agent entry and the caller's identity.
+    owner: (Arc<str>, crate::access::Identity),
     profile: Option<Arc<Profile>>,
     last_used: Mutex<Instant>,
     /// Calls running, by their request id's JSON text, for `notifications/cancelled`.
@@ -72,7 +72,8 @@ impl Sessions {
     pub(super) fn get(&self, id: &str, view: &View) -> Option<Arc<Session>> {
         let session = self.lock().get(id).cloned()?;
         let same_profile = session.profile.as_ref().map(|p| &p.name) == view.profile.as_ref().map(|p| &p.name);
-        if session.owner != owner(view) || !same_profile {
+        let same_owner = Arc::ptr_eq(&session.owner.0, &view.caller.agent.name) || session.owner.0 == view.caller.agent.name;
+        if !same_owner || session.owner.1 != view.caller.identity || !same_profile {
             return None;
         }
         *session.last_used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
@@ -170,8 +171,8 @@ impl Session {
     }
 }
 
-fn owner(view: &View) -> (Arc<str>, String) {
-    (view.caller.agent.name.clone(), view.caller.identity.describe())
+fn owner(view: &View) -> (Arc<str>, crate::access::Identity) {
+    (view.caller.agent.name.clone(), view.caller.identity.clone())
 }
 
 /// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII, as the spec requires).
