@@ -10,6 +10,7 @@
 mod daemon;
 mod fast_server;
 mod mcp_bench;
+mod peers;
 mod scenarios;
 mod search_bench;
 mod search_corpus;
@@ -32,7 +33,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "mcp", "throughput", "propagation", "storm", "scale", "policy", "search"];
+    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "scale", "policy", "search"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -41,6 +42,7 @@ fn main() {
             match scenario {
                 "overhead" => scenarios::overhead().await,
                 "mcp" => mcp_bench::mcp().await,
+                "peers" => peers::peers().await,
                 "throughput" => scenarios::throughput().await,
                 "propagation" => scenarios::propagation().await,
                 "storm" => scenarios::storm().await,

@@ -18,7 +18,7 @@ const ROUNDS: usize = 10;
 const PER_ROUND: usize = 2000;
 
 /// The last CPU, if this process can be pinned to CPU 0 and children to that one.
-fn pin() -> Option<usize> {
+pub(crate) fn pin() -> Option<usize> {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     if cpus < 2 {
         return None;
@@ -32,7 +32,7 @@ fn pin() -> Option<usize> {
 }
 
 /// A client on the MCP Unix socket: one line out, one line back.
-struct SocketClient {
+pub(crate) struct SocketClient {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
     writer: tokio::net::unix::OwnedWriteHalf,
     line: String,
@@ -40,7 +40,7 @@ struct SocketClient {
 }
 
 impl SocketClient {
-    async fn connect(path: &std::path::Path) -> SocketClient {
+    pub(crate) async fn connect(path: &std::path::Path) -> SocketClient {
         let deadline = Instant::now() + Duration::from_secs(30);
         let stream = loop {
             match tokio::net::UnixStream::connect(path).await {
@@ -53,7 +53,7 @@ impl SocketClient {
         SocketClient { reader: BufReader::new(read), writer, line: String::new(), next_id: 1 }
     }
 
-    async fn call(&mut self, tool: &str) {
+    pub(crate) async fn call(&mut self, tool: &str) {
         self.next_id += 1;
         let request = format!(
             r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"x":1}}}}}}"#,
@@ -68,7 +68,7 @@ impl SocketClient {
 }
 
 /// A keep-alive HTTP/1.1 client of a 2025 session at `/mcp`.
-struct HttpClient {
+pub(crate) struct HttpClient {
     stream: BufReader<tokio::net::TcpStream>,
     session: String,
     next_id: u64,
@@ -77,7 +77,7 @@ struct HttpClient {
 }
 
 impl HttpClient {
-    async fn connect(addr: std::net::SocketAddr) -> HttpClient {
+    pub(crate) async fn connect(addr: std::net::SocketAddr) -> HttpClient {
         let stream = tokio::net::TcpStream::connect(addr).await.expect("the MCP HTTP listener");
         stream.set_nodelay(true).expect("nodelay");
         let mut client =
@@ -108,7 +108,7 @@ impl HttpClient {
         self.stream.read_exact(&mut self.body).await.expect("body");
     }
 
-    async fn call(&mut self, tool: &str) {
+    pub(crate) async fn call(&mut self, tool: &str) {
         self.next_id += 1;
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"x":1}}}}}}"#,
