@@ -77,6 +77,8 @@ struct Connection {
     in_flight: HashMap<Box<str>, AbortHandle>,
     /// Whether `initialize` started the legacy list_changed forwarder.
     announcing: bool,
+    /// A request has been served: the profile can no longer change.
+    serving: bool,
 }
 
 #[derive(Deserialize)]
@@ -104,7 +106,14 @@ struct ListenTypes {
 
 impl Connection {
     fn new(endpoint: Arc<Endpoint>, identity: Identity) -> Connection {
-        Connection { endpoint, admission: Admission::new(identity), profile: None, in_flight: HashMap::new(), announcing: false }
+        Connection {
+            endpoint,
+            admission: Admission::new(identity),
+            profile: None,
+            in_flight: HashMap::new(),
+            announcing: false,
+            serving: false,
+        }
     }
 
     async fn run(mut self, stream: UnixStream, cancel: CancellationToken) {
@@ -161,6 +170,7 @@ impl Connection {
             Message::Notification { method, params } => return self.on_notification(&method, params, out).await,
             Message::Request(request) => request,
         };
+        self.serving = true;
         let caller = match self.endpoint.admit(&mut self.admission) {
             Ok(caller) => caller,
             Err(refusal) => return out.send(reply::refusal(request.id, &refusal)).await.is_ok(),
@@ -207,6 +217,10 @@ impl Connection {
                     handle.abort();
                 }
                 true
+            }
+            PROFILE_NOTIFICATION if self.serving => {
+                // Its listings and change notifications are already under way for the whole view.
+                out.send(reply::unreadable(-32600, "choose the profile before the first request")).await.is_ok()
             }
             PROFILE_NOTIFICATION => {
                 let choice = params.and_then(|params| serde_json::from_str::<ProfileChoice>(params.get()).ok());

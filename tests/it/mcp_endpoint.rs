@@ -456,6 +456,9 @@ async fn a_profile_with_original_names_fronts_one_server() {
     assert_eq!(response["result"]["structuredContent"], json!({"x": 1}), "{response}");
     let outside = mcp.request(2, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}})).await;
     assert_eq!(outside["error"]["code"], -32602, "a tool outside the profile is unknown here");
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/toolhost/profile", "params": {"name": "echo"}})).await;
+    assert_eq!(mcp.next().await.unwrap()["error"]["code"], -32600, "the profile is chosen before the first request");
+    assert_eq!(mcp.list_all(None).await.0.len(), 2, "and stays what it was");
 
     let (status, _, answer) = http(
         mcp_http(&app),
