@@ -14,6 +14,8 @@ use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, M
 use crate::catalog::model::ToolDef;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
+/// Servers (per naming) whose rendered tools are kept.
+const RENDERED_KEPT: usize = 8192;
 /// Version tag of toolhost's cursor format.
 const CURSOR_TAG: &str = "th1";
 /// After the catalog moves, how long a session waits for it to settle before comparing what it
@@ -145,6 +147,10 @@ impl Cache {
             })
             .collect();
         let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
+        // Servers a reload removed leave entries behind: bounded, and rebuilt on demand.
+        if rendered.len() >= RENDERED_KEPT && !rendered.contains_key(&key) {
+            rendered.clear();
+        }
         let keep = rendered.get(&key).is_none_or(|(number, _)| *number < generation.number);
         if keep {
             rendered.insert(key, (generation.number, entries.clone()));
