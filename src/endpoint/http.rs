@@ -9,7 +9,6 @@
 //! configured are refused (DNS rebinding).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +74,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
         tracker.spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let front = front.clone();
-                async move { Ok::<_, Infallible>(front.handle(request, remote).await) }
+                async move { Ok::<_, Infallible>(front.handle(request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -106,7 +105,7 @@ struct Front {
 }
 
 impl Front {
-    async fn handle(&self, request: http::Request<Incoming>, _remote: SocketAddr) -> Response<Body> {
+    async fn handle(&self, request: http::Request<Incoming>) -> Response<Body> {
         let path = request.uri().path();
         let profile = match path.trim_end_matches('/') {
             "/mcp" => None,
@@ -132,13 +131,16 @@ impl Front {
             // A keep-alive connection's requests usually carry the same token: admitted once
             // per token and policy, not per request.
             let mut cached = self.admission.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let stale = cached.as_ref().is_none_or(|(cached_token, _)| *cached_token != token);
-            if stale {
-                *cached = Some((token.clone(), Admission::new(Identity::loopback(self.peer.clone(), token))));
+            match cached.as_mut() {
+                Some((cached_token, admission)) if *cached_token == token => self.endpoint.admit(admission),
+                _ => {
+                    let mut admission = Admission::new(Identity::loopback(self.peer.clone(), token.clone()));
+                    let admitted = self.endpoint.admit(&mut admission);
+                    *cached = Some((token, admission));
+                    admitted
+                }
             }
-            cached.as_mut().map(|(_, admission)| self.endpoint.admit(admission))
         };
-        let Some(admitted) = admitted else { return plain(StatusCode::INTERNAL_SERVER_ERROR, "no admission") };
         let caller = match admitted {
             Ok(caller) => caller,
             Err(refusal) => {
