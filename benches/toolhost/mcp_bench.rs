@@ -31,6 +31,39 @@ pub(crate) fn pin() -> Option<usize> {
     pinned.then_some(cpus - 1)
 }
 
+/// One row per path: p50, p90, p99 and the p50 as a multiple of the first path's (the direct
+/// stdio call).
+pub(crate) fn print_table(names: &[&str], times: &mut [Vec<Duration>]) {
+    for series in times.iter_mut() {
+        series.sort();
+    }
+    let direct_p50 = percentile(&times[0], 0.5);
+    println!("| path | p50 µs | p90 µs | p99 µs | p50 ÷ direct stdio |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, series) in names.iter().zip(times.iter()) {
+        let p50 = percentile(series, 0.5);
+        println!(
+            "| {name} | {} | {} | {} | {:.2}× |",
+            micros(p50),
+            micros(percentile(series, 0.9)),
+            micros(percentile(series, 0.99)),
+            p50.as_secs_f64() / direct_p50.as_secs_f64()
+        );
+    }
+}
+
+/// `program` under `taskset -c CPU` when pinning, else as it is.
+pub(crate) fn pinned(cpu: Option<usize>, program: &str) -> std::process::Command {
+    match cpu {
+        Some(cpu) => {
+            let mut command = std::process::Command::new("taskset");
+            command.args(["-c", &cpu.to_string(), program]);
+            command
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
 /// A client on the MCP Unix socket: one line out, one line back.
 pub(crate) struct SocketClient {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -135,16 +168,8 @@ pub async fn mcp() {
     let direct = direct_session_with(10, cpu).await;
     // The thinnest HTTP MCP server, pinned like the others, for the direct HTTP baseline.
     let mut http_server = {
-        let exe = std::env::current_exe().expect("the bench binary");
-        let mut command = match cpu {
-            Some(cpu) => {
-                let mut taskset = std::process::Command::new("taskset");
-                taskset.args(["-c", &cpu.to_string()]).arg(&exe);
-                taskset
-            }
-            None => std::process::Command::new(&exe),
-        };
-        command.arg("--serve-mcp-http").stdout(std::process::Stdio::piped()).spawn().expect("the HTTP bench server")
+        let exe = std::env::current_exe().expect("the bench binary").display().to_string();
+        pinned(cpu, &exe).arg("--serve-mcp-http").stdout(std::process::Stdio::piped()).spawn().expect("the HTTP bench server")
     };
     let http_port: u16 = {
         use std::io::BufRead;
@@ -176,20 +201,6 @@ pub async fn mcp() {
             }
         }
     }
-    for series in &mut times {
-        series.sort();
-    }
-    let direct_p50 = percentile(&times[0], 0.5);
-    println!(
-        "{} calls per path, interleaved in blocks of {PER_ROUND}; pinned: {}.\n",
-        ROUNDS * PER_ROUND,
-        match cpu {
-            Some(cpu) => format!("agent on CPU 0, servers and daemon on CPU {cpu}"),
-            None => "no (one CPU, or no taskset)".to_owned(),
-        }
-    );
-    println!("| path | p50 µs | p90 µs | p99 µs | p50 ÷ direct |");
-    println!("|---|---:|---:|---:|---:|");
     let names = [
         "direct stdio session (Rust client)",
         "toolhost MCP, Unix socket",
@@ -197,16 +208,12 @@ pub async fn mcp() {
         "direct Streamable HTTP (the same HTTP client, a thin std HTTP server)",
         "toolhost gRPC, Unix socket",
     ];
-    for (name, series) in names.iter().zip(&times) {
-        let p50 = percentile(series, 0.5);
-        println!(
-            "| {name} | {} | {} | {} | {:.2}× |",
-            micros(p50),
-            micros(percentile(series, 0.9)),
-            micros(percentile(series, 0.99)),
-            p50.as_secs_f64() / direct_p50.as_secs_f64()
-        );
-    }
+    let pinned = match cpu {
+        Some(cpu) => format!("agent on CPU 0, servers and daemon on CPU {cpu}"),
+        None => "no (one CPU, or no taskset)".to_owned(),
+    };
+    println!("{} calls per path, interleaved in blocks of {PER_ROUND}; pinned: {pinned}.\n", ROUNDS * PER_ROUND);
+    print_table(&names, &mut times);
     direct.shutdown().await;
     let _ = http_server.kill();
     let _ = http_server.wait();

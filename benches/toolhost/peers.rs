@@ -15,8 +15,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::value::RawValue;
 
 use crate::daemon::{self, Daemon};
-use crate::mcp_bench::{HttpClient, SocketClient, pin};
-use crate::scenarios::{bench_dir, call_request, direct_session_with, micros, percentile};
+use crate::mcp_bench::{HttpClient, SocketClient, pin, pinned, print_table};
+use crate::scenarios::{bench_dir, call_request, direct_session_with};
 
 const ROUNDS: usize = 10;
 const PER_ROUND: usize = 300;
@@ -79,17 +79,6 @@ impl BridgeClient {
 
 fn spawn(mut command: Command) -> Child {
     command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start a peer")
-}
-
-fn pinned(cpu: Option<usize>, program: &str) -> Command {
-    match cpu {
-        Some(cpu) => {
-            let mut command = Command::new("taskset");
-            command.args(["-c", &cpu.to_string(), program]);
-            command
-        }
-        None => Command::new(program),
-    }
 }
 
 pub async fn peers() {
@@ -159,23 +148,8 @@ pub async fn peers() {
             }
         }
     }
-    for series in &mut times {
-        series.sort();
-    }
-    let direct_p50 = percentile(&times[0], 0.5);
     println!("{} calls per path, interleaved in blocks of {PER_ROUND}; pinned: {}.\n", ROUNDS * PER_ROUND, cpu.is_some());
-    println!("| path | p50 µs | p90 µs | p99 µs | p50 ÷ direct stdio |");
-    println!("|---|---:|---:|---:|---:|");
-    for (name, series) in names.iter().zip(&times) {
-        let p50 = percentile(series, 0.5);
-        println!(
-            "| {name} | {} | {} | {} | {:.2}× |",
-            micros(p50),
-            micros(percentile(series, 0.9)),
-            micros(percentile(series, 0.99)),
-            p50.as_secs_f64() / direct_p50.as_secs_f64()
-        );
-    }
+    print_table(&names, &mut times);
     direct.shutdown().await;
     daemon.stop();
     for child in [&mut gateway, &mut proxy] {
