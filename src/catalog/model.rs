@@ -168,6 +168,9 @@ fn define_entry(raw: &RawValue) -> Result<ToolDef, String> {
         }
     })?;
     let name = value.get("name").and_then(Value::as_str).ok_or_else(|| "not an object with a string \"name\"".to_owned())?;
+    // A tool whose header annotations break SEP-2243's rules cannot be called as the spec
+    // requires over HTTP: it is left out, the server's other tools kept.
+    crate::mcp::headers::param_headers(&value).map_err(|problem| format!("tool {name:?}: {problem}"))?;
     Ok(ToolDef::from_value(name.to_owned(), &value))
 }
 
@@ -295,6 +298,16 @@ mod tests {
             .map(|needle| canonical.find(needle).unwrap())
             .collect();
         assert!(positions.windows(2).all(|w| w[0] < w[1]), "UTF-16 order: {canonical}");
+    }
+
+    #[test]
+    fn a_tool_with_invalid_header_annotations_is_left_out_and_the_others_kept() {
+        let listing = Listing::from_raw(vec![
+            json!({"name": "ok", "inputSchema": {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "Region"}}}}),
+            json!({"name": "bad", "inputSchema": {"type": "object", "properties": {"d": {"type": "object", "x-mcp-header": "Data"}}}}),
+        ]);
+        assert_eq!(listing.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["ok"]);
+        assert!(listing.diagnostics[0].contains("x-mcp-header"), "{:?}", listing.diagnostics);
     }
 
     #[test]

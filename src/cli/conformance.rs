@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
+use crate::catalog::model::{ToolDef, define_entries};
 use crate::config::Config;
 use crate::mcp::tools::{list_params, parse_list_page};
 use crate::upstream::reaper::Reaper;
@@ -43,23 +44,66 @@ pub async fn run(url: &str) -> Result<(), String> {
             let result =
                 session.request("tools/list", params.as_deref(), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
             let page = parse_list_page(&result)?;
-            let values = page.tools.iter().filter_map(|tool| serde_json::from_str::<serde_json::Value>(tool.get()).ok());
-            tools.extend(values.filter_map(|tool| tool.get("name").and_then(|n| n.as_str()).map(str::to_owned)));
+            // As the catalog defines them: a tool it would leave out is never called.
+            tools.extend(define_entries(page.tools).into_iter().filter_map(Result::ok));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
     }
-    let call = match scenario.as_str() {
-        "tools_call" => Some(("add_numbers", r#"{"a":5,"b":3}"#)),
-        "sse-retry" => Some(("test_reconnection", "{}")),
-        _ => None,
-    };
-    if let Some((name, arguments)) = call.filter(|(name, _)| tools.iter().any(|t| t == name)) {
-        let params = RawValue::from_string(format!(r#"{{"name":"{name}","arguments":{arguments}}}"#)).map_err(|err| err.to_string())?;
+    // The calls the scenario asks for: in its context (`toolCalls`), or known by name.
+    let mut calls: Vec<(String, String)> = context_tool_calls();
+    match scenario.as_str() {
+        "tools_call" if calls.is_empty() => calls.push(("add_numbers".into(), r#"{"a":5,"b":3}"#.into())),
+        "sse-retry" => calls.push(("test_reconnection".into(), "{}".into())),
+        // Every tool the catalog kept, with its required arguments filled in.
+        "http-invalid-tool-headers" => calls.extend(tools.iter().map(|tool| (tool.name.clone(), minimal_arguments(tool)))),
+        _ => {}
+    }
+    for (name, arguments) in calls.into_iter().filter(|(name, _)| tools.iter().any(|t| t.name == *name)) {
+        let name = serde_json::to_string(&name).map_err(|err| err.to_string())?;
+        let params = RawValue::from_string(format!(r#"{{"name":{name},"arguments":{arguments}}}"#)).map_err(|err| err.to_string())?;
         session.request("tools/call", Some(&params), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
     }
     connection.shutdown().await;
     Ok(())
+}
+
+/// Arguments for a tool's required properties: a string, zero, or false by type.
+fn minimal_arguments(tool: &ToolDef) -> String {
+    let schema: serde_json::Value = serde_json::from_str(&tool.definition).unwrap_or_default();
+    let mut arguments = serde_json::Map::new();
+    for name in
+        schema.pointer("/inputSchema/required").and_then(serde_json::Value::as_array).into_iter().flatten().filter_map(|n| n.as_str())
+    {
+        let kind = schema.pointer(&format!("/inputSchema/properties/{name}/type")).and_then(serde_json::Value::as_str).unwrap_or("string");
+        let value = match kind {
+            "integer" | "number" => serde_json::json!(0),
+            "boolean" => serde_json::json!(false),
+            _ => serde_json::json!("conformance"),
+        };
+        arguments.insert(name.to_owned(), value);
+    }
+    serde_json::Value::Object(arguments).to_string()
+}
+
+/// `MCP_CONFORMANCE_CONTEXT`'s `toolCalls`: `(name, arguments as JSON)`.
+fn context_tool_calls() -> Vec<(String, String)> {
+    let context: serde_json::Value =
+        std::env::var("MCP_CONFORMANCE_CONTEXT").ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default();
+    context
+        .get("toolCalls")
+        .and_then(serde_json::Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .filter_map(|call| {
+                    let name = call.get("name")?.as_str()?.to_owned();
+                    let arguments = call.get("arguments").cloned().unwrap_or_else(|| serde_json::json!({}));
+                    Some((name, arguments.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

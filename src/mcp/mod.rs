@@ -3,6 +3,7 @@
 //! `jsonrpc` frames messages; `lifecycle` builds and checks the legacy handshake; `tools` reads
 //! `tools/list` pages and `tools/call` results.
 
+pub mod headers;
 pub mod jsonrpc;
 pub mod lifecycle;
 pub mod modern;

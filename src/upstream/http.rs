@@ -8,6 +8,7 @@
 //! The JSON-RPC core (correlation, timeouts, cancellation, ping) is the same as for stdio
 //! ([`session::Core`]); this module only moves messages.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::HttpSpec;
+use crate::mcp::headers::{self, ParamHeaders};
 use crate::mcp::jsonrpc::{RpcError, code};
 use crate::mcp::sse;
 use crate::upstream::UpstreamError;
@@ -75,6 +77,9 @@ struct State {
     max_message_bytes: usize,
     request_timeout: Duration,
     core: Core,
+    /// 2026-07-28: each tool's `x-mcp-header` arguments, learnt from the server's own
+    /// `tools/list` answers as they pass (a listing from its first page starts afresh).
+    param_headers: Mutex<HashMap<String, Arc<ParamHeaders>>>,
 }
 
 /// Prepares the HTTP client and starts the task that posts every outgoing message.
@@ -120,6 +125,7 @@ pub(crate) fn start(
         max_message_bytes,
         request_timeout,
         core,
+        param_headers: Mutex::default(),
     });
     let link = HttpLink { state, tasks: TaskTracker::new(), cancel: CancellationToken::new() };
     link.tasks.spawn(dispatch(link.state.clone(), outgoing, link.tasks.clone(), link.cancel.clone()));
@@ -181,6 +187,60 @@ impl HttpLink {
 }
 
 impl State {
+    /// Routes a message from the server; a `tools/list` answer first teaches which arguments
+    /// each tool's calls mirror into headers.
+    fn deliver(&self, message: &[u8], learns: bool) {
+        if learns {
+            self.learn_param_headers(message);
+        }
+        self.core.route(message);
+    }
+
+    fn learn_param_headers(&self, message: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            result: Option<Page>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tools: Vec<serde_json::Value>,
+        }
+        // Most listings carry no annotation at all: not worth a parse.
+        if !message.windows(12).any(|w| w == b"x-mcp-header") {
+            return;
+        }
+        let Ok(Answer { result: Some(page) }) = serde_json::from_slice::<Answer>(message) else { return };
+        let mut learnt = lock(&self.param_headers);
+        for tool in page.tools {
+            let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else { continue };
+            // A tool with invalid annotations is left out of the catalog: it is never called.
+            if let Ok(headers) = headers::param_headers(&tool)
+                && !headers.is_empty()
+            {
+                learnt.insert(name.to_owned(), Arc::new(headers));
+            }
+        }
+    }
+
+    /// The `Mcp-Param-*` headers of a call to `tool` (whose message is `line`).
+    fn mirrored_arguments(&self, tool: &str, line: &str) -> Vec<(String, String)> {
+        #[derive(serde::Deserialize)]
+        struct Call {
+            params: CallParams,
+        }
+        #[derive(serde::Deserialize)]
+        struct CallParams {
+            #[serde(default)]
+            arguments: serde_json::Map<String, serde_json::Value>,
+        }
+        let Some(headers) = lock(&self.param_headers).get(tool).cloned() else { return Vec::new() };
+        match serde_json::from_str::<Call>(line) {
+            Ok(call) => headers::header_values(&headers, &call.params.arguments),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn is_modern(&self) -> bool {
         self.modern.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -192,7 +252,7 @@ impl State {
         session_id: Option<&str>,
         last_event_id: Option<&str>,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
-        self.request_for(method, body, session_id, last_event_id, None)
+        self.request_for(method, body, session_id, last_event_id, None, &[])
     }
 
     /// A request; `call` is the JSON-RPC method and name a modern POST names in its headers.
@@ -203,13 +263,17 @@ impl State {
         session_id: Option<&str>,
         last_event_id: Option<&str>,
         call: Option<(&str, Option<&str>)>,
+        params: &[(String, String)],
     ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::builder().method(method.clone()).uri(self.uri.clone());
         if let Some((rpc_method, name)) = call {
             builder = builder.header("mcp-method", rpc_method);
             if let Some(name) = name {
-                builder = builder.header("mcp-name", header_safe(name));
+                builder = builder.header("mcp-name", headers::encode(name));
             }
+        }
+        for (name, value) in params {
+            builder = builder.header(name.as_str(), value.as_str());
         }
         builder = match method {
             Method::POST => builder.header(ACCEPT, "application/json, text/event-stream").header(CONTENT_TYPE, "application/json"),
@@ -285,31 +349,9 @@ struct OutgoingParams {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
     uri: Option<String>,
-}
-
-/// A header value as the 2026-07-28 transport wants it: as is when it is visible ASCII,
-/// otherwise `=?base64?...?=`.
-fn header_safe(value: &str) -> String {
-    if value.bytes().all(|b| (0x20..0x7f).contains(&b)) && value.trim() == value {
-        return value.to_owned();
-    }
-    use std::fmt::Write as _;
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut encoded = String::from("=?base64?");
-    for chunk in value.as_bytes().chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let _ = encoded.write_char(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                encoded.push('=');
-            }
-        }
-    }
-    encoded.push_str("?=");
-    encoded
 }
 
 /// One outgoing message's exchange. It ends when it is done, when the session stops, or when
@@ -357,8 +399,21 @@ async fn exchange(
         let name = o.params.as_ref().and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
         o.method.as_deref().map(|method| (method, name))
     });
+    let mirrored = match call {
+        Some(("tools/call", Some(tool))) => state.mirrored_arguments(tool, line),
+        _ => Vec::new(),
+    };
+    let learns = match call {
+        Some(("tools/list", _)) => {
+            if outgoing.and_then(|o| o.params.as_ref()).is_none_or(|p| p.cursor.is_none()) {
+                lock(&state.param_headers).clear();
+            }
+            true
+        }
+        _ => false,
+    };
     let request = state
-        .request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call)
+        .request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call, &mirrored)
         .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
     let response = tokio::select! {
         () = cancel.cancelled() => return Ok(()),
@@ -398,7 +453,7 @@ async fn exchange(
     if !is_stream {
         let body = read_body(response.into_body(), state.max_message_bytes).await?;
         if !body.iter().all(u8::is_ascii_whitespace) {
-            state.core.route(&body);
+            state.deliver(&body, learns);
         }
         return Ok(());
     }
@@ -410,7 +465,7 @@ async fn exchange(
     loop {
         tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            ended = stream_events(state, &mut body, &mut decoder, request_id) => ended?,
+            ended = stream_events(state, &mut body, &mut decoder, request_id, learns) => ended?,
         }
         let answered = request_id.is_none_or(|id| !state.core.is_pending(id));
         // 2026-07-28 has no resumption: a broken stream loses the request, which is never replayed.
@@ -448,13 +503,14 @@ async fn stream_events(
     body: &mut hyper::body::Incoming,
     decoder: &mut sse::Decoder,
     request_id: Option<u64>,
+    learns: bool,
 ) -> Result<(), String> {
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|err| format!("reading the event stream failed: {err}"))?;
         let Ok(data) = frame.into_data() else { continue };
         for event in decoder.feed(&data, state.max_message_bytes)? {
             if (event.event.is_empty() || event.event == "message") && !event.data.trim().is_empty() {
-                state.core.route(event.data.as_bytes());
+                state.deliver(event.data.as_bytes(), learns);
             }
         }
         if request_id.is_some_and(|id| !state.core.is_pending(id)) {
@@ -496,7 +552,7 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = state.core.closed() => return,
-                    ended = stream_events(&state, &mut body, &mut decoder, None) => {
+                    ended = stream_events(&state, &mut body, &mut decoder, None, false) => {
                         if let Err(error) = ended {
                             tracing::debug!(server = %state.server, %error, "the GET stream broke");
                         }
@@ -581,8 +637,8 @@ mod tests {
 
     #[test]
     fn header_values_are_sent_as_is_or_base64_encoded() {
-        assert_eq!(header_safe("get_weather"), "get_weather");
-        assert_eq!(header_safe("héllo"), "=?base64?aMOpbGxv?=");
-        assert_eq!(header_safe(" padded"), "=?base64?IHBhZGRlZA==?=");
+        assert_eq!(headers::encode("get_weather"), "get_weather");
+        assert_eq!(headers::encode("héllo"), "=?base64?aMOpbGxv?=");
+        assert_eq!(headers::encode(" padded"), "=?base64?IHBhZGRlZA==?=");
     }
 }

@@ -131,13 +131,19 @@ fn the_conformance_suite_passes_its_client_scenarios() {
     }
 }
 
-/// The 2026-07-28 client scenarios that apply to toolhost (0.2.0-alpha.12). Not run: the
-/// `x-mcp-header` ones (not implemented yet), MRTR (toolhost declares no input capabilities, so
-/// `input_required` is an error by design), and the JSON Schema echo (it needs a client that
-/// builds arguments from a schema).
+/// The 2026-07-28 client scenarios that apply to toolhost (0.2.0-alpha.12). Not run: MRTR
+/// (toolhost declares no input capabilities, so `input_required` is an error by design), and the
+/// JSON Schema echo (it needs a client that builds arguments from a schema).
 #[test]
 fn the_2026_07_28_conformance_scenarios_pass() {
-    for scenario in ["tools_call", "request-metadata", "http-standard-headers", "json-schema-ref-no-deref"] {
+    for scenario in [
+        "tools_call",
+        "request-metadata",
+        "http-standard-headers",
+        "http-custom-headers",
+        "http-invalid-tool-headers",
+        "json-schema-ref-no-deref",
+    ] {
         conformance("conformance-next", scenario, Some("2026-07-28"));
     }
 }
