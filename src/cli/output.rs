@@ -114,7 +114,8 @@ impl Printer {
         if diff.approved_hash.is_empty() {
             writeln!(self.out, "approved: never (the whole definition is new)")?;
         } else {
-            writeln!(self.out, "approved: sha256:{} by {} at {}", diff.approved_hash, diff.approved_by, rfc3339(diff.approved_unix_ms))?;
+            let when = if diff.approved_unix_ms > 0 { format!(" at {}", rfc3339(diff.approved_unix_ms)) } else { String::new() };
+            writeln!(self.out, "approved: sha256:{} by {}{when}", diff.approved_hash, diff.approved_by)?;
         }
         if !diff.flags.is_empty() {
             writeln!(self.out, "flags:    {}", diff.flags.join(", "))?;
@@ -196,7 +197,12 @@ impl Printer {
                 .map(|g| json!({"generation": g.generation, "committed_unix_ms": g.committed_unix_ms, "reason": g.reason, "tool_count": g.tool_count, "added": g.added, "removed": g.removed, "changed": g.changed}))
                 .collect();
             let enumerations: Vec<Value> = history.enumerations.iter().map(enumeration_json).collect();
-            return self.json_line(&json!({"generations": generations, "enumerations": enumerations}));
+            let approvals: Vec<Value> = history
+                .approvals
+                .iter()
+                .map(|a| json!({"tool": a.name, "hash": a.hash, "approved_by": a.approved_by, "approved_unix_ms": a.approved_unix_ms}))
+                .collect();
+            return self.json_line(&json!({"generations": generations, "enumerations": enumerations, "approvals": approvals}));
         }
         let rows: Vec<Vec<String>> = history
             .generations
@@ -212,7 +218,17 @@ impl Printer {
                 ]
             })
             .collect();
-        self.table(&["GEN", "REASON", "TOOLS", "ADDED", "REMOVED", "CHANGED"], &rows)
+        self.table(&["GEN", "REASON", "TOOLS", "ADDED", "REMOVED", "CHANGED"], &rows)?;
+        if history.approvals.is_empty() {
+            return Ok(());
+        }
+        writeln!(self.out)?;
+        let approvals: Vec<Vec<String>> = history
+            .approvals
+            .iter()
+            .map(|a| vec![rfc3339(a.approved_unix_ms), a.name.clone(), a.hash[..12.min(a.hash.len())].to_owned(), a.approved_by.clone()])
+            .collect();
+        self.table(&["APPROVED AT", "TOOL", "HASH", "BY"], &approvals)
     }
 
     pub(crate) fn search(&mut self, results: &[pb::SearchResult]) -> std::io::Result<()> {

@@ -165,8 +165,14 @@ impl Approver {
             Some(pin) => Some(Approval { hash: pin.clone(), approved_by: "pins (configuration)".into(), approved_at_ms: 0 }),
             None => view.shared.approvals.lock().await.get(tool).cloned(),
         };
+        let integrity = view.integrity_at(idx).cloned();
         let approved = match approval {
             Some(approval) => self.store.definition(&approval.hash).await?.map(|definition| (approval, definition)),
+            // Not held and never recorded: the policy accepts what the server offers.
+            None if integrity.as_ref().is_none_or(|state| state.held.is_none()) => Some((
+                Approval { hash: offered.hash.clone(), approved_by: "policy (accept), nothing recorded".into(), approved_at_ms: 0 },
+                offered.definition.to_string(),
+            )),
             None => None,
         };
         let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
@@ -174,6 +180,6 @@ impl Approver {
             Some((_, definition)) => integrity::changes(&parse(definition), &parse(&offered.definition)),
             None => integrity::changes(&serde_json::Value::Object(serde_json::Map::new()), &parse(&offered.definition)),
         };
-        Ok(DefinitionDiff { approved, offered, integrity: view.integrity_at(idx).cloned(), changes })
+        Ok(DefinitionDiff { approved, offered, integrity, changes })
     }
 }
