@@ -72,6 +72,8 @@ struct Script {
     discover_unsupported_once: bool,
     /// Modern: the `ttlMs` of listings.
     ttl_ms: Option<u64>,
+    /// Modern: the `cacheScope` of listings (default "public").
+    cache_scope: Option<String>,
     /// Add a tool named "deep" whose inputSchema nests this many arrays (sent as raw text:
     /// deeper than any JSON parser's default limit).
     deep_tool_depth: usize,
@@ -270,7 +272,7 @@ impl Server {
             }
             "tools/list" => self.list(&params).map(|mut result| {
                 result["ttlMs"] = json!(self.script.ttl_ms.unwrap_or(60_000));
-                result["cacheScope"] = json!("public");
+                result["cacheScope"] = json!(self.script.cache_scope.as_deref().unwrap_or("public"));
                 complete(result)
             }),
             "tools/call" => {

@@ -207,6 +207,33 @@ pub struct ServerSpec {
     pub integrity: crate::catalog::integrity::Policy,
 }
 
+impl ServerSpec {
+    /// What identifies the credential toolhost presents to this server, as a SHA-256 (never the
+    /// secret): the URL and headers of an HTTP server, the command, arguments and environment
+    /// of a stdio one. A listing the server marked private belongs to it.
+    pub fn credential_fingerprint(&self, server: &str) -> String {
+        let mut material = format!("toolhost credential\0{server}\0");
+        match &self.transport {
+            Transport::Http(http) => {
+                material.push_str(&http.url);
+                for (name, value) in &http.headers {
+                    material.push_str(&format!("\0{}\0{}", name.to_ascii_lowercase(), value.expose()));
+                }
+            }
+            Transport::Stdio(stdio) => {
+                material.push_str(&stdio.command.display().to_string());
+                for arg in &stdio.args {
+                    material.push_str(&format!("\0{arg}"));
+                }
+                for (name, value) in &stdio.env {
+                    material.push_str(&format!("\0{name}\0{}", value.expose()));
+                }
+            }
+        }
+        crate::catalog::model::sha256_hex(material.as_bytes())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProtocolChoice {
     /// Probe with `server/discover`, fall back to `initialize`; remember what was found.

@@ -41,6 +41,8 @@ struct ShallowListPage<'a> {
     ttl_ms: Option<i64>,
     #[serde(default)]
     result_type: Option<String>,
+    #[serde(default)]
+    cache_scope: Option<String>,
 }
 
 /// What the enumerator needs from a page before its tools are processed.
@@ -49,6 +51,8 @@ pub struct PagePeek {
     pub next_cursor: Option<String>,
     /// 2026-07-28 freshness hint; negative counts as 0, absent as "none given".
     pub ttl_ms: Option<u64>,
+    /// `cacheScope: "private"`: the listing is only for the authorization context that got it.
+    pub private: bool,
 }
 
 /// Reads a page's cursor and `ttlMs`, checks `tools` is an array and `resultType` (absent means
@@ -65,7 +69,11 @@ pub fn peek_page(result: &RawValue) -> Result<PagePeek, String> {
         None | Some("complete") => {}
         Some(other) => return Err(format!("resultType {other:?} is not a complete listing")),
     }
-    Ok(PagePeek { next_cursor: page.next_cursor, ttl_ms: page.ttl_ms.map(|ttl| u64::try_from(ttl).unwrap_or(0)) })
+    Ok(PagePeek {
+        next_cursor: page.next_cursor,
+        ttl_ms: page.ttl_ms.map(|ttl| u64::try_from(ttl).unwrap_or(0)),
+        private: page.cache_scope.as_deref() == Some("private"),
+    })
 }
 
 /// The `params` of a `tools/list` request for the page after `cursor` (or the first page).

@@ -52,7 +52,11 @@ impl Worker {
             listing.tools.iter().find(|tool| tool.name == name).filter(|tool| tool.hash != before.hash)?;
             Some(before.fields().description.clone())
         });
-        let committed = self.store.commit_accepting(&self.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted).await;
+        let private_to = stats.private.then(|| self.spec.credential_fingerprint(&self.name));
+        let committed = self
+            .store
+            .commit_accepting(&self.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted, private_to.as_deref())
+            .await;
         let outcome = match committed {
             Ok(CommitOutcome::Committed { generation, diff }) => {
                 for (name, hash) in &evaluation.accepted {
@@ -99,6 +103,16 @@ impl Worker {
             Ok(CommitOutcome::Unchanged { generation }) => {
                 tracing::debug!(server = %self.name, generation, reason = reason.as_str(), "tool set unchanged");
                 span.set_attribute("toolhost.generation", generation as i64);
+                // A stored generation held back at boot (private to another credential) is this
+                // credential's now: publish it.
+                if previous.is_none()
+                    && let Some(unpublished) = self.unpublished_generation(&mut approvals).await
+                {
+                    self.registry.update(&self.name, |view| {
+                        view.generation = Some(unpublished.0);
+                        view.integrity = unpublished.1;
+                    });
+                }
                 self.registry.update(&self.name, |view| {
                     view.revalidating = false;
                     view.last_error = None;
@@ -125,6 +139,28 @@ impl Worker {
         span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
         self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), clock.elapsed());
         true
+    }
+
+    /// The store's current generation with its integrity states, when the registry has none.
+    /// (What the policy accepts in it is stored, and joins `approvals`.)
+    async fn unpublished_generation(
+        &self,
+        approvals: &mut std::collections::HashMap<String, Approval>,
+    ) -> Option<(std::sync::Arc<Generation>, std::sync::Arc<[ToolIntegrity]>)> {
+        let stored = self.store.load_current(&self.name).await.ok()??;
+        let previous = self.store.previous_definitions(Some(&self.name)).await.ok()?.remove(&*self.name).unwrap_or_default();
+        let (states, updated) = crate::supervisor::integrity::evaluate_stored(
+            &self.store,
+            &self.name,
+            &self.spec.integrity,
+            &stored.generation,
+            approvals.clone(),
+            &previous,
+        )
+        .await
+        .ok()?;
+        *approvals = updated;
+        Some((stored.generation, states))
     }
 
     /// A WARN and a span event for each tool held or flagged in a new generation, with what

@@ -31,6 +31,8 @@ pub(crate) struct PassStats {
     pub(crate) bytes: u64,
     /// The smallest `ttlMs` of the pages, when the server sent any.
     pub(crate) ttl_ms: Option<u64>,
+    /// A page said `cacheScope: "private"`.
+    pub(crate) private: bool,
 }
 
 /// When a pass started: the wall-clock time for its record, the monotonic one for its duration.
@@ -126,6 +128,7 @@ pub(crate) async fn enumerate(
         if let Some(ttl) = peek.ttl_ms {
             stats.ttl_ms = Some(stats.ttl_ms.map_or(ttl, |known| known.min(ttl)));
         }
+        stats.private |= peek.private;
         let next_cursor = peek.next_cursor;
         pages.push(tokio::task::spawn_blocking(move || parse_list_page(&result).map(|page| define_entries(page.tools))));
         match next_cursor {

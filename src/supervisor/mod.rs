@@ -244,6 +244,15 @@ impl Supervisor {
             spec.audit_arguments,
             spec.integrity.clone(),
         );
+        // A private listing made with another credential is not this credential's to see: the
+        // server lists again before its tools are served.
+        let stored = stored.filter(|stored| match &stored.private_to {
+            Some(owner) if *owner != spec.credential_fingerprint(name) => {
+                tracing::info!(server = %name, "the stored listing was private to another credential; not served until the server lists again");
+                false
+            }
+            _ => true,
+        });
         if let Some(stored) = stored {
             view.generation = Some(stored.generation);
             view.last_verified_at_ms = stored.last_verified_at_ms;

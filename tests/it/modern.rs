@@ -99,3 +99,25 @@ async fn a_modern_server_receives_the_arguments_byte_for_byte() {
     assert!(line.contains("io.modelcontextprotocol/protocolVersion"), "the request _meta is there too: {line}");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_listing_is_served_after_a_restart_only_under_the_same_credential() {
+    let dir = TestDir::new();
+    let script = dir.script("private", json!({"era": "modern", "tools": tools("t", 2), "cache_scope": "private"}));
+    let with_token = |token: &str| dir.config(&server_table("private", &script, &format!("env = {{ API_TOKEN = \"{token}\" }}\n")));
+    let app = start(with_token("first-credential")).await;
+    wait_for_server(app.registry(), "private", "ready", |v| v.generation_number() == 1).await;
+    app.shutdown().await;
+
+    // The same credential: the stored listing is served at once, before the server is up.
+    let app = start(with_token("first-credential")).await;
+    assert_eq!(app.registry().server("private").unwrap().generation_number(), 1, "served from the store");
+    app.shutdown().await;
+
+    // Another credential: nothing is served until the server lists again for it.
+    let app = start(with_token("second-credential")).await;
+    assert!(app.registry().server("private").unwrap().generation.is_none(), "another credential's private listing is not served");
+    let view = wait_for_server(app.registry(), "private", "listed again", |v| v.generation.is_some()).await;
+    assert_eq!(view.generation_number(), 1, "the same tools: no new generation, but now this credential's");
+    app.shutdown().await;
+}

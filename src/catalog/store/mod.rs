@@ -65,6 +65,8 @@ pub enum CommitOutcome {
 pub struct StoredServer {
     pub generation: Arc<Generation>,
     pub last_verified_at_ms: Option<i64>,
+    /// The credential fingerprint a private listing belongs to (`None`: not private).
+    pub private_to: Option<String>,
 }
 
 #[derive(Clone)]
@@ -157,7 +159,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn load_current(&self, server: &str) -> Result<Option<StoredServer>, StoreError> {
-        let row = sqlx::query("SELECT current_generation, last_verified_at_ms FROM servers WHERE name = ?")
+        let row = sqlx::query("SELECT current_generation, last_verified_at_ms, private_to FROM servers WHERE name = ?")
             .bind(server)
             .fetch_optional(&self.pool)
             .await?;
@@ -176,6 +178,7 @@ impl Store {
         Ok(Some(StoredServer {
             generation: Arc::new(Generation { number: to_u64(number)?, committed_at_ms, tools }),
             last_verified_at_ms: row.try_get(1)?,
+            private_to: row.try_get(2)?,
         }))
     }
 
@@ -185,8 +188,10 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn load_all_current(&self) -> Result<HashMap<String, StoredServer>, StoreError> {
-        let heads: Vec<(String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(
-            "SELECT s.name, s.current_generation, s.last_verified_at_ms, g.committed_at_ms FROM servers s \
+        // name, current generation, last verified, committed at, private to.
+        type Head = (String, i64, Option<i64>, Option<i64>, Option<String>);
+        let heads: Vec<Head> = sqlx::query_as(
+            "SELECT s.name, s.current_generation, s.last_verified_at_ms, g.committed_at_ms, s.private_to FROM servers s \
              LEFT JOIN generations g ON g.server = s.name AND g.generation = s.current_generation WHERE s.current_generation > 0",
         )
         .fetch_all(&self.pool)
@@ -202,13 +207,13 @@ impl Store {
         let mut tools = low?;
         tools.extend(high?);
         let mut servers = HashMap::with_capacity(heads.len());
-        for (name, number, last_verified_at_ms, committed_at_ms) in heads {
+        for (name, number, last_verified_at_ms, committed_at_ms, private_to) in heads {
             let generation = Generation {
                 number: to_u64(number)?,
                 committed_at_ms: committed_at_ms.unwrap_or(0),
                 tools: tools.remove(&name).unwrap_or_default(),
             };
-            servers.insert(name, StoredServer { generation: Arc::new(generation), last_verified_at_ms });
+            servers.insert(name, StoredServer { generation: Arc::new(generation), last_verified_at_ms, private_to });
         }
         Ok(servers)
     }
@@ -335,7 +340,7 @@ impl Store {
         record: EnumerationRecord,
         previous: Option<&Generation>,
     ) -> Result<CommitOutcome, StoreError> {
-        self.commit_accepting(server, listing, record, previous, &[]).await
+        self.commit_accepting(server, listing, record, previous, &[], None).await
     }
 
     /// [`Store::commit`] that also records, in the same transaction, the definitions the
@@ -351,6 +356,7 @@ impl Store {
         mut record: EnumerationRecord,
         previous: Option<&Generation>,
         accepted: &[(String, String)],
+        private_to: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
         let mut tx = self.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
@@ -372,6 +378,7 @@ impl Store {
             }
         };
         let now = now_ms();
+        sqlx::query("UPDATE servers SET private_to = ? WHERE name = ?").bind(private_to).bind(server).execute(tx.conn()).await?;
         if diff.is_empty() && current > 0 {
             sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(tx.conn()).await?;
             record.outcome = EnumerationOutcome::Unchanged;
