@@ -29,7 +29,7 @@ use super::sessions::{Session, Sessions};
 use super::{Admission, ChangeWatch, Endpoint, Era, View, reply};
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
-use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_ACKNOWLEDGED, METHOD_LISTEN, SUBSCRIPTION_ID};
+use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -193,17 +193,24 @@ impl Front {
         let parsed = Params::read(params).unwrap_or_default();
         let modern = parsed.era() == Era::Modern || header_version == Some(modern::VERSION) || method == Some(modern::METHOD_DISCOVER);
         if modern {
-            return self.post_modern(&headers, &message, &parsed, view).await;
+            return self.post_modern(&headers, &body, &message, &parsed, view).await;
         }
         if let Some(version) = header_version
             && !LEGACY_VERSIONS.contains(&version)
         {
             return rpc_error(StatusCode::BAD_REQUEST, -32600, &format!("unsupported MCP-Protocol-Version {:?}", reply::clip(version)));
         }
-        self.post_legacy(&headers, &message, view).await
+        self.post_legacy(&headers, &body, &message, view).await
     }
 
-    async fn post_modern(&self, headers: &HeaderMap, message: &Message<'_>, params: &Params<'_>, view: View) -> Response<Body> {
+    async fn post_modern(
+        &self,
+        headers: &HeaderMap,
+        body: &Bytes,
+        message: &Message<'_>,
+        params: &Params<'_>,
+        view: View,
+    ) -> Response<Body> {
         let Message::Request(request) = message else {
             // Notifications need no answer (cancellation is closing the stream in this era).
             return empty(StatusCode::ACCEPTED);
@@ -226,7 +233,7 @@ impl Front {
         }
         match &*request.method {
             METHOD_LISTEN => self.listen(request, view),
-            METHOD_TOOLS_CALL if wants_stream(headers) && params.progress_token.is_some() => self.call_streamed(request, view, None),
+            METHOD_TOOLS_CALL if wants_stream(headers) && params.progress_token.is_some() => self.call_streamed(body.clone(), view, None),
             method => {
                 let line = self.endpoint.answer(&view, request, None).await;
                 let known = matches!(method, METHOD_TOOLS_CALL | "tools/list" | "ping" | "server/discover" | METHOD_INITIALIZE);
@@ -236,7 +243,7 @@ impl Front {
         }
     }
 
-    async fn post_legacy(&self, headers: &HeaderMap, message: &Message<'_>, view: View) -> Response<Body> {
+    async fn post_legacy(&self, headers: &HeaderMap, body: &Bytes, message: &Message<'_>, view: View) -> Response<Body> {
         let session_id = header_text(headers, SESSION_HEADER);
         if let Message::Request(request) = message
             && request.method == METHOD_INITIALIZE
@@ -277,7 +284,7 @@ impl Front {
                 );
             };
             if wants_stream(headers) && Params::read(request.params).is_ok_and(|p| p.progress_token.is_some()) {
-                return self.call_streamed(request, view, Some((session, cancelled)));
+                return self.call_streamed(body.clone(), view, Some((session, cancelled)));
             }
             let line = tokio::select! {
                 line = self.endpoint.answer(&view, request, None) => Some(line),
@@ -295,18 +302,13 @@ impl Front {
 
     /// A call whose progress travels on an SSE response, then its result. A 2025 session's
     /// call also ends on `notifications/cancelled`.
-    fn call_streamed(
-        &self,
-        request: &message::Request<'_>,
-        view: View,
-        session: Option<(Arc<Session>, CancellationToken)>,
-    ) -> Response<Body> {
+    /// `body` is the request's (a shared buffer): the task that outlives this borrow reads it again.
+    fn call_streamed(&self, body: Bytes, view: View, session: Option<(Arc<Session>, CancellationToken)>) -> Response<Body> {
         let (tx, rx) = mpsc::channel::<String>(crate::upstream::session::PROGRESS_QUEUE);
-        let line = body_line(request);
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();
         let task = async move {
-            let Ok(Message::Request(request)) = message::read(line.as_bytes()) else { return };
+            let Ok(Message::Request(request)) = message::read(&body) else { return };
             let cancelled = session.as_ref().map_or_else(CancellationToken::new, |(_, token)| token.clone());
             let answer = tokio::select! {
                 answer = endpoint.answer(&view, &request, Some(&tx)) => Some(answer),
@@ -328,26 +330,21 @@ impl Front {
     /// closes it or toolhost stops.
     fn listen(&self, request: &message::Request<'_>, view: View) -> Response<Body> {
         let (tx, rx) = mpsc::channel::<String>(8);
-        let id = request.id.get().to_owned();
-        let wanted = request
-            .params
-            .is_some_and(|p| p.get().contains(r#""toolsListChanged":true"#) || p.get().contains(r#""toolsListChanged": true"#));
-        let accepted = if wanted { r#"{"toolsListChanged":true}"# } else { "{}" };
-        let ack = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}},"notifications":{accepted}}}"#);
+        let wanted = message::listens_for_tools(request.params);
+        let (acknowledged, changed_line) = (reply::listen_acknowledged(request.id, wanted), reply::listen_tools_changed(request.id));
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();
         let task = async move {
-            if tx.send(reply::notification(METHOD_ACKNOWLEDGED, Some(&ack))).await.is_err() {
+            if tx.send(acknowledged).await.is_err() {
                 return;
             }
-            let tagged = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}}}}"#);
             let mut changes = ChangeWatch::new(&endpoint, &view);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = tx.closed() => return,
                     changed = changes.changed(&endpoint, &view), if wanted => {
-                        if !changed || tx.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, Some(&tagged))).await.is_err() {
+                        if !changed || tx.send(changed_line.clone()).await.is_err() {
                             return;
                         }
                     }
@@ -453,18 +450,6 @@ impl tokio_stream::Stream for EventStream {
             Poll::Pending => Poll::Pending,
         }
     }
-}
-
-/// The request's message again, as text, for a task that outlives the borrowed body.
-fn body_line(request: &message::Request<'_>) -> String {
-    let mut line =
-        format!(r#"{{"jsonrpc":"2.0","id":{},"method":{}"#, request.id.get(), serde_json::to_string(&*request.method).unwrap_or_default());
-    if let Some(params) = request.params {
-        line.push_str(r#","params":"#);
-        line.push_str(params.get());
-    }
-    line.push('}');
-    line
 }
 
 fn wants_stream(headers: &HeaderMap) -> bool {

@@ -124,8 +124,7 @@ pub(super) async fn answer(door: &Door, view: &View, id: &RawValue, name: &str, 
                 progress: None,
             };
             match door.call(&view.caller, request).await {
-                Ok(result) if era == Era::Modern => reply::result(id, &reply::complete(&result.raw)),
-                Ok(result) => reply::result(id, result.raw.get()),
+                Ok(result) => reply::call_result(id, &result.raw, era),
                 Err(error) => reply::call_error(id, &error),
             }
         }

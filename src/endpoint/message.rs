@@ -124,6 +124,32 @@ pub(super) fn read(bytes: &[u8]) -> Result<Message<'_>, Unreadable> {
     }
 }
 
+/// The request a `notifications/cancelled` names (its id's JSON text), if its params are readable.
+pub(super) fn cancelled_request(params: Option<&RawValue>) -> Option<&str> {
+    #[derive(Deserialize)]
+    struct Cancelled<'a> {
+        #[serde(rename = "requestId", borrow)]
+        request_id: &'a RawValue,
+    }
+    let cancelled: Cancelled<'_> = serde_json::from_str(params?.get()).ok()?;
+    Some(cancelled.request_id.get())
+}
+
+/// Whether a `subscriptions/listen` asks for tool list changes (the only kind toolhost sends).
+pub(super) fn listens_for_tools(params: Option<&RawValue>) -> bool {
+    #[derive(Deserialize, Default)]
+    struct ListenParams {
+        #[serde(default)]
+        notifications: ListenTypes,
+    }
+    #[derive(Deserialize, Default)]
+    struct ListenTypes {
+        #[serde(rename = "toolsListChanged", default)]
+        tools_list_changed: bool,
+    }
+    params.and_then(|p| serde_json::from_str::<ListenParams>(p.get()).ok()).is_some_and(|p| p.notifications.tools_list_changed)
+}
+
 impl<'a> Params<'a> {
     /// The params of a request (absent params read as empty).
     ///

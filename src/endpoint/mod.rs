@@ -246,8 +246,7 @@ impl Endpoint {
             }
         }
         match result {
-            Ok(result) if era == Era::Modern => reply::result(id, &reply::complete(&result.raw)),
-            Ok(result) => reply::result(id, result.raw.get()),
+            Ok(result) => reply::call_result(id, &result.raw, era),
             Err(error) => reply::call_error(id, &error),
         }
     }

@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 use crate::access::Refusal;
 use crate::calls::CallError;
 use crate::mcp::jsonrpc::code::{INTERNAL_ERROR, INVALID_PARAMS};
+use crate::mcp::lifecycle::METHOD_TOOLS_LIST_CHANGED;
+use crate::mcp::modern::{METHOD_ACKNOWLEDGED, SUBSCRIPTION_ID};
 
 /// Implementation-defined JSON-RPC server error: the call could not be carried out now
 /// (server unavailable, overloaded, timed out, outcome unknown) or the caller is not admitted.
@@ -135,6 +137,27 @@ pub(super) fn complete(result: &RawValue) -> std::borrow::Cow<'_, str> {
         (false, Some(rest)) if rest.trim_start().starts_with('}') => std::borrow::Cow::Owned(r#"{"resultType":"complete"}"#.to_owned()),
         (false, Some(rest)) => std::borrow::Cow::Owned(format!(r#"{{"resultType":"complete",{rest}"#)),
         _ => std::borrow::Cow::Borrowed(text),
+    }
+}
+
+/// The acknowledgement of the `subscriptions/listen` with this id: the accepted subset.
+pub(super) fn listen_acknowledged(id: &RawValue, tools: bool) -> String {
+    let accepted = if tools { r#"{"toolsListChanged":true}"# } else { "{}" };
+    let params = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{}}},"notifications":{accepted}}}"#, id.get());
+    notification(METHOD_ACKNOWLEDGED, Some(&params))
+}
+
+/// A `list_changed` on the subscription with this id.
+pub(super) fn listen_tools_changed(id: &RawValue) -> String {
+    let params = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{}}}}}"#, id.get());
+    notification(METHOD_TOOLS_LIST_CHANGED, Some(&params))
+}
+
+/// A call's result as the client's era wants it (see [`complete`]).
+pub(super) fn call_result(id: &RawValue, result: &RawValue, era: super::Era) -> String {
+    match era {
+        super::Era::Modern => self::result(id, &complete(result)),
+        super::Era::Legacy => self::result(id, result.get()),
     }
 }
 

@@ -6,7 +6,6 @@ use std::io::Read;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
@@ -115,12 +114,6 @@ impl Sessions {
     }
 }
 
-#[derive(Deserialize)]
-struct Cancelled<'a> {
-    #[serde(rename = "requestId", borrow)]
-    request_id: &'a RawValue,
-}
-
 impl Session {
     pub(super) fn id(&self) -> &str {
         &self.id
@@ -152,8 +145,8 @@ impl Session {
 
     /// `notifications/cancelled` for one of this session's calls.
     pub(super) fn cancel(&self, params: Option<&RawValue>) {
-        let Some(cancelled) = params.and_then(|params| serde_json::from_str::<Cancelled<'_>>(params.get()).ok()) else { return };
-        if let Some(token) = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(cancelled.request_id.get()) {
+        let Some(id) = super::message::cancelled_request(params) else { return };
+        if let Some(token) = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(id) {
             token.cancel();
         }
     }

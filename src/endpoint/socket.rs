@@ -23,7 +23,7 @@ use super::message::{self, Message, Request};
 use super::{Admission, ChangeWatch, Endpoint, View, reply};
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
-use crate::mcp::modern::{METHOD_ACKNOWLEDGED, METHOD_LISTEN, SUBSCRIPTION_ID};
+use crate::mcp::modern::METHOD_LISTEN;
 use crate::upstream::lines::{self, Line};
 
 /// A toolhost notification a client sends first to be served one profile (`toolhost mcp
@@ -82,26 +82,8 @@ struct Connection {
 }
 
 #[derive(Deserialize)]
-struct Cancelled<'a> {
-    #[serde(rename = "requestId", borrow)]
-    request_id: &'a RawValue,
-}
-
-#[derive(Deserialize)]
 struct ProfileChoice {
     name: String,
-}
-
-#[derive(Deserialize, Default)]
-struct ListenParams {
-    #[serde(default)]
-    notifications: ListenTypes,
-}
-
-#[derive(Deserialize, Default)]
-struct ListenTypes {
-    #[serde(rename = "toolsListChanged", default)]
-    tools_list_changed: bool,
 }
 
 impl Connection {
@@ -212,8 +194,7 @@ impl Connection {
     async fn on_notification(&mut self, method: &str, params: Option<&RawValue>, out: &mpsc::Sender<String>) -> bool {
         match method {
             METHOD_CANCELLED => {
-                let cancelled = params.and_then(|params| serde_json::from_str::<Cancelled<'_>>(params.get()).ok());
-                if let Some(handle) = cancelled.and_then(|c| self.in_flight.remove(c.request_id.get())) {
+                if let Some(handle) = message::cancelled_request(params).and_then(|id| self.in_flight.remove(id)) {
                     handle.abort();
                 }
                 true
@@ -258,18 +239,14 @@ async fn listen_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mp
         let _ = out.send(answer).await;
         return Some(key);
     }
-    let wanted = request.params.and_then(|p| serde_json::from_str::<ListenParams>(p.get()).ok()).unwrap_or_default();
-    let id = request.id.get();
-    let accepted = if wanted.notifications.tools_list_changed { r#"{"toolsListChanged":true}"# } else { "{}" };
-    let ack = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}},"notifications":{accepted}}}"#);
-    if out.send(reply::notification(METHOD_ACKNOWLEDGED, Some(&ack))).await.is_err() || !wanted.notifications.tools_list_changed {
+    let wanted = message::listens_for_tools(request.params);
+    if out.send(reply::listen_acknowledged(request.id, wanted)).await.is_err() || !wanted {
         // Nothing to send on it: the subscription stays open, silent, until cancelled.
         std::future::pending::<()>().await;
     }
-    let tagged = format!(r#"{{"_meta":{{"{SUBSCRIPTION_ID}":{id}}}}}"#);
     let mut changes = ChangeWatch::new(&endpoint, &view);
     while changes.changed(&endpoint, &view).await {
-        if out.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, Some(&tagged))).await.is_err() {
+        if out.send(reply::listen_tools_changed(request.id)).await.is_err() {
             break;
         }
     }
