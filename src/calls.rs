@@ -3,6 +3,8 @@
 //!
 //! Stale-tool races are classified here and never hidden: a call is never retried silently.
 
+pub mod continuation;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,6 +14,8 @@ use opentelemetry::KeyValue;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+pub use continuation::{ContinuationError, Continuations, Pending};
 
 use crate::catalog::integrity::Hold;
 use crate::catalog::model::ToolDef;
@@ -51,6 +55,20 @@ pub struct CallRequest<'a> {
     /// Where the server's `notifications/progress` for this call go (their `params`, with
     /// toolhost's own progress token); `None` asks the server for no progress.
     pub progress: Option<tokio::sync::mpsc::Sender<Box<RawValue>>>,
+    /// The caller's answers to an `input_required` outcome, with the token that came with it.
+    pub answer: Option<Answer<'a>>,
+    /// What kinds of input request the caller can answer (MCP client capabilities, a JSON
+    /// object), told to a 2026-07-28 server; `None` declares none.
+    pub client_capabilities: Option<&'a RawValue>,
+}
+
+/// A caller's answers to a server's input requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    /// The continuation token of the `input_required` outcome being answered.
+    pub token: &'a str,
+    /// A JSON object keyed like the input requests (`inputResponses`).
+    pub responses: &'a str,
 }
 
 /// A completed call: the tool's result (which may itself report a failure) and what it ran against.
@@ -63,6 +81,9 @@ pub struct CallResult {
     pub name: String,
     pub generation: u64,
     pub definition_hash: String,
+    /// For an `input_required` outcome: the token the caller answers with, and when it expires
+    /// (milliseconds since the epoch). Set by the [`crate::door::Door`] that keeps it.
+    pub continuation: Option<(String, i64)>,
 }
 
 /// The kinds of stale-tool race.
@@ -120,6 +141,8 @@ pub enum CallError {
     TaskRequired { server: String, tool: String },
     #[error("catalog store: {0}")]
     Store(String),
+    #[error(transparent)]
+    Continuation(#[from] ContinuationError),
     /// An operator asked for a tool its own allow and deny lists exclude (anyone else is told
     /// the tool does not exist).
     #[error("agent {agent:?} may not use {tool:?} (its allow and deny lists)")]
@@ -148,7 +171,7 @@ impl Calls {
     ///
     /// # Errors
     /// [`CallError`]; a tool's own failure is an `Ok` result with `is_error` set.
-    pub async fn call(&self, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+    pub async fn call(&self, request: CallRequest<'_>, resumed: Option<&Pending>) -> Result<CallResult, CallError> {
         let started = Instant::now();
         let span = tracing::Span::current();
         if let Some(hash) = request.expected_hash.filter(|h| !h.is_empty()) {
@@ -158,8 +181,9 @@ impl Calls {
         if let Some(revision) = request.expected_revision.filter(|r| *r > 0) {
             span.set_attribute("toolhost.listed.catalog_revision", revision as i64);
         }
-        let result = self.call_inner(request).await;
+        let result = self.call_inner(request, resumed).await;
         let (outcome, error_type) = match &result {
+            Ok(result) if result.outcome.input_required.is_some() => ("input_required", None),
             Ok(result) if result.outcome.is_error => ("tool_error", Some("tool_error")),
             Ok(_) => ("ok", None),
             Err(error) => ("error", Some(error.kind())),
@@ -178,7 +202,7 @@ impl Calls {
         result
     }
 
-    async fn call_inner(&self, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+    async fn call_inner(&self, request: CallRequest<'_>, resumed: Option<&Pending>) -> Result<CallResult, CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, &request.tool).await?;
         let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
@@ -188,7 +212,17 @@ impl Calls {
         span.set_attribute("toolhost.generation", generation.number as i64);
         span.set_attribute("toolhost.definition_hash", tool.hash.clone());
         span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
-        self.check_preconditions(&view, tool, generation.number, &request)?;
+        // A continuation answers one call of one tool: the same server and name, and the same
+        // definition (a tool that changed in between is a stale-tool race like any other).
+        let mut expected_hash = request.expected_hash;
+        if let Some(pending) = resumed {
+            if *pending.server != *view.name || pending.tool != tool.name {
+                return Err(ContinuationError::OtherTool { server: pending.server.to_string(), tool: pending.tool.clone() }.into());
+            }
+            span.set_attribute("toolhost.mrtr.resumed_generation", pending.generation as i64);
+            expected_hash = Some(&pending.definition_hash);
+        }
+        self.check_preconditions(&view, tool, generation.number, expected_hash, request.expected_revision)?;
         // Never the approved definition in place of the offered one: a held tool is not called at all.
         if let Some(hold) = view.held(idx) {
             span.set_attribute("toolhost.hold", hold.as_str());
@@ -225,7 +259,18 @@ impl Calls {
         }
         let trace_meta = upstream_span.in_scope(propagation::current_meta);
         let progress = request.progress.map(|sink| session.route_progress(sink));
-        let params = call_params(&tool.name, request.arguments, &trace_meta, progress.as_ref().map(|route| route.token))?;
+        let modern = view.hello.as_ref().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
+        let extra = CallExtras {
+            progress_token: progress.as_ref().map(|route| route.token),
+            // Only a 2026-07-28 server reads capabilities per request.
+            capabilities: request.client_capabilities.filter(|_| modern),
+            responses: match request.answer {
+                Some(answer) => Some(continuation::check_responses(answer.responses)?),
+                None => None,
+            },
+            state: resumed.and_then(|pending| pending.request_state.as_deref()),
+        };
+        let params = call_params(&tool.name, request.arguments, &trace_meta, &extra)?;
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
         let deadline = crate::deadline::after(timeout);
         let expired = || CallError::DeadlineExceeded {
@@ -262,6 +307,9 @@ impl Calls {
                 if outcome.is_error {
                     upstream_span.set_attribute("error.type", "tool_error");
                 }
+                if outcome.input_required.is_some() {
+                    upstream_span.set_attribute("mcp.result_type", "input_required");
+                }
                 Ok(CallResult {
                     outcome,
                     raw: result,
@@ -269,6 +317,7 @@ impl Calls {
                     name: tool.name.clone(),
                     generation: generation.number,
                     definition_hash: tool.hash.clone(),
+                    continuation: None,
                 })
             }
             Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message, &tool.name) => {
@@ -359,7 +408,14 @@ impl Calls {
         })))
     }
 
-    fn check_preconditions(&self, view: &ServerView, tool: &ToolDef, generation: u64, request: &CallRequest<'_>) -> Result<(), CallError> {
+    fn check_preconditions(
+        &self,
+        view: &ServerView,
+        tool: &ToolDef,
+        generation: u64,
+        expected_hash: Option<&str>,
+        expected_revision: Option<u64>,
+    ) -> Result<(), CallError> {
         let stale = |listed: &str| {
             view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
             self.race_event(view, RaceKind::ChangedSinceListed, &tool.name, generation, Some(generation));
@@ -374,12 +430,12 @@ impl Calls {
                 detail: format!("the definition changed since {listed}; the current hash is {}", tool.hash),
             }))
         };
-        if let Some(expected) = request.expected_hash.filter(|hash| !hash.is_empty())
+        if let Some(expected) = expected_hash.filter(|hash| !hash.is_empty())
             && expected != tool.hash
         {
             return Err(stale("the hash the caller sent"));
         }
-        if let Some(revision) = request.expected_revision.filter(|revision| *revision > 0) {
+        if let Some(revision) = expected_revision.filter(|revision| *revision > 0) {
             let listed = self.registry.snapshot_at(revision).ok_or(CallError::RevisionNotKept(revision))?;
             let listed_hash =
                 listed.servers.get(&view.name).and_then(|v| v.generation.as_ref()).and_then(|g| g.tool(&tool.name)).map(|t| &t.hash);
@@ -446,6 +502,7 @@ impl CallError {
             CallError::TaskRequired { .. } => "task_required",
             CallError::DefinitionHeld { .. } => "definition_held",
             CallError::Store(_) => "internal",
+            CallError::Continuation(_) => "continuation",
             CallError::NotAllowed { .. } => "denied",
         }
     }
@@ -465,7 +522,12 @@ impl CallError {
             CallError::Stale(stale) => Some(&stale.server),
             CallError::UnknownTool { server, .. } => server.as_deref(),
             CallError::UnknownServer(server) => Some(server),
-            CallError::InvalidArguments(_) | CallError::RevisionNotKept(_) | CallError::Store(_) | CallError::NotAllowed { .. } => None,
+            CallError::Continuation(ContinuationError::OtherTool { server, .. }) => Some(server),
+            CallError::InvalidArguments(_)
+            | CallError::RevisionNotKept(_)
+            | CallError::Store(_)
+            | CallError::NotAllowed { .. }
+            | CallError::Continuation(_) => None,
         }
     }
 }
@@ -545,6 +607,14 @@ impl CallError {
             }
             CallError::InvalidResult { server, tool, generation, .. } => ("UPSTREAM_INVALID_RESULT", at(server, tool, *generation)),
             CallError::Store(_) => ("INTERNAL", vec![]),
+            CallError::Continuation(problem) => match problem {
+                ContinuationError::Unknown => ("CONTINUATION_UNKNOWN", vec![]),
+                ContinuationError::OtherTool { server, tool } => {
+                    ("CONTINUATION_OTHER_TOOL", vec![("server", server.clone()), ("tool", tool.clone())])
+                }
+                ContinuationError::InvalidResponses(_) | ContinuationError::Incomplete => ("INPUT_RESPONSES_INVALID", vec![]),
+                ContinuationError::TooMany => ("CONTINUATIONS_EXHAUSTED", vec![]),
+            },
             CallError::NotAllowed { agent, tool } => ("TOOL_NOT_ALLOWED", vec![("agent", agent.clone()), ("tool", tool.clone())]),
         };
         Explained { reason, details }
@@ -567,15 +637,24 @@ fn unknown(tool: &ToolRef) -> CallError {
     }
 }
 
+/// What a call's params carry besides the name, the arguments and the trace context.
+#[derive(Default)]
+struct CallExtras<'a> {
+    progress_token: Option<u64>,
+    /// `_meta` `io.modelcontextprotocol/clientCapabilities`: the caller's, on a modern session.
+    capabilities: Option<&'a RawValue>,
+    /// `inputResponses`: the caller's answers, on a retry.
+    responses: Option<&'a RawValue>,
+    /// `requestState`: the server's own, echoed byte for byte on a retry.
+    state: Option<&'a RawValue>,
+}
+
 /// `{"name": ..., "arguments": ..., "_meta": {...}}`, with the arguments checked to be one JSON
 /// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
-/// trace context when a trace is recorded.
-fn call_params(
-    name: &str,
-    arguments: Option<&str>,
-    meta: &HashMap<String, String>,
-    progress_token: Option<u64>,
-) -> Result<Box<RawValue>, CallError> {
+/// trace context when a trace is recorded. A retry of an `input_required` call adds
+/// `inputResponses` and (only when the server sent one) `requestState`.
+fn call_params(name: &str, arguments: Option<&str>, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
+    let progress_token = extra.progress_token;
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     if !raw.get().starts_with('{') {
@@ -583,10 +662,21 @@ fn call_params(
     }
     let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     let mut params = format!(r#"{{"name":{name},"arguments":{}"#, raw.get());
-    if !meta.is_empty() || progress_token.is_some() {
-        let mut members: Vec<String> = Vec::with_capacity(meta.len() + 1);
+    if let Some(responses) = extra.responses {
+        params.push_str(r#","inputResponses":"#);
+        params.push_str(responses.get());
+    }
+    if let Some(state) = extra.state {
+        params.push_str(r#","requestState":"#);
+        params.push_str(state.get());
+    }
+    if !meta.is_empty() || progress_token.is_some() || extra.capabilities.is_some() {
+        let mut members: Vec<String> = Vec::with_capacity(meta.len() + 2);
         if let Some(token) = progress_token {
             members.push(format!(r#""progressToken":{token}"#));
+        }
+        if let Some(capabilities) = extra.capabilities {
+            members.push(format!(r#""io.modelcontextprotocol/clientCapabilities":{}"#, capabilities.get()));
         }
         for (key, value) in meta {
             let (key, value) = (serde_json::to_string(key), serde_json::to_string(value));
@@ -623,23 +713,36 @@ mod tests {
     #[test]
     fn arguments_must_be_one_json_object_and_are_forwarded_verbatim() {
         let none = HashMap::new();
-        assert_eq!(call_params("t", None, &none, None).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        assert_eq!(call_params("t", None, &none, &CallExtras::default()).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
         let meta = HashMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]);
         assert_eq!(
-            call_params("t", None, &meta, None).unwrap().get(),
+            call_params("t", None, &meta, &CallExtras::default()).unwrap().get(),
             r#"{"name":"t","arguments":{},"_meta":{"traceparent":"00-abc-def-01"}}"#
         );
         assert_eq!(
-            call_params("t", None, &meta, Some(7)).unwrap().get(),
+            call_params("t", None, &meta, &CallExtras { progress_token: Some(7), ..CallExtras::default() }).unwrap().get(),
             r#"{"name":"t","arguments":{},"_meta":{"progressToken":7,"traceparent":"00-abc-def-01"}}"#
         );
         assert_eq!(
-            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none, None).unwrap().get(),
+            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none, &CallExtras::default()).unwrap().get(),
             r#"{"name":"t","arguments":{"big": 12345678901234567890}}"#
         );
         for bad in ["[1]", "\"x\"", "{", "{} {}", "null"] {
-            assert!(matches!(call_params("t", Some(bad), &none, None), Err(CallError::InvalidArguments(_))), "{bad}");
+            assert!(matches!(call_params("t", Some(bad), &none, &CallExtras::default()), Err(CallError::InvalidArguments(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_retry_echoes_the_state_exactly_and_adds_the_answers() {
+        let raw = |text: &str| RawValue::from_string(text.to_owned()).unwrap();
+        let (responses, state, capabilities) = (raw(r#"{"q":{"action":"accept"}}"#), raw(r#""opaque \u00e9""#), raw(r#"{"elicitation":{}}"#));
+        let extra = CallExtras { responses: Some(&responses), state: Some(&state), capabilities: Some(&capabilities), ..CallExtras::default() };
+        assert_eq!(
+            call_params("t", None, &HashMap::new(), &extra).unwrap().get(),
+            r#"{"name":"t","arguments":{},"inputResponses":{"q":{"action":"accept"}},"requestState":"opaque \u00e9","_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}"#
+        );
+        let without_state = CallExtras { responses: Some(&responses), ..CallExtras::default() };
+        assert!(!call_params("t", None, &HashMap::new(), &without_state).unwrap().get().contains("requestState"));
     }
 
     #[test]

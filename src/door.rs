@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::access::{Access, Caller, Identity, Refusal};
 use crate::audit::{AuditRecord, Auditor};
-use crate::calls::{CallError, CallRequest, CallResult, Calls, ToolRef};
+use crate::calls::{CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
 use crate::catalog::names;
 use crate::catalog::store::Store;
 use crate::config::AuditArguments;
@@ -29,6 +29,8 @@ pub struct Door {
     access: Arc<Access>,
     auditor: Auditor,
     store: Store,
+    /// Calls waiting for their callers' answers to a server's input requests; in memory only.
+    continuations: Continuations,
 }
 
 /// One search hit: a tool of one server in the searched snapshot, and its score (higher first).
@@ -49,7 +51,7 @@ pub enum SearchError {
 
 impl Door {
     pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor, store: Store) -> Door {
-        Door { registry, calls, access, auditor, store }
+        Door { registry, calls, access, auditor, store, continuations: Continuations::default() }
     }
 
     /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all
@@ -127,9 +129,57 @@ impl Door {
             self.audit_call(caller, &target, arguments, started, &refused, true);
             return refused;
         }
-        let result = self.calls.call(request).await;
+        let answer = request.answer;
+        let resumed = match answer {
+            Some(answer) => {
+                // Bad answers do not use up the token: the caller may correct them.
+                if let Err(error) = crate::calls::continuation::check_responses(answer.responses) {
+                    return Err(error.into());
+                }
+                match self.continuations.take(caller, answer.token) {
+                    Ok(pending) => Some(pending),
+                    Err(error) => {
+                        let refused = Err(error.into());
+                        self.audit_call(caller, &target, arguments, started, &refused, false);
+                        return refused;
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut result = self.calls.call(request, resumed.as_ref()).await;
+        match (&mut result, resumed) {
+            (Ok(done), _) if done.outcome.input_required.is_some() => {
+                if let Err(error) = self.keep_continuation(caller, done) {
+                    result = Err(error.into());
+                }
+            }
+            // The retry never reached the server: the caller may send the same answers again.
+            (
+                Err(CallError::Unavailable { .. } | CallError::Overloaded { .. } | CallError::DefinitionHeld { .. }),
+                Some(pending),
+            ) => {
+                if let Some(answer) = answer {
+                    self.continuations.restore(answer.token, pending);
+                }
+            }
+            _ => {}
+        }
         self.audit_call(caller, &target, arguments, started, &result, false);
         result
+    }
+
+    /// Keeps the server's `requestState` of an `input_required` outcome for `caller`, and hands
+    /// the caller a token for it instead.
+    fn keep_continuation(&self, caller: &Caller, result: &mut CallResult) -> Result<(), ContinuationError> {
+        let Some(input) = result.outcome.input_required.as_mut() else { return Ok(()) };
+        let pending =
+            Pending::new(result.server.clone(), result.name.clone(), result.generation, result.definition_hash.clone(), input.request_state.take());
+        let (token, expires) = self.continuations.issue(caller, pending)?;
+        let left = expires.saturating_duration_since(Instant::now());
+        let expires_at_ms = crate::catalog::record::now_ms().saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX));
+        result.continuation = Some((token, expires_at_ms));
+        Ok(())
     }
 
     /// Records a finished (or refused) call in the audit trail.
@@ -148,7 +198,12 @@ impl Door {
         };
         let (generation, definition_hash, outcome_text) = match outcome {
             Ok(result) => {
-                (result.generation, result.definition_hash.clone(), if result.outcome.is_error { "tool_error" } else { "ok" }.to_owned())
+                let outcome = match (&result.outcome.input_required, result.outcome.is_error) {
+                    (Some(_), _) => "input_required",
+                    (None, true) => "tool_error",
+                    (None, false) => "ok",
+                };
+                (result.generation, result.definition_hash.clone(), outcome.to_owned())
             }
             Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
             Err(_) if denied => (0, String::new(), "denied".to_owned()),

@@ -55,6 +55,12 @@ enum Command {
         /// The call's deadline in milliseconds.
         #[arg(long)]
         timeout_ms: Option<u64>,
+        /// Answer a server's input requests: the continuation token the first call printed...
+        #[arg(long, requires = "responses")]
+        continuation: Option<String>,
+        /// ...and the answers, a JSON object keyed like the input requests.
+        #[arg(long, requires = "continuation")]
+        responses: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -202,7 +208,9 @@ fn main() -> ExitCode {
         Command::Mcp { socket, config, profile } => return bridge(socket, config.as_deref(), profile.as_deref()),
         Command::Servers(client) => (ClientCommand::Servers, client),
         Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),
-        Command::Call { name, args, hash, timeout_ms, client } => (ClientCommand::Call { name, args, hash, timeout_ms }, client),
+        Command::Call { name, args, hash, timeout_ms, continuation, responses, client } => {
+            (ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses }, client)
+        }
         Command::Watch { from_revision, server, client } => (ClientCommand::Watch { from_revision, servers: server }, client),
         Command::History { server, limit, client } => (ClientCommand::History { server, limit }, client),
         Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),

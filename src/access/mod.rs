@@ -167,6 +167,22 @@ impl Agent {
         }
     }
 
+    /// An agent entry that allows everything, for tests of what is bound to a caller.
+    #[cfg(test)]
+    pub fn named_for_tests(name: &str) -> Agent {
+        Agent::compile(&AgentConfig {
+            name: name.to_owned(),
+            uids: Vec::new(),
+            gids: Vec::new(),
+            units: Vec::new(),
+            tokens: Vec::new(),
+            subjects: Vec::new(),
+            allow: vec!["*".to_owned()],
+            deny: Vec::new(),
+            admin: false,
+        })
+    }
+
     fn matches(&self, identity: &Identity) -> bool {
         if let Some(token) = identity.token() {
             // Every configured token is compared, in constant time, whatever matches first.

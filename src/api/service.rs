@@ -10,7 +10,8 @@ use tonic::{Request, Response, Status};
 use crate::access::{Access, Caller};
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
-use crate::calls::{CallRequest, ToolRef};
+use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
+use serde_json::value::RawValue;
 use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
@@ -230,6 +231,20 @@ impl ToolHostService {
             }
             _ => return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into()),
         };
+        let answer = match (request.continuation_token.as_str(), request.input_responses_json.as_str()) {
+            ("", "") => None,
+            (token, responses) if !token.is_empty() && !responses.is_empty() => Some(Answer { token, responses }),
+            _ => return Err(CallError::from(ContinuationError::Incomplete).into()),
+        };
+        let capabilities = match request.client_capabilities_json.trim() {
+            "" => None,
+            text => Some(
+                serde_json::from_str::<&RawValue>(text)
+                    .ok()
+                    .filter(|raw| raw.get().starts_with('{'))
+                    .ok_or_else(|| ApiError::InvalidArgument("client_capabilities_json is not a JSON object".into()))?,
+            ),
+        };
         let call = CallRequest {
             tool,
             arguments: Some(request.arguments_json.as_str()),
@@ -237,10 +252,21 @@ impl ToolHostService {
             expected_revision: Some(request.expected_catalog_revision),
             timeout,
             progress: None,
+            answer,
+            client_capabilities: capabilities,
         };
         let result = self.door.call(&caller, call).await;
         let result = result?;
+        let input_required = match (result.outcome.input_required, result.continuation) {
+            (Some(input), Some((token, expires_at_unix_ms))) => Some(pb::InputRequired {
+                input_requests_json: input.requests.get().to_owned(),
+                continuation_token: token,
+                expires_at_unix_ms,
+            }),
+            _ => None,
+        };
         Ok(Response::new(pb::CallToolResponse {
+            input_required,
             content_json: result.outcome.content.get().to_owned(),
             structured_content_json: result.outcome.structured_content.map(|s| s.get().to_owned()).unwrap_or_default(),
             is_error: result.outcome.is_error,

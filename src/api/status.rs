@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
-use crate::calls::CallError;
+use crate::calls::{CallError, ContinuationError};
 use crate::catalog::store::StoreError;
 use crate::supervisor::integrity::ApproveError;
 
@@ -98,6 +98,13 @@ impl From<CallError> for Status {
             CallError::Overloaded { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
             CallError::NotAllowed { .. } => Code::PermissionDenied,
+            CallError::Continuation(problem) => match problem {
+                ContinuationError::Unknown => Code::FailedPrecondition,
+                ContinuationError::TooMany => Code::ResourceExhausted,
+                ContinuationError::OtherTool { .. } | ContinuationError::InvalidResponses(_) | ContinuationError::Incomplete => {
+                    Code::InvalidArgument
+                }
+            },
             CallError::Store(detail) => return internal(detail),
         };
         let explained = error.explain();

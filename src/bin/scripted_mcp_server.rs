@@ -107,6 +107,8 @@ struct Server {
     mutated: bool,
     cursor_rejected: bool,
     announce_after_response: bool,
+    /// Modern `confirm`: every requestState issued.
+    states: Vec<String>,
 }
 
 fn main() {
@@ -158,6 +160,7 @@ fn main() {
         mutated: false,
         cursor_rejected: false,
         announce_after_response: false,
+        states: Vec::new(),
     };
     if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
         let out = server.out.clone();
@@ -275,6 +278,7 @@ impl Server {
                 result["cacheScope"] = json!(self.script.cache_scope.as_deref().unwrap_or("public"));
                 complete(result)
             }),
+            "tools/call" if params["name"] == "confirm" => Ok(self.confirm(&params)),
             "tools/call" => {
                 let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
                 Ok(complete(json!({"content": [{"type": "text", "text": arguments.to_string()}]})))
@@ -282,6 +286,26 @@ impl Server {
             _ => Err((-32601, format!("method not found: {method}"))),
         };
         self.respond(id, reply);
+    }
+
+    /// Modern `confirm`: a multi-round-trip call. Without answers it asks for a confirmation
+    /// (an `elicitation/create` input request) with a fresh `requestState`; with answers and a
+    /// state it issued, it finishes and reports what it got and which client capabilities the
+    /// first round declared.
+    fn confirm(&mut self, params: &Value) -> Value {
+        let Some(responses) = params.get("inputResponses") else {
+            let state = format!("state-{}-{}", self.states.len(), params["_meta"]["io.modelcontextprotocol/clientCapabilities"]);
+            self.states.push(state.clone());
+            let ask = json!({"method": "elicitation/create", "params": {"message": "Proceed?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}});
+            return json!({"resultType": "input_required", "inputRequests": {"confirm": ask}, "requestState": state});
+        };
+        let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
+        let text = match self.states.iter().position(|issued| issued == state) {
+            Some(round) => format!("confirmed round {round}: {} with {}", responses["confirm"], state.splitn(3, '-').nth(2).unwrap_or_default()),
+            None => format!("unknown requestState {state:?}"),
+        };
+        json!({"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": !text.starts_with("confirmed")})
     }
 
     fn initialize_result(&self, params: &Value) -> Value {

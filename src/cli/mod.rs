@@ -27,7 +27,15 @@ pub const EXIT_CONFIG: u8 = 64;
 pub enum ClientCommand {
     Servers,
     Tools { servers: Vec<String>, name_contains: Option<String> },
-    Call { name: String, args: Option<String>, hash: Option<String>, timeout_ms: Option<u64> },
+    Call {
+        name: String,
+        args: Option<String>,
+        hash: Option<String>,
+        timeout_ms: Option<u64>,
+        /// Answering an input_required outcome: its continuation token and the responses (JSON).
+        continuation: Option<String>,
+        responses: Option<String>,
+    },
     Watch { from_revision: u64, servers: Vec<String> },
     History { server: String, limit: u32 },
     Refresh { server: String },
@@ -124,7 +132,7 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             }
             out.tools(&tools)?;
         }
-        ClientCommand::Call { name, args, hash, timeout_ms } => {
+        ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses } => {
             let (qualified_name, server, tool) = match name.split_once('/') {
                 Some((server, tool)) => (String::new(), server.to_owned(), tool.to_owned()),
                 None => (name, String::new(), String::new()),
@@ -136,6 +144,9 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
                 arguments_json: args.unwrap_or_default(),
                 expected_definition_hash: hash.unwrap_or_default(),
                 expected_catalog_revision: 0,
+                client_capabilities_json: String::new(),
+                continuation_token: continuation.unwrap_or_default(),
+                input_responses_json: responses.unwrap_or_default(),
             });
             if let Some(ms) = timeout_ms {
                 request.set_timeout(std::time::Duration::from_millis(ms));

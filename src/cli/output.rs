@@ -131,11 +131,20 @@ impl Printer {
 
     pub(crate) fn call(&mut self, result: &pb::CallToolResponse) -> std::io::Result<()> {
         let content = parse_or_null(&result.content_json);
+        let input = result.input_required.as_ref().map(|input| {
+            json!({"inputRequests": parse_or_null(&input.input_requests_json), "continuation": input.continuation_token,
+                "expiresAtUnixMs": input.expires_at_unix_ms})
+        });
         if self.json {
             return self.json_line(&json!({
                 "content": content, "structuredContent": parse_or_null(&result.structured_content_json), "isError": result.is_error,
                 "server": result.server, "tool": result.name, "generation": result.generation, "hash": result.definition_hash,
+                "inputRequired": input,
             }));
+        }
+        if let Some(input) = input {
+            writeln!(self.out, "the server needs input before it can finish; answer with --continuation and --responses:")?;
+            return writeln!(self.out, "{input:#}");
         }
         for block in content.as_array().into_iter().flatten() {
             match block.get("text").and_then(Value::as_str) {

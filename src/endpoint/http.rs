@@ -158,7 +158,7 @@ impl Front {
         let trace = header_text(request.headers(), "traceparent")
             .filter(|parent| parent.len() <= 128)
             .map(|parent| (parent.to_owned(), header_text(request.headers(), "tracestate").filter(|s| s.len() <= 512).map(str::to_owned)));
-        let view = View { caller, profile, trace };
+        let view = View { caller, profile, trace, client: None };
         match *request.method() {
             Method::POST => self.post(request, view).await,
             Method::GET => self.get(request.headers(), &view),
@@ -188,7 +188,7 @@ impl Front {
         let (method, params) = match &message {
             Message::Request(request) => (Some(&*request.method), request.params),
             Message::Notification { method, params } => (Some(&**method), *params),
-            Message::Response => (None, None),
+            Message::Response { .. } => (None, None),
         };
         let parsed = Params::read(params).unwrap_or_default();
         let modern = parsed.era() == Era::Modern || header_version == Some(modern::VERSION) || method == Some(modern::METHOD_DISCOVER);
@@ -253,6 +253,7 @@ impl Front {
             let Some(session) = session else {
                 return rpc_error(StatusCode::SERVICE_UNAVAILABLE, reply::SERVER_ERROR, "too many MCP sessions are open; try again later");
             };
+            session.client.declare(request.params);
             let mut response = json(StatusCode::OK, line);
             if let Ok(value) = HeaderValue::from_str(session.id()) {
                 response.headers_mut().insert(SESSION_HEADER, value);
@@ -265,9 +266,12 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, &view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller, profile: session.profile(), trace: view.trace };
+        let view = View { caller: view.caller, profile: session.profile(), trace: view.trace, client: Some(session.client.clone()) };
         let request = match message {
-            Message::Response => return empty(StatusCode::ACCEPTED),
+            Message::Response { id, result, error } => {
+                session.client.on_response(*id, *result, *error);
+                return empty(StatusCode::ACCEPTED);
+            }
             Message::Notification { method, params } => {
                 if method == METHOD_CANCELLED {
                     session.cancel(*params);
@@ -283,7 +287,10 @@ impl Front {
                     reply::error(request.id, reply::SERVER_ERROR, "too many calls in flight on this session", None),
                 );
             };
-            if wants_stream(headers) && Params::read(request.params).is_ok_and(|p| p.progress_token.is_some()) {
+            // On an SSE response, progress can reach the client, and so can toolhost's questions
+            // for a server that needs input, when the client declared it can answer them.
+            let streams = session.client.can_be_asked() || Params::read(request.params).is_ok_and(|p| p.progress_token.is_some());
+            if wants_stream(headers) && streams {
                 return self.call_streamed(body.clone(), view, Some((session, cancelled)));
             }
             let line = tokio::select! {
@@ -365,7 +372,7 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller.clone(), profile: session.profile(), trace: None };
+        let view = View { caller: view.caller.clone(), profile: session.profile(), trace: None, client: None };
         let (tx, rx) = mpsc::channel::<String>(8);
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();

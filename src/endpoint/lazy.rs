@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{Era, View, reply};
-use crate::calls::{CallError, CallRequest, ToolRef};
+use crate::calls::{CallError, ToolRef};
 use crate::door::Door;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 
@@ -65,16 +65,33 @@ struct CallArgs<'a> {
     definition_hash: Option<Cow<'a, str>>,
 }
 
-/// Answers a call to `find_tools` or `call_tool`, or `None` when `name` is neither.
-pub(super) async fn answer(door: &Door, view: &View, id: &RawValue, name: &str, arguments: Option<&RawValue>, era: Era) -> Option<String> {
-    let scope = view.profile.as_ref()?.lazy.as_ref()?;
+/// What a `tools/call` means under a lazy profile.
+pub(super) enum Target<'a> {
+    /// `find_tools`, answered (or a call_tool whose arguments were refused).
+    Answered(String),
+    /// `call_tool`: a call of this tool, made on the common call path.
+    Call { tool: ToolRef, arguments: Option<&'a RawValue>, definition_hash: Option<Cow<'a, str>> },
+    /// Not a meta-tool, or not a lazy profile.
+    NotLazy,
+}
+
+/// Reads a call to `find_tools` (answered here) or `call_tool` (turned into its target).
+pub(super) async fn target<'a>(
+    door: &Door,
+    view: &View,
+    id: &RawValue,
+    name: &str,
+    arguments: Option<&'a RawValue>,
+    era: Era,
+) -> Target<'a> {
+    let Some(scope) = view.profile.as_ref().and_then(|profile| profile.lazy.as_ref()) else { return Target::NotLazy };
     let in_scope = |qualified: &str| scope.iter().any(|glob| glob.matches(qualified));
     let arguments = arguments.map_or("{}", RawValue::get);
     let line = match name {
         FIND_TOOLS => {
             let args: FindArgs = match serde_json::from_str(arguments) {
                 Ok(args) => args,
-                Err(error) => return Some(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
+                Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
             };
             let limit = args.limit.unwrap_or(DEFAULT_FOUND).clamp(1, MAX_FOUND);
             let shows = |server: &crate::supervisor::registry::ServerView, idx: usize| {
@@ -108,27 +125,21 @@ pub(super) async fn answer(door: &Door, view: &View, id: &RawValue, name: &str, 
             }
         }
         CALL_TOOL => {
-            let args: CallArgs<'_> = match serde_json::from_str(arguments) {
+            let args: CallArgs<'a> = match serde_json::from_str(arguments) {
                 Ok(args) => args,
-                Err(error) => return Some(reply::error(id, INVALID_PARAMS, &format!("call_tool arguments: {error}"), None)),
+                Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("call_tool arguments: {error}"), None)),
             };
             if !in_scope(&args.name) {
-                return Some(reply::call_error(id, &CallError::UnknownTool { server: None, tool: args.name.into_owned() }));
+                let error = CallError::UnknownTool { server: None, tool: args.name.into_owned() };
+                return Target::Answered(reply::call_error(id, &error));
             }
-            let request = CallRequest {
+            return Target::Call {
                 tool: ToolRef::Qualified(args.name.into_owned()),
-                arguments: args.arguments.map(RawValue::get),
-                expected_hash: args.definition_hash.as_deref(),
-                expected_revision: None,
-                timeout: None,
-                progress: None,
+                arguments: args.arguments,
+                definition_hash: args.definition_hash,
             };
-            match door.call(&view.caller, request).await {
-                Ok(result) => reply::call_result(id, &result.raw, era),
-                Err(error) => reply::call_error(id, &error),
-            }
         }
-        _ => return None,
+        _ => return Target::NotLazy,
     };
-    Some(line)
+    Target::Answered(line)
 }

@@ -21,8 +21,12 @@ pub(super) enum Message<'a> {
         method: Cow<'a, str>,
         params: Option<&'a RawValue>,
     },
-    /// A response to a request toolhost never sends (it sends none to clients): ignored.
-    Response,
+    /// A response: to a question toolhost put to the client (see `asking`), or else ignored.
+    Response {
+        id: Option<&'a RawValue>,
+        result: Option<&'a RawValue>,
+        error: Option<&'a RawValue>,
+    },
 }
 
 /// A request: its id (echoed verbatim), method and raw params.
@@ -69,6 +73,12 @@ pub(super) struct Params<'a> {
     pub(super) protocol_version: Option<String>,
     #[serde(rename = "_meta", borrow, default)]
     pub(super) meta: Option<Meta<'a>>,
+    /// A 2026 client's answers to an `input_required` result, and the `requestState` it came
+    /// with (toolhost's continuation token).
+    #[serde(rename = "inputResponses", borrow, default)]
+    pub(super) input_responses: Option<&'a RawValue>,
+    #[serde(rename = "requestState", borrow, default)]
+    pub(super) request_state: Option<Cow<'a, str>>,
     /// Copied out of `meta` by [`Params::read`].
     #[serde(skip)]
     pub(super) progress_token: Option<&'a RawValue>,
@@ -119,7 +129,9 @@ pub(super) fn read(bytes: &[u8]) -> Result<Message<'_>, Unreadable> {
             Ok(Message::Request(Request { id, method, params: envelope.params }))
         }
         (Some(method), _) => Ok(Message::Notification { method, params: envelope.params }),
-        (None, _) if envelope.result.is_some() || envelope.error.is_some() => Ok(Message::Response),
+        (None, id) if envelope.result.is_some() || envelope.error.is_some() => {
+            Ok(Message::Response { id, result: envelope.result, error: envelope.error })
+        }
         (None, _) => Err(Unreadable { code: -32600, message: "neither a request, a notification nor a response".into() }),
     }
 }
@@ -213,7 +225,7 @@ mod tests {
         assert!(matches!(read(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request(_))));
         assert!(matches!(read(br#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/list"}"#), Ok(Message::Request(_))));
         assert!(matches!(read(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Message::Notification { .. })));
-        assert!(matches!(read(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Message::Response)));
+        assert!(matches!(read(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Message::Response { .. })));
         assert_eq!(read(b"{nope").unwrap_err().code, -32700);
         assert_eq!(read(b"[{}]").unwrap_err().code, -32600);
         assert_eq!(read(b"42").unwrap_err().code, -32600);

@@ -8,6 +8,7 @@
 //! reads one registry snapshot (`listing`); calling goes through the same [`Door`] as the gRPC
 //! API; errors take their reasons from `CallError::explain` (`reply`).
 
+mod asking;
 mod http;
 mod lazy;
 mod listing;
@@ -31,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::access::{Caller, Identity, Refusal};
 use crate::api::{ApiStartError, BoundAddr};
-use crate::calls::{CallRequest, ToolRef};
+use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
 use crate::catalog::names;
 use crate::config::{ListenAddr, McpConfig};
 use crate::door::Door;
@@ -49,6 +50,8 @@ const LATEST_LEGACY: &str = "2025-11-25";
 /// How long a 2026 client may treat a listing as fresh. Changes are also announced (list_changed,
 /// `subscriptions/listen`), and a call to a tool that changed is refused with a typed error.
 const LIST_TTL_MS: u64 = 10_000;
+/// Rounds of questions a 2025 client answers for one call before toolhost gives up on it.
+const MAX_INPUT_ROUNDS: usize = 8;
 /// `_meta` keys toolhost adds to each listed tool and reads back from a call.
 pub const META_SERVER: &str = "dev.toolhost/server";
 pub const META_GENERATION: &str = "dev.toolhost/generation";
@@ -97,6 +100,8 @@ pub struct View {
     /// W3C trace context from the transport (HTTP `traceparent`/`tracestate` headers), used
     /// when the request's `_meta` carries none.
     pub trace: Option<(String, Option<String>)>,
+    /// The session's channel for questions to a 2025 client, where the transport has one.
+    pub client: Option<Arc<asking::ClientLink>>,
 }
 
 /// A request's identity as the transport knows it, admitted afresh when the policy changes.
@@ -143,9 +148,10 @@ impl Endpoint {
     }
 
     /// Answers one request (not `subscriptions/listen`, which the transports stream) with its
-    /// response line. `progress` receives `notifications/progress` lines for a call that asked
-    /// for progress.
-    async fn answer(&self, view: &View, request: &message::Request<'_>, progress: Option<&mpsc::Sender<String>>) -> String {
+    /// response line. `out`, where the transport has a channel to the client while the request
+    /// runs, carries a call's `notifications/progress` lines and toolhost's questions to a
+    /// 2025 client.
+    async fn answer(&self, view: &View, request: &message::Request<'_>, out: Option<&mpsc::Sender<String>>) -> String {
         let id = request.id;
         let params = match Params::read(request.params) {
             Ok(params) => params,
@@ -158,7 +164,7 @@ impl Endpoint {
             return line;
         }
         match &*request.method {
-            METHOD_TOOLS_CALL => self.call(view, id, &params, era, progress).await,
+            METHOD_TOOLS_CALL => self.call(view, id, &params, era, out).await,
             METHOD_TOOLS_LIST => self.list(view, id, &params, era),
             METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
             METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
@@ -178,13 +184,19 @@ impl Endpoint {
         }
     }
 
-    async fn call(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era, progress: Option<&mpsc::Sender<String>>) -> String {
+    /// A `tools/call`, through the same [`Door`] as the gRPC API. When the server needs input
+    /// first (`input_required`), a 2026 client gets the questions with toolhost's continuation
+    /// token as `requestState`; a 2025 client that declared the capabilities is asked them on
+    /// its session, and toolhost retries the call with its answers.
+    async fn call(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era, out: Option<&mpsc::Sender<String>>) -> String {
         let Some(name) = params.name.as_deref() else {
             return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
         };
-        if let Some(line) = lazy::answer(&self.door, view, id, name, params.arguments, era).await {
-            return line;
-        }
+        let (tool, arguments, expected_hash) = match lazy::target(&self.door, view, id, name, params.arguments, era).await {
+            lazy::Target::Answered(line) => return line,
+            lazy::Target::Call { tool, arguments, definition_hash } => (Some(tool), arguments, definition_hash),
+            lazy::Target::NotLazy => (view.tool_ref(name), params.arguments, params.definition_hash.clone()),
+        };
         let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", reply::clip(name)), otel.kind = "server");
         if !params.continue_trace(&span)
             && let Some((parent, state)) = &view.trace
@@ -195,33 +207,69 @@ impl Endpoint {
         span.set_attribute("gen_ai.tool.name", reply::clip(name).to_owned());
         span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
         span.set_attribute("toolhost.front_door", "mcp");
-        let tool = match view.tool_ref(name) {
-            Some(tool) => tool,
-            None => {
-                let error = crate::calls::CallError::UnknownTool { server: None, tool: name.to_owned() };
-                return reply::call_error(id, &error);
+        let Some(tool) = tool else {
+            return reply::call_error(id, &CallError::UnknownTool { server: None, tool: name.to_owned() });
+        };
+        // The client's answers to an earlier input_required result, if this is its retry.
+        let mut answer = match (params.request_state.as_deref(), params.input_responses) {
+            (None, None) => None,
+            (Some(token), Some(responses)) => Some((token.to_owned(), responses.get().to_owned())),
+            _ => return reply::call_error(id, &ContinuationError::Incomplete.into()),
+        };
+        let legacy_capabilities = view.client.as_ref().and_then(|client| client.capabilities());
+        let capabilities = match era {
+            Era::Modern => params.meta.as_ref().and_then(|meta| meta.client_capabilities),
+            Era::Legacy => legacy_capabilities.as_deref(),
+        };
+        for _ in 0..=MAX_INPUT_ROUNDS {
+            let request = CallRequest {
+                tool: tool.clone(),
+                arguments: arguments.map(RawValue::get),
+                expected_hash: expected_hash.as_deref(),
+                expected_revision: None,
+                timeout: None,
+                progress: None,
+                answer: answer.as_ref().map(|(token, responses)| Answer { token, responses }),
+                client_capabilities: capabilities,
+            };
+            let done = match self.call_once(view, request, params.progress_token, out).instrument(span.clone()).await {
+                Ok(done) => done,
+                Err(error) => return reply::call_error(id, &error),
+            };
+            let (Some(input), Some((token, _))) = (&done.outcome.input_required, &done.continuation) else {
+                return reply::call_result(id, &done.raw, era);
+            };
+            if era == Era::Modern {
+                return reply::input_required(id, &input.requests, token);
             }
-        };
-        let wants_progress = params.progress_token.is_some() && progress.is_some();
-        let (sink, mut upstream_progress) = match wants_progress {
-            true => {
-                let (tx, rx) = mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
-                (Some(tx), Some(rx))
+            let Some(client) = &view.client else { return reply::ask_error(id, &asking::AskError::NoChannel) };
+            match client.ask_all(out, &input.requests).await {
+                Ok(responses) => answer = Some((token.clone(), responses)),
+                Err(problem) => return reply::ask_error(id, &problem),
             }
-            false => (None, None),
-        };
-        let request = CallRequest {
-            tool,
-            arguments: params.arguments.map(RawValue::get),
-            expected_hash: params.definition_hash.as_deref(),
-            expected_revision: None,
-            timeout: None,
-            progress: sink,
-        };
-        let call = self.door.call(&view.caller, request).instrument(span);
+        }
+        reply::error(id, reply::SERVER_ERROR, &format!("the server still needed input after {MAX_INPUT_ROUNDS} rounds of answers"), None)
+    }
+
+    /// One round of a call: through the door, with the server's progress forwarded to `out`
+    /// under the client's own token when it asked for progress.
+    async fn call_once(
+        &self,
+        view: &View,
+        mut request: CallRequest<'_>,
+        progress_token: Option<&RawValue>,
+        out: Option<&mpsc::Sender<String>>,
+    ) -> Result<crate::calls::CallResult, CallError> {
+        let mut upstream_progress = None;
+        if let (Some(_), Some(_)) = (progress_token, out) {
+            let (tx, rx) = mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
+            request.progress = Some(tx);
+            upstream_progress = Some(rx);
+        }
+        let call = self.door.call(&view.caller, request);
         tokio::pin!(call);
         let forward = |update: Box<RawValue>| {
-            if let (Some(out), Some(token)) = (progress, params.progress_token)
+            if let (Some(out), Some(token)) = (out, progress_token)
                 && let Some(line) = reply::progress(&update, token)
             {
                 let _ = out.try_send(line);
@@ -245,10 +293,7 @@ impl Endpoint {
                 forward(update);
             }
         }
-        match result {
-            Ok(result) => reply::call_result(id, &result.raw, era),
-            Err(error) => reply::call_error(id, &error),
-        }
+        result
     }
 }
 

@@ -84,7 +84,8 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::UnknownServer(_)
         | CallError::Stale(_)
         | CallError::UpstreamInvalidParams { .. }
-        | CallError::NotAllowed { .. } => INVALID_PARAMS,
+        | CallError::NotAllowed { .. }
+        | CallError::Continuation(_) => INVALID_PARAMS,
         CallError::Upstream { code, .. } => *code,
         CallError::Store(detail) => {
             tracing::error!(error = %detail, "internal error while serving an MCP call");
@@ -159,6 +160,21 @@ pub(super) fn call_result(id: &RawValue, result: &RawValue, era: super::Era) -> 
         super::Era::Modern => self::result(id, &complete(result)),
         super::Era::Legacy => self::result(id, result.get()),
     }
+}
+
+/// A 2026 `input_required` result: the server's questions, and toolhost's continuation token
+/// as the `requestState` the client echoes (the server's own state stays in toolhost).
+pub(super) fn input_required(id: &RawValue, requests: &RawValue, token: &str) -> String {
+    result(id, &format!(r#"{{"resultType":"input_required","inputRequests":{},"requestState":"{token}"}}"#, requests.get()))
+}
+
+/// The error for a call whose server needs input the client could not give.
+pub(super) fn ask_error(id: &RawValue, problem: &super::asking::AskError) -> String {
+    let reason = match problem {
+        super::asking::AskError::NotCapable { .. } | super::asking::AskError::NoChannel => "INPUT_REQUIRED_UNSUPPORTED",
+        _ => "INPUT_REQUIRED_UNANSWERED",
+    };
+    error(id, SERVER_ERROR, &problem.to_string(), Some(&reason_data(reason, &[])))
 }
 
 /// A notification line with raw params.

@@ -2,7 +2,6 @@
 //! them, bounded in number, ended by DELETE or after an hour unused.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -39,6 +38,8 @@ pub(super) struct Session {
     /// The open GET stream's token: a new GET replaces the old stream (a message is never sent
     /// on two streams).
     stream: Mutex<CancellationToken>,
+    /// Questions to the client (on a call's SSE response) and its answers (POSTed responses).
+    pub(super) client: Arc<super::asking::ClientLink>,
 }
 
 impl Sessions {
@@ -53,6 +54,7 @@ impl Sessions {
             in_flight: Mutex::default(),
             ended: CancellationToken::new(),
             stream: Mutex::new(CancellationToken::new()),
+            client: Arc::default(),
         });
         let mut open = self.lock();
         if open.len() >= MAX_SESSIONS {
@@ -168,11 +170,8 @@ fn owner(view: &View) -> (Arc<str>, crate::access::Identity) {
     (view.caller.agent.name.clone(), view.caller.identity.clone())
 }
 
-/// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII, as the spec requires).
 fn session_id() -> Option<String> {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut bytes)).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::secrets::random_token()
 }
 
 #[cfg(test)]

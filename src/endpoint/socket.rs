@@ -19,6 +19,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::asking::ClientLink;
 use super::message::{self, Message, Request};
 use super::{Admission, ChangeWatch, Endpoint, View, reply};
 use crate::access::{Identity, UnixPeer};
@@ -79,6 +80,8 @@ struct Connection {
     announcing: bool,
     /// A request has been served: the profile can no longer change.
     serving: bool,
+    /// Questions to the client and its answers (2025 clients, for servers that need input).
+    client: Arc<ClientLink>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +98,7 @@ impl Connection {
             in_flight: HashMap::new(),
             announcing: false,
             serving: false,
+            client: Arc::default(),
         }
     }
 
@@ -148,7 +152,10 @@ impl Connection {
             Err(unreadable) => return out.send(reply::unreadable(unreadable.code, &unreadable.message)).await.is_ok(),
         };
         let request = match message {
-            Message::Response => return true,
+            Message::Response { id, result, error } => {
+                self.client.on_response(id, result, error);
+                return true;
+            }
             Message::Notification { method, params } => return self.on_notification(&method, params, out).await,
             Message::Request(request) => request,
         };
@@ -157,7 +164,10 @@ impl Connection {
             Ok(caller) => caller,
             Err(refusal) => return out.send(reply::refusal(request.id, &refusal)).await.is_ok(),
         };
-        let view = View { caller, profile: self.profile.clone(), trace: None };
+        if request.method == METHOD_INITIALIZE {
+            self.client.declare(request.params);
+        }
+        let view = View { caller, profile: self.profile.clone(), trace: None, client: Some(self.client.clone()) };
         let key: Box<str> = request.id.get().into();
         match &*request.method {
             METHOD_TOOLS_CALL | METHOD_LISTEN => {

@@ -90,6 +90,18 @@ pub struct CallOutcome {
     pub content: Box<RawValue>,
     pub structured_content: Option<Box<RawValue>>,
     pub is_error: bool,
+    /// `resultType: "input_required"` (2026-07-28): the call is not finished; the server asks
+    /// these questions first.
+    pub input_required: Option<InputRequired>,
+}
+
+/// What a server needs before it can finish a call (SEP-2322).
+#[derive(Debug, Clone)]
+pub struct InputRequired {
+    /// `inputRequests`: a JSON object of key → `{method, params}`, as received.
+    pub requests: Box<RawValue>,
+    /// `requestState`, exactly as received, to be echoed on the retry; `None` when absent.
+    pub request_state: Option<Box<RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -103,27 +115,32 @@ struct RawCallResult {
     is_error: Option<bool>,
     #[serde(default)]
     result_type: Option<String>,
+    #[serde(default)]
+    input_requests: Option<Box<RawValue>>,
+    #[serde(default)]
+    request_state: Option<Box<RawValue>>,
 }
 
-/// Reads a `tools/call` result.
+/// Reads a `tools/call` result: complete (a `resultType` left out means complete), or
+/// `input_required` with its questions and state.
 ///
 /// # Errors
-/// A description of what is wrong when the result is not a complete `CallToolResult`
-/// (an `input_required` result is an error: toolhost declares no input capabilities).
+/// A description of what is wrong when the result is neither.
 pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, String> {
     let raw: RawCallResult = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
-    match raw.result_type.as_deref() {
-        None | Some("complete") => {}
+    let input_required = match raw.result_type.as_deref() {
+        None | Some("complete") => None,
         Some("input_required") => {
-            return Err("the server asked for input (input_required), but toolhost declares no input capabilities".to_owned());
+            let requests = raw.input_requests.filter(|r| r.get().starts_with('{')).ok_or("input_required without an inputRequests object")?;
+            Some(InputRequired { requests, request_state: raw.request_state.filter(|state| state.get() != "null") })
         }
         Some(other) => return Err(format!("unknown resultType {other:?}")),
-    }
+    };
     let content = match raw.content {
         Some(content) => content,
         None => RawValue::from_string("[]".to_owned()).map_err(|err| err.to_string())?,
     };
-    Ok(CallOutcome { content, structured_content: raw.structured_content, is_error: raw.is_error.unwrap_or(false) })
+    Ok(CallOutcome { content, structured_content: raw.structured_content, is_error: raw.is_error.unwrap_or(false), input_required })
 }
 
 #[cfg(test)]
@@ -153,12 +170,19 @@ mod tests {
     }
 
     #[test]
-    fn call_results_keep_their_payload_and_refuse_input_required() {
+    fn call_results_keep_their_payload_and_read_input_required() {
         let outcome = parse_call_result(&raw(r#"{"content":[{"type":"text","text":"hi"}],"isError":true}"#)).unwrap();
         assert!(outcome.is_error);
         assert_eq!(outcome.content.get(), r#"[{"type":"text","text":"hi"}]"#);
         assert_eq!(parse_call_result(&raw(r#"{"structuredContent":5}"#)).unwrap().content.get(), "[]");
-        assert!(parse_call_result(&raw(r#"{"resultType":"input_required"}"#)).is_err());
+        assert!(parse_call_result(&raw(r#"{"resultType":"input_required"}"#)).is_err(), "no inputRequests");
+        let asked = parse_call_result(&raw(r#"{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create"}},"requestState":"s 1"}"#))
+            .unwrap()
+            .input_required
+            .unwrap();
+        assert_eq!(asked.requests.get(), r#"{"q":{"method":"elicitation/create"}}"#);
+        assert_eq!(asked.request_state.unwrap().get(), r#""s 1""#);
+        assert!(parse_call_result(&raw(r#"{"resultType":"input_required","inputRequests":{}}"#)).unwrap().input_required.unwrap().request_state.is_none());
         assert!(parse_call_result(&raw(r#"{"resultType":"mystery"}"#)).is_err());
     }
 

@@ -21,6 +21,7 @@ mod lifecycle;
 mod mcp_clients;
 mod mcp_endpoint;
 mod modern;
+mod mrtr;
 mod restart;
 mod search;
 mod store_faults;
