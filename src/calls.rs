@@ -653,7 +653,12 @@ struct CallExtras<'a> {
 /// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
 /// trace context when a trace is recorded. A retry of an `input_required` call adds
 /// `inputResponses` and (only when the server sent one) `requestState`.
-fn call_params(name: &str, arguments: Option<&str>, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
+fn call_params(
+    name: &str,
+    arguments: Option<&str>,
+    meta: &HashMap<String, String>,
+    extra: &CallExtras<'_>,
+) -> Result<Box<RawValue>, CallError> {
     let progress_token = extra.progress_token;
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
@@ -735,8 +740,10 @@ mod tests {
     #[test]
     fn a_retry_echoes_the_state_exactly_and_adds_the_answers() {
         let raw = |text: &str| RawValue::from_string(text.to_owned()).unwrap();
-        let (responses, state, capabilities) = (raw(r#"{"q":{"action":"accept"}}"#), raw(r#""opaque \u00e9""#), raw(r#"{"elicitation":{}}"#));
-        let extra = CallExtras { responses: Some(&responses), state: Some(&state), capabilities: Some(&capabilities), ..CallExtras::default() };
+        let (responses, state, capabilities) =
+            (raw(r#"{"q":{"action":"accept"}}"#), raw(r#""opaque \u00e9""#), raw(r#"{"elicitation":{}}"#));
+        let extra =
+            CallExtras { responses: Some(&responses), state: Some(&state), capabilities: Some(&capabilities), ..CallExtras::default() };
         assert_eq!(
             call_params("t", None, &HashMap::new(), &extra).unwrap().get(),
             r#"{"name":"t","arguments":{},"inputResponses":{"q":{"action":"accept"}},"requestState":"opaque \u00e9","_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}"#

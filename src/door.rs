@@ -155,10 +155,7 @@ impl Door {
                 }
             }
             // The retry never reached the server: the caller may send the same answers again.
-            (
-                Err(CallError::Unavailable { .. } | CallError::Overloaded { .. } | CallError::DefinitionHeld { .. }),
-                Some(pending),
-            ) => {
+            (Err(CallError::Unavailable { .. } | CallError::Overloaded { .. } | CallError::DefinitionHeld { .. }), Some(pending)) => {
                 if let Some(answer) = answer {
                     self.continuations.restore(answer.token, pending);
                 }
@@ -173,8 +170,13 @@ impl Door {
     /// the caller a token for it instead.
     fn keep_continuation(&self, caller: &Caller, result: &mut CallResult) -> Result<(), ContinuationError> {
         let Some(input) = result.outcome.input_required.as_mut() else { return Ok(()) };
-        let pending =
-            Pending::new(result.server.clone(), result.name.clone(), result.generation, result.definition_hash.clone(), input.request_state.take());
+        let pending = Pending::new(
+            result.server.clone(),
+            result.name.clone(),
+            result.generation,
+            result.definition_hash.clone(),
+            input.request_state.take(),
+        );
         let (token, expires) = self.continuations.issue(caller, pending)?;
         let left = expires.saturating_duration_since(Instant::now());
         let expires_at_ms = crate::catalog::record::now_ms().saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX));

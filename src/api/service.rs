@@ -11,7 +11,6 @@ use crate::access::{Access, Caller};
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
-use serde_json::value::RawValue;
 use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
@@ -21,6 +20,7 @@ use crate::supervisor::Refresher;
 use crate::supervisor::integrity::Approver;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
 use crate::telemetry::propagation;
+use serde_json::value::RawValue;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 

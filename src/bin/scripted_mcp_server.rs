@@ -302,7 +302,9 @@ impl Server {
         };
         let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
         let text = match self.states.iter().position(|issued| issued == state) {
-            Some(round) => format!("confirmed round {round}: {} with {}", responses["confirm"], state.splitn(3, '-').nth(2).unwrap_or_default()),
+            Some(round) => {
+                format!("confirmed round {round}: {} with {}", responses["confirm"], state.splitn(3, '-').nth(2).unwrap_or_default())
+            }
             None => format!("unknown requestState {state:?}"),
         };
         json!({"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": !text.starts_with("confirmed")})

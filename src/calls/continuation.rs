@@ -72,7 +72,8 @@ impl Continuations {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         open.retain(|_, kept| kept.expires > now);
-        let mine: Vec<(&String, Instant)> = open.iter().filter(|(_, kept)| kept.owner == pending.owner).map(|(t, k)| (t, k.issued)).collect();
+        let mine: Vec<(&String, Instant)> =
+            open.iter().filter(|(_, kept)| kept.owner == pending.owner).map(|(t, k)| (t, k.issued)).collect();
         if mine.len() >= MAX_PER_CALLER
             && let Some(oldest) = mine.iter().min_by_key(|(_, issued)| *issued).map(|(token, _)| (*token).clone())
         {

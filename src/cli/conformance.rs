@@ -59,6 +59,13 @@ pub async fn run(url: &str) -> Result<(), String> {
         "sse-retry" => calls.push(("test_reconnection".into(), "{}".into())),
         // Every tool the catalog kept, with its required arguments filled in.
         "http-invalid-tool-headers" => calls.extend(tools.iter().map(|tool| (tool.name.clone(), minimal_arguments(tool)))),
+        // The rich schema as the catalog stored it, handed back byte for byte: what an agent
+        // would get from toolhost.
+        "json-schema-2020-12-preservation" => {
+            if let Some(schema) = tools.iter().find(|t| t.name == "json_schema_2020_12_tool").and_then(|t| input_schema(&t.definition)) {
+                calls.push(("json_schema_echo".into(), format!(r#"{{"schema":{schema}}}"#)));
+            }
+        }
         _ => {}
     }
     for (name, arguments) in calls.into_iter().filter(|(name, _)| tools.iter().any(|t| t.name == *name)) {
@@ -68,6 +75,16 @@ pub async fn run(url: &str) -> Result<(), String> {
     }
     connection.shutdown().await;
     Ok(())
+}
+
+/// A stored definition's `inputSchema`, as raw JSON.
+fn input_schema(definition: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Entry<'a> {
+        #[serde(rename = "inputSchema", borrow)]
+        input_schema: &'a RawValue,
+    }
+    serde_json::from_str::<Entry<'_>>(definition).ok().map(|entry| entry.input_schema.get().to_owned())
 }
 
 /// Arguments for a tool's required properties: a string, zero, or false by type.

@@ -26,7 +26,10 @@ pub const EXIT_CONFIG: u8 = 64;
 #[derive(Debug, Clone)]
 pub enum ClientCommand {
     Servers,
-    Tools { servers: Vec<String>, name_contains: Option<String> },
+    Tools {
+        servers: Vec<String>,
+        name_contains: Option<String>,
+    },
     Call {
         name: String,
         args: Option<String>,
@@ -36,15 +39,41 @@ pub enum ClientCommand {
         continuation: Option<String>,
         responses: Option<String>,
     },
-    Watch { from_revision: u64, servers: Vec<String> },
-    History { server: String, limit: u32 },
-    Refresh { server: String },
-    Restart { server: String },
+    Watch {
+        from_revision: u64,
+        servers: Vec<String>,
+    },
+    History {
+        server: String,
+        limit: u32,
+    },
+    Refresh {
+        server: String,
+    },
+    Restart {
+        server: String,
+    },
     Whoami,
-    Audit { since: Option<String>, agent: Option<String>, limit: u32 },
-    Search { query: String, servers: Vec<String>, limit: u32 },
-    Approve { server: String, tools: Vec<String>, all: bool, hash: Option<String> },
-    Diff { server: String, tool: String },
+    Audit {
+        since: Option<String>,
+        agent: Option<String>,
+        limit: u32,
+    },
+    Search {
+        query: String,
+        servers: Vec<String>,
+        limit: u32,
+    },
+    Approve {
+        server: String,
+        tools: Vec<String>,
+        all: bool,
+        hash: Option<String>,
+    },
+    Diff {
+        server: String,
+        tool: String,
+    },
 }
 
 /// Where the daemon is and how to print.

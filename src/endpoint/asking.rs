@@ -35,7 +35,9 @@ type Answer = Result<Box<RawValue>, Box<RawValue>>;
 /// Why a question could not be put or was not answered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AskError {
-    #[error("the server needs input ({method}) that this client did not declare it can give ({capability}); a 2026-07-28 client gets the questions as an input_required result")]
+    #[error(
+        "the server needs input ({method}) that this client did not declare it can give ({capability}); a 2026-07-28 client gets the questions as an input_required result"
+    )]
     NotCapable { method: String, capability: &'static str },
     #[error("the server's inputRequests are not a JSON object of {{method, params}} entries")]
     Malformed,

@@ -131,7 +131,8 @@ pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, String> {
     let input_required = match raw.result_type.as_deref() {
         None | Some("complete") => None,
         Some("input_required") => {
-            let requests = raw.input_requests.filter(|r| r.get().starts_with('{')).ok_or("input_required without an inputRequests object")?;
+            let requests =
+                raw.input_requests.filter(|r| r.get().starts_with('{')).ok_or("input_required without an inputRequests object")?;
             Some(InputRequired { requests, request_state: raw.request_state.filter(|state| state.get() != "null") })
         }
         Some(other) => return Err(format!("unknown resultType {other:?}")),
@@ -176,13 +177,22 @@ mod tests {
         assert_eq!(outcome.content.get(), r#"[{"type":"text","text":"hi"}]"#);
         assert_eq!(parse_call_result(&raw(r#"{"structuredContent":5}"#)).unwrap().content.get(), "[]");
         assert!(parse_call_result(&raw(r#"{"resultType":"input_required"}"#)).is_err(), "no inputRequests");
-        let asked = parse_call_result(&raw(r#"{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create"}},"requestState":"s 1"}"#))
-            .unwrap()
-            .input_required
-            .unwrap();
+        let asked = parse_call_result(&raw(
+            r#"{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create"}},"requestState":"s 1"}"#,
+        ))
+        .unwrap()
+        .input_required
+        .unwrap();
         assert_eq!(asked.requests.get(), r#"{"q":{"method":"elicitation/create"}}"#);
         assert_eq!(asked.request_state.unwrap().get(), r#""s 1""#);
-        assert!(parse_call_result(&raw(r#"{"resultType":"input_required","inputRequests":{}}"#)).unwrap().input_required.unwrap().request_state.is_none());
+        assert!(
+            parse_call_result(&raw(r#"{"resultType":"input_required","inputRequests":{}}"#))
+                .unwrap()
+                .input_required
+                .unwrap()
+                .request_state
+                .is_none()
+        );
         assert!(parse_call_result(&raw(r#"{"resultType":"mystery"}"#)).is_err());
     }
 

@@ -131,9 +131,9 @@ fn the_conformance_suite_passes_its_client_scenarios() {
     }
 }
 
-/// The 2026-07-28 client scenarios that apply to toolhost (0.2.0-alpha.12). Not run: MRTR
-/// (toolhost declares no input capabilities, so `input_required` is an error by design), and the
-/// JSON Schema echo (it needs a client that builds arguments from a schema).
+/// The 2026-07-28 client scenarios of the pre-release (0.2.0-alpha.12) that a plain client runs.
+/// MRTR (`sep-2322-client-request-state`) needs an agent to answer the questions: it runs in
+/// `mrtr`, with the test as the agent. The `auth/*` scenarios belong to remote authorization.
 #[test]
 fn the_2026_07_28_conformance_scenarios_pass() {
     for scenario in [
@@ -143,6 +143,7 @@ fn the_2026_07_28_conformance_scenarios_pass() {
         "http-custom-headers",
         "http-invalid-tool-headers",
         "json-schema-ref-no-deref",
+        "json-schema-2020-12-preservation",
     ] {
         conformance("conformance-next", scenario, Some("2026-07-28"));
     }

@@ -161,7 +161,8 @@ async fn mcp_clients_of_both_eras_answer_through_the_endpoint() {
 
     // 2026-07-28: the same result shape, with toolhost's token as requestState.
     let mut modern = Line::connect(&mcp_socket(&app)).await;
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let meta =
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
     let asked = modern.request(1, "tools/call", json!({"name": "ask__confirm", "arguments": {}, "_meta": meta})).await;
     let result = &asked["result"];
     assert_eq!(result["resultType"], "input_required", "{asked}");
@@ -263,7 +264,10 @@ async fn the_mrtr_conformance_scenario_passes_with_the_test_as_the_agent() {
         std::fs::write(&done_file, "").unwrap();
         let output = runner.wait_with_output().await.unwrap();
         let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        assert!(output.status.success() && printed.contains("OVERALL: PASSED"), "through {door}:\n{printed}");
+        assert!(
+            output.status.success() && printed.contains("OVERALL: PASSED") && printed.contains("Passed: 5/5"),
+            "through {door}:\n{printed}"
+        );
     }
 }
 
@@ -292,7 +296,8 @@ async fn play_grpc(app: &App) {
 
 async fn play_mcp(app: &App) {
     let mut line = Line::connect(&mcp_socket(app)).await;
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let meta =
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
     let mut id = 0;
     let mut call = async |name: &str, answer: Option<&str>| {
         id += 1;
