@@ -319,3 +319,30 @@ async fn play_mcp(app: &App) {
     let plain = call("test_mrtr_no_result_type", None).await;
     assert_eq!((plain["resultType"].as_str(), &plain["content"][0]["text"]), (Some("complete"), &json!("no-result-type-test-ok")));
 }
+
+/// The official Python SDK's client (`mcp` 2.3.0) over Streamable HTTP, answering with its
+/// elicitation callback: as a 2025 client, toolhost asks it on the call's SSE response; as a
+/// 2026-07-28 client, it drives the input_required retries itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_answers_through_the_http_endpoint_in_both_eras() {
+    let dir = TestDir::new();
+    let app = asking_server(&dir).await;
+    let url = format!("http://{}/mcp", crate::mcp_endpoint::mcp_http(&app));
+    let fixture = format!("{}/tests/fixtures/mcp_clients/elicitation_client.py", env!("CARGO_MANIFEST_DIR"));
+    for (round, mode) in ["legacy", "2026-07-28"].into_iter().enumerate() {
+        let output =
+            tokio::time::timeout(WAIT * 2, tokio::process::Command::new(crate::interop::python()).args([&fixture, &url, mode]).output())
+                .await
+                .unwrap_or_else(|_| panic!("{mode}: the client did not finish"))
+                .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{mode}: {stdout}\n{stderr}");
+        let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|_| panic!("{mode}: {stdout}"));
+        assert_eq!(report["asked"], json!(["Proceed?"]), "{mode}: {report}");
+        assert_eq!(report["is_error"], false, "{mode}: {report}");
+        let text = report["texts"][0].as_str().unwrap_or_default();
+        assert!(text.starts_with(&format!("confirmed round {round}")) && text.contains(r#""ok":true"#), "{mode}: {report}");
+        assert!(text.contains("elicitation"), "{mode}: the client's capabilities reached the server: {text}");
+    }
+    app.shutdown().await;
+}
