@@ -136,6 +136,15 @@ pub fn redact_owned(text: String) -> String {
     }
 }
 
+/// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII): session ids and
+/// continuation tokens, which a caller must not be able to guess.
+pub fn random_token() -> Option<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut bytes)).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,13 +167,4 @@ mod tests {
         assert!(resolve("${cred:../x}").is_err());
         assert!(resolve("${OPEN").is_err());
     }
-}
-
-/// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII): session ids and
-/// continuation tokens, which a caller must not be able to guess.
-pub fn random_token() -> Option<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut bytes)).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

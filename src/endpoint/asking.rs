@@ -106,7 +106,7 @@ impl ClientLink {
     /// [`AskError`]; nothing is asked when a capability is missing.
     pub async fn ask_all(&self, out: Option<&mpsc::Sender<String>>, requests: &RawValue) -> Result<String, AskError> {
         let requests: HashMap<String, InputRequest<'_>> = serde_json::from_str(requests.get()).map_err(|_| AskError::Malformed)?;
-        for (_, request) in &requests {
+        for request in requests.values() {
             self.check_capable(&request.method)?;
         }
         let out = out.ok_or(AskError::NoChannel)?;
