@@ -104,21 +104,26 @@ impl Access {
     }
 }
 
+/// An entry that matches no caller by itself and allows every tool.
+fn allowing_everything(name: String) -> AgentConfig {
+    AgentConfig {
+        name,
+        uids: Vec::new(),
+        gids: Vec::new(),
+        units: Vec::new(),
+        tokens: Vec::new(),
+        subjects: Vec::new(),
+        allow: vec!["*".to_owned()],
+        deny: Vec::new(),
+        admin: false,
+    }
+}
+
 // === impl Policy ===
 
 impl Policy {
     pub fn compile(config: &AccessConfig) -> Policy {
-        let everything = AgentConfig {
-            name: String::new(),
-            uids: Vec::new(),
-            gids: Vec::new(),
-            units: Vec::new(),
-            tokens: Vec::new(),
-            subjects: Vec::new(),
-            allow: vec!["*".to_owned()],
-            deny: Vec::new(),
-            admin: false,
-        };
+        let everything = allowing_everything(String::new());
         Policy {
             configured: config.configured,
             default: config
@@ -170,17 +175,7 @@ impl Agent {
     /// An agent entry that allows everything, for tests of what is bound to a caller.
     #[cfg(test)]
     pub fn named_for_tests(name: &str) -> Agent {
-        Agent::compile(&AgentConfig {
-            name: name.to_owned(),
-            uids: Vec::new(),
-            gids: Vec::new(),
-            units: Vec::new(),
-            tokens: Vec::new(),
-            subjects: Vec::new(),
-            allow: vec!["*".to_owned()],
-            deny: Vec::new(),
-            admin: false,
-        })
+        Agent::compile(&allowing_everything(name.to_owned()))
     }
 
     fn matches(&self, identity: &Identity) -> bool {
