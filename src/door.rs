@@ -133,10 +133,8 @@ impl Door {
         let resumed = match answer {
             Some(answer) => {
                 // Bad answers do not use up the token: the caller may correct them.
-                if let Err(error) = crate::calls::continuation::check_responses(answer.responses) {
-                    return Err(error.into());
-                }
-                match self.continuations.take(caller, answer.token) {
+                let checked = crate::calls::continuation::check_responses(answer.responses).map(|_| ());
+                match checked.and_then(|()| self.continuations.take(caller, answer.token)) {
                     Ok(pending) => Some(pending),
                     Err(error) => {
                         let refused = Err(error.into());

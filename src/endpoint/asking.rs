@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, oneshot};
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 /// Questions one session may have unanswered at once.
 const MAX_WAITING: usize = 64;
+/// Questions of one round toolhost puts to a client; a server asking more is refused.
+const MAX_QUESTIONS: usize = 16;
 /// Longest capabilities object kept from `initialize`.
 const MAX_CAPABILITIES_BYTES: usize = 16 << 10;
 
@@ -39,7 +41,7 @@ pub enum AskError {
         "the server needs input ({method}) that this client did not declare it can give ({capability}); a 2026-07-28 client gets the questions as an input_required result"
     )]
     NotCapable { method: String, capability: &'static str },
-    #[error("the server's inputRequests are not a JSON object of {{method, params}} entries")]
+    #[error("the server's inputRequests are not a JSON object of at most {MAX_QUESTIONS} {{method, params}} entries")]
     Malformed,
     #[error("this transport cannot carry questions to the client (use the SSE response: Accept: text/event-stream)")]
     NoChannel,
@@ -106,6 +108,9 @@ impl ClientLink {
     /// [`AskError`]; nothing is asked when a capability is missing.
     pub async fn ask_all(&self, out: Option<&mpsc::Sender<String>>, requests: &RawValue) -> Result<String, AskError> {
         let requests: HashMap<String, InputRequest<'_>> = serde_json::from_str(requests.get()).map_err(|_| AskError::Malformed)?;
+        if requests.len() > MAX_QUESTIONS {
+            return Err(AskError::Malformed);
+        }
         for request in requests.values() {
             self.check_capable(&request.method)?;
         }
@@ -176,5 +181,51 @@ impl ClientLink {
             (None, None) => return,
         };
         let _ = waiting.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_question_goes_out_with_an_id_of_its_own_and_its_answer_comes_back() {
+        let link = std::sync::Arc::new(ClientLink::default());
+        link.declare(Some(&raw(r#"{"capabilities":{"elicitation":{}}}"#)));
+        assert!(link.can_be_asked());
+        let (out, mut sent) = mpsc::channel(4);
+        let requests = raw(r#"{"q":{"method":"elicitation/create","params":{"message":"ok?"}}}"#);
+        let asking = {
+            let link = link.clone();
+            tokio::spawn(async move { link.ask_all(Some(&out), &requests).await })
+        };
+        let line = sent.recv().await.unwrap();
+        let question: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(question["method"], "elicitation/create");
+        assert_eq!(question["params"]["message"], "ok?");
+        let id = raw(&question["id"].to_string());
+        link.on_response(Some(&raw(r#""someone-else""#)), Some(&raw("{}")), None);
+        link.on_response(Some(&id), Some(&raw(r#"{"action":"accept"}"#)), None);
+        assert_eq!(asking.await.unwrap().unwrap(), r#"{"q":{"action":"accept"}}"#);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_asked_that_the_client_did_not_declare() {
+        let link = ClientLink::default();
+        link.declare(Some(&raw(r#"{"capabilities":{"roots":{}}}"#)));
+        let (out, mut sent) = mpsc::channel(4);
+        let asked = link.ask_all(Some(&out), &raw(r#"{"a":{"method":"roots/list"},"b":{"method":"sampling/createMessage"}}"#)).await;
+        assert_eq!(asked.unwrap_err(), AskError::NotCapable { method: "sampling/createMessage".into(), capability: "sampling" });
+        assert!(sent.try_recv().is_err(), "not even the question it could answer");
+        assert_eq!(link.ask_all(Some(&out), &raw("[1]")).await.unwrap_err(), AskError::Malformed);
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..=MAX_QUESTIONS).map(|i| (i.to_string(), serde_json::json!({"method": "roots/list"}))).collect();
+        let many = raw(&serde_json::Value::Object(many).to_string());
+        assert_eq!(link.ask_all(Some(&out), &many).await.unwrap_err(), AskError::Malformed);
+        assert!(!ClientLink::default().can_be_asked());
     }
 }
