@@ -17,6 +17,7 @@ use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
 use crate::door::Door;
 use crate::endpoint::{self, Endpoint};
+use crate::fleet::{Fleet, FleetParts};
 use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
@@ -64,8 +65,11 @@ pub struct App {
     /// Status and watchdog reporting.
     background: TaskTracker,
     background_cancel: CancellationToken,
+    /// The fleet store's link, when `[fleet]` is configured.
+    fleet: Option<Fleet>,
     /// Keeps the registry gauges' callbacks registered.
     _gauges: metrics::RegistryGauges,
+    _fleet_gauges: Option<metrics::FleetGauges>,
 }
 
 // === impl App ===
@@ -118,6 +122,14 @@ impl App {
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
         let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone());
+        // The fleet store's link runs beside everything else, never in front of it: serving
+        // does not wait for PostgreSQL, now or ever.
+        let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));
+        let fleet_gauges = fleet.as_ref().map(|fleet| metrics::register_fleet_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
+        if let Some(fleet) = &fleet {
+            let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
+            background.spawn(fleet.clone().run(parts, background_cancel.clone()));
+        }
         let parts = ApiParts {
             registry: registry.clone(),
             store: store.clone(),
@@ -125,6 +137,7 @@ impl App {
             approver: supervisor.approver(),
             refresher: supervisor.refresher(),
             access: access.clone(),
+            fleet: fleet.clone(),
         };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {
@@ -159,7 +172,9 @@ impl App {
             api_cancel,
             background,
             background_cancel,
+            fleet,
             _gauges: gauges,
+            _fleet_gauges: fleet_gauges,
         })
     }
 
@@ -206,6 +221,12 @@ impl App {
         // events of this reload included.
         self.access.replace(&config.access);
         self.config.access = config.access;
+        if config.fleet != self.config.fleet {
+            tracing::warn!("[fleet] changes take effect at the next restart");
+        }
+        if let Some(fleet) = &self.fleet {
+            fleet.reconfigure(&config.servers);
+        }
         let result = self.supervisor.reconcile(&config.servers).await;
         if result.is_ok() {
             self.config.servers = config.servers;

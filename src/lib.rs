@@ -21,6 +21,7 @@ pub mod deadline;
 pub mod door;
 pub mod endpoint;
 pub mod faults;
+pub mod fleet;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;

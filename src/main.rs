@@ -139,8 +139,20 @@ enum Command {
         agent: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Every host's calls, from the fleet store.
+        #[arg(long)]
+        fleet: bool,
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Show the fleet (operators only): every host sharing the fleet store, its servers, and
+    /// every tool whose definition differs between hosts.
+    Fleet(ClientArgs),
+    /// Create or upgrade the fleet store's schema (needs [fleet] in the configuration). Run it
+    /// once, when every host runs a toolhost that knows the new schema.
+    FleetMigrate {
+        #[arg(long, env = "TOOLHOST_CONFIG")]
+        config: PathBuf,
     },
     /// Serve MCP on stdin and stdout, bridged to the daemon's MCP socket: the command a desktop
     /// client's `mcpServers` entry runs (`{"command": "toolhost", "args": ["mcp"]}`).
@@ -219,7 +231,9 @@ fn main() -> ExitCode {
         Command::Approve { server, tools, all, hash, client } => (ClientCommand::Approve { server, tools, all, hash }, client),
         Command::Diff { server, tool, client } => (ClientCommand::Diff { server, tool }, client),
         Command::Search { query, server, limit, client } => (ClientCommand::Search { query, servers: server, limit }, client),
-        Command::Audit { since, agent, limit, client } => (ClientCommand::Audit { since, agent, limit }, client),
+        Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
+        Command::Fleet(client) => (ClientCommand::Fleet, client),
+        Command::FleetMigrate { config } => return fleet_migrate(&config),
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -278,14 +292,77 @@ fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Op
 }
 
 fn check_config(config: &std::path::Path) -> ExitCode {
-    match Config::load(config) {
-        Ok(config) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stdout(), "{}: ok, {} servers", config.source.display(), config.servers.len());
+    use std::io::Write;
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+    };
+    let _ = writeln!(std::io::stdout(), "{}: ok, {} servers", config.source.display(), config.servers.len());
+    let Some(fleet) = &config.fleet else { return ExitCode::SUCCESS };
+    // The fleet store is checked too: the connection, the credentials, the schema version.
+    let checked = with_runtime(async {
+        let pool = toolhost::fleet::schema::connect(fleet).await?;
+        let schema = toolhost::fleet::schema::check(&pool).await;
+        pool.close().await;
+        schema
+    });
+    match checked {
+        Ok(Ok(schema)) => {
+            let _ = writeln!(std::io::stdout(), "fleet store: reachable, schema {}", schema_text(&schema));
+            match schema {
+                toolhost::fleet::schema::Schema::Current | toolhost::fleet::schema::Schema::Empty => ExitCode::SUCCESS,
+                _ => fail("the fleet store's schema does not match this toolhost (see above)", EXIT_CONFIG),
+            }
+        }
+        Ok(Err(error)) => fail(&format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"), EXIT_CONFIG),
+        Err(error) => fail(&error, 1),
+    }
+}
+
+fn schema_text(schema: &toolhost::fleet::schema::Schema) -> String {
+    use toolhost::fleet::schema::Schema;
+    match schema {
+        Schema::Empty => "empty (the daemon creates it on first connect)".to_owned(),
+        Schema::Current => "current".to_owned(),
+        Schema::Older { applied, expected } => format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate"),
+        Schema::Newer { applied, known } => format!("newer (version {applied}, this toolhost knows up to {known}): upgrade toolhost"),
+    }
+}
+
+fn fleet_migrate(config: &std::path::Path) -> ExitCode {
+    use std::io::Write;
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+    };
+    let Some(fleet) = config.fleet else { return fail("no [fleet] section in the configuration", EXIT_CONFIG) };
+    let migrated = with_runtime(async {
+        let pool = toolhost::fleet::schema::connect(&fleet).await?;
+        if let toolhost::fleet::schema::Schema::Newer { applied, known } = toolhost::fleet::schema::check(&pool).await? {
+            return Err(toolhost::fleet::FleetError::SchemaNewer { applied, known });
+        }
+        toolhost::fleet::schema::migrate(&pool).await?;
+        let schema = toolhost::fleet::schema::check(&pool).await?;
+        pool.close().await;
+        Ok(schema)
+    });
+    match migrated {
+        Ok(Ok(schema)) => {
+            let _ = writeln!(std::io::stdout(), "fleet store: schema {}", schema_text(&schema));
             ExitCode::SUCCESS
         }
-        Err(error) => fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+        Ok(Err(error)) => fail(&format!("fleet store: {error}"), EXIT_CONFIG),
+        Err(error) => fail(&error, 1),
     }
+}
+
+/// Runs `work` on a single-threaded runtime (the offline commands that talk to PostgreSQL).
+fn with_runtime<T>(work: impl std::future::Future<Output = T>) -> Result<T, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+    Ok(runtime.block_on(work))
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

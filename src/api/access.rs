@@ -61,6 +61,12 @@ impl ToolHostService {
         let request = request.into_inner();
         let limit = if request.limit == 0 { 100 } else { request.limit.min(10_000) };
         let agent = Some(request.agent.as_str()).filter(|agent| !agent.is_empty());
+        if request.fleet {
+            let pool = self.fleet()?.pool()?;
+            let records = crate::fleet::query::audit(&pool, request.since_unix_ms, agent, limit).await?;
+            let records = records.into_iter().map(|found| pb::AuditRecord { host_id: found.host_id, ..audit_message(found.record) }).collect();
+            return Ok(pb::QueryAuditResponse { records });
+        }
         let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;
         Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
     }
@@ -109,5 +115,6 @@ fn audit_message(record: AuditRecord) -> pb::AuditRecord {
         outcome: record.outcome,
         duration_us: record.duration_us,
         arguments: record.arguments.unwrap_or_default(),
+        host_id: String::new(),
     }
 }

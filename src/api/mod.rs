@@ -7,6 +7,7 @@
 mod access;
 pub(crate) mod authority;
 mod convert;
+mod fleet;
 mod integrity;
 mod search;
 pub(crate) mod service;
@@ -68,6 +69,8 @@ pub struct ApiParts {
     pub approver: crate::supervisor::integrity::Approver,
     pub refresher: Refresher,
     pub access: Arc<crate::access::Access>,
+    /// The fleet store, when `[fleet]` is configured.
+    pub fleet: Option<crate::fleet::Fleet>,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -155,6 +158,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         access: parts.access,
         door: parts.door,
         approver: parts.approver,
+        fleet: parts.fleet,
     };
     tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
     for listener in listeners.0 {

@@ -40,6 +40,7 @@ pub(crate) struct ToolHostService {
     pub(crate) access: Arc<Access>,
     pub(crate) door: Door,
     pub(crate) approver: Approver,
+    pub(crate) fleet: Option<crate::fleet::Fleet>,
 }
 
 #[tonic::async_trait]
@@ -217,6 +218,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 
     async fn diff_tool(&self, request: Request<pb::DiffToolRequest>) -> Result<Response<pb::DiffToolResponse>, Status> {
         self.diff_tool_in(request).await.map(Response::new)
+    }
+
+    async fn fleet_status(&self, request: Request<pb::FleetStatusRequest>) -> Result<Response<pb::FleetStatusResponse>, Status> {
+        self.fleet_status_in(request).await.map(Response::new)
     }
 }
 

@@ -85,6 +85,22 @@ impl From<ApproveError> for Status {
     }
 }
 
+impl From<crate::fleet::FleetError> for Status {
+    fn from(error: crate::fleet::FleetError) -> Status {
+        use crate::fleet::FleetError;
+        let message = error.to_string();
+        let (code, reason) = match error {
+            FleetError::NotConfigured => (Code::FailedPrecondition, "FLEET_NOT_CONFIGURED"),
+            FleetError::SchemaOlder { .. } | FleetError::SchemaNewer { .. } | FleetError::Foreign => {
+                (Code::FailedPrecondition, "FLEET_SCHEMA_MISMATCH")
+            }
+            FleetError::Connect(_) | FleetError::Timeout(_) | FleetError::Database(_) => (Code::Unavailable, "FLEET_UNAVAILABLE"),
+            FleetError::Store(store) => return internal(&store),
+        };
+        status(code, message, reason, vec![])
+    }
+}
+
 impl From<CallError> for Status {
     fn from(error: CallError) -> Status {
         let code = match &error {

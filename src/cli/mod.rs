@@ -58,7 +58,9 @@ pub enum ClientCommand {
         since: Option<String>,
         agent: Option<String>,
         limit: u32,
+        fleet: bool,
     },
+    Fleet,
     Search {
         query: String,
         servers: Vec<String>,
@@ -221,7 +223,11 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             let response = client.who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
             out.whoami(&response)?;
         }
-        ClientCommand::Audit { since, agent, limit } => {
+        ClientCommand::Fleet => {
+            let response = client.fleet_status(pb::FleetStatusRequest {}).await?.into_inner();
+            out.fleet(&response)?;
+        }
+        ClientCommand::Audit { since, agent, limit, fleet } => {
             let since_unix_ms = match since {
                 Some(text) => {
                     let window = crate::config::parse_duration(&text, std::time::Duration::from_secs(3650 * 24 * 3600))
@@ -230,7 +236,7 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
                 }
                 None => 0,
             };
-            let request = pb::QueryAuditRequest { since_unix_ms, agent: agent.unwrap_or_default(), limit };
+            let request = pb::QueryAuditRequest { since_unix_ms, agent: agent.unwrap_or_default(), limit, fleet };
             let response = client.query_audit(request).await?.into_inner();
             out.audit(&response.records)?;
         }

@@ -290,7 +290,8 @@ impl Printer {
                     json!({"at_unix_ms": r.at_unix_ms, "agent": r.agent, "caller": r.caller, "transport": r.transport,
                            "name": r.qualified_name, "server": r.server, "tool": r.tool, "generation": r.generation,
                            "hash": r.definition_hash, "outcome": r.outcome, "duration_us": r.duration_us,
-                           "arguments": if r.arguments.is_empty() { Value::Null } else { Value::from(r.arguments.clone()) }})
+                           "arguments": if r.arguments.is_empty() { Value::Null } else { Value::from(r.arguments.clone()) },
+                           "host": if r.host_id.is_empty() { Value::Null } else { Value::from(r.host_id.clone()) }})
                 })
                 .collect();
             return self.json_line(&Value::from(list));
@@ -306,10 +307,60 @@ impl Printer {
                     r.outcome.clone(),
                     format!("{:.1} ms", r.duration_us as f64 / 1000.0),
                     r.caller.clone(),
+                    r.host_id.clone(),
                 ]
             })
             .collect();
-        self.table(&["AT", "AGENT", "TOOL", "GEN", "OUTCOME", "TOOK", "CALLER"], &rows)
+        self.table(&["AT", "AGENT", "TOOL", "GEN", "OUTCOME", "TOOK", "CALLER", "HOST"], &rows)
+    }
+
+    pub(crate) fn fleet(&mut self, fleet: &pb::FleetStatusResponse) -> std::io::Result<()> {
+        let hosts: Vec<Value> = fleet
+            .hosts
+            .iter()
+            .map(|h| {
+                let servers: Vec<Value> = h
+                    .servers
+                    .iter()
+                    .map(|s| json!({"server": s.server, "identity": s.identity, "state": s.state, "generation": s.generation, "tools": s.tools}))
+                    .collect();
+                json!({"host": h.host_id, "version": h.version, "last_seen_unix_ms": h.last_seen_unix_ms, "servers": servers})
+            })
+            .collect();
+        let drift: Vec<Value> = fleet
+            .drift
+            .iter()
+            .map(|d| {
+                let variants: Vec<Value> = d.variants.iter().map(|v| json!({"hash": v.definition_hash, "hosts": v.hosts})).collect();
+                json!({"identity": d.identity, "tool": d.tool, "variants": variants})
+            })
+            .collect();
+        if self.json {
+            return self.json_line(&json!({"host": fleet.host_id, "connected": fleet.connected, "last_error": fleet.last_error,
+                "audit_pending": fleet.audit_pending, "hosts": hosts, "drift": drift}));
+        }
+        writeln!(self.out, "this host: {} ({} audit records waiting to ship)", fleet.host_id, fleet.audit_pending)?;
+        let rows: Vec<Vec<String>> = fleet
+            .hosts
+            .iter()
+            .flat_map(|h| {
+                h.servers.iter().map(move |s| {
+                    vec![h.host_id.clone(), rfc3339(h.last_seen_unix_ms), s.server.clone(), s.state.clone(), s.generation.to_string(), s.tools.to_string(), s.identity.clone()]
+                })
+            })
+            .collect();
+        self.table(&["HOST", "LAST SEEN", "SERVER", "STATE", "GEN", "TOOLS", "IDENTITY"], &rows)?;
+        if fleet.drift.is_empty() {
+            return writeln!(self.out, "no drift: every host sees the same definitions");
+        }
+        writeln!(self.out, "drift: tools that hosts see with different definitions")?;
+        for d in &fleet.drift {
+            writeln!(self.out, "  {} {}", d.identity, d.tool)?;
+            for v in &d.variants {
+                writeln!(self.out, "    {} on {}", v.definition_hash, v.hosts.join(", "))?;
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn done(&mut self, message: &str) -> std::io::Result<()> {

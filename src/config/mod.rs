@@ -5,6 +5,7 @@
 //! against the configuration file's directory, never against the current directory.
 
 mod access;
+mod fleet;
 mod mcp;
 mod raw;
 #[cfg(test)]
@@ -32,6 +33,20 @@ pub struct Config {
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerSpec>,
     pub access: AccessConfig,
+    pub fleet: Option<FleetConfig>,
+}
+
+/// `[fleet]`: the PostgreSQL store shared by several hosts (see `fleet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// `postgres://…`; may hold a password (resolved from a `${…}` reference, and never printed).
+    pub url: Resolved,
+    /// This host's name in the fleet (default: the machine id).
+    pub host_id: String,
+    pub share_approvals: bool,
+    pub share_audit: bool,
+    pub share_drift: bool,
+    pub connect_timeout: Duration,
 }
 
 /// Who may see and call what (`[access]`); see `access` for how it is applied.
@@ -205,9 +220,42 @@ pub struct ServerSpec {
     pub audit_arguments: AuditArguments,
     /// `changes`, `new_tools` and `pins`: which definitions may be called.
     pub integrity: crate::catalog::integrity::Policy,
+    /// `fleet_identity`, when the operator names it.
+    pub fleet_identity: Option<String>,
 }
 
 impl ServerSpec {
+    /// What makes this server the same server on every host of a fleet: `fleet_identity` if
+    /// set, else its URL (without user information or query), else its command and arguments
+    /// (a package's version is in them, as configured).
+    pub fn fleet_identity(&self) -> String {
+        if let Some(identity) = &self.fleet_identity {
+            return identity.clone();
+        }
+        match &self.transport {
+            Transport::Http(http) => {
+                let url = http.url.split(['?', '#']).next().unwrap_or_default();
+                let url = match url.split_once("://") {
+                    Some((scheme, rest)) => {
+                        let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+                        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+                        format!("{scheme}://{host}/{path}")
+                    }
+                    None => url.to_owned(),
+                };
+                format!("url:{url}")
+            }
+            Transport::Stdio(stdio) => {
+                let mut identity = format!("stdio:{}", stdio.command.display());
+                for arg in &stdio.args {
+                    identity.push(' ');
+                    identity.push_str(arg);
+                }
+                identity
+            }
+        }
+    }
+
     /// What identifies the credential toolhost presents to this server, as a SHA-256 (never the
     /// secret): the URL and headers of an HTTP server, the command, arguments and environment
     /// of a stdio one. A listing the server marked private belongs to it.
@@ -431,6 +479,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
+    let fleet = fleet::validate(raw.fleet).map_err(|(key, problem)| error(format!("fleet.{key}"), problem))?;
     let mcp = mcp::validate(&base, raw.mcp, &servers)
         .map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
     // Port 0 picks a fresh port for each listener: no clash.
@@ -452,6 +501,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         telemetry,
         servers,
         access,
+        fleet,
     })
 }
 
@@ -644,6 +694,12 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
                     _ => Err((format!("pins.{tool}"), format!("{pin:?} is not \"sha256:\" and 64 lower-case hex digits"))),
                 })
                 .collect::<Result<_, _>>()?,
+        },
+        fleet_identity: match raw.fleet_identity {
+            Some(identity) if identity.trim().is_empty() || identity.len() > 512 => {
+                return Err(("fleet_identity".into(), "must be 1 to 512 characters".into()));
+            }
+            identity => identity,
         },
     })
 }

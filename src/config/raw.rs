@@ -22,6 +22,18 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) servers: BTreeMap<String, RawServer>,
     pub(crate) access: Option<RawAccess>,
+    pub(crate) fleet: Option<RawFleet>,
+}
+
+/// `[fleet]`: a PostgreSQL store shared by several hosts.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFleet {
+    pub(crate) url: String,
+    pub(crate) host_id: Option<String>,
+    /// What to share: "approvals", "audit", "drift" (all by default).
+    pub(crate) share: Option<Vec<String>>,
+    pub(crate) connect_timeout: Option<String>,
 }
 
 /// `[access]`: who may see and call what.
@@ -189,6 +201,9 @@ pub(crate) struct RawServer {
     pub(crate) pins: BTreeMap<String, String>,
     pub(crate) ca_file: Option<String>,
     pub(crate) protocol: Option<String>,
+    /// What makes this server the same server on every host of a fleet (default: its URL, or
+    /// its command and arguments).
+    pub(crate) fleet_identity: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) request_timeout: Option<String>,
     pub(crate) enumeration_timeout: Option<String>,

@@ -20,6 +20,37 @@ pub struct Metrics {
     races: Counter<u64>,
     restarts: Counter<u64>,
     worker_panics: Counter<u64>,
+    fleet_drift: Counter<u64>,
+}
+
+/// The fleet store's gauges; dropping them unregisters the callbacks.
+pub struct FleetGauges {
+    _connected: ObservableGauge<u64>,
+    _pending: ObservableGauge<u64>,
+    _drift: ObservableGauge<u64>,
+}
+
+/// `toolhost.fleet.connected` (0 or 1), `toolhost.fleet.audit.pending` (records in this host's
+/// spool) and `toolhost.fleet.drift.tools` (this host's tools another host sees differently).
+pub fn register_fleet_gauges(meter: &Meter, fleet: crate::fleet::Fleet) -> FleetGauges {
+    let (a, b, c) = (fleet.clone(), fleet.clone(), fleet);
+    FleetGauges {
+        _connected: meter
+            .u64_observable_gauge("toolhost.fleet.connected")
+            .with_description("Whether the link to the fleet store is up")
+            .with_callback(move |observer| observer.observe(u64::from(a.is_connected()), &[]))
+            .build(),
+        _pending: meter
+            .u64_observable_gauge("toolhost.fleet.audit.pending")
+            .with_description("Audit records waiting in this host's spool for the fleet store")
+            .with_callback(move |observer| observer.observe(b.audit_pending(), &[]))
+            .build(),
+        _drift: meter
+            .u64_observable_gauge("toolhost.fleet.drift.tools")
+            .with_description("Tools of this host's servers that another host sees with a different definition")
+            .with_callback(move |observer| observer.observe(c.drifted_tools(), &[]))
+            .build(),
+    }
 }
 
 /// Gauges read from the registry at each collection; dropping them unregisters the callbacks.
@@ -53,6 +84,10 @@ impl Metrics {
             worker_panics: meter
                 .u64_counter("toolhost.worker.panics")
                 .with_description("Server workers that panicked and were restarted by the supervisor")
+                .build(),
+            fleet_drift: meter
+                .u64_counter("toolhost.fleet.drift.detected")
+                .with_description("Tools found offered to another host of the fleet with a different definition")
                 .build(),
         }
     }
@@ -94,6 +129,10 @@ impl Metrics {
 
     pub fn record_restart(&self, server: &str) {
         self.restarts.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+
+    pub fn record_fleet_drift(&self, server: &str) {
+        self.fleet_drift.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
     }
 
     pub fn record_worker_panic(&self, server: &str) {

@@ -12,6 +12,7 @@ mod catalog_api;
 mod config_cli;
 mod daemon;
 mod enumeration;
+mod fleet;
 mod hardening;
 mod http;
 mod http_server;

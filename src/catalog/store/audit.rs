@@ -50,7 +50,14 @@ impl Store {
     /// [`StoreError`] on a database failure.
     pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query("DELETE FROM audit WHERE at_ms < ?").bind(oldest_ms).execute(tx.conn()).await?;
+        // Records not yet shipped to the fleet store outlive their retention until they are
+        // (the fleet's cursor, when audit is shared); the count bound still applies.
+        sqlx::query(
+            "DELETE FROM audit WHERE at_ms < ? AND id <= coalesce((SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'fleet.audit'), id)",
+        )
+        .bind(oldest_ms)
+        .execute(tx.conn())
+        .await?;
         sqlx::query("DELETE FROM audit WHERE id <= (SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?)")
             .bind(to_i64(max_records))
             .execute(tx.conn())
@@ -72,24 +79,25 @@ impl Store {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        let mut records = Vec::with_capacity(rows.len());
-        for row in rows {
-            let transport: String = row.try_get(3)?;
-            records.push(crate::audit::AuditRecord {
-                at_ms: row.try_get(0)?,
-                agent: row.try_get::<String, _>(1)?.into(),
-                caller: row.try_get(2)?,
-                transport: if transport == "unix" { "unix" } else { "tcp" },
-                qualified_name: row.try_get(4)?,
-                server: row.try_get(5)?,
-                tool: row.try_get(6)?,
-                generation: to_u64(row.try_get(7)?)?,
-                definition_hash: row.try_get(8)?,
-                outcome: row.try_get(9)?,
-                duration_us: to_u64(row.try_get(10)?)?,
-                arguments: row.try_get(11)?,
-            });
-        }
-        Ok(records)
+        rows.iter().map(audit_record).collect()
     }
+}
+
+/// An audit row, its columns in the order `query_audit` selects them.
+pub(super) fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<crate::audit::AuditRecord, StoreError> {
+    let transport: String = row.try_get(3)?;
+    Ok(crate::audit::AuditRecord {
+        at_ms: row.try_get(0)?,
+        agent: row.try_get::<String, _>(1)?.into(),
+        caller: row.try_get(2)?,
+        transport: if transport == "unix" { "unix" } else { "tcp" },
+        qualified_name: row.try_get(4)?,
+        server: row.try_get(5)?,
+        tool: row.try_get(6)?,
+        generation: to_u64(row.try_get(7)?)?,
+        definition_hash: row.try_get(8)?,
+        outcome: row.try_get(9)?,
+        duration_us: to_u64(row.try_get(10)?)?,
+        arguments: row.try_get(11)?,
+    })
 }

@@ -22,6 +22,7 @@ use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationR
 
 pub mod approvals;
 mod audit;
+pub mod fleet;
 mod search;
 mod writer;
 

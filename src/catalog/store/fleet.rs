@@ -1,0 +1,123 @@
+//! The host's side of the fleet store: its SQLite tables are the spool. Audit records and
+//! operators' approvals are shipped in id order from a cursor kept in `store_meta`
+//! (`fleet.audit`, `fleet.approvals`), advanced only after PostgreSQL committed a batch: a
+//! batch shipped twice lands once there, and nothing is lost while PostgreSQL is away.
+
+use sqlx::Row;
+
+use super::audit::audit_record;
+use super::{Store, StoreError};
+use crate::audit::AuditRecord;
+
+/// The cursor of shipped audit records; while it exists, unshipped records outlive retention.
+pub const AUDIT_CURSOR: &str = "fleet.audit";
+/// The cursor of shipped approvals.
+pub const APPROVALS_CURSOR: &str = "fleet.approvals";
+/// `approved_by` of approvals that came from the fleet (never shipped back).
+pub const FROM_FLEET: &str = "fleet: ";
+
+/// An operator's approval recorded on this host, as shipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalApproval {
+    pub id: i64,
+    pub server: String,
+    pub tool: String,
+    pub hash: String,
+    pub approved_by: String,
+    pub approved_at_ms: i64,
+}
+
+impl Store {
+    /// A fleet cursor (0 when never set).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn fleet_cursor(&self, key: &str) -> Result<i64, StoreError> {
+        let value: Option<String> = sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?;
+        Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    /// Sets a fleet cursor (durably: it is the spool's only bookkeeping).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn set_fleet_cursor(&self, key: &str, value: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO store_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+            .bind(key)
+            .bind(value.to_string())
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await
+    }
+
+    /// Starts holding unshipped audit records (the cursor at 0 if it never existed), or stops
+    /// (the cursor removed) when the audit trail is no longer shared.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn hold_unshipped_audit(&self, hold: bool) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let statement = match hold {
+            true => "INSERT INTO store_meta (key, value) VALUES (?1, '0') ON CONFLICT (key) DO NOTHING",
+            false => "DELETE FROM store_meta WHERE key = ?1",
+        };
+        sqlx::query(statement).bind(AUDIT_CURSOR).execute(tx.conn()).await?;
+        tx.commit().await
+    }
+
+    /// Audit records after `after_id`, oldest first, with their ids.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn audit_after(&self, after_id: i64, limit: u32) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments, id \
+             FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?))).collect()
+    }
+
+    /// How many audit records after `after_id` wait to be shipped.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn audit_count_after(&self, after_id: i64) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit WHERE id > ?").bind(after_id).fetch_one(&self.pool).await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Operators' approvals after `after_id`, oldest first: not the policy's own baselines, and
+    /// not those that came from the fleet.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn approvals_after(&self, after_id: i64, limit: u32) -> Result<Vec<LocalApproval>, StoreError> {
+        let rows: Vec<(i64, String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT id, server, name, hash, approved_by, approved_at_ms FROM approvals \
+             WHERE id > ?1 AND approved_by <> ?2 AND substr(approved_by, 1, length(?3)) <> ?3 ORDER BY id LIMIT ?4",
+        )
+        .bind(after_id)
+        .bind(super::approvals::ACCEPTED_BY_POLICY)
+        .bind(FROM_FLEET)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, server, tool, hash, approved_by, approved_at_ms)| LocalApproval { id, server, tool, hash, approved_by, approved_at_ms })
+            .collect())
+    }
+
+    /// The highest approval id (what a cursor would stand at once everything is shipped).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn last_approval_id(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.pool).await?.unwrap_or(0))
+    }
+}
