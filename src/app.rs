@@ -125,7 +125,9 @@ impl App {
         // The fleet store's link runs beside everything else, never in front of it: serving
         // does not wait for PostgreSQL, now or ever.
         let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));
-        let fleet_gauges = fleet.as_ref().map(|fleet| metrics::register_fleet_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
+        let fleet_gauges = fleet
+            .as_ref()
+            .map(|fleet| metrics::register_fleet_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
         if let Some(fleet) = &fleet {
             let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
             background.spawn(fleet.clone().run(parts, background_cancel.clone()));

@@ -324,7 +324,9 @@ fn schema_text(schema: &toolhost::fleet::schema::Schema) -> String {
     match schema {
         Schema::Empty => "empty (the daemon creates it on first connect)".to_owned(),
         Schema::Current => "current".to_owned(),
-        Schema::Older { applied, expected } => format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate"),
+        Schema::Older { applied, expected } => {
+            format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate")
+        }
         Schema::Newer { applied, known } => format!("newer (version {applied}, this toolhost knows up to {known}): upgrade toolhost"),
     }
 }

@@ -64,7 +64,8 @@ impl ToolHostService {
         if request.fleet {
             let pool = self.fleet()?.pool()?;
             let records = crate::fleet::query::audit(&pool, request.since_unix_ms, agent, limit).await?;
-            let records = records.into_iter().map(|found| pb::AuditRecord { host_id: found.host_id, ..audit_message(found.record) }).collect();
+            let records =
+                records.into_iter().map(|found| pb::AuditRecord { host_id: found.host_id, ..audit_message(found.record) }).collect();
             return Ok(pb::QueryAuditResponse { records });
         }
         let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;

@@ -15,6 +15,7 @@ impl ToolHostService {
             connected: fleet.is_connected(),
             last_error: fleet.last_error().unwrap_or_default(),
             audit_pending: fleet.audit_pending(),
+            drifted_tools: fleet.drifted_tools(),
             ..Default::default()
         };
         let pool = fleet.pool()?;
@@ -28,7 +29,13 @@ impl ToolHostService {
                 servers: host
                     .servers
                     .into_iter()
-                    .map(|s| pb::FleetServer { server: s.server, identity: s.identity, state: s.state, generation: s.generation, tools: s.tools })
+                    .map(|s| pb::FleetServer {
+                        server: s.server,
+                        identity: s.identity,
+                        state: s.state,
+                        generation: s.generation,
+                        tools: s.tools,
+                    })
                     .collect(),
             })
             .collect();

@@ -337,7 +337,7 @@ impl Printer {
             .collect();
         if self.json {
             return self.json_line(&json!({"host": fleet.host_id, "connected": fleet.connected, "last_error": fleet.last_error,
-                "audit_pending": fleet.audit_pending, "hosts": hosts, "drift": drift}));
+                "audit_pending": fleet.audit_pending, "drifted_tools": fleet.drifted_tools, "hosts": hosts, "drift": drift}));
         }
         writeln!(self.out, "this host: {} ({} audit records waiting to ship)", fleet.host_id, fleet.audit_pending)?;
         let rows: Vec<Vec<String>> = fleet
@@ -345,7 +345,15 @@ impl Printer {
             .iter()
             .flat_map(|h| {
                 h.servers.iter().map(move |s| {
-                    vec![h.host_id.clone(), rfc3339(h.last_seen_unix_ms), s.server.clone(), s.state.clone(), s.generation.to_string(), s.tools.to_string(), s.identity.clone()]
+                    vec![
+                        h.host_id.clone(),
+                        rfc3339(h.last_seen_unix_ms),
+                        s.server.clone(),
+                        s.state.clone(),
+                        s.generation.to_string(),
+                        s.tools.to_string(),
+                        s.identity.clone(),
+                    ]
                 })
             })
             .collect();

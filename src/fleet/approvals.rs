@@ -65,7 +65,9 @@ impl Known {
                 let key = (identity.clone(), tool.name.clone(), tool.hash.clone());
                 let Some(approved_by) = self.by_definition.get(&key) else { continue };
                 match parts.approver.approve(&view.name, std::slice::from_ref(&tool.name), false, Some(&tool.hash), approved_by).await {
-                    Ok(_) => tracing::info!(server = %view.name, tool = %tool.name, hash = %tool.hash, approved_by, "approved by the fleet"),
+                    Ok(_) => {
+                        tracing::info!(server = %view.name, tool = %tool.name, hash = %tool.hash, approved_by, "approved by the fleet")
+                    }
                     // The server changed (or the tool is pinned) meanwhile: nothing to approve here.
                     Err(ApproveError::HashMismatch { .. } | ApproveError::UnknownTool { .. } | ApproveError::Pinned { .. }) => {}
                     Err(error) => tracing::warn!(server = %view.name, tool = %tool.name, %error, "cannot apply the fleet's approval"),

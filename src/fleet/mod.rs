@@ -41,16 +41,20 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Waits between connection attempts: doubling from the first to the last, jittered.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_LAST: Duration = Duration::from_secs(30);
+const RETRY_LAST: Duration = Duration::from_secs(10);
 
 /// What went wrong with the fleet store. None of it stops the host from serving.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     #[error("cannot connect to the fleet store: {0}")]
     Connect(String),
-    #[error("the fleet store's schema is older than this toolhost's (version {applied}, expected {expected}): run `toolhost fleet-migrate` once, when every host runs a toolhost that knows version {expected}")]
+    #[error(
+        "the fleet store's schema is older than this toolhost's (version {applied}, expected {expected}): run `toolhost fleet-migrate` once, when every host runs a toolhost that knows version {expected}"
+    )]
     SchemaOlder { applied: i64, expected: i64 },
-    #[error("the fleet store's schema is newer than this toolhost knows (version {applied}, this toolhost knows up to {known}): upgrade toolhost on this host")]
+    #[error(
+        "the fleet store's schema is newer than this toolhost knows (version {applied}, this toolhost knows up to {known}): upgrade toolhost on this host"
+    )]
     SchemaNewer { applied: i64, known: i64 },
     #[error("the fleet database holds tables that are not toolhost's; give toolhost a database of its own")]
     Foreign,
@@ -101,7 +105,9 @@ pub struct FleetParts {
 /// The explicit state of the link to PostgreSQL.
 enum Link {
     /// Not connected: the next attempt after `retry` waits `wait`.
-    Down { wait: Duration },
+    Down {
+        wait: Duration,
+    },
     Up(Connected),
 }
 
@@ -180,7 +186,11 @@ impl Fleet {
                         () = cancel.cancelled() => return,
                         () = tokio::time::sleep(wait) => {}
                     }
-                    match self.connect().await {
+                    let attempt = tokio::select! {
+                        () = cancel.cancelled() => return,
+                        attempt = self.connect() => attempt,
+                    };
+                    match attempt {
                         Ok(connected) => {
                             tracing::info!(host_id = %self.host_id(), "connected to the fleet store");
                             self.set_up(Some(&connected.pool), None);
@@ -293,6 +303,7 @@ impl State {
                             let identities = self.fleet.shared.identities.load_full();
                             let snapshot = self.parts.registry.snapshot();
                             bounded(self.published.publish(&link.pool, &config.host_id, &snapshot, &identities)).await?;
+                            self.check_drift(&link.pool).await?;
                         }
                         if config.share_approvals {
                             self.approvals.apply(&self.parts, &self.fleet.shared.identities.load()).await;
@@ -302,12 +313,18 @@ impl State {
                 _ = heartbeat.tick() => {
                     bounded(publish::announce_host(&link.pool, &config.host_id)).await?;
                     if config.share_drift {
-                        let drifted = bounded(publish::check_drift(&link.pool, &config.host_id, &mut self.published)).await?;
-                        self.fleet.shared.drifted_tools.store(drifted, Ordering::Relaxed);
+                        // Another host's publication can start (or end) a drift of this host's tools.
+                        self.check_drift(&link.pool).await?;
                     }
                 }
             }
         }
+    }
+
+    async fn check_drift(&mut self, pool: &PgPool) -> Result<(), FleetError> {
+        let drifted = bounded(publish::check_drift(pool, &self.fleet.shared.config.host_id, &mut self.published)).await?;
+        self.fleet.shared.drifted_tools.store(drifted, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Ships what the spool holds: audit records and operators' approvals.

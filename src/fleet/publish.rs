@@ -65,7 +65,11 @@ impl Published {
             .bind(i64::try_from(current.2).unwrap_or(i64::MAX))
             .execute(&mut *tx)
             .await?;
-            sqlx::query("DELETE FROM host_tools WHERE host_id = $1 AND server = $2").bind(host_id).bind(&*view.name).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM host_tools WHERE host_id = $1 AND server = $2")
+                .bind(host_id)
+                .bind(&*view.name)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "INSERT INTO host_tools (host_id, server, identity, tool, definition_hash) \
                  SELECT $1, $2, $3, * FROM UNNEST($4::text[], $5::text[])",

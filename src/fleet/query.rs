@@ -46,11 +46,10 @@ pub struct FleetAuditRecord {
 /// # Errors
 /// [`FleetError`] when PostgreSQL fails.
 pub async fn hosts(pool: &PgPool) -> Result<Vec<Host>, FleetError> {
-    let hosts: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT host_id, version, (extract(epoch FROM last_seen) * 1000)::bigint FROM hosts ORDER BY host_id",
-    )
-    .fetch_all(pool)
-    .await?;
+    let hosts: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT host_id, version, (extract(epoch FROM last_seen) * 1000)::bigint FROM hosts ORDER BY host_id")
+            .fetch_all(pool)
+            .await?;
     let servers: Vec<(String, String, String, String, i64, i64)> = sqlx::query_as(
         "SELECT s.host_id, s.server, s.identity, s.state, s.generation, \
          (SELECT count(*) FROM host_tools t WHERE t.host_id = s.host_id AND t.server = s.server) \
@@ -117,24 +116,40 @@ pub async fn audit(pool: &PgPool, since_ms: i64, agent: Option<&str>, limit: u32
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(host_id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments)| {
-            FleetAuditRecord {
+        .map(
+            |(
                 host_id,
-                record: AuditRecord {
-                    at_ms,
-                    agent: agent.into(),
-                    caller,
-                    transport: if transport == "unix" { "unix" } else { "tcp" },
-                    qualified_name,
-                    server,
-                    tool,
-                    generation: u64::try_from(generation).unwrap_or(0),
-                    definition_hash,
-                    outcome,
-                    duration_us: u64::try_from(duration_us).unwrap_or(0),
-                    arguments,
-                },
-            }
-        })
+                at_ms,
+                agent,
+                caller,
+                transport,
+                qualified_name,
+                server,
+                tool,
+                generation,
+                definition_hash,
+                outcome,
+                duration_us,
+                arguments,
+            )| {
+                FleetAuditRecord {
+                    host_id,
+                    record: AuditRecord {
+                        at_ms,
+                        agent: agent.into(),
+                        caller,
+                        transport: if transport == "unix" { "unix" } else { "tcp" },
+                        qualified_name,
+                        server,
+                        tool,
+                        generation: u64::try_from(generation).unwrap_or(0),
+                        definition_hash,
+                        outcome,
+                        duration_us: u64::try_from(duration_us).unwrap_or(0),
+                        arguments,
+                    },
+                }
+            },
+        )
         .collect())
 }

@@ -26,8 +26,14 @@ pub enum Schema {
     /// No toolhost tables yet.
     Empty,
     Current,
-    Older { applied: i64, expected: i64 },
-    Newer { applied: i64, known: i64 },
+    Older {
+        applied: i64,
+        expected: i64,
+    },
+    Newer {
+        applied: i64,
+        known: i64,
+    },
 }
 
 /// A pool on the fleet store, its connections bounded in time.

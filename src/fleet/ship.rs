@@ -65,7 +65,12 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
 ///
 /// # Errors
 /// [`FleetError`]; the cursor then stays where it was.
-pub(super) async fn approvals(pool: &PgPool, store: &Store, host_id: &str, identities: &BTreeMap<String, String>) -> Result<(), FleetError> {
+pub(super) async fn approvals(
+    pool: &PgPool,
+    store: &Store,
+    host_id: &str,
+    identities: &BTreeMap<String, String>,
+) -> Result<(), FleetError> {
     let cursor = store.fleet_cursor(APPROVALS_CURSOR).await?;
     let batch = store.approvals_after(cursor, BATCH).await?;
     let Some(last) = batch.last().map(|approval| approval.id) else { return Ok(()) };

@@ -159,7 +159,22 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     assert_eq!(seen_by.len(), 2);
     assert!(seen_by.contains(&json!(["host-a"])) && seen_by.contains(&json!(["host-b"])), "{status}");
     let hosts: Vec<&str> = status["hosts"].as_array().unwrap().iter().filter_map(|h| h["host"].as_str()).collect();
-    assert_eq!(hosts, ["host-a", "host-b"]);
+    assert_eq!(hosts, ["host-a", "host-b"], "{status}");
+    for app in [&a, &b] {
+        eventually("each host counts its drifting tool", || (cli(app, &["fleet"])["drifted_tools"] == 1).then_some(())).await;
+    }
+
+    // A host that joins later (or restarts) gets the approvals made before it connected.
+    let dir_c = TestDir::new();
+    let c = host(&dir_c, &url, "host-c", "Reads a file.").await;
+    let registry = c.registry().clone();
+    eventually("host C applies the approval made before it joined", || {
+        let view = registry.server("files")?;
+        let idx = view.generation.as_ref()?.position("list")?;
+        view.held(idx).is_none().then_some(())
+    })
+    .await;
+    c.shutdown().await;
 
     // Both hosts' calls, in one place.
     call(&a, "files__list").await.unwrap();
@@ -234,8 +249,11 @@ async fn all_shipped(app: &App, url: &str, host: &str) {
             if u64::try_from(rows).unwrap() == local {
                 let local_ids: Vec<i64> = app.store().audit_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, _)| id).collect();
                 let mut conn = PgConnection::connect(url).await.unwrap();
-                let remote: Vec<i64> =
-                    sqlx::query_scalar("SELECT local_id FROM audit WHERE host_id = $1 ORDER BY local_id").bind(host).fetch_all(&mut conn).await.unwrap();
+                let remote: Vec<i64> = sqlx::query_scalar("SELECT local_id FROM audit WHERE host_id = $1 ORDER BY local_id")
+                    .bind(host)
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap();
                 assert_eq!(remote, local_ids, "every record, each once");
                 return;
             }
@@ -261,7 +279,11 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
         let (stop, failures, made, mut grpc) = (stop.clone(), failures.clone(), made.clone(), grpc.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let request = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: r#"{"text":"hi"}"#.into(), ..Default::default() };
+                let request = pb::CallToolRequest {
+                    qualified_name: "demo__echo".into(),
+                    arguments_json: r#"{"text":"hi"}"#.into(),
+                    ..Default::default()
+                };
                 if grpc.call_tool(request).await.is_err() {
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
@@ -293,7 +315,8 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
             let mut grpc = grpc.clone();
             tokio::spawn(async move {
                 for _ in 0..500 {
-                    let request = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
+                    let request =
+                        pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
                     grpc.call_tool(request).await.unwrap();
                 }
             })
@@ -362,7 +385,11 @@ async fn a_wrong_url_password_or_schema_is_named_and_the_host_serves_on() {
         .unwrap();
     conn.close().await.unwrap();
     let mut conn = PgConnection::connect(&older).await.unwrap();
-    for statement in ["DROP TRIGGER approvals_announced ON approvals", "DROP FUNCTION toolhost_announce_approval()", "DELETE FROM _sqlx_migrations WHERE version = 2"] {
+    for statement in [
+        "DROP TRIGGER approvals_announced ON approvals",
+        "DROP FUNCTION toolhost_announce_approval()",
+        "DELETE FROM _sqlx_migrations WHERE version = 2",
+    ] {
         sqlx::query(statement).execute(&mut conn).await.unwrap();
     }
     conn.close().await.unwrap();
@@ -380,7 +407,8 @@ async fn a_wrong_url_password_or_schema_is_named_and_the_host_serves_on() {
         app.shutdown().await;
         if expected == "older" {
             // The operator's way forward: fleet-migrate, then the host connects.
-            let migrated = Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["fleet-migrate", "--config"]).arg(&config.source).output().unwrap();
+            let migrated =
+                Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["fleet-migrate", "--config"]).arg(&config.source).output().unwrap();
             assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
             let app = start(config).await;
             connected(&app).await;

@@ -33,7 +33,8 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn fleet_cursor(&self, key: &str) -> Result<i64, StoreError> {
-        let value: Option<String> = sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?;
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?;
         Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
@@ -109,7 +110,14 @@ impl Store {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, server, tool, hash, approved_by, approved_at_ms)| LocalApproval { id, server, tool, hash, approved_by, approved_at_ms })
+            .map(|(id, server, tool, hash, approved_by, approved_at_ms)| LocalApproval {
+                id,
+                server,
+                tool,
+                hash,
+                approved_by,
+                approved_at_ms,
+            })
             .collect())
     }
 
