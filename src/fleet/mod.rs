@@ -294,6 +294,12 @@ impl State {
                         return Ok(());
                     }
                     dirty = true;
+                    // An operator's approval changes the registry: other hosts hear of it now,
+                    // not at the next tick.
+                    if config.share_approvals {
+                        let identities = self.fleet.shared.identities.load();
+                        bounded(ship::approvals(&link.pool, &self.parts.store, &config.host_id, &identities)).await?;
+                    }
                 }
                 _ = ticks.tick() => {
                     self.ship(&link.pool).await?;
