@@ -36,6 +36,12 @@ impl Resolved {
     pub fn has_secret(&self) -> bool {
         self.has_secret
     }
+
+    /// The same value, known to hold a secret written in the file itself (a password in a
+    /// URL): never printed either.
+    pub fn marked_secret(self) -> Resolved {
+        Resolved { has_secret: true, ..self }
+    }
 }
 
 impl std::fmt::Debug for Resolved {

@@ -19,9 +19,13 @@ pub(super) fn validate(raw: Option<RawFleet>) -> Result<Option<FleetConfig>, Key
     // Never echo the URL: it may carry a password.
     let options = sqlx::postgres::PgConnectOptions::from_str(url.expose())
         .map_err(|err| ("url".to_owned(), format!("not a usable PostgreSQL URL ({})", crate::secrets::redact(&err.to_string()))))?;
-    if let Some(password) = password_of(url.expose()) {
-        crate::secrets::register(&password);
-    }
+    let url = match password_of(url.expose()) {
+        Some(password) => {
+            crate::secrets::register(&password);
+            url.marked_secret()
+        }
+        None => url,
+    };
     drop(options);
     let host_id = match raw.host_id {
         Some(id) => id,

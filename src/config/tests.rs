@@ -228,3 +228,44 @@ fn the_mcp_section_is_checked_key_by_key() {
         assert!(error.contains(expected), "{mcp}\n  gave: {error}\n  expected: {expected}");
     }
 }
+
+#[test]
+fn the_fleet_section_is_checked_and_server_identities_are_stable() {
+    let config = load(
+        "toolhost.toml",
+        r#"
+        [fleet]
+        url = "postgres://toolhost:s3cret-fleet@db.example.test/fleet"
+        host_id = "agents-07"
+        share = ["audit"]
+        [servers.remote]
+        url = "https://user:pw@mcp.example.test/mcp?token=abc"
+        [servers.files]
+        command = "npx"
+        args = ["-y", "@modelcontextprotocol/server-filesystem@2026.1.14", "/srv"]
+        [servers.named]
+        command = "x"
+        fleet_identity = "the-files-server"
+        "#,
+    )
+    .unwrap();
+    let fleet = config.fleet.as_ref().unwrap();
+    assert_eq!(fleet.host_id, "agents-07");
+    assert!(fleet.share_audit && !fleet.share_approvals && !fleet.share_drift);
+    assert!(!format!("{fleet:?}").contains("s3cret-fleet"), "the password is never printed");
+    assert!(!crate::secrets::redact("s3cret-fleet").contains("s3cret"), "a literal password is scrubbed from output too");
+    assert_eq!(config.servers["remote"].fleet_identity(), "url:https://mcp.example.test/mcp", "no credentials, no query");
+    assert_eq!(config.servers["files"].fleet_identity(), "stdio:npx -y @modelcontextprotocol/server-filesystem@2026.1.14 /srv");
+    assert_eq!(config.servers["named"].fleet_identity(), "the-files-server");
+
+    for (fleet, key, problem) in [
+        ("url = \"mysql://x\"", "fleet.url", "postgres://"),
+        ("url = \"postgres://h/db\"\nshare = [\"catalog\"]", "fleet.share", "\"catalog\""),
+        ("url = \"postgres://h/db\"\nhost_id = \"has space\"", "fleet.host_id", "visible ASCII"),
+        ("url = \"postgres://h/db\"\nconnect_timeout = \"9999h\"", "fleet.connect_timeout", ""),
+        ("url = \"${file:/nonexistent/fleet-url}\"", "fleet.url", "/nonexistent/fleet-url"),
+    ] {
+        let error = load("toolhost.toml", &format!("[fleet]\n{fleet}\n")).unwrap_err();
+        assert!(error.contains(key) && error.contains(problem), "{fleet}: {error}");
+    }
+}

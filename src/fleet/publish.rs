@@ -19,6 +19,9 @@ use crate::telemetry::metrics::state_name;
 pub(super) struct Published {
     servers: HashMap<String, (String, &'static str, u64)>,
     drifted: BTreeSet<(String, String)>,
+    /// The first publication of a link cleared what this host published before (a server
+    /// removed while the link was down, or before a restart).
+    synced: bool,
 }
 
 /// Says this host is alive (and which toolhost it runs).
@@ -44,6 +47,15 @@ impl Published {
         snapshot: &CatalogSnapshot,
         identities: &BTreeMap<String, String>,
     ) -> Result<(), FleetError> {
+        if !self.synced {
+            let current: Vec<&str> = snapshot.servers.keys().map(|name| &**name).collect();
+            sqlx::query("DELETE FROM host_servers WHERE host_id = $1 AND NOT (server = ANY($2))")
+                .bind(host_id)
+                .bind(&current)
+                .execute(pool)
+                .await?;
+            self.synced = true;
+        }
         for view in snapshot.servers.values() {
             let Some(identity) = identities.get(&*view.name) else { continue };
             let current = (identity.clone(), state_name(view.state), view.generation_number());

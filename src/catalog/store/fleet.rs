@@ -129,3 +129,61 @@ impl Store {
         Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.pool).await?.unwrap_or(0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(at_ms: i64) -> AuditRecord {
+        AuditRecord {
+            at_ms,
+            agent: "a".into(),
+            caller: "uid 0".into(),
+            transport: "unix",
+            qualified_name: "s__t".into(),
+            server: "s".into(),
+            tool: "t".into(),
+            generation: 1,
+            definition_hash: "h".into(),
+            outcome: "ok".into(),
+            duration_us: 1,
+            arguments: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn unshipped_records_outlive_their_retention_and_the_cursor_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        let store = Store::open(&path, 10).await.unwrap();
+        store.append_audit(&[record(1), record(2), record(3)]).await.unwrap();
+        store.hold_unshipped_audit(true).await.unwrap();
+        store.set_fleet_cursor(AUDIT_CURSOR, 1).await.unwrap();
+        // Everything is past its retention; only the shipped record may go.
+        store.prune_audit(i64::MAX, 1_000).await.unwrap();
+        let left: Vec<i64> = store.audit_after(0, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(left, [2, 3]);
+        store.close().await;
+        let store = Store::open(&path, 10).await.unwrap();
+        assert_eq!(store.fleet_cursor(AUDIT_CURSOR).await.unwrap(), 1, "the cursor survives a restart");
+        assert_eq!(store.audit_count_after(1).await.unwrap(), 2);
+        // Not shared any more: retention applies to everything again.
+        store.hold_unshipped_audit(false).await.unwrap();
+        store.prune_audit(i64::MAX, 1_000).await.unwrap();
+        assert_eq!(store.audit_count_after(0).await.unwrap(), 0);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn only_operators_approvals_are_shipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("catalog.db"), 10).await.unwrap();
+        store.approve("s", &[("a".into(), "h1".into())], "operator (uid 0)").await.unwrap();
+        store.approve("s", &[("b".into(), "h2".into())], super::super::approvals::ACCEPTED_BY_POLICY).await.unwrap();
+        store.approve("s", &[("c".into(), "h3".into())], &format!("{FROM_FLEET}someone (on host-b)")).await.unwrap();
+        let shipped = store.approvals_after(0, 10).await.unwrap();
+        assert_eq!(shipped.iter().map(|a| a.tool.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(store.last_approval_id().await.unwrap(), 3);
+        store.close().await;
+    }
+}
