@@ -19,6 +19,8 @@ pub(super) struct Known {
     by_definition: HashMap<(String, String, String), String>,
     /// The highest approval id read.
     last_id: i64,
+    /// The identities the approvals were read for: a reload that adds one reads them all again.
+    identities: Vec<String>,
 }
 
 impl Known {
@@ -29,9 +31,15 @@ impl Known {
         self.load_new(pool, identities).await
     }
 
-    /// Reads the approvals made since the last read.
+    /// Reads the approvals made since the last read (all of them again when this host's
+    /// identities changed).
     pub(super) async fn load_new(&mut self, pool: &PgPool, identities: &BTreeMap<String, String>) -> Result<(), FleetError> {
         let wanted: Vec<&String> = identities.values().collect();
+        if wanted.len() != self.identities.len() || wanted.iter().zip(&self.identities).any(|(a, b)| *a != b) {
+            self.last_id = 0;
+            self.by_definition.clear();
+            self.identities = wanted.iter().map(|identity| (*identity).clone()).collect();
+        }
         let rows: Vec<(i64, String, String, String, String, String)> = sqlx::query_as(
             "SELECT id, identity, tool, definition_hash, approved_by, host_id FROM approvals \
              WHERE id > $1 AND identity = ANY($2) ORDER BY id",

@@ -318,6 +318,12 @@ impl State {
                 }
                 _ = heartbeat.tick() => {
                     bounded(publish::announce_host(&link.pool, &config.host_id)).await?;
+                    // A notification sent while the listening connection was being re-established
+                    // is lost; reading what is new now and then closes that gap.
+                    if config.share_approvals {
+                        bounded(self.approvals.load_new(&link.pool, &self.fleet.shared.identities.load())).await?;
+                        self.approvals.apply(&self.parts, &self.fleet.shared.identities.load()).await;
+                    }
                     if config.share_drift {
                         // Another host's publication can start (or end) a drift of this host's tools.
                         self.check_drift(&link.pool).await?;
