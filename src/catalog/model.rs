@@ -82,24 +82,101 @@ impl ToolDef {
 
     /// Rebuilds a definition read back from the store.
     pub fn from_stored(name: String, definition: String, hash: String) -> ToolDef {
-        ToolDef { name, definition: definition.into(), hash, fields: Arc::default() }
+        ToolDef::from_parts(name, definition.into(), hash)
+    }
+
+    /// [`ToolDef::from_stored`] with the definition already shared (one allocation fewer).
+    pub fn from_parts(name: String, definition: Arc<str>, hash: String) -> ToolDef {
+        ToolDef { name, definition, hash, fields: Arc::default() }
     }
 
     /// Title, description, schemas and annotations, extracted on first use.
     pub fn fields(&self) -> &ToolFields {
-        self.fields
-            .get_or_init(|| serde_json::from_str::<Value>(&self.definition).map(|value| ToolFields::extract(&value)).unwrap_or_default())
+        self.fields.get_or_init(|| {
+            ToolFields::from_canonical(&self.definition).unwrap_or_else(|| {
+                serde_json::from_str::<Value>(&self.definition).map(|value| ToolFields::extract(&value)).unwrap_or_default()
+            })
+        })
     }
 }
 
 // === impl ToolFields ===
 
+/// The members of a definition the listing shows, borrowed from its canonical text.
+#[derive(serde::Deserialize)]
+struct BorrowedFields<'a> {
+    #[serde(borrow, default)]
+    title: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    description: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "inputSchema", borrow, default)]
+    input_schema: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "outputSchema", borrow, default)]
+    output_schema: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    annotations: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    execution: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct Titled<'a> {
+    #[serde(borrow, default)]
+    title: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Execution<'a> {
+    #[serde(rename = "taskSupport", borrow, default)]
+    task_support: Option<std::borrow::Cow<'a, str>>,
+}
+
 impl ToolFields {
+    /// The fields of a stored definition, which is canonical (RFC 8785) text: every member is
+    /// already in canonical form, so schemas and annotations are sliced out, not re-encoded.
+    /// `None` for a definition whose shape needs the general path (a title that is not a
+    /// string, say).
+    pub fn from_canonical(definition: &str) -> Option<ToolFields> {
+        let fields: BorrowedFields<'_> = serde_json::from_str(definition).ok()?;
+        let raw =
+            |value: Option<&serde_json::value::RawValue>| value.map(|v| v.get()).filter(|v| *v != "null").unwrap_or_default().to_owned();
+        // As the general path reads them: a string, or empty for null; anything else goes there.
+        let text = |value: &serde_json::value::RawValue| match value.get() {
+            "null" => Some(String::new()),
+            text => serde_json::from_str::<std::borrow::Cow<'_, str>>(text).ok().map(std::borrow::Cow::into_owned),
+        };
+        let title = match fields.title {
+            Some(title) => text(title)?,
+            None => match fields.annotations {
+                Some(annotations) => {
+                    serde_json::from_str::<Titled<'_>>(annotations.get()).ok()?.title.map(|t| t.into_owned()).unwrap_or_default()
+                }
+                None => String::new(),
+            },
+        };
+        let task_required = match fields.execution {
+            Some(execution) => serde_json::from_str::<Execution<'_>>(execution.get()).ok()?.task_support.as_deref() == Some("required"),
+            None => false,
+        };
+        Some(ToolFields {
+            title,
+            description: match fields.description {
+                Some(description) => text(description)?,
+                None => String::new(),
+            },
+            input_schema: raw(fields.input_schema),
+            output_schema: raw(fields.output_schema),
+            annotations: raw(fields.annotations),
+            task_required,
+        })
+    }
+
     pub fn extract(value: &Value) -> ToolFields {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
         let json = |v: Option<&Value>| v.filter(|v| !v.is_null()).map(canonical_json).unwrap_or_default();
         let annotations = value.get("annotations");
-        let title = value.get("title").or_else(|| annotations.and_then(|a| a.get("title")));
+        // A null title counts as none (the annotations' title then applies).
+        let title = value.get("title").filter(|t| !t.is_null()).or_else(|| annotations.and_then(|a| a.get("title")));
         ToolFields {
             title: text(title),
             description: text(value.get("description")),
@@ -262,6 +339,24 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn fields_sliced_from_canonical_text_match_the_general_path() {
+        for definition in [
+            json!({"name": "a", "description": "d", "inputSchema": {"type": "object", "properties": {"x": {"type": "integer"}}}}),
+            json!({"name": "b", "annotations": {"title": "From annotations", "readOnlyHint": true}, "outputSchema": {"type": "object"}}),
+            json!({"name": "c", "title": "T", "annotations": {"title": "ignored"}, "execution": {"taskSupport": "required"}}),
+            json!({"name": "d", "title": null, "description": null, "inputSchema": null, "annotations": {"title": "x"}}),
+            json!({"name": "e", "description": "é \u{1F600} \"quoted\"", "execution": {"taskSupport": "optional"}}),
+        ] {
+            let canonical = canonical_json(&definition);
+            assert_eq!(ToolFields::from_canonical(&canonical), Some(ToolFields::extract(&definition)), "{canonical}");
+        }
+        // Shapes the fast path leaves to the general one.
+        assert_eq!(ToolFields::from_canonical(&canonical_json(&json!({"name": "f", "title": 5}))), None);
+        assert_eq!(ToolFields::from_canonical(&canonical_json(&json!({"name": "g", "execution": "yes"}))), None);
+    }
+
     use serde_json::json;
 
     use super::*;

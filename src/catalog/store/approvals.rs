@@ -179,6 +179,8 @@ impl Store {
         sqlx::query("UPDATE tool_versions SET hash = (SELECT new FROM rehash WHERE old = tool_versions.hash) WHERE hash IN (SELECT old FROM rehash)")
             .execute(tx.conn())
             .await?;
+        // The packed snapshots hold the old hashes: drop them, the next commits write new ones.
+        sqlx::query("DELETE FROM current_snapshots").execute(tx.conn()).await?;
         sqlx::query("DELETE FROM definitions WHERE hash IN (SELECT old FROM rehash) AND hash NOT IN (SELECT new FROM rehash)")
             .execute(tx.conn())
             .await?;

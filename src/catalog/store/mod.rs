@@ -24,6 +24,7 @@ pub mod approvals;
 mod audit;
 pub mod fleet;
 mod search;
+mod snapshot;
 mod writer;
 
 use search::index_versions;
@@ -197,16 +198,22 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        // One row per server, its tools packed by SQLite into one JSON array of
-        // [name, hash, definition]: a hundred thousand tools decode in one pass per server
-        // instead of a row each. Two halves of the servers load on two connections, and each
-        // half decodes on the blocking pool, so that both cores work at boot.
-        let mut names: Vec<&str> = heads.iter().map(|(name, ..)| name.as_str()).collect();
-        names.sort_unstable();
-        let pivot = names.get(names.len() / 2).map(|name| (*name).to_owned()).unwrap_or_default();
-        let (low, high) = tokio::join!(self.load_packed(None, Some(&pivot)), self.load_packed(Some(&pivot), None));
-        let mut tools = low?;
-        tools.extend(high?);
+        // The snapshots written with each generation: one sequential read, decoded in two
+        // halves on the blocking pool so that both cores work at boot.
+        let current: HashMap<&str, i64> = heads.iter().map(|(name, number, ..)| (name.as_str(), *number)).collect();
+        let mut tools = self.load_snapshots(&current).await?;
+        // A server without a usable snapshot (none yet, another generation, damaged) is read
+        // from its tool versions: one row per server, its tools packed by SQLite into one JSON
+        // array of [name, hash, definition], the two halves on two connections.
+        if current.keys().any(|name| !tools.contains_key(*name)) {
+            let mut names: Vec<&str> = heads.iter().map(|(name, ..)| name.as_str()).collect();
+            names.sort_unstable();
+            let pivot = names.get(names.len() / 2).map(|name| (*name).to_owned()).unwrap_or_default();
+            let (low, high) = tokio::join!(self.load_packed(None, Some(&pivot)), self.load_packed(Some(&pivot), None));
+            for (server, defs) in low?.into_iter().chain(high?) {
+                tools.entry(server).or_insert(defs);
+            }
+        }
         let mut servers = HashMap::with_capacity(heads.len());
         for (name, number, last_verified_at_ms, committed_at_ms, private_to) in heads {
             let generation = Generation {
@@ -217,6 +224,58 @@ impl Store {
             servers.insert(name, StoredServer { generation: Arc::new(generation), last_verified_at_ms, private_to });
         }
         Ok(servers)
+    }
+
+    /// The servers' snapshots that match their current generation and decode, by server: two
+    /// halves, each read on its own connection and decoded on the blocking pool as soon as it
+    /// arrives, so that both cores work at boot.
+    async fn load_snapshots(&self, current: &HashMap<&str, i64>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
+        let mut names: Vec<&str> = current.keys().copied().collect();
+        names.sort_unstable();
+        let pivot = names.get(names.len() / 2).map(|name| (*name).to_owned()).unwrap_or_default();
+        let (low, high) =
+            tokio::join!(self.load_snapshot_range(current, None, Some(&pivot)), self.load_snapshot_range(current, Some(&pivot), None));
+        let mut tools = low?;
+        tools.extend(high?);
+        Ok(tools)
+    }
+
+    async fn load_snapshot_range(
+        &self,
+        current: &HashMap<&str, i64>,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
+        let rows: Vec<(String, i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT server, generation, tools FROM current_snapshots WHERE (?1 IS NULL OR server >= ?1) AND (?2 IS NULL OR server < ?2)",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        // Only a snapshot of the server's current generation counts: any other is stale.
+        let rows: Vec<(String, Vec<u8>)> = rows
+            .into_iter()
+            .filter(|(server, generation, _)| current.get(server.as_str()) == Some(generation))
+            .map(|(s, _, t)| (s, t))
+            .collect();
+        let decode = move || {
+            rows.into_iter()
+                .filter_map(|(server, packed)| match snapshot::decode(&packed) {
+                    Some(mut tools) => {
+                        if !tools.is_sorted_by(|a, b| a.name < b.name) {
+                            tools.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+                        }
+                        Some((server, tools))
+                    }
+                    None => {
+                        tracing::warn!(server, "the stored snapshot of this server is damaged; reading its tool versions instead");
+                        None
+                    }
+                })
+                .collect::<HashMap<_, _>>()
+        };
+        tokio::task::spawn_blocking(decode).await.map_err(|err| StoreError::Corrupt(err.to_string()))
     }
 
     /// The current tools of the servers whose names lie in `[from, to)`, decoded off the runtime.
@@ -382,6 +441,14 @@ impl Store {
         sqlx::query("UPDATE servers SET private_to = ? WHERE name = ?").bind(private_to).bind(server).execute(tx.conn()).await?;
         if diff.is_empty() && current > 0 {
             sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(tx.conn()).await?;
+            // A store from before snapshots (or after the rehash) gets its snapshot here.
+            let packed: Option<i64> = sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = ?")
+                .bind(server)
+                .fetch_optional(tx.conn())
+                .await?;
+            if packed != Some(current) {
+                write_snapshot(tx.conn(), server, current, &listing.tools).await?;
+            }
             record.outcome = EnumerationOutcome::Unchanged;
             record.generation = to_u64(current)?;
             insert_enumeration(tx.conn(), server, &record).await?;
@@ -452,6 +519,8 @@ impl Store {
             .bind(server)
             .execute(tx.conn())
             .await?;
+        // The packed copy a restart reads, durable exactly when the generation is.
+        write_snapshot(tx.conn(), server, next, &listing.tools).await?;
         record.outcome = EnumerationOutcome::Committed;
         record.generation = to_u64(next)?;
         insert_enumeration(tx.conn(), server, &record).await?;
@@ -596,6 +665,19 @@ async fn insert_enumeration(tx: &mut SqliteConnection, server: &str, record: &En
         .bind(ENUMERATIONS_KEPT)
         .execute(&mut *tx)
         .await?;
+    Ok(())
+}
+
+async fn write_snapshot(tx: &mut SqliteConnection, server: &str, generation: i64, tools: &[ToolDef]) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO current_snapshots (server, generation, tools) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(server) DO UPDATE SET generation = excluded.generation, tools = excluded.tools",
+    )
+    .bind(server)
+    .bind(generation)
+    .bind(snapshot::encode(tools))
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }
 
