@@ -152,6 +152,28 @@ impl HttpClient {
     }
 }
 
+/// A gRPC client on one HTTP/2 connection driven directly: tonic's codec over hyper's
+/// `SendRequest`, without the `Channel`'s buffer task between the caller and the connection.
+async fn direct_grpc(
+    socket: &std::path::Path,
+) -> toolhost::api::pb::tool_host_client::ToolHostClient<
+    impl tonic::client::GrpcService<tonic::body::Body, ResponseBody = hyper::body::Incoming, Error = hyper::Error, Future: Send> + Clone + use<>,
+> {
+    let stream = tokio::net::UnixStream::connect(socket).await.expect("the daemon's socket");
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake::<_, tonic::body::Body>(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .expect("an HTTP/2 connection");
+    tokio::spawn(connection);
+    let service = tower::service_fn(move |mut request: http::Request<tonic::body::Body>| {
+        // The origin a Channel would have filled in.
+        *request.uri_mut() = format!("http://localhost{}", request.uri().path()).parse().expect("a URI");
+        let mut sender = sender.clone();
+        async move { sender.send_request(request).await }
+    });
+    toolhost::api::pb::tool_host_client::ToolHostClient::new(service)
+}
+
 pub async fn mcp() {
     let cpu = pin();
     let dir = bench_dir("mcp");
@@ -163,6 +185,7 @@ pub async fn mcp() {
     let daemon = Daemon::start_with(&dir, &sections, &daemon::servers(&["bench".to_owned()], 10, ""), cpu);
     daemon.wait_ready(1, Instant::now()).await;
     let mut grpc = daemon.client().await;
+    let mut grpc_direct = direct_grpc(&daemon.socket).await;
     let mut socket = SocketClient::connect(&dir.join("mcp.sock")).await;
     let mut http = HttpClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
     let direct = direct_session_with(10, cpu).await;
@@ -181,10 +204,10 @@ pub async fn mcp() {
     let session = direct.handle().clone();
     let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
 
-    let mut times: [Vec<Duration>; 5] = Default::default();
+    let mut times: [Vec<Duration>; 6] = Default::default();
     for round in 0..=ROUNDS {
-        for leg in 0..5 {
-            let path = (round + leg) % 5;
+        for leg in 0..6 {
+            let path = (round + leg) % 6;
             for _ in 0..PER_ROUND {
                 let started = Instant::now();
                 match path {
@@ -192,7 +215,8 @@ pub async fn mcp() {
                     1 => socket.call("bench__tool_1").await,
                     2 => http.call("bench__tool_1").await,
                     3 => direct_http.call("tool_1").await,
-                    _ => drop(grpc.call_tool(call_request("bench__tool_1")).await.expect("gRPC call")),
+                    4 => drop(grpc.call_tool(call_request("bench__tool_1")).await.expect("gRPC call")),
+                    _ => drop(grpc_direct.call_tool(call_request("bench__tool_1")).await.expect("gRPC call, direct HTTP/2")),
                 }
                 // Round 0 warms every path up and is not counted.
                 if round > 0 {
@@ -206,7 +230,8 @@ pub async fn mcp() {
         "toolhost MCP, Unix socket",
         "toolhost MCP, Streamable HTTP (2025 session)",
         "direct Streamable HTTP (the same HTTP client, a thin std HTTP server)",
-        "toolhost gRPC, Unix socket",
+        "toolhost gRPC, Unix socket (tonic Channel)",
+        "toolhost gRPC, Unix socket (tonic over a bare HTTP/2 connection)",
     ];
     let pinned = match cpu {
         Some(cpu) => format!("agent on CPU 0, servers and daemon on CPU {cpu}"),

@@ -32,6 +32,10 @@ use worker::WorkerCommand;
 pub(crate) const WORKER_QUEUE: usize = 16;
 /// Sessions that may be starting (connecting and enumerating for the first time) at once.
 const CONCURRENT_STARTS: usize = 32;
+/// After a restart with a stored catalog, how long sessions wait before starting: agents that
+/// connect at boot get the stored catalog first, instead of racing a thousand session starts
+/// for the CPU (each server is enumerated afresh right after).
+const BOOT_GRACE: Duration = Duration::from_millis(100);
 /// How long a reload waits for a removed or changed server to stop.
 const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(15);
 
@@ -51,6 +55,8 @@ pub struct Supervisor {
     tracker: TaskTracker,
     cancel: CancellationToken,
     start_permits: Arc<tokio::sync::Semaphore>,
+    /// Whether `start_workers` has handed the start permits out.
+    permits_released: bool,
 }
 
 struct WorkerHandle {
@@ -98,7 +104,10 @@ impl Supervisor {
             senders: Senders::default(),
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
-            start_permits: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_STARTS)),
+            // No permits yet: `start_workers` hands them out (after the boot grace when a
+            // stored catalog is being served).
+            start_permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            permits_released: false,
         };
         let mut views = Vec::with_capacity(servers.len());
         for (name, spec) in servers {
@@ -113,8 +122,25 @@ impl Supervisor {
         Ok(supervisor)
     }
 
-    /// Starts a worker for every enabled server.
+    /// Starts a worker for every enabled server. With a stored catalog to serve, their
+    /// sessions start [`BOOT_GRACE`] later.
     pub fn start_workers(&mut self) {
+        if self.start_permits.available_permits() == 0 && !self.permits_released {
+            self.permits_released = true;
+            let stored = self.registry.snapshot().servers.values().any(|view| view.generation.is_some());
+            let (permits, cancel) = (self.start_permits.clone(), self.cancel.clone());
+            match stored {
+                true => {
+                    self.tracker.spawn(async move {
+                        tokio::select! {
+                            () = cancel.cancelled() => {}
+                            () = tokio::time::sleep(BOOT_GRACE) => permits.add_permits(CONCURRENT_STARTS),
+                        }
+                    });
+                }
+                false => permits.add_permits(CONCURRENT_STARTS),
+            }
+        }
         let enabled: Vec<(Arc<str>, ServerSpec)> =
             self.specs.iter().filter(|(_, spec)| spec.enabled).map(|(n, s)| (n.clone(), s.clone())).collect();
         for (name, spec) in enabled {
