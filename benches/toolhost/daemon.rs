@@ -36,7 +36,9 @@ impl Daemon {
     pub fn start_with(dir: &std::path::Path, sections: &str, servers: &str, cpu: Option<usize>) -> Daemon {
         std::fs::create_dir_all(dir).expect("bench dir");
         let config = dir.join("toolhost.toml");
-        let text = format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{sections}\n\n{servers}");
+        // `sections` may bring its own [grpc] (more listeners); the Unix socket is the default.
+        let grpc = if sections.contains("[grpc]") { "" } else { "[grpc]\nlisten = [\"unix:toolhost.sock\"]\n" };
+        let text = format!("[store]\npath = \"catalog.db\"\n\n{grpc}\n{sections}\n\n{servers}");
         std::fs::write(&config, text).expect("write config");
         let mut command = match cpu {
             Some(cpu) => {

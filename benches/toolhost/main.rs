@@ -11,6 +11,7 @@ mod daemon;
 mod fast_server;
 mod mcp_bench;
 mod peers;
+mod peers_propagation;
 mod scenarios;
 mod search_bench;
 mod search_corpus;

@@ -18,8 +18,9 @@ use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 const RENDERED_KEPT: usize = 8192;
 /// Version tag of toolhost's cursor format.
 const CURSOR_TAG: &str = "th1";
-/// After the catalog moves, how long a session waits for it to settle before comparing what it
-/// sees: servers that publish together cost one notification.
+/// At most one notification per session this often: the first change after a quiet spell is
+/// announced at once, and changes that follow within this time cost one more notification
+/// between them (servers that publish together, a boot).
 const SETTLE: Duration = Duration::from_millis(5);
 
 /// One server's tools as MCP tool objects, in generation order.
@@ -206,13 +207,15 @@ fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
 pub(super) struct ChangeWatch {
     revisions: watch::Receiver<u64>,
     seen: u64,
+    /// When this session was last notified.
+    last_sent: Option<tokio::time::Instant>,
 }
 
 impl ChangeWatch {
     pub(super) fn new(endpoint: &Endpoint, view: &View) -> ChangeWatch {
         let mut revisions = endpoint.door.registry().subscribe();
         revisions.borrow_and_update();
-        ChangeWatch { revisions, seen: fingerprint(&endpoint.door.registry().snapshot(), view) }
+        ChangeWatch { revisions, seen: fingerprint(&endpoint.door.registry().snapshot(), view), last_sent: None }
     }
 
     /// Waits until what `view` sees differs from what it saw; `false` when the registry is gone.
@@ -221,11 +224,16 @@ impl ChangeWatch {
             if self.revisions.changed().await.is_err() {
                 return false;
             }
-            tokio::time::sleep(SETTLE).await;
+            // Right after a notification, changes gather for the rest of SETTLE; after quiet,
+            // the first one goes out at once.
+            if let Some(last) = self.last_sent {
+                tokio::time::sleep_until(last + SETTLE).await;
+            }
             self.revisions.borrow_and_update();
             let now = fingerprint(&endpoint.door.registry().snapshot(), view);
             if now != self.seen {
                 self.seen = now;
+                self.last_sent = Some(tokio::time::Instant::now());
                 return true;
             }
         }
