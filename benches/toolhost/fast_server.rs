@@ -67,7 +67,7 @@ pub(crate) fn serve(tool_count: usize) {
                     ));
                 }
                 if end == tool_count {
-                    page.push_str(r#",{"name":"mutate","inputSchema":{"type":"object"}},{"name":"storm","inputSchema":{"type":"object"}}"#);
+                    page.push_str(r#",{"name":"mutate","inputSchema":{"type":"object"}},{"name":"storm","inputSchema":{"type":"object"}},{"name":"drizzle","inputSchema":{"type":"object"}}"#);
                 }
                 let next = if end < tool_count { format!(r#","nextCursor":"{end}""#) } else { String::new() };
                 let _ = writeln!(out, r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{page}]{next}}}}}"#);
@@ -78,6 +78,18 @@ pub(crate) fn serve(tool_count: usize) {
                 if name == "mutate" {
                     version += 1;
                     let _ = writeln!(out, r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}"#);
+                } else if name == "drizzle" {
+                    // A sustained rate: list_changed 20 times a second for five seconds.
+                    let _ = out.flush();
+                    std::thread::spawn(|| {
+                        let stdout = std::io::stdout();
+                        for _ in 0..100 {
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                            let mut out = stdout.lock();
+                            let _ = writeln!(out, r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}"#);
+                            let _ = out.flush();
+                        }
+                    });
                 } else if name == "storm" {
                     let _ = out.flush();
                     std::thread::spawn(|| {

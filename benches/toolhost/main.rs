@@ -34,7 +34,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "scale", "policy", "search"];
+    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -47,6 +47,7 @@ fn main() {
                 "throughput" => scenarios::throughput().await,
                 "propagation" => scenarios::propagation().await,
                 "storm" => scenarios::storm().await,
+                "sustained" => scenarios::sustained().await,
                 "scale" => scenarios::scale().await,
                 "policy" => scenarios::policy().await,
                 "search" => search_bench::search().await,
