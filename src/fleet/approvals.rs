@@ -11,9 +11,9 @@ use sqlx::PgPool;
 use super::{FleetError, FleetParts};
 use crate::catalog::store::fleet::FROM_FLEET;
 use crate::supervisor::integrity::ApproveError;
+use crate::telemetry::throttle::Throttle;
 
 /// The approvals this host knows of, for the identities it serves.
-#[derive(Default)]
 pub(super) struct Known {
     /// `(identity, tool, hash)` → who approved it, where.
     by_definition: HashMap<(String, String, String), String>,
@@ -21,6 +21,14 @@ pub(super) struct Known {
     last_id: i64,
     /// The identities the approvals were read for: a reload that adds one reads them all again.
     identities: Vec<String>,
+    /// An approval that cannot be applied is retried at every change: its warning is rate-limited.
+    warnings: Throttle,
+}
+
+impl Default for Known {
+    fn default() -> Known {
+        Known { by_definition: HashMap::new(), last_id: 0, identities: Vec::new(), warnings: Throttle::new(1) }
+    }
 }
 
 impl Known {
@@ -78,7 +86,11 @@ impl Known {
                     }
                     // The server changed (or the tool is pinned) meanwhile: nothing to approve here.
                     Err(ApproveError::HashMismatch { .. } | ApproveError::UnknownTool { .. } | ApproveError::Pinned { .. }) => {}
-                    Err(error) => tracing::warn!(server = %view.name, tool = %tool.name, %error, "cannot apply the fleet's approval"),
+                    Err(error) => {
+                        if let Some(suppressed) = self.warnings.admit() {
+                            tracing::warn!(server = %view.name, tool = %tool.name, %error, suppressed, "cannot apply the fleet's approval");
+                        }
+                    }
                 }
             }
         }
