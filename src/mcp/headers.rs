@@ -55,19 +55,9 @@ pub fn encode(value: &str) -> String {
     if value.bytes().all(|b| (0x20..0x7f).contains(&b)) && value.trim() == value {
         return value.to_owned();
     }
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    use base64::Engine;
     let mut encoded = String::from("=?base64?");
-    for chunk in value.as_bytes().chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                encoded.push(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                encoded.push('=');
-            }
-        }
-    }
+    base64::engine::general_purpose::STANDARD.encode_string(value.as_bytes(), &mut encoded);
     encoded.push_str("?=");
     encoded
 }

@@ -5,6 +5,7 @@
 
 mod http;
 pub(crate) mod lines;
+pub mod oauth;
 pub mod reaper;
 pub mod session;
 mod stdio;
