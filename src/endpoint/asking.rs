@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -25,8 +25,8 @@ const MAX_CAPABILITIES_BYTES: usize = 16 << 10;
 /// One session's channel for questions to its client.
 #[derive(Default)]
 pub struct ClientLink {
-    /// The `capabilities` the client declared in `initialize`, as JSON.
-    capabilities: Mutex<Option<Box<RawValue>>>,
+    /// What the client declared in `initialize`, read once.
+    declared: Mutex<Option<Declaration>>,
     next_id: AtomicU64,
     waiting: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
 }
@@ -73,6 +73,15 @@ struct Declared<'a> {
     roots: Option<&'a RawValue>,
 }
 
+/// A client's `capabilities` as JSON (told to a 2026 server), and which of them toolhost can
+/// put a question under.
+struct Declaration {
+    raw: Arc<RawValue>,
+    elicitation: bool,
+    sampling: bool,
+    roots: bool,
+}
+
 impl ClientLink {
     /// Keeps the `capabilities` of a client's `initialize` params.
     pub fn declare(&self, initialize_params: Option<&RawValue>) {
@@ -81,24 +90,30 @@ impl ClientLink {
             #[serde(borrow, default)]
             capabilities: Option<&'a RawValue>,
         }
-        let capabilities = initialize_params
+        let declaration = initialize_params
             .and_then(|params| serde_json::from_str::<Initialize<'_>>(params.get()).ok())
             .and_then(|init| init.capabilities)
             .filter(|caps| caps.get().len() <= MAX_CAPABILITIES_BYTES && caps.get().starts_with('{'))
-            .map(ToOwned::to_owned);
-        *self.capabilities.lock().unwrap_or_else(PoisonError::into_inner) = capabilities;
+            .map(|caps| {
+                let declared = serde_json::from_str::<Declared<'_>>(caps.get()).unwrap_or_default();
+                Declaration {
+                    raw: Arc::from(caps.to_owned()),
+                    elicitation: declared.elicitation.is_some(),
+                    sampling: declared.sampling.is_some(),
+                    roots: declared.roots.is_some(),
+                }
+            });
+        *self.declared.lock().unwrap_or_else(PoisonError::into_inner) = declaration;
     }
 
     /// The declared capabilities, to tell a 2026 server what this client can answer.
-    pub fn capabilities(&self) -> Option<Box<RawValue>> {
-        self.capabilities.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    pub fn capabilities(&self) -> Option<Arc<RawValue>> {
+        self.declared.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|declared| declared.raw.clone())
     }
 
     /// Whether the client declared any capability toolhost could put a question under.
     pub fn can_be_asked(&self) -> bool {
-        let capabilities = self.capabilities.lock().unwrap_or_else(PoisonError::into_inner);
-        let declared = capabilities.as_deref().and_then(|caps| serde_json::from_str::<Declared<'_>>(caps.get()).ok()).unwrap_or_default();
-        declared.elicitation.is_some() || declared.sampling.is_some() || declared.roots.is_some()
+        self.declared.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|d| d.elicitation || d.sampling || d.roots)
     }
 
     /// Puts every input request of `requests` to the client, in turn, on `out`, and returns
@@ -131,13 +146,12 @@ impl ClientLink {
             "roots/list" => "roots",
             _ => return Err(AskError::NotCapable { method: super::reply::clip(method).to_owned(), capability: "none known" }),
         };
-        let capabilities = self.capabilities.lock().unwrap_or_else(PoisonError::into_inner);
-        let declared = capabilities.as_deref().and_then(|caps| serde_json::from_str::<Declared<'_>>(caps.get()).ok()).unwrap_or_default();
-        let has = match capability {
-            "elicitation" => declared.elicitation.is_some(),
-            "sampling" => declared.sampling.is_some(),
-            _ => declared.roots.is_some(),
-        };
+        let declared = self.declared.lock().unwrap_or_else(PoisonError::into_inner);
+        let has = declared.as_ref().is_some_and(|d| match capability {
+            "elicitation" => d.elicitation,
+            "sampling" => d.sampling,
+            _ => d.roots,
+        });
         if has { Ok(()) } else { Err(AskError::NotCapable { method: method.to_owned(), capability }) }
     }
 

@@ -227,7 +227,7 @@ impl ChangeWatch {
             // Right after a notification, changes gather for the rest of SETTLE; after quiet,
             // the first one goes out at once.
             if let Some(last) = self.last_sent {
-                tokio::time::sleep_until(last + SETTLE).await;
+                tokio::time::sleep_until(last.checked_add(SETTLE).unwrap_or(last)).await;
             }
             self.revisions.borrow_and_update();
             let now = fingerprint(&endpoint.door.registry().snapshot(), view);

@@ -216,7 +216,11 @@ impl Endpoint {
             (Some(token), Some(responses)) => Some((token.to_owned(), responses.get().to_owned())),
             _ => return reply::call_error(id, &ContinuationError::Incomplete.into()),
         };
-        let legacy_capabilities = view.client.as_ref().and_then(|client| client.capabilities());
+        // A 2026 client says what it can answer on each request; a 2025 one said it once.
+        let legacy_capabilities = match era {
+            Era::Legacy => view.client.as_ref().and_then(|client| client.capabilities()),
+            Era::Modern => None,
+        };
         let capabilities = match era {
             Era::Modern => params.meta.as_ref().and_then(|meta| meta.client_capabilities),
             Era::Legacy => legacy_capabilities.as_deref(),

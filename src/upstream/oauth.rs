@@ -129,9 +129,7 @@ impl Pkce {
     /// A fresh verifier of 43 characters (256 bits from the kernel's CSPRNG), or `None` if the
     /// CSPRNG cannot be read.
     pub fn generate() -> Option<Pkce> {
-        let mut bytes = [0u8; 32];
-        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").ok()?, &mut bytes).ok()?;
-        Some(Pkce::from_verifier(URL_SAFE_NO_PAD.encode(bytes)))
+        Some(Pkce::from_verifier(URL_SAFE_NO_PAD.encode(crate::secrets::random_bytes::<32>()?)))
     }
 
     /// The S256 challenge of `verifier`.
