@@ -118,6 +118,15 @@ pub fn register(secret: &str) {
     });
 }
 
+/// A secret that replaces another (a refreshed OAuth token): the retired value leaves the list,
+/// so months of rotations do not grow it.
+pub fn rotate(retired: Option<&str>, fresh: &str) {
+    if let Some(retired) = retired.filter(|retired| *retired != fresh) {
+        SECRETS.rcu(|secrets| secrets.iter().filter(|known| &***known != retired).cloned().collect::<Vec<_>>());
+    }
+    register(fresh);
+}
+
 /// `text` with every registered secret replaced by [`REDACTED`]. Free when none is registered or
 /// none occurs.
 pub fn redact(text: &str) -> Cow<'_, str> {

@@ -40,6 +40,7 @@ pub(crate) async fn direct_session_with(tools: usize, cpu: Option<usize>) -> Con
         max_message_bytes: 64 << 20,
         shutdown_grace: Duration::from_secs(1),
         reaper: Arc::new(Reaper::disabled()),
+        authorizer: None,
     };
     upstream::connect(&"direct".into(), spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("direct session")
 }

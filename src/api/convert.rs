@@ -47,6 +47,7 @@ pub(crate) fn state(state: ServerState) -> pb::ServerState {
         ServerState::Disabled => pb::ServerState::Disabled,
         ServerState::Stopped => pb::ServerState::Stopped,
         ServerState::AuthFailed => pb::ServerState::AuthFailed,
+        ServerState::AuthRequired => pb::ServerState::AuthRequired,
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use crate::catalog::model::{ToolDef, define_entries};
 use crate::config::Config;
 use crate::mcp::tools::{list_params, parse_list_page};
+use crate::upstream::oauth::authorizer::Interaction;
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, SessionSettings};
 
@@ -25,16 +26,22 @@ pub async fn run(url: &str) -> Result<(), String> {
     // A 2026-07-28 run says so; the 2025 scenarios test the legacy handshake (no era probe).
     let modern = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").is_ok_and(|v| v.as_str() >= crate::mcp::modern::VERSION);
     let protocol = if modern { "modern" } else { "legacy" };
-    let text = format!("[servers.conformance]\nurl = {url:?}\nprotocol = \"{protocol}\"\nrequest_timeout = \"10s\"\n");
+    let mut text = format!("[servers.conformance]\nurl = {url:?}\nprotocol = \"{protocol}\"\nrequest_timeout = \"10s\"\n");
+    if scenario.starts_with("auth/") {
+        text.push_str(&auth_table(&scenario, &context()));
+    }
     let config = Config::parse(Path::new("/conformance/toolhost.toml"), &text).map_err(|err| err.to_string())?;
     let spec = &config.servers["conformance"];
+    let name: Arc<str> = "conformance".into();
+    let authorizer = upstream::authorizer_for(&name, spec, Interaction::FollowRedirect).map_err(|err| err.to_string())?;
     let settings = SessionSettings {
         request_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,
         shutdown_grace: Duration::from_secs(2),
         reaper: Arc::new(Reaper::disabled()),
+        authorizer,
     };
-    let connection = upstream::connect(&"conformance".into(), spec, &settings, None).await.map_err(|err| err.to_string())?;
+    let connection = upstream::connect(&name, spec, &settings, None).await.map_err(|err| err.to_string())?;
     let session = connection.handle().clone();
     let mut cursor: Option<String> = None;
     let mut tools = Vec::new();
@@ -58,6 +65,8 @@ pub async fn run(url: &str) -> Result<(), String> {
         "tools_call" if calls.is_empty() => calls.push(("add_numbers".into(), r#"{"a":5,"b":3}"#.into())),
         "sse-retry" => calls.push(("test_reconnection".into(), "{}".into())),
         // Every tool the catalog kept, with its required arguments filled in.
+        // A call needs more scopes than a listing in the step-up scenario.
+        name if name.starts_with("auth/") => calls.extend(tools.iter().map(|tool| (tool.name.clone(), minimal_arguments(tool)))),
         "http-invalid-tool-headers" => calls.extend(tools.iter().map(|tool| (tool.name.clone(), minimal_arguments(tool)))),
         // The rich schema as the catalog stored it, handed back byte for byte: what an agent
         // would get from toolhost.
@@ -74,6 +83,9 @@ pub async fn run(url: &str) -> Result<(), String> {
         session.request("tools/call", Some(&params), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
     }
     connection.shutdown().await;
+    if let Some(authorizer) = &settings.authorizer {
+        let _ = std::fs::remove_file(authorizer.token_file());
+    }
     Ok(())
 }
 
@@ -105,10 +117,40 @@ fn minimal_arguments(tool: &ToolDef) -> String {
     serde_json::Value::Object(arguments).to_string()
 }
 
+/// The scenario's context (`MCP_CONFORMANCE_CONTEXT`), or `null`.
+fn context() -> serde_json::Value {
+    std::env::var("MCP_CONFORMANCE_CONTEXT").ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+}
+
+/// The `auth` table an operator would write for the scenario's server: the client credentials
+/// grant with the credentials the scenario hands out, or the authorization code grant (with a
+/// pre-registered client when the scenario gives one, else a client ID metadata document
+/// where the server accepts them, else dynamic registration). Tokens go to a throwaway file.
+fn auth_table(scenario: &str, context: &serde_json::Value) -> String {
+    let text = |key: &str| context.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+    let token_file = std::env::temp_dir().join(format!("toolhost-conformance-{}.oauth.json", std::process::id()));
+    let _ = std::fs::remove_file(&token_file);
+    let grant = if scenario.starts_with("auth/client-credentials") { "client_credentials" } else { "authorization_code" };
+    let mut table = format!("[servers.conformance.auth]\ngrant = \"{grant}\"\ntoken_file = {:?}\n", token_file.display().to_string());
+    table.push_str("client_metadata_url = \"https://conformance-test.local/client-metadata.json\"\n");
+    if let Some(client_id) = text("client_id") {
+        table.push_str(&format!("client_id = {client_id:?}\n"));
+    }
+    if let Some(secret) = text("client_secret") {
+        table.push_str(&format!("client_secret = {secret:?}\n"));
+    }
+    if let Some(key) = text("private_key_pem") {
+        table.push_str(&format!("private_key = {key:?}\n"));
+        if let Some(algorithm) = text("signing_algorithm") {
+            table.push_str(&format!("signing_algorithm = {algorithm:?}\n"));
+        }
+    }
+    table
+}
+
 /// `MCP_CONFORMANCE_CONTEXT`'s `toolCalls`: `(name, arguments as JSON)`.
 fn context_tool_calls() -> Vec<(String, String)> {
-    let context: serde_json::Value =
-        std::env::var("MCP_CONFORMANCE_CONTEXT").ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default();
+    let context = context();
     context
         .get("toolCalls")
         .and_then(serde_json::Value::as_array)

@@ -429,6 +429,7 @@ pub(crate) fn state_name(state: i32) -> &'static str {
         pb::ServerState::Disabled => "disabled",
         pb::ServerState::Stopped => "stopped",
         pb::ServerState::AuthFailed => "auth_failed",
+        pb::ServerState::AuthRequired => "auth_required",
     }
 }
 

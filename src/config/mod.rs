@@ -5,6 +5,7 @@
 //! against the configuration file's directory, never against the current directory.
 
 mod access;
+pub mod auth;
 mod fleet;
 mod mcp;
 mod raw;
@@ -319,6 +320,8 @@ pub struct HttpSpec {
     pub headers: BTreeMap<String, Resolved>,
     /// PEM certificates to trust instead of the public roots (a private CA, a self-signed server).
     pub ca_file: Option<PathBuf>,
+    /// `auth`: a bearer token, or an OAuth grant toolhost runs itself.
+    pub auth: Option<auth::AuthSpec>,
 }
 
 /// Bounds on one enumeration; exceeding any fails it (it is never committed as complete).
@@ -474,7 +477,8 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     let mut servers = BTreeMap::new();
     for (name, server) in raw.servers {
         check_server_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
-        let spec = validate_server(&base, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
+        let state_dir = store_path.parent().unwrap_or(Path::new("/"));
+        let spec = validate_server(&base, state_dir, &name, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
         servers.insert(name, spec);
     }
 
@@ -587,7 +591,7 @@ fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
 
 type KeyProblem = (String, String);
 
-fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem> {
+fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) -> Result<ServerSpec, KeyProblem> {
     fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
         move |problem| (key.to_owned(), problem)
     }
@@ -598,8 +602,8 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
             if command.trim().is_empty() {
                 return Err(("command".into(), "must not be empty".into()));
             }
-            if !raw.headers.is_empty() || raw.ca_file.is_some() {
-                return Err(("headers".into(), "only HTTP servers (url) take headers and ca_file".into()));
+            if !raw.headers.is_empty() || raw.ca_file.is_some() || raw.auth.is_some() {
+                return Err(("headers".into(), "only HTTP servers (url) take headers, auth and ca_file".into()));
             }
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
@@ -625,7 +629,11 @@ fn validate_server(base: &Path, raw: RawServer) -> Result<ServerSpec, KeyProblem
                 return Err(("url".into(), "args, env, inherit_env and cwd apply to stdio servers (command), not to url".into()));
             }
             let headers = resolve_all(raw.headers, "headers")?;
-            Transport::Http(HttpSpec { url, headers, ca_file: raw.ca_file.map(|path| base.join(path)) })
+            let auth = raw.auth.map(|auth| auth::validate(auth, base, state_dir, name)).transpose()?;
+            if auth.is_some() && headers.keys().any(|header| header.eq_ignore_ascii_case("authorization")) {
+                return Err(("auth".into(), "give either auth or an Authorization header, not both".into()));
+            }
+            Transport::Http(HttpSpec { url, headers, ca_file: raw.ca_file.map(|path| base.join(path)), auth })
         }
     };
     if let Some(kind) = raw.kind.as_deref() {

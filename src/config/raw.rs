@@ -200,6 +200,8 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub(crate) pins: BTreeMap<String, String>,
     pub(crate) ca_file: Option<String>,
+    /// How toolhost authorizes itself to an HTTP server.
+    pub(crate) auth: Option<super::auth::RawAuth>,
     pub(crate) protocol: Option<String>,
     /// What makes this server the same server on every host of a fleet (default: its URL, or
     /// its command and arguments).

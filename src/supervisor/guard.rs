@@ -51,6 +51,7 @@ impl WorkerSeed {
             empty_listing_held: false,
             last_ttl: None,
             last_pass: None,
+            session_needed_authorization: false,
         }
     }
 }

@@ -55,6 +55,9 @@ pub enum ServerState {
     Stopped,
     /// An HTTP server refused the credentials (401/403); retried at the backoff, never in a tight loop.
     AuthFailed,
+    /// OAuth needs an operator (`toolhost login`, working client credentials); retried at the
+    /// backoff, so a new login is picked up without a restart.
+    AuthRequired,
 }
 
 /// One server as the rest of toolhost sees it.

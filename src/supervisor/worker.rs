@@ -26,6 +26,7 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::reaper::Reaper;
+use crate::upstream::oauth::authorizer::Interaction;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
 /// A change notification that arrives while a pass runs supersedes the pass; the next pass
@@ -82,6 +83,8 @@ pub(crate) struct Worker {
     pub(crate) last_ttl: Option<Duration>,
     /// When the last pass ended and how long it took: bursts keep listing to a share of the time.
     pub(crate) last_pass: Option<(Instant, Duration)>,
+    /// The last session ended because its OAuth authorization needs an operator.
+    pub(crate) session_needed_authorization: bool,
 }
 
 // === impl Worker ===
@@ -93,6 +96,17 @@ impl Worker {
             max_message_bytes: self.spec.max_message_bytes,
             shutdown_grace: self.spec.shutdown_grace,
             reaper: self.reaper.clone(),
+            authorizer: match upstream::authorizer_for(&self.name, &self.spec, Interaction::None) {
+                Ok(authorizer) => authorizer,
+                Err(error) => {
+                    let text = error.to_string();
+                    tracing::error!(server = %self.name, error = %text, "cannot set up the server's authorization");
+                    self.set_state(ServerState::AuthRequired, Some(text));
+                    self.cancel.cancelled().await;
+                    self.set_state(ServerState::Stopped, None);
+                    return;
+                }
+            },
         };
         let mut failures: u32 = 0;
         let mut first = true;
@@ -132,7 +146,7 @@ impl Worker {
                     if started.elapsed() >= self.spec.restart.stable_after {
                         failures = 0;
                     }
-                    None
+                    self.session_needed_authorization.then_some(ServerState::AuthRequired)
                 }
                 Err(error) => {
                     let text = crate::secrets::redact_owned(error.to_string());
@@ -141,6 +155,7 @@ impl Worker {
                     self.era = None;
                     let refused = match error {
                         UpstreamError::AuthFailed(_) => Some(ServerState::AuthFailed),
+                        UpstreamError::AuthRequired(_) => Some(ServerState::AuthRequired),
                         UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_) => {
                             Some(ServerState::Failed)
                         }
@@ -294,6 +309,7 @@ impl Worker {
             tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
         let ended_by_server = connection.ended_by_server();
+        self.session_needed_authorization = connection.needs_authorization();
         self.registry.update(&self.name, |view| {
             view.session = None;
             if ended_by_server.is_some() {

@@ -184,7 +184,7 @@ pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges
     RegistryGauges { _sessions: sessions, _tools: tools, _held: held }
 }
 
-const ALL_STATES: [ServerState; 10] = [
+const ALL_STATES: [ServerState; 11] = [
     ServerState::Disabled,
     ServerState::Starting,
     ServerState::Ready,
@@ -195,6 +195,7 @@ const ALL_STATES: [ServerState; 10] = [
     ServerState::Failed,
     ServerState::Stopped,
     ServerState::AuthFailed,
+    ServerState::AuthRequired,
 ];
 
 /// The lowercase name of a state, as the API and the metrics show it.
@@ -210,5 +211,6 @@ pub fn state_name(state: ServerState) -> &'static str {
         ServerState::Failed => "failed",
         ServerState::Stopped => "stopped",
         ServerState::AuthFailed => "auth_failed",
+        ServerState::AuthRequired => "auth_required",
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::HttpSpec;
+use crate::config::auth::AuthSpec;
+use crate::upstream::oauth::authorizer::{AuthError, Authorizer};
+use crate::upstream::oauth::Challenge;
 use crate::mcp::headers::{self, ParamHeaders};
 use crate::mcp::jsonrpc::{RpcError, code};
 use crate::mcp::sse;
@@ -41,14 +44,19 @@ const GET_RETRY_MAX: Duration = Duration::from_secs(30);
 /// HTTP exchanges (one per outgoing message) in flight at once per session; further messages
 /// wait in the session's bounded queue, whose overflow callers see as "overloaded".
 const MAX_EXCHANGES: usize = 64;
+/// New authorizations one request may ask for (a `401`, then `403 insufficient_scope` step-ups)
+/// before toolhost stops trying: a server that always refuses is no reason to loop.
+const MAX_CHALLENGES: u32 = 3;
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Why an HTTP session ended on the server's word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// 401 or 403: credentials are missing or refused.
     Auth(u16),
+    /// OAuth: no token can be had without an operator (`toolhost login`, new credentials).
+    AuthRequired(String),
     /// 404 on a request that carried a session id: the server forgot the session.
     SessionExpired,
     /// `initialize` by POST was answered 400, 404 or 405: not a Streamable HTTP endpoint, most
@@ -69,6 +77,8 @@ struct State {
     uri: Uri,
     /// Configured headers (credentials among them): sent, never logged.
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// OAuth: the server's token, shared by its sessions.
+    authorizer: Option<Arc<Authorizer>>,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
     /// 2026-07-28: no sessions, no GET stream, no resumption; `Mcp-Method` and `Mcp-Name` headers.
@@ -91,6 +101,7 @@ pub(crate) fn start(
     spec: &HttpSpec,
     max_message_bytes: usize,
     request_timeout: Duration,
+    authorizer: Option<Arc<Authorizer>>,
 ) -> Result<(SessionHandle, HttpLink), UpstreamError> {
     let uri: Uri = spec.url.parse().map_err(|err| UpstreamError::Protocol(format!("bad url: {err}")))?;
     let mut headers = Vec::with_capacity(spec.headers.len());
@@ -101,23 +112,20 @@ pub(crate) fn start(
         value.set_sensitive(true);
         headers.push((name, value));
     }
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(request_timeout));
-    connector.set_nodelay(true);
-    // `https_or_http` wraps plain http too: 127.0.0.1 servers need no certificate.
-    connector.enforce_http(false);
-    let tls = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls_config(spec)?)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector);
-    let client = Client::builder(TokioExecutor::new()).build(tls);
+    if let Some(AuthSpec::Bearer(token)) = &spec.auth {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+            .map_err(|_| UpstreamError::Protocol("the bearer token is not valid in a header".into()))?;
+        value.set_sensitive(true);
+        headers.push((AUTHORIZATION, value));
+    }
+    let client = client(spec, request_timeout)?;
     let (handle, core, outgoing) = session::start_core(server.clone());
     let state = Arc::new(State {
         server: server.clone(),
         client,
         uri,
         headers,
+        authorizer,
         session_id: Mutex::new(None),
         protocol_version: Mutex::new(None),
         modern: std::sync::atomic::AtomicBool::new(false),
@@ -174,7 +182,8 @@ impl HttpLink {
         if let Some(session_id) = session_id
             && !self.state.core.is_closed()
         {
-            let request = self.state.request(Method::DELETE, Bytes::new(), Some(&session_id), None);
+            let bearer = self.state.authorizer.as_ref().and_then(|a| a.peek());
+            let request = self.state.request(Method::DELETE, Bytes::new(), Some(&session_id), None, bearer.as_ref());
             if let Ok(request) = request {
                 let _ = tokio::time::timeout(grace, self.state.client.request(request)).await;
             }
@@ -251,8 +260,9 @@ impl State {
         body: Bytes,
         session_id: Option<&str>,
         last_event_id: Option<&str>,
+        bearer: Option<&HeaderValue>,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
-        self.request_for(method, body, session_id, last_event_id, None, &[])
+        self.request_for(method, body, session_id, last_event_id, None, &[], bearer)
     }
 
     /// A request; `call` is the JSON-RPC method and name a modern POST names in its headers.
@@ -264,6 +274,7 @@ impl State {
         last_event_id: Option<&str>,
         call: Option<(&str, Option<&str>)>,
         params: &[(String, String)],
+        bearer: Option<&HeaderValue>,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::builder().method(method.clone()).uri(self.uri.clone());
         if let Some((rpc_method, name)) = call {
@@ -291,7 +302,41 @@ impl State {
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
         }
+        if let Some(bearer) = bearer {
+            builder = builder.header(AUTHORIZATION, bearer);
+        }
         builder.body(Full::new(body))
+    }
+
+    /// The OAuth token for the next request (none without OAuth).
+    async fn bearer(&self) -> Result<Option<HeaderValue>, AuthError> {
+        match &self.authorizer {
+            Some(authorizer) => authorizer.bearer().await,
+            None => Ok(None),
+        }
+    }
+
+    /// A `401` or `403` answered a request sent with `sent`. `Ok(true)`: OAuth got what the
+    /// server asked for, send it again; `Ok(false)`: the session is over; `Err`: only this
+    /// request fails (the authorization server is unavailable).
+    async fn challenged(&self, status: StatusCode, headers: &http::HeaderMap, sent: Option<&HeaderValue>) -> Result<bool, String> {
+        let Some(authorizer) = &self.authorizer else {
+            self.end(Failure::Auth(status.as_u16()));
+            return Ok(false);
+        };
+        let challenge = headers.get_all(WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).find_map(Challenge::parse);
+        match authorizer.challenged(status, challenge, sent).await {
+            Ok(()) => Ok(true),
+            Err(AuthError::Unavailable(message)) => Err(format!("cannot get an access token: {message}")),
+            Err(AuthError::Required(message)) => {
+                self.end(Failure::AuthRequired(message));
+                Ok(false)
+            }
+            Err(AuthError::Refused(status)) => {
+                self.end(Failure::Auth(status));
+                Ok(false)
+            }
+        }
     }
 
     /// [`State::end`], as the outcome of an exchange that carried the server's word.
@@ -412,24 +457,49 @@ async fn exchange(
         }
         _ => false,
     };
-    let request = state
-        .request_for(Method::POST, Bytes::from(line.trim_end().to_owned()), session_id.as_deref(), None, call, &mirrored)
-        .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
-    let response = tokio::select! {
-        () = cancel.cancelled() => return Ok(()),
-        response = tokio::time::timeout(state.request_timeout, state.client.request(request)) => response,
-    };
-    let response = match response {
-        Ok(Ok(response)) => response,
-        Ok(Err(error)) => return Err(format!("HTTP request failed: {}", error_chain(&error))),
-        Err(_) => return Err(format!("no HTTP response within {:?}", state.request_timeout)),
+    let body = Bytes::from(line.trim_end().to_owned());
+    let mut challenges = 0;
+    let response = loop {
+        let bearer = match state.bearer().await {
+            Ok(bearer) => bearer,
+            Err(AuthError::Unavailable(message)) => return Err(format!("cannot get an access token: {message}")),
+            Err(AuthError::Required(message)) => return state.ended(Failure::AuthRequired(message)),
+            Err(AuthError::Refused(status)) => return state.ended(Failure::Auth(status)),
+        };
+        let request = state
+            .request_for(Method::POST, body.clone(), session_id.as_deref(), None, call, &mirrored, bearer.as_ref())
+            .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
+        let response = tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            response = tokio::time::timeout(state.request_timeout, state.client.request(request)) => response,
+        };
+        let response = match response {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return Err(format!("HTTP request failed: {}", error_chain(&error))),
+            Err(_) => return Err(format!("no HTTP response within {:?}", state.request_timeout)),
+        };
+        let status = response.status();
+        if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            break response;
+        }
+        // A refused request was not processed: sending it again with a new token is safe. A
+        // server that keeps refusing gets MAX_CHALLENGES tries, then the session ends.
+        if challenges >= MAX_CHALLENGES {
+            return match state.authorizer.is_some() {
+                true => state.ended(Failure::AuthRequired(format!("the server still refuses (HTTP {status}) after {MAX_CHALLENGES} new authorizations"))),
+                false => state.ended(Failure::Auth(status.as_u16())),
+            };
+        }
+        challenges += 1;
+        if !state.challenged(status, response.headers(), bearer.as_ref()).await? {
+            return Ok(());
+        }
     };
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         *lock(&state.session_id) = Some(id.to_owned());
     }
     match status {
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return state.ended(Failure::Auth(status.as_u16())),
         StatusCode::NOT_FOUND if session_id.is_some() => return state.ended(Failure::SessionExpired),
         StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED if is_initialize => {
             return state.ended(Failure::NotStreamableHttp(status.as_u16()));
@@ -478,7 +548,10 @@ async fn exchange(
         resumes += 1;
         tokio::time::sleep(retry_interval(&decoder, Duration::from_secs(1))).await;
         let session_id = lock(&state.session_id).clone();
-        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id)) else { return Ok(()) };
+        let bearer = state.bearer().await.map_err(|error| format!("cannot resume the response stream: {error}"))?;
+        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id), bearer.as_ref()) else {
+            return Ok(());
+        };
         match tokio::time::timeout(state.request_timeout, state.client.request(request)).await {
             Ok(Ok(response)) if response.status().is_success() => body = response.into_body(),
             Ok(Ok(response)) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
@@ -527,7 +600,17 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
     let mut delay = GET_RETRY_MIN;
     loop {
         let session_id = lock(&state.session_id).clone();
-        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), decoder.last_event_id.clone().as_deref()) else {
+        let bearer = match state.bearer().await {
+            Ok(bearer) => bearer,
+            Err(AuthError::Required(message)) => return state.end(Failure::AuthRequired(message)),
+            Err(error) => {
+                tracing::debug!(server = %state.server, %error, "the GET stream waits for a token");
+                None
+            }
+        };
+        let Ok(request) =
+            state.request(Method::GET, Bytes::new(), session_id.as_deref(), decoder.last_event_id.clone().as_deref(), bearer.as_ref())
+        else {
             return;
         };
         let response = tokio::select! {
@@ -544,7 +627,13 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
                 return state.end(Failure::SessionExpired);
             }
             Ok(response) if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
-                return state.end(Failure::Auth(response.status().as_u16()));
+                match state.challenged(response.status(), response.headers(), bearer.as_ref()).await {
+                    // Reopened after the usual wait: a server that refuses every token costs one
+                    // authorization per interval, not a loop.
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(error) => tracing::debug!(server = %state.server, %error, "the GET stream waits for a token"),
+                }
             }
             Ok(response) if response.status().is_success() => {
                 delay = GET_RETRY_MIN;
@@ -584,6 +673,25 @@ async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// An HTTP/1.1 client (TLS when the URL says so) with the server's trust settings; the OAuth
+/// exchanges of the server use it too.
+///
+/// # Errors
+/// The `ca_file` cannot be used.
+pub(crate) fn client(spec: &HttpSpec, connect_timeout: Duration) -> Result<HttpClient, UpstreamError> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    // `https_or_http` wraps plain http too: 127.0.0.1 servers need no certificate.
+    connector.enforce_http(false);
+    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(spec)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    Ok(Client::builder(TokioExecutor::new()).build(tls))
 }
 
 /// rustls with the ring provider, trusting the public web's roots, or only `ca_file` when set.

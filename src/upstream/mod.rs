@@ -42,6 +42,9 @@ pub enum UpstreamError {
     UnsupportedTransport(&'static str),
     #[error("the server refused the credentials (HTTP {0}); check the configured headers")]
     AuthFailed(u16),
+    /// OAuth needs an operator: a login, or client credentials that work.
+    #[error("authorization required: {0}")]
+    AuthRequired(String),
 }
 
 /// Timeouts and limits that apply to one server's sessions.
@@ -53,6 +56,25 @@ pub struct SessionSettings {
     pub shutdown_grace: Duration,
     /// Told about every process group, so that none outlives a killed daemon.
     pub reaper: Arc<reaper::Reaper>,
+    /// An OAuth server's authorization, shared by all its sessions.
+    pub authorizer: Option<Arc<oauth::authorizer::Authorizer>>,
+}
+
+/// The OAuth authorizer of an HTTP server configured with an OAuth grant; `None` otherwise.
+///
+/// # Errors
+/// The server's TLS settings or private key cannot be used.
+pub fn authorizer_for(
+    server: &Arc<str>,
+    spec: &ServerSpec,
+    interaction: oauth::authorizer::Interaction,
+) -> Result<Option<Arc<oauth::authorizer::Authorizer>>, UpstreamError> {
+    let Transport::Http(http_spec) = &spec.transport else { return Ok(None) };
+    let Some(crate::config::auth::AuthSpec::OAuth(oauth_spec)) = &http_spec.auth else { return Ok(None) };
+    let web = oauth::flow::Web::new(http::client(http_spec, spec.request_timeout)?, spec.request_timeout);
+    oauth::authorizer::Authorizer::new(server.clone(), &http_spec.url, oauth_spec, web, interaction)
+        .map(|authorizer| Some(Arc::new(authorizer)))
+        .map_err(UpstreamError::AuthRequired)
 }
 
 /// An initialized session that the supervisor owns: the handle plus the process and tasks behind it.
@@ -106,7 +128,7 @@ pub async fn connect(
             }
         }
         Transport::Http(http_spec) => {
-            let (handle, link) = http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout)?;
+            let (handle, link) = http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
             let probe = probe_for(spec.protocol, era_hint);
             if probe != Probe::Skip {
                 link.modern(modern::VERSION);
@@ -124,6 +146,7 @@ pub async fn connect(
                 Err(error) => {
                     let error = match link.failure() {
                         Some(http::Failure::Auth(status)) => UpstreamError::AuthFailed(status),
+                        Some(http::Failure::AuthRequired(message)) => UpstreamError::AuthRequired(message),
                         Some(http::Failure::NotStreamableHttp(_)) => UpstreamError::UnsupportedTransport(
                             "not a Streamable HTTP endpoint: the old HTTP+SSE transport (2024-11-05) is not supported",
                         ),
@@ -239,11 +262,17 @@ impl Connection {
         match &self.endpoint {
             Endpoint::Http(link) => link.failure().map(|failure| match failure {
                 http::Failure::Auth(status) => format!("the server refused the credentials (HTTP {status})"),
+                http::Failure::AuthRequired(message) => format!("authorization required: {message}"),
                 http::Failure::SessionExpired => "the server forgot the session (HTTP 404)".to_owned(),
                 http::Failure::NotStreamableHttp(status) => format!("not a Streamable HTTP endpoint (HTTP {status} to initialize)"),
             }),
             Endpoint::Stdio { .. } => None,
         }
+    }
+
+    /// The server ended the session because toolhost's OAuth authorization needs an operator.
+    pub fn needs_authorization(&self) -> bool {
+        matches!(&self.endpoint, Endpoint::Http(link) if matches!(link.failure(), Some(http::Failure::AuthRequired(_))))
     }
 
     /// Ends the session: the stdio shutdown sequence (and reaping the child), or the HTTP

@@ -1,7 +1,14 @@
 //! MCP authorization (OAuth 2.1 with protected-resource metadata), the parts that need no I/O:
 //! reading a `WWW-Authenticate` challenge, where to look for the protected resource's and the
 //! authorization server's metadata (in the order the 2025-11-25 specification lists), and PKCE.
-//! The transport that fetches and refreshes tokens builds on these.
+//!
+//! [`flow`] does the exchanges, [`authorizer::Authorizer`] keeps one server's token current,
+//! [`tokens`] keeps what must survive a restart, [`jwt`] signs `private_key_jwt` assertions.
+
+pub mod authorizer;
+pub mod flow;
+pub mod jwt;
+pub mod tokens;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -1,0 +1,228 @@
+//! `[servers.NAME.auth]`: how toolhost authorizes itself to a remote server. A static bearer
+//! token, the OAuth client-credentials grant (a daemon's own identity), or the authorization
+//! code grant done once by an operator (`toolhost login NAME`) and refreshed from then on.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{KeyProblem, MINUTE, optional_duration};
+use crate::secrets::Resolved;
+
+/// How an HTTP server's requests are authorized.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthSpec {
+    /// `Authorization: Bearer TOKEN`, as configured; a refusal is `auth_failed`.
+    Bearer(Resolved),
+    /// OAuth 2.1 with MCP's discovery: toolhost obtains, refreshes and stores tokens.
+    OAuth(Box<OAuthSpec>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OAuthSpec {
+    pub grant: Grant,
+    /// A pre-registered client. Without it (authorization code only), toolhost uses
+    /// `client_metadata_url` where the authorization server accepts client ID metadata
+    /// documents, or else registers itself dynamically (and keeps the registration).
+    pub client_id: Option<String>,
+    pub client_secret: Option<Resolved>,
+    /// PEM PKCS#8 private key for `private_key_jwt`.
+    pub private_key: Option<Resolved>,
+    pub signing_algorithm: SigningAlgorithm,
+    /// How the token endpoint is authenticated; `None`: as registered, else the best method the
+    /// authorization server lists for the credentials at hand.
+    pub token_endpoint_auth: Option<TokenEndpointAuth>,
+    /// An HTTPS URL whose document describes toolhost as a client (SEP-991).
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for instead of what the server's challenge or metadata suggest.
+    pub scopes: Option<String>,
+    /// Where the authorization server sends the operator's browser back to (`toolhost login`).
+    pub redirect_uri: String,
+    /// Refresh at most this long before a token expires (a jittered share of its lifetime,
+    /// 10–20 %, when that is shorter).
+    pub refresh_before: Duration,
+    /// Where the refresh token and the client registration are kept (0600).
+    pub token_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    ClientCredentials,
+    AuthorizationCode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenEndpointAuth {
+    ClientSecretBasic,
+    ClientSecretPost,
+    PrivateKeyJwt,
+    None,
+}
+
+impl TokenEndpointAuth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenEndpointAuth::ClientSecretBasic => "client_secret_basic",
+            TokenEndpointAuth::ClientSecretPost => "client_secret_post",
+            TokenEndpointAuth::PrivateKeyJwt => "private_key_jwt",
+            TokenEndpointAuth::None => "none",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TokenEndpointAuth> {
+        [TokenEndpointAuth::ClientSecretBasic, TokenEndpointAuth::ClientSecretPost, TokenEndpointAuth::PrivateKeyJwt, TokenEndpointAuth::None]
+            .into_iter()
+            .find(|method| method.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigningAlgorithm {
+    Es256,
+    Rs256,
+}
+
+impl SigningAlgorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigningAlgorithm::Es256 => "ES256",
+            SigningAlgorithm::Rs256 => "RS256",
+        }
+    }
+}
+
+/// The default loopback redirect of `toolhost login` (RFC 8252 §7.3).
+pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:33418/callback";
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    grant: Option<String>,
+    token: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    private_key: Option<String>,
+    signing_algorithm: Option<String>,
+    token_endpoint_auth: Option<String>,
+    client_metadata_url: Option<String>,
+    scopes: Option<Vec<String>>,
+    redirect_uri: Option<String>,
+    refresh_before: Option<String>,
+    token_file: Option<String>,
+}
+
+/// Checks an `auth` table. `state_dir` holds the default token file, named after the server.
+pub(crate) fn validate(raw: RawAuth, base: &Path, state_dir: &Path, server: &str) -> Result<AuthSpec, KeyProblem> {
+    fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
+        move |problem| (format!("auth.{key}"), problem)
+    }
+    let resolve = |value: Option<String>, key: &'static str| value.map(|v| crate::secrets::resolve(&v).map_err(at(key))).transpose();
+    if let Some(token) = raw.token {
+        if !matches!(raw.grant.as_deref(), None | Some("bearer")) {
+            return Err(at("token")("only grant = \"bearer\" takes a token".into()));
+        }
+        let others = raw.client_id.is_some() || raw.client_secret.is_some() || raw.private_key.is_some() || raw.scopes.is_some();
+        if others {
+            return Err(at("token")("a bearer token takes no client settings; use grant = \"client_credentials\"".into()));
+        }
+        let token = crate::secrets::resolve(&token).map_err(at("token"))?;
+        check_header_value(token.expose()).map_err(at("token"))?;
+        return Ok(AuthSpec::Bearer(token.marked_secret()));
+    }
+    let grant = match raw.grant.as_deref() {
+        Some("bearer") => return Err(at("token")("missing: grant = \"bearer\" needs a token".into())),
+        None => return Err(at("grant")("give grant = \"client_credentials\" or \"authorization_code\", or a bearer token".into())),
+        Some("client_credentials") => Grant::ClientCredentials,
+        Some("authorization_code") => Grant::AuthorizationCode,
+        Some(other) => {
+            return Err(at("grant")(format!("{other:?} is not one of \"client_credentials\", \"authorization_code\", \"bearer\"")));
+        }
+    };
+    let client_secret = resolve(raw.client_secret, "client_secret")?.map(Resolved::marked_secret);
+    let private_key = resolve(raw.private_key, "private_key")?.map(Resolved::marked_secret);
+    let signing_algorithm = match raw.signing_algorithm.as_deref() {
+        None | Some("ES256") => SigningAlgorithm::Es256,
+        Some("RS256") => SigningAlgorithm::Rs256,
+        Some(other) => return Err(at("signing_algorithm")(format!("{other:?} is not \"ES256\" or \"RS256\""))),
+    };
+    if let Some(key) = &private_key {
+        crate::upstream::oauth::jwt::Signer::new(key.expose(), signing_algorithm).map_err(at("private_key"))?;
+    }
+    let token_endpoint_auth = raw
+        .token_endpoint_auth
+        .map(|method| {
+            TokenEndpointAuth::parse(&method).ok_or_else(|| {
+                at("token_endpoint_auth")(format!(
+                    "{method:?} is not one of \"client_secret_basic\", \"client_secret_post\", \"private_key_jwt\", \"none\""
+                ))
+            })
+        })
+        .transpose()?;
+    match token_endpoint_auth {
+        Some(TokenEndpointAuth::ClientSecretBasic | TokenEndpointAuth::ClientSecretPost) if client_secret.is_none() => {
+            return Err(at("client_secret")("missing: the token endpoint authentication needs it".into()));
+        }
+        Some(TokenEndpointAuth::PrivateKeyJwt) if private_key.is_none() => {
+            return Err(at("private_key")("missing: private_key_jwt needs it".into()));
+        }
+        _ => {}
+    }
+    if client_secret.is_some() && private_key.is_some() {
+        return Err(at("private_key")("give client_secret or private_key, not both".into()));
+    }
+    if (client_secret.is_some() || private_key.is_some()) && raw.client_id.is_none() {
+        return Err(at("client_id")("missing: a client secret or key belongs to a pre-registered client".into()));
+    }
+    if grant == Grant::ClientCredentials && (raw.client_id.is_none() || (client_secret.is_none() && private_key.is_none())) {
+        return Err(at("client_id")("the client credentials grant needs client_id and client_secret or private_key".into()));
+    }
+    if let Some(client_id) = &raw.client_id
+        && (client_id.is_empty() || client_id.len() > 1024)
+    {
+        return Err(at("client_id")("must be 1 to 1024 characters".into()));
+    }
+    if let Some(url) = &raw.client_metadata_url
+        && !url.starts_with("https://")
+    {
+        return Err(at("client_metadata_url")(format!("{url:?} is not an https:// URL (a client ID metadata document must be)")));
+    }
+    let scopes = match raw.scopes {
+        Some(scopes) if scopes.iter().any(|s| s.is_empty() || s.contains(' ') || !s.is_ascii()) => {
+            return Err(at("scopes")("each scope is a non-empty ASCII word without spaces".into()));
+        }
+        Some(scopes) => Some(scopes.join(" ")),
+        None => None,
+    };
+    let redirect_uri = raw.redirect_uri.unwrap_or_else(|| DEFAULT_REDIRECT_URI.to_owned());
+    if !(redirect_uri.starts_with("http://127.0.0.1:") || redirect_uri.starts_with("http://[::1]:") || redirect_uri.starts_with("https://")) {
+        return Err(at("redirect_uri")(format!("{redirect_uri:?}: use a loopback http://127.0.0.1:PORT/... or an https:// URL")));
+    }
+    let refresh_before =
+        optional_duration(raw.refresh_before.as_deref(), Duration::from_secs(60), 60 * MINUTE).map_err(at("refresh_before"))?;
+    let token_file = match raw.token_file {
+        Some(path) if path.trim().is_empty() => return Err(at("token_file")("must not be empty".into())),
+        Some(path) => base.join(path),
+        None => state_dir.join(format!("{server}.oauth.json")),
+    };
+    Ok(AuthSpec::OAuth(Box::new(OAuthSpec {
+        grant,
+        client_id: raw.client_id,
+        client_secret,
+        private_key,
+        signing_algorithm,
+        token_endpoint_auth,
+        client_metadata_url: raw.client_metadata_url,
+        scopes,
+        redirect_uri,
+        refresh_before,
+        token_file,
+    })))
+}
+
+fn check_header_value(token: &str) -> Result<(), String> {
+    match !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) {
+        true => Ok(()),
+        false => Err("must be a non-empty token of visible ASCII characters".into()),
+    }
+}

@@ -1,0 +1,512 @@
+//! One server's OAuth authorization, shared by all its sessions: the current access token, its
+//! refresh before expiry, and what a `401` or a `403 insufficient_scope` calls for.
+//!
+//! The call path reads the current token from an `ArcSwap` (no lock, no allocation). Past the
+//! token's refresh point (a jittered 10–20 % of its lifetime before expiry, at most
+//! `refresh_before`), the first request to see it refreshes while the others keep using the
+//! still-valid token; past its expiry they all wait on the one refresh. Everything that talks
+//! to the authorization server runs under one async mutex, so a server never has two token
+//! requests in flight.
+//!
+//! Without a person at hand (the daemon), an authorization that needs one (no refresh token, a
+//! revoked one, more scopes than were granted) is [`AuthError::Required`]: the server goes
+//! `auth_required` and waits for `toolhost login`.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwapOption;
+use http::{HeaderValue, StatusCode};
+use tokio::time::Instant;
+
+use super::Challenge;
+use super::flow::{self, ClientAuth, Discovery, FlowError, Granted, Web};
+use super::jwt::Signer;
+use super::tokens::{self, Stored};
+use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
+use crate::telemetry::throttle::Throttle;
+
+/// Why no token can be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// An operator must act (`toolhost login`, or correct the client's credentials).
+    #[error("{0}")]
+    Required(String),
+    /// The authorization server failed; a later attempt may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The server refused for a reason no token fixes (a `403` that is not about scopes).
+    #[error("the server refused the request (HTTP {0})")]
+    Refused(u16),
+}
+
+impl From<FlowError> for AuthError {
+    fn from(error: FlowError) -> Self {
+        match error {
+            FlowError::Required(message) => AuthError::Required(message),
+            FlowError::Unavailable(message) => AuthError::Unavailable(message),
+        }
+    }
+}
+
+/// Opens the authorization URL and returns the query of the redirect back to toolhost.
+pub type Visit = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+
+/// Who can approve an authorization request.
+pub enum Interaction {
+    /// Nobody (the daemon).
+    None,
+    /// The authorization server approves at once: follow its redirect (the conformance suite's).
+    FollowRedirect,
+    /// An operator, through `toolhost login`.
+    Operator(Visit),
+}
+
+/// The token requests go out with this, and the rest of the request.
+struct Current {
+    header: HeaderValue,
+    refresh_at: Option<Instant>,
+    use_until: Option<Instant>,
+}
+
+impl Current {
+    fn fresh(&self, now: Instant) -> bool {
+        self.refresh_at.is_none_or(|at| now < at)
+    }
+
+    fn usable(&self, now: Instant) -> bool {
+        self.use_until.is_none_or(|at| now < at)
+    }
+}
+
+/// What the mutex guards: everything that changes when toolhost talks to the authorization server.
+#[derive(Default)]
+struct Inner {
+    stored: Option<Stored>,
+    /// The token file's modification time when last read: a `toolhost login` since is picked up.
+    stored_mtime: Option<SystemTime>,
+    discovery: Option<Discovery>,
+    /// The scopes asked for; step-ups add to them.
+    scope: Option<String>,
+}
+
+pub struct Authorizer {
+    server: Arc<str>,
+    server_url: String,
+    spec: OAuthSpec,
+    signer: Option<Signer>,
+    web: Web,
+    interaction: Interaction,
+    current: ArcSwapOption<Current>,
+    inner: tokio::sync::Mutex<Inner>,
+    refreshes: AtomicU64,
+    warnings: Throttle,
+}
+
+impl Authorizer {
+    /// # Errors
+    /// The configured private key cannot be used.
+    pub fn new(server: Arc<str>, server_url: &str, spec: &OAuthSpec, web: Web, interaction: Interaction) -> Result<Authorizer, String> {
+        let signer = spec.private_key.as_ref().map(|key| Signer::new(key.expose(), spec.signing_algorithm)).transpose()?;
+        Ok(Authorizer {
+            server,
+            server_url: server_url.to_owned(),
+            spec: spec.clone(),
+            signer,
+            web,
+            interaction,
+            current: ArcSwapOption::empty(),
+            inner: tokio::sync::Mutex::new(Inner::default()),
+            refreshes: AtomicU64::new(0),
+            warnings: Throttle::new(1),
+        })
+    }
+
+    /// Tokens obtained by refresh (or a new client-credentials grant) since start.
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes.load(Ordering::Relaxed)
+    }
+
+    pub fn token_file(&self) -> &PathBuf {
+        &self.spec.token_file
+    }
+
+    /// The current `Authorization` value as it is, without refreshing (a session's last DELETE).
+    pub fn peek(&self) -> Option<HeaderValue> {
+        self.current.load().as_ref().map(|current| current.header.clone())
+    }
+
+    /// The `Authorization` value for the next request, refreshed first when it is due; `None`
+    /// when toolhost has no token yet (the server's `401` will say where to get one).
+    ///
+    /// # Errors
+    /// The token expired and cannot be renewed.
+    pub async fn bearer(&self) -> Result<Option<HeaderValue>, AuthError> {
+        let now = Instant::now();
+        let current = self.current.load_full();
+        if let Some(current) = &current
+            && current.fresh(now)
+        {
+            return Ok(Some(current.header.clone()));
+        }
+        let mut inner = match &current {
+            // Due but still valid: one request refreshes, the others go on with it.
+            Some(current) if current.usable(now) => match self.inner.try_lock() {
+                Ok(inner) => inner,
+                Err(_) => return Ok(Some(current.header.clone())),
+            },
+            _ => self.inner.lock().await,
+        };
+        self.load(&mut inner);
+        let now = Instant::now();
+        let current = self.current.load_full();
+        if let Some(current) = &current
+            && current.fresh(now)
+        {
+            return Ok(Some(current.header.clone()));
+        }
+        let renewable = match self.spec.grant {
+            Grant::ClientCredentials => current.is_some(),
+            Grant::AuthorizationCode => inner.stored.as_ref().is_some_and(|s| s.refresh_token.is_some()),
+        };
+        if !renewable {
+            return Ok(current.filter(|c| c.usable(now)).map(|c| c.header.clone()));
+        }
+        match self.renew(&mut inner, None).await {
+            Ok(()) => Ok(self.current.load().as_ref().map(|c| c.header.clone())),
+            Err(AuthError::Unavailable(message)) if current.as_ref().is_some_and(|c| c.usable(Instant::now())) => {
+                self.warn(&message);
+                Ok(current.map(|c| c.header.clone()))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The server answered `status` (401 or 403) to a request sent with `sent`: get what it
+    /// asks for. `Ok`: send the request again.
+    ///
+    /// # Errors
+    /// What stands in the way; [`AuthError::Required`] names what the operator must do.
+    pub async fn challenged(&self, status: StatusCode, challenge: Option<Challenge>, sent: Option<&HeaderValue>) -> Result<(), AuthError> {
+        let mut inner = self.inner.lock().await;
+        self.load(&mut inner);
+        let challenge = challenge.as_ref();
+        if status == StatusCode::UNAUTHORIZED {
+            // Another request already replaced the token this one carried.
+            if let Some(current) = self.current.load_full()
+                && Some(&current.header) != sent
+                && current.usable(Instant::now())
+            {
+                return Ok(());
+            }
+            self.current.store(None);
+            return match self.renew(&mut inner, challenge).await {
+                Err(AuthError::Required(_)) if self.can_ask() => self.authorize(&mut inner, challenge, None).await,
+                other => other,
+            };
+        }
+        if status == StatusCode::FORBIDDEN && challenge.is_some_and(|c| c.error.as_deref() == Some("insufficient_scope")) {
+            let wanted = flow::scope_union(inner.scope.as_deref(), challenge.and_then(|c| c.scope.as_deref()));
+            inner.scope.clone_from(&wanted);
+            return match self.spec.grant {
+                Grant::ClientCredentials => {
+                    let discovery = self.discovery(&mut inner, challenge).await?;
+                    self.client_credentials(&mut inner, &discovery, wanted).await
+                }
+                Grant::AuthorizationCode if self.can_ask() => self.authorize(&mut inner, challenge, wanted).await,
+                Grant::AuthorizationCode => {
+                    // Remember what to ask for, so that `toolhost login` does.
+                    if let Some(stored) = inner.stored.as_mut() {
+                        stored.scope.clone_from(&wanted);
+                        self.save(stored).await;
+                    }
+                    Err(AuthError::Required(format!(
+                        "the server needs the scopes \"{}\", more than were granted: run `toolhost login {}`",
+                        wanted.unwrap_or_default(),
+                        self.server
+                    )))
+                }
+            };
+        }
+        Err(AuthError::Refused(status.as_u16()))
+    }
+
+    /// `toolhost login`: a new authorization from the operator, whatever is stored.
+    ///
+    /// # Errors
+    /// Discovery, the operator's answer or the token request failed.
+    pub async fn login(&self, challenge: Option<Challenge>, scope: Option<String>) -> Result<(), AuthError> {
+        let mut inner = self.inner.lock().await;
+        self.load(&mut inner);
+        let scope = scope.or_else(|| inner.stored.as_ref().and_then(|s| s.scope.clone()));
+        self.authorize(&mut inner, challenge.as_ref(), scope).await
+    }
+
+    fn can_ask(&self) -> bool {
+        !matches!(self.interaction, Interaction::None)
+    }
+
+    /// Reads the token file when it changed since the last read (first use, `toolhost login`).
+    fn load(&self, inner: &mut Inner) {
+        if self.spec.grant != Grant::AuthorizationCode {
+            return;
+        }
+        let mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
+        if inner.stored.is_some() && mtime == inner.stored_mtime {
+            return;
+        }
+        inner.stored_mtime = mtime;
+        match tokens::load(&self.spec.token_file) {
+            Ok(Some(stored)) if stored.server_url == self.server_url => {
+                if inner.scope.is_none() {
+                    inner.scope.clone_from(&stored.scope);
+                }
+                if let (Some(token), Some(expires)) = (&stored.access_token, stored.expires_at_unix_ms) {
+                    let remaining = Duration::from_millis(expires.saturating_sub(unix_ms()));
+                    if !remaining.is_zero() {
+                        self.install(token, Instant::now(), Some(remaining));
+                    }
+                }
+                inner.stored = Some(stored);
+            }
+            Ok(Some(_)) => {
+                self.warn("the token file is for another URL; ignoring it (log in again)");
+                inner.stored = Some(Stored::new(&self.server_url));
+            }
+            Ok(None) => inner.stored = Some(Stored::new(&self.server_url)),
+            Err(message) => {
+                self.warn(&message);
+                inner.stored = Some(Stored::new(&self.server_url));
+            }
+        }
+    }
+
+    /// A token without a person: a refresh, or the client-credentials grant.
+    async fn renew(&self, inner: &mut Inner, challenge: Option<&Challenge>) -> Result<(), AuthError> {
+        let discovery = self.discovery(inner, challenge).await?;
+        match self.spec.grant {
+            Grant::ClientCredentials => {
+                let scope = inner.scope.clone().or_else(|| flow::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
+                self.client_credentials(inner, &discovery, scope).await
+            }
+            Grant::AuthorizationCode => {
+                let Some(refresh_token) = inner.stored.as_ref().and_then(|s| s.refresh_token.clone()) else {
+                    return Err(self.login_required("toolhost has no authorization for it yet"));
+                };
+                let client = self.client(inner, &discovery, false).await?;
+                let form = vec![("grant_type", "refresh_token".to_owned()), ("refresh_token", refresh_token), ("resource", discovery.resource.clone())];
+                let started = Instant::now();
+                match flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await {
+                    Ok(granted) => {
+                        self.refreshes.fetch_add(1, Ordering::Relaxed);
+                        self.accept(inner, granted, started, None).await;
+                        Ok(())
+                    }
+                    Err(FlowError::Required(why)) => {
+                        // Revoked or expired: forget it, so that only a new login is tried.
+                        if let Some(stored) = inner.stored.as_mut() {
+                            stored.refresh_token = None;
+                            stored.access_token = None;
+                            self.save(stored).await;
+                        }
+                        Err(self.login_required(&format!("its refresh token no longer works ({why})")))
+                    }
+                    Err(error) => Err(error.into()),
+                }
+            }
+        }
+    }
+
+    async fn client_credentials(&self, inner: &mut Inner, discovery: &Discovery, scope: Option<String>) -> Result<(), AuthError> {
+        let client = self.client(inner, discovery, false).await?;
+        let mut form = vec![("grant_type", "client_credentials".to_owned()), ("resource", discovery.resource.clone())];
+        if let Some(scope) = &scope {
+            form.push(("scope", scope.clone()));
+        }
+        let started = Instant::now();
+        let granted = flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await?;
+        if self.current.load().is_some() {
+            self.refreshes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.accept(inner, granted, started, scope).await;
+        Ok(())
+    }
+
+    /// The authorization code grant with PKCE, approved through [`Interaction`].
+    async fn authorize(&self, inner: &mut Inner, challenge: Option<&Challenge>, scope: Option<String>) -> Result<(), AuthError> {
+        let discovery = self.discovery(inner, challenge).await?;
+        let client = self.client(inner, &discovery, true).await?;
+        let scope = scope.or_else(|| flow::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
+        let pending = flow::authorization_url(&discovery, &client.id, &client.redirect_uri, scope.as_deref())?;
+        let query = match &self.interaction {
+            Interaction::None => return Err(self.login_required("it needs a new authorization")),
+            Interaction::FollowRedirect => self.web.follow_authorization(&pending.url).await?,
+            Interaction::Operator(visit) => visit(pending.url.clone()).await.map_err(AuthError::Required)?,
+        };
+        let code = pending.code(&query)?;
+        let form = vec![
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code),
+            ("redirect_uri", pending.redirect_uri.clone()),
+            ("code_verifier", pending.verifier().to_owned()),
+            ("resource", discovery.resource.clone()),
+        ];
+        let started = Instant::now();
+        let granted = flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await?;
+        inner.scope.clone_from(&scope);
+        self.accept(inner, granted, started, scope).await;
+        Ok(())
+    }
+
+    /// The discovery done earlier, or a new one (a challenge naming other metadata redoes it).
+    async fn discovery(&self, inner: &mut Inner, challenge: Option<&Challenge>) -> Result<Discovery, AuthError> {
+        if let Some(discovery) = &inner.discovery
+            && challenge.and_then(|c| c.resource_metadata.as_ref()).is_none()
+        {
+            return Ok(discovery.clone());
+        }
+        let discovery = flow::discover(&self.web, &self.server_url, challenge).await?;
+        inner.discovery = Some(discovery.clone());
+        Ok(discovery)
+    }
+
+    /// Which client toolhost is at this authorization server: configured, a client ID metadata
+    /// document, or registered (once, and kept in the token file).
+    async fn client(&self, inner: &mut Inner, discovery: &Discovery, may_register: bool) -> Result<Client, AuthError> {
+        let metadata = &discovery.metadata;
+        let supported = metadata.token_endpoint_auth_methods_supported.clone().unwrap_or_default();
+        if let Some(id) = &self.spec.client_id {
+            let method = self.spec.token_endpoint_auth.unwrap_or_else(|| {
+                if self.signer.is_some() {
+                    TokenEndpointAuth::PrivateKeyJwt
+                } else if self.spec.client_secret.is_none() {
+                    TokenEndpointAuth::None
+                } else if supported.iter().any(|m| m == "client_secret_post") && !supported.iter().any(|m| m == "client_secret_basic") {
+                    TokenEndpointAuth::ClientSecretPost
+                } else {
+                    TokenEndpointAuth::ClientSecretBasic
+                }
+            });
+            let secret = self.spec.client_secret.as_ref().map(|s| s.expose().to_owned());
+            return Ok(Client { id: id.clone(), method, secret, redirect_uri: self.spec.redirect_uri.clone() });
+        }
+        if let Some(url) = &self.spec.client_metadata_url
+            && metadata.client_id_metadata_document_supported
+        {
+            return Ok(Client { id: url.clone(), method: TokenEndpointAuth::None, secret: None, redirect_uri: self.spec.redirect_uri.clone() });
+        }
+        let stored = inner.stored.get_or_insert_with(|| Stored::new(&self.server_url));
+        let registered = stored
+            .registered_client
+            .clone()
+            .filter(|client| stored.issuer.as_deref() == Some(metadata.issuer.as_str()) && client.redirect_uri == self.spec.redirect_uri);
+        let registered = match registered {
+            Some(registered) => registered,
+            None if may_register => {
+                let registered = flow::register(&self.web, metadata, &self.spec.redirect_uri).await?;
+                stored.issuer = Some(metadata.issuer.clone());
+                stored.registered_client = Some(registered.clone());
+                let snapshot = stored.clone();
+                self.save(&snapshot).await;
+                registered
+            }
+            None => return Err(self.login_required("toolhost is not registered with its authorization server yet")),
+        };
+        let method = registered
+            .token_endpoint_auth_method
+            .as_deref()
+            .and_then(TokenEndpointAuth::parse)
+            .unwrap_or(if registered.client_secret.is_some() { TokenEndpointAuth::ClientSecretBasic } else { TokenEndpointAuth::None });
+        Ok(Client { id: registered.client_id, method, secret: registered.client_secret, redirect_uri: registered.redirect_uri })
+    }
+
+    /// Makes `granted` the current token, and stores it (authorization code: with its refresh token).
+    async fn accept(&self, inner: &mut Inner, granted: Granted, obtained: Instant, scope: Option<String>) {
+        let Granted { access_token, expires_in, refresh_token, scope: granted_scope } = granted;
+        tracing::info!(server = %self.server, expires_in_ms = expires_in.map(|d| d.as_millis() as u64), "obtained an access token");
+        if self.spec.grant != Grant::AuthorizationCode {
+            crate::secrets::rotate(None, &access_token);
+            self.install(&access_token, obtained, expires_in);
+            return;
+        }
+        let stored = inner.stored.get_or_insert_with(|| Stored::new(&self.server_url));
+        crate::secrets::rotate(stored.access_token.as_deref(), &access_token);
+        if let Some(fresh) = &refresh_token {
+            crate::secrets::rotate(stored.refresh_token.as_deref(), fresh);
+        }
+        self.install(&access_token, obtained, expires_in);
+        if let Some(discovery) = &inner.discovery {
+            stored.issuer = Some(discovery.metadata.issuer.clone());
+        }
+        stored.access_token = Some(access_token);
+        // A refresh answer without a refresh token keeps the one it used (RFC 6749 §6).
+        if refresh_token.is_some() {
+            stored.refresh_token = refresh_token;
+        }
+        stored.expires_at_unix_ms = expires_in.map(|lifetime| unix_ms().saturating_add(lifetime.as_millis() as u64));
+        if let Some(scope) = granted_scope.or(scope) {
+            stored.scope = Some(scope);
+        }
+        let snapshot = stored.clone();
+        self.save(&snapshot).await;
+        inner.stored_mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
+    }
+
+    fn install(&self, token: &str, obtained: Instant, lifetime: Option<Duration>) {
+        let Ok(mut header) = HeaderValue::from_str(&format!("Bearer {token}")) else { return };
+        header.set_sensitive(true);
+        let (refresh_at, use_until) = match lifetime {
+            Some(lifetime) => {
+                let share = fastrand::u32(100..=200);
+                let margin = (lifetime * share / 1000).min(self.spec.refresh_before);
+                let safety = (lifetime / 20).min(Duration::from_secs(5));
+                (obtained.checked_add(lifetime - margin), obtained.checked_add(lifetime - safety))
+            }
+            None => (None, None),
+        };
+        self.current.store(Some(Arc::new(Current { header, refresh_at, use_until })));
+    }
+
+    /// Writes the token file; a failure (a full disk) is logged and the token used anyway: it
+    /// is valid, only a restart would need a new login.
+    async fn save(&self, stored: &Stored) {
+        let path = self.spec.token_file.clone();
+        let stored = stored.clone();
+        let saved = tokio::task::spawn_blocking(move || tokens::save(&path, &stored)).await.unwrap_or_else(|err| Err(err.to_string()));
+        if let Err(message) = saved {
+            self.warn(&message);
+        }
+    }
+
+    fn login_required(&self, why: &str) -> AuthError {
+        AuthError::Required(format!("{why}: run `toolhost login {}`", self.server))
+    }
+
+    fn warn(&self, message: &str) {
+        if let Some(suppressed) = self.warnings.admit() {
+            tracing::warn!(server = %self.server, suppressed, error = %crate::secrets::redact(message), "OAuth");
+        }
+    }
+}
+
+/// The client identity for one token request.
+struct Client {
+    id: String,
+    method: TokenEndpointAuth,
+    secret: Option<String>,
+    redirect_uri: String,
+}
+
+impl Client {
+    fn auth<'a>(&'a self, signer: Option<&'a Signer>) -> ClientAuth<'a> {
+        ClientAuth { client_id: &self.id, method: self.method, secret: self.secret.as_deref(), signer }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}

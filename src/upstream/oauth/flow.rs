@@ -1,0 +1,539 @@
+//! The OAuth exchanges, each one bounded request: protected-resource and authorization-server
+//! metadata, dynamic client registration, the authorization request and its callback, and the
+//! token endpoint (authorization code, refresh, client credentials). Errors say whether an
+//! operator must act ([`FlowError::Required`]) or a later attempt may succeed
+//! ([`FlowError::Unavailable`]); neither ever carries a token or a secret.
+
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde::Deserialize;
+
+use super::tokens::RegisteredClient;
+use super::{Challenge, Pkce, authorization_server_urls, protected_resource_urls};
+use crate::config::auth::TokenEndpointAuth;
+use crate::upstream::http::HttpClient;
+
+/// Longest metadata document or token response read.
+const MAX_BODY_BYTES: usize = 256 << 10;
+/// Longest token lifetime believed (a server that says "forever" is refreshed yearly).
+const MAX_EXPIRES_IN_SECS: u64 = 366 * 24 * 3600;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlowError {
+    /// Only an operator can fix this: log in again, correct the client's credentials.
+    #[error("{0}")]
+    Required(String),
+    /// The authorization server is unreachable or failing: a later attempt may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// An HTTP client for the authorization server (the MCP server's TLS settings apply).
+pub struct Web {
+    client: HttpClient,
+    timeout: Duration,
+}
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Web {
+    pub fn new(client: HttpClient, timeout: Duration) -> Web {
+        Web { client, timeout }
+    }
+
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Answer, FlowError> {
+        let url = request.uri().clone();
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|err| format!("{url}: {}", error_chain(&err)))?;
+            let status = response.status();
+            let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let mut body = response.into_body();
+            let mut out = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|err| format!("{url}: reading the body failed: {err}"))?;
+                if let Ok(data) = frame.into_data() {
+                    if out.len() + data.len() > MAX_BODY_BYTES {
+                        return Err(format!("{url}: the answer is larger than {MAX_BODY_BYTES} bytes"));
+                    }
+                    out.extend_from_slice(&data);
+                }
+            }
+            Ok(Answer { status, location, body: out })
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(FlowError::Unavailable(crate::secrets::redact_owned(message))),
+            Err(_) => Err(FlowError::Unavailable(format!("{url}: no answer within {:?}", self.timeout))),
+        }
+    }
+
+    /// A JSON document, or `None` when the server has none there (any 4xx).
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Option<T>, FlowError> {
+        let request = Request::get(url)
+            .header(ACCEPT, "application/json")
+            .header("mcp-protocol-version", crate::mcp::lifecycle::LEGACY_VERSIONS[0])
+            .body(Full::default())
+            .map_err(|err| FlowError::Required(format!("{url} is not a usable URL: {err}")))?;
+        let answer = self.send(request).await?;
+        match answer.status {
+            status if status.is_success() => serde_json::from_slice(&answer.body)
+                .map(Some)
+                .map_err(|err| FlowError::Unavailable(format!("{url}: not the metadata expected: {err}"))),
+            status if status.is_client_error() => Ok(None),
+            status => Err(FlowError::Unavailable(format!("{url}: HTTP {status}"))),
+        }
+    }
+
+    async fn post(&self, url: &str, content_type: &str, body: Vec<u8>, authorization: Option<String>) -> Result<Answer, FlowError> {
+        let mut request = Request::post(url).header(ACCEPT, "application/json").header(CONTENT_TYPE, content_type);
+        if let Some(authorization) = authorization {
+            let mut value =
+                http::HeaderValue::from_str(&authorization).map_err(|_| FlowError::Required("the client credentials are not valid in a header".into()))?;
+            value.set_sensitive(true);
+            request = request.header(AUTHORIZATION, value);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|err| FlowError::Required(format!("{url} is not a usable URL: {err}")))?;
+        self.send(request).await
+    }
+
+    /// Follows an authorization URL one step, as a browser whose user approves at once would:
+    /// the redirect's query.
+    pub async fn follow_authorization(&self, url: &str) -> Result<String, FlowError> {
+        let request = Request::get(url).body(Full::default()).map_err(|err| FlowError::Required(format!("bad authorization URL: {err}")))?;
+        let answer = self.send(request).await?;
+        match (answer.status.is_redirection(), answer.location) {
+            (true, Some(location)) => Ok(location.split_once('?').map(|(_, query)| query.to_owned()).unwrap_or_default()),
+            _ => Err(FlowError::Required(format!("the authorization endpoint answered HTTP {} without a redirect", answer.status))),
+        }
+    }
+}
+
+/// RFC 9728 protected-resource metadata (what toolhost reads of it).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResourceMetadata {
+    pub resource: Option<String>,
+    #[serde(default)]
+    pub authorization_servers: Vec<String>,
+    pub scopes_supported: Option<Vec<String>>,
+}
+
+/// RFC 8414 authorization-server metadata (what toolhost reads of it).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServerMetadata {
+    pub issuer: String,
+    pub authorization_endpoint: Option<String>,
+    pub token_endpoint: String,
+    pub registration_endpoint: Option<String>,
+    pub code_challenge_methods_supported: Option<Vec<String>>,
+    pub token_endpoint_auth_methods_supported: Option<Vec<String>>,
+    #[serde(default)]
+    pub client_id_metadata_document_supported: bool,
+    #[serde(default)]
+    pub authorization_response_iss_parameter_supported: bool,
+}
+
+/// Where and how to get tokens for one MCP server.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// The RFC 8707 resource indicator: the MCP server's canonical URI.
+    pub resource: String,
+    pub metadata: ServerMetadata,
+    pub scopes_supported: Option<Vec<String>>,
+}
+
+/// Protected-resource metadata (from the challenge, else the well-known URLs in order), then the
+/// first authorization server's metadata (RFC 8414, then OpenID Connect discovery).
+///
+/// # Errors
+/// No metadata where the specification says to look, or a document that does not match.
+pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>) -> Result<Discovery, FlowError> {
+    let candidates = match challenge.and_then(|c| c.resource_metadata.clone()) {
+        Some(url) => vec![url],
+        None => protected_resource_urls(server_url),
+    };
+    let mut resource_metadata = None;
+    for url in &candidates {
+        if let Some(found) = web.get_json::<ResourceMetadata>(url).await? {
+            resource_metadata = Some(found);
+            break;
+        }
+    }
+    let resource_metadata = resource_metadata
+        .ok_or_else(|| FlowError::Unavailable(format!("no protected resource metadata for {server_url} (tried {})", candidates.join(", "))))?;
+    let resource = canonical_resource(server_url);
+    if let Some(declared) = &resource_metadata.resource
+        && !resource_covers(declared, &resource)
+    {
+        return Err(FlowError::Required(format!(
+            "the protected resource metadata is for {declared}, not for {resource}: refusing to send tokens for it"
+        )));
+    }
+    let issuer = resource_metadata
+        .authorization_servers
+        .first()
+        .ok_or_else(|| FlowError::Required("the protected resource metadata names no authorization server".into()))?;
+    for url in authorization_server_urls(issuer) {
+        if let Some(metadata) = web.get_json::<ServerMetadata>(&url).await? {
+            if metadata.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
+                return Err(FlowError::Required(format!(
+                    "the authorization server metadata at {url} names issuer {}, not {issuer}",
+                    metadata.issuer
+                )));
+            }
+            return Ok(Discovery { resource, metadata, scopes_supported: resource_metadata.scopes_supported });
+        }
+    }
+    Err(FlowError::Unavailable(format!("no authorization server metadata for {issuer}")))
+}
+
+/// The server URL as a resource indicator: no fragment, no query (RFC 8707 §2).
+pub fn canonical_resource(server_url: &str) -> String {
+    server_url.split(['#', '?']).next().unwrap_or_default().to_owned()
+}
+
+/// Whether metadata declared for `declared` may be used for `resource`: the same origin, and
+/// `declared`'s path is `resource`'s or a parent of it.
+fn resource_covers(declared: &str, resource: &str) -> bool {
+    let declared = declared.trim_end_matches('/');
+    let resource = resource.trim_end_matches('/');
+    resource == declared || resource.strip_prefix(declared).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The scopes to ask for: configured, else the challenge's, else everything the resource lists,
+/// else none (the parameter is left out).
+pub fn select_scope(configured: Option<&str>, challenge: Option<&Challenge>, discovery: &Discovery) -> Option<String> {
+    configured
+        .map(str::to_owned)
+        .or_else(|| challenge.and_then(|c| c.scope.clone()))
+        .or_else(|| discovery.scopes_supported.as_ref().filter(|s| !s.is_empty()).map(|s| s.join(" ")))
+}
+
+/// `a ∪ b`, in first-seen order.
+pub fn scope_union(a: Option<&str>, b: Option<&str>) -> Option<String> {
+    let mut scopes: Vec<&str> = Vec::new();
+    for scope in a.into_iter().chain(b).flat_map(str::split_whitespace) {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    (!scopes.is_empty()).then(|| scopes.join(" "))
+}
+
+/// Dynamic client registration (RFC 7591) as a native application with a loopback redirect.
+///
+/// # Errors
+/// The server refused or did not answer.
+pub async fn register(web: &Web, metadata: &ServerMetadata, redirect_uri: &str) -> Result<RegisteredClient, FlowError> {
+    let endpoint = metadata.registration_endpoint.as_deref().ok_or_else(|| {
+        FlowError::Required("the authorization server offers no client registration: configure auth.client_id (a pre-registered client)".into())
+    })?;
+    let supported = metadata.token_endpoint_auth_methods_supported.clone().unwrap_or_default();
+    let method = ["client_secret_basic", "client_secret_post"].into_iter().find(|m| supported.iter().any(|s| s == m)).unwrap_or("none");
+    let body = serde_json::json!({
+        "client_name": "toolhost",
+        "redirect_uris": [redirect_uri],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": method,
+        "application_type": "native",
+    });
+    let answer = web.post(endpoint, "application/json", body.to_string().into_bytes(), None).await?;
+    if !answer.status.is_success() {
+        return Err(refusal("client registration", &answer));
+    }
+    #[derive(Deserialize)]
+    struct Registered {
+        client_id: String,
+        client_secret: Option<String>,
+        token_endpoint_auth_method: Option<String>,
+    }
+    let registered: Registered =
+        serde_json::from_slice(&answer.body).map_err(|err| FlowError::Unavailable(format!("the client registration answer is not valid: {err}")))?;
+    if let Some(secret) = &registered.client_secret {
+        crate::secrets::register(secret);
+    }
+    Ok(RegisteredClient {
+        client_id: registered.client_id,
+        client_secret: registered.client_secret,
+        token_endpoint_auth_method: registered.token_endpoint_auth_method,
+        redirect_uri: redirect_uri.to_owned(),
+    })
+}
+
+/// An authorization request on its way: the URL for the browser, and what checks the callback.
+pub struct Pending {
+    pub url: String,
+    state: String,
+    pkce: Pkce,
+    pub redirect_uri: String,
+    issuer: String,
+    iss_required: bool,
+}
+
+/// Builds the authorization URL (PKCE S256, `state`, `resource`, the scopes).
+///
+/// # Errors
+/// The server cannot do PKCE with S256 (the specification forbids going on), or has no
+/// authorization endpoint.
+pub fn authorization_url(
+    discovery: &Discovery,
+    client_id: &str,
+    redirect_uri: &str,
+    scope: Option<&str>,
+) -> Result<Pending, FlowError> {
+    let metadata = &discovery.metadata;
+    let endpoint = metadata
+        .authorization_endpoint
+        .as_deref()
+        .ok_or_else(|| FlowError::Required("the authorization server has no authorization endpoint".into()))?;
+    if !metadata.code_challenge_methods_supported.as_ref().is_some_and(|methods| methods.iter().any(|m| m == "S256")) {
+        return Err(FlowError::Required("the authorization server does not advertise PKCE with S256; refusing to authorize without it".into()));
+    }
+    let pkce = Pkce::generate().ok_or_else(|| FlowError::Unavailable("cannot read the system's random source".into()))?;
+    let state = crate::secrets::random_token().ok_or_else(|| FlowError::Unavailable("cannot read the system's random source".into()))?;
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query
+        .append_pair("response_type", "code")
+        .append_pair("client_id", client_id)
+        .append_pair("redirect_uri", redirect_uri)
+        .append_pair("code_challenge", &pkce.challenge)
+        .append_pair("code_challenge_method", "S256")
+        .append_pair("state", &state)
+        .append_pair("resource", &discovery.resource);
+    if let Some(scope) = scope {
+        query.append_pair("scope", scope);
+    }
+    let separator = if endpoint.contains('?') { '&' } else { '?' };
+    Ok(Pending {
+        url: format!("{endpoint}{separator}{}", query.finish()),
+        state,
+        pkce,
+        redirect_uri: redirect_uri.to_owned(),
+        issuer: metadata.issuer.clone(),
+        iss_required: metadata.authorization_response_iss_parameter_supported,
+    })
+}
+
+impl Pending {
+    /// The authorization code of the redirect's `query`, once `state` and `iss` check out
+    /// (RFC 9207: compared as strings, required when the server advertises it).
+    ///
+    /// # Errors
+    /// The server refused, or the redirect is not the answer to this request.
+    pub fn code(&self, query: &str) -> Result<String, FlowError> {
+        let mut code = None;
+        let mut state = None;
+        let mut iss = None;
+        let mut error = None;
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
+                "code" => code = Some(value.into_owned()),
+                "state" => state = Some(value.into_owned()),
+                "iss" => iss = Some(value.into_owned()),
+                "error" => error = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        if let Some(error) = error {
+            return Err(FlowError::Required(format!("the authorization server refused: {error}")));
+        }
+        if state.as_deref() != Some(self.state.as_str()) {
+            return Err(FlowError::Required("the redirect's state does not match this authorization request".into()));
+        }
+        match iss {
+            Some(iss) if iss != self.issuer => {
+                return Err(FlowError::Required(format!("the redirect names issuer {iss}, not {}: refusing it (RFC 9207)", self.issuer)));
+            }
+            None if self.iss_required => {
+                return Err(FlowError::Required("the authorization server promised an iss parameter and sent none (RFC 9207)".into()));
+            }
+            _ => {}
+        }
+        code.ok_or_else(|| FlowError::Required("the redirect carries no authorization code".into()))
+    }
+
+    pub fn verifier(&self) -> &str {
+        &self.pkce.verifier
+    }
+}
+
+/// How the client proves itself at the token endpoint.
+pub struct ClientAuth<'a> {
+    pub client_id: &'a str,
+    pub method: TokenEndpointAuth,
+    pub secret: Option<&'a str>,
+    pub signer: Option<&'a super::jwt::Signer>,
+}
+
+/// What the token endpoint granted.
+pub struct Granted {
+    pub access_token: String,
+    pub expires_in: Option<Duration>,
+    pub refresh_token: Option<String>,
+    pub scope: Option<String>,
+}
+
+/// One token request: `form` is the grant's parameters; the client's authentication is added.
+///
+/// # Errors
+/// [`FlowError::Required`] when the server refused the grant or the client
+/// (`invalid_grant`, `invalid_client`, …), [`FlowError::Unavailable`] when it failed.
+pub async fn token(web: &Web, metadata: &ServerMetadata, mut form: Vec<(&str, String)>, client: &ClientAuth<'_>) -> Result<Granted, FlowError> {
+    let mut authorization = None;
+    match client.method {
+        TokenEndpointAuth::ClientSecretBasic => {
+            let secret = client.secret.unwrap_or_default();
+            let pair = format!("{}:{}", form_encode(client.client_id), form_encode(secret));
+            authorization = Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)));
+        }
+        TokenEndpointAuth::ClientSecretPost => {
+            form.push(("client_id", client.client_id.to_owned()));
+            form.push(("client_secret", client.secret.unwrap_or_default().to_owned()));
+        }
+        TokenEndpointAuth::PrivateKeyJwt => {
+            let signer = client.signer.ok_or_else(|| FlowError::Required("private_key_jwt needs auth.private_key".into()))?;
+            let assertion = signer.assertion(client.client_id, &metadata.issuer).map_err(FlowError::Unavailable)?;
+            form.push(("client_id", client.client_id.to_owned()));
+            form.push(("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".to_owned()));
+            form.push(("client_assertion", assertion));
+        }
+        TokenEndpointAuth::None => form.push(("client_id", client.client_id.to_owned())),
+    }
+    // The serializer is not `Send`: it is gone before the request is awaited.
+    let body = form.iter().fold(form_urlencoded::Serializer::new(String::new()), |mut body, (name, value)| {
+        body.append_pair(name, value);
+        body
+    });
+    let body = { body }.finish().into_bytes();
+    let answer = web.post(&metadata.token_endpoint, "application/x-www-form-urlencoded", body, authorization).await?;
+    if !answer.status.is_success() {
+        return Err(refusal("the token request", &answer));
+    }
+    #[derive(Deserialize)]
+    struct TokenAnswer {
+        access_token: String,
+        token_type: String,
+        expires_in: Option<serde_json::Value>,
+        refresh_token: Option<String>,
+        scope: Option<String>,
+    }
+    let granted: TokenAnswer =
+        serde_json::from_slice(&answer.body).map_err(|err| FlowError::Unavailable(format!("the token answer is not valid: {err}")))?;
+    if !granted.token_type.eq_ignore_ascii_case("bearer") {
+        return Err(FlowError::Required(format!("the token type is {:?}; toolhost sends Bearer tokens only", granted.token_type)));
+    }
+    if granted.access_token.is_empty() || !granted.access_token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(FlowError::Unavailable("the access token is not a header-safe string".into()));
+    }
+    // A number or a numeric string (some servers send one); zero or nonsense means unknown.
+    let expires_in = granted
+        .expires_in
+        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+        .filter(|secs| *secs > 0)
+        .map(|secs| Duration::from_secs(secs.min(MAX_EXPIRES_IN_SECS)));
+    Ok(Granted { access_token: granted.access_token, expires_in, refresh_token: granted.refresh_token, scope: granted.scope })
+}
+
+/// An OAuth error answer as a [`FlowError`], with the server's error code but nothing else it
+/// sent (a description could quote the request).
+fn refusal(what: &str, answer: &Answer) -> FlowError {
+    #[derive(Deserialize)]
+    struct OAuthError {
+        error: String,
+    }
+    let code = serde_json::from_slice::<OAuthError>(&answer.body).ok().map(|e| e.error).filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()));
+    let message = match &code {
+        Some(code) => format!("{what} was refused: {code} (HTTP {})", answer.status),
+        None => format!("{what} failed: HTTP {}", answer.status),
+    };
+    if answer.status.is_server_error() || answer.status == StatusCode::TOO_MANY_REQUESTS || answer.status == StatusCode::REQUEST_TIMEOUT {
+        FlowError::Unavailable(message)
+    } else {
+        FlowError::Required(message)
+    }
+}
+
+/// `application/x-www-form-urlencoded` of one value (RFC 6749 §2.3.1 encodes the client's id
+/// and secret so before Basic authentication).
+fn form_encode(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_chosen_and_unioned_as_the_specification_says() {
+        let discovery = Discovery {
+            resource: "https://mcp.example/mcp".into(),
+            metadata: serde_json::from_str(r#"{"issuer":"https://as","token_endpoint":"https://as/token"}"#).unwrap(),
+            scopes_supported: Some(vec!["a".into(), "b".into()]),
+        };
+        let challenge = Challenge { scope: Some("c".into()), ..Challenge::default() };
+        assert_eq!(select_scope(Some("x y"), Some(&challenge), &discovery).as_deref(), Some("x y"));
+        assert_eq!(select_scope(None, Some(&challenge), &discovery).as_deref(), Some("c"));
+        assert_eq!(select_scope(None, None, &discovery).as_deref(), Some("a b"));
+        assert_eq!(select_scope(None, None, &Discovery { scopes_supported: None, ..discovery }), None);
+        assert_eq!(scope_union(Some("a b"), Some("b c")).as_deref(), Some("a b c"));
+        assert_eq!(scope_union(None, None), None);
+    }
+
+    #[test]
+    fn metadata_for_another_resource_is_refused() {
+        assert!(resource_covers("https://mcp.example/mcp", "https://mcp.example/mcp"));
+        assert!(resource_covers("https://mcp.example/", "https://mcp.example/mcp"));
+        assert!(!resource_covers("https://mcp.example/mc", "https://mcp.example/mcp"));
+        assert!(!resource_covers("https://evil.example/mcp", "https://mcp.example/mcp"));
+        assert_eq!(canonical_resource("https://mcp.example/mcp?x=1#f"), "https://mcp.example/mcp");
+    }
+
+    #[test]
+    fn a_callback_is_checked_for_state_and_issuer() {
+        let discovery = Discovery {
+            resource: "https://mcp.example/mcp".into(),
+            metadata: serde_json::from_str(
+                r#"{"issuer":"https://as","token_endpoint":"https://as/token","authorization_endpoint":"https://as/authorize",
+                    "code_challenge_methods_supported":["S256"],"authorization_response_iss_parameter_supported":true}"#,
+            )
+            .unwrap(),
+            scopes_supported: None,
+        };
+        let pending = authorization_url(&discovery, "client", "http://127.0.0.1:1/cb", Some("a b")).unwrap();
+        assert!(pending.url.starts_with("https://as/authorize?response_type=code&client_id=client&"), "{}", pending.url);
+        assert!(pending.url.contains("code_challenge_method=S256") && pending.url.contains("scope=a+b"), "{}", pending.url);
+        assert!(pending.url.contains("resource=https%3A%2F%2Fmcp.example%2Fmcp"), "{}", pending.url);
+        let state = pending.state.clone();
+        assert_eq!(pending.code(&format!("code=abc&state={state}&iss=https%3A%2F%2Fas")).unwrap(), "abc");
+        assert!(pending.code(&format!("code=abc&state={state}&iss=https%3A%2F%2Fas%2F")).is_err());
+        assert!(pending.code(&format!("code=abc&state={state}")).is_err());
+        assert!(pending.code("code=abc&state=other&iss=https%3A%2F%2Fas").is_err());
+        assert!(pending.code(&format!("error=access_denied&state={state}")).is_err());
+        let without_pkce = Discovery {
+            metadata: serde_json::from_str(r#"{"issuer":"https://as","token_endpoint":"https://as/token","authorization_endpoint":"https://as/a"}"#)
+                .unwrap(),
+            ..discovery
+        };
+        assert!(authorization_url(&without_pkce, "client", "http://127.0.0.1:1/cb", None).is_err());
+    }
+}
