@@ -154,6 +154,27 @@ enum Command {
         #[arg(long, env = "TOOLHOST_CONFIG")]
         config: PathBuf,
     },
+    /// Authorize toolhost to an OAuth server once (the authorization code grant): prints the
+    /// authorization URL, waits for the browser on the redirect address, stores the tokens in
+    /// the server's token file, and asks the daemon to reconnect the server. The daemon
+    /// refreshes the tokens from then on.
+    Login {
+        server: String,
+        #[arg(long, short, env = "TOOLHOST_CONFIG")]
+        config: PathBuf,
+        /// Ask for these scopes (space-separated) instead of what the server suggests.
+        #[arg(long)]
+        scope: Option<String>,
+        /// The browser runs elsewhere: paste the URL it ends on instead of listening for it.
+        #[arg(long)]
+        paste: bool,
+        /// The daemon to tell: unix:PATH or host:port (default: from --config).
+        #[arg(long, env = "TOOLHOST_ADDR")]
+        addr: Option<String>,
+        /// A bearer token for the daemon's TCP listener.
+        #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Serve MCP on stdin and stdout, bridged to the daemon's MCP socket: the command a desktop
     /// client's `mcpServers` entry runs (`{"command": "toolhost", "args": ["mcp"]}`).
     Mcp {
@@ -234,6 +255,7 @@ fn main() -> ExitCode {
         Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
         Command::Fleet(client) => (ClientCommand::Fleet, client),
         Command::FleetMigrate { config } => return fleet_migrate(&config),
+        Command::Login { server, config, scope, paste, addr, token } => return login(&config, server, scope, paste, addr, token),
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -274,6 +296,33 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
     telemetry.shutdown();
     drop(runtime);
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn login(
+    config: &std::path::Path,
+    server: String,
+    scope: Option<String>,
+    paste: bool,
+    addr: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    use std::io::Write;
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
+    };
+    match runtime.block_on(toolhost::cli::login::run(config, &server, scope, paste)) {
+        Ok(done) => {
+            let _ = writeln!(std::io::stdout(), "{done}");
+        }
+        Err(error) => return fail(&error, 1),
+    }
+    // The daemon would find the tokens at its next attempt; a restart uses them now.
+    let options = ClientOptions { addr, config: Some(config.to_path_buf()), json: false, token };
+    if let Err(error) = runtime.block_on(toolhost::cli::run(ClientCommand::Restart { server }, options)) {
+        let _ = writeln!(std::io::stdout(), "the daemon was not told ({error}); it uses the tokens at its next attempt");
+    }
+    ExitCode::SUCCESS
 }
 
 fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Option<&str>) -> ExitCode {

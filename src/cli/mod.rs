@@ -5,6 +5,7 @@
 
 pub mod bridge;
 pub mod conformance;
+pub mod login;
 mod output;
 
 use std::path::{Path, PathBuf};

@@ -71,9 +71,14 @@ impl TokenEndpointAuth {
     }
 
     pub fn parse(text: &str) -> Option<TokenEndpointAuth> {
-        [TokenEndpointAuth::ClientSecretBasic, TokenEndpointAuth::ClientSecretPost, TokenEndpointAuth::PrivateKeyJwt, TokenEndpointAuth::None]
-            .into_iter()
-            .find(|method| method.as_str() == text)
+        [
+            TokenEndpointAuth::ClientSecretBasic,
+            TokenEndpointAuth::ClientSecretPost,
+            TokenEndpointAuth::PrivateKeyJwt,
+            TokenEndpointAuth::None,
+        ]
+        .into_iter()
+        .find(|method| method.as_str() == text)
     }
 }
 
@@ -195,7 +200,8 @@ pub(crate) fn validate(raw: RawAuth, base: &Path, state_dir: &Path, server: &str
         None => None,
     };
     let redirect_uri = raw.redirect_uri.unwrap_or_else(|| DEFAULT_REDIRECT_URI.to_owned());
-    if !(redirect_uri.starts_with("http://127.0.0.1:") || redirect_uri.starts_with("http://[::1]:") || redirect_uri.starts_with("https://")) {
+    if !(redirect_uri.starts_with("http://127.0.0.1:") || redirect_uri.starts_with("http://[::1]:") || redirect_uri.starts_with("https://"))
+    {
         return Err(at("redirect_uri")(format!("{redirect_uri:?}: use a loopback http://127.0.0.1:PORT/... or an https:// URL")));
     }
     let refresh_before =

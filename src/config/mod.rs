@@ -478,7 +478,8 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     for (name, server) in raw.servers {
         check_server_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
         let state_dir = store_path.parent().unwrap_or(Path::new("/"));
-        let spec = validate_server(&base, state_dir, &name, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
+        let spec =
+            validate_server(&base, state_dir, &name, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
         servers.insert(name, spec);
     }
 

@@ -25,8 +25,8 @@ use crate::supervisor::trace;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
 use crate::telemetry::throttle::Throttle;
-use crate::upstream::reaper::Reaper;
 use crate::upstream::oauth::authorizer::Interaction;
+use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
 /// A change notification that arrives while a pass runs supersedes the pass; the next pass
@@ -183,6 +183,10 @@ impl Worker {
             tokio::select! {
                 () = self.cancel.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}
+                // An operator's restart cuts the wait short (`toolhost login` asks for one).
+                Some(WorkerCommand::Restart) = self.commands.recv() => {
+                    tracing::info!(server = %self.name, "restart asked for: not waiting out the backoff");
+                }
             }
         }
         self.set_state(ServerState::Stopped, None);

@@ -25,12 +25,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::HttpSpec;
 use crate::config::auth::AuthSpec;
-use crate::upstream::oauth::authorizer::{AuthError, Authorizer};
-use crate::upstream::oauth::Challenge;
 use crate::mcp::headers::{self, ParamHeaders};
 use crate::mcp::jsonrpc::{RpcError, code};
 use crate::mcp::sse;
 use crate::upstream::UpstreamError;
+use crate::upstream::oauth::Challenge;
+use crate::upstream::oauth::authorizer::{AuthError, Authorizer};
 use crate::upstream::session::{self, Core, SessionHandle};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -183,7 +183,11 @@ impl HttpLink {
             && !self.state.core.is_closed()
         {
             let bearer = self.state.authorizer.as_ref().and_then(|a| a.peek());
-            let request = self.state.request(Method::DELETE, Bytes::new(), Some(&session_id), None, bearer.as_ref());
+            let request = self.state.request(
+                Method::DELETE,
+                Bytes::new(),
+                &Envelope { session_id: Some(&session_id), bearer: bearer.as_ref(), ..Envelope::default() },
+            );
             if let Ok(request) = request {
                 let _ = tokio::time::timeout(grace, self.state.client.request(request)).await;
             }
@@ -254,28 +258,9 @@ impl State {
         self.modern.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn request(
-        &self,
-        method: Method,
-        body: Bytes,
-        session_id: Option<&str>,
-        last_event_id: Option<&str>,
-        bearer: Option<&HeaderValue>,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
-        self.request_for(method, body, session_id, last_event_id, None, &[], bearer)
-    }
-
-    /// A request; `call` is the JSON-RPC method and name a modern POST names in its headers.
-    fn request_for(
-        &self,
-        method: Method,
-        body: Bytes,
-        session_id: Option<&str>,
-        last_event_id: Option<&str>,
-        call: Option<(&str, Option<&str>)>,
-        params: &[(String, String)],
-        bearer: Option<&HeaderValue>,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
+    /// A request to the server's URL with the headers `envelope` asks for.
+    fn request(&self, method: Method, body: Bytes, envelope: &Envelope<'_>) -> Result<Request<Full<Bytes>>, http::Error> {
+        let Envelope { session_id, last_event_id, call, params, bearer } = *envelope;
         let mut builder = Request::builder().method(method.clone()).uri(self.uri.clone());
         if let Some((rpc_method, name)) = call {
             builder = builder.header("mcp-method", rpc_method);
@@ -351,6 +336,18 @@ impl State {
         *lock(&self.failure) = Some(failure);
         self.core.close();
     }
+}
+
+/// The headers of one request besides the configured ones.
+#[derive(Clone, Copy, Default)]
+struct Envelope<'a> {
+    session_id: Option<&'a str>,
+    last_event_id: Option<&'a str>,
+    /// A modern POST names its JSON-RPC method and name in headers.
+    call: Option<(&'a str, Option<&'a str>)>,
+    /// `Mcp-Param-*` values.
+    params: &'a [(String, String)],
+    bearer: Option<&'a HeaderValue>,
 }
 
 /// Posts each outgoing message on its own task, so that a long response stream never holds up
@@ -467,7 +464,11 @@ async fn exchange(
             Err(AuthError::Refused(status)) => return state.ended(Failure::Auth(status)),
         };
         let request = state
-            .request_for(Method::POST, body.clone(), session_id.as_deref(), None, call, &mirrored, bearer.as_ref())
+            .request(
+                Method::POST,
+                body.clone(),
+                &Envelope { session_id: session_id.as_deref(), call, params: &mirrored, bearer: bearer.as_ref(), ..Envelope::default() },
+            )
             .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
         let response = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
@@ -486,7 +487,9 @@ async fn exchange(
         // server that keeps refusing gets MAX_CHALLENGES tries, then the session ends.
         if challenges >= MAX_CHALLENGES {
             return match state.authorizer.is_some() {
-                true => state.ended(Failure::AuthRequired(format!("the server still refuses (HTTP {status}) after {MAX_CHALLENGES} new authorizations"))),
+                true => state.ended(Failure::AuthRequired(format!(
+                    "the server still refuses (HTTP {status}) after {MAX_CHALLENGES} new authorizations"
+                ))),
                 false => state.ended(Failure::Auth(status.as_u16())),
             };
         }
@@ -549,7 +552,13 @@ async fn exchange(
         tokio::time::sleep(retry_interval(&decoder, Duration::from_secs(1))).await;
         let session_id = lock(&state.session_id).clone();
         let bearer = state.bearer().await.map_err(|error| format!("cannot resume the response stream: {error}"))?;
-        let Ok(request) = state.request(Method::GET, Bytes::new(), session_id.as_deref(), Some(&last_event_id), bearer.as_ref()) else {
+        let envelope = Envelope {
+            session_id: session_id.as_deref(),
+            last_event_id: Some(&last_event_id),
+            bearer: bearer.as_ref(),
+            ..Envelope::default()
+        };
+        let Ok(request) = state.request(Method::GET, Bytes::new(), &envelope) else {
             return Ok(());
         };
         match tokio::time::timeout(state.request_timeout, state.client.request(request)).await {
@@ -608,9 +617,16 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
                 None
             }
         };
-        let Ok(request) =
-            state.request(Method::GET, Bytes::new(), session_id.as_deref(), decoder.last_event_id.clone().as_deref(), bearer.as_ref())
-        else {
+        let Ok(request) = state.request(
+            Method::GET,
+            Bytes::new(),
+            &Envelope {
+                session_id: session_id.as_deref(),
+                last_event_id: decoder.last_event_id.as_deref(),
+                bearer: bearer.as_ref(),
+                ..Envelope::default()
+            },
+        ) else {
             return;
         };
         let response = tokio::select! {

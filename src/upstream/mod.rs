@@ -3,7 +3,7 @@
 //! `upstream` knows nothing about SQLite or the catalog. The supervisor owns each
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
-mod http;
+pub(crate) mod http;
 pub(crate) mod lines;
 pub mod oauth;
 pub mod reaper;
@@ -128,7 +128,8 @@ pub async fn connect(
             }
         }
         Transport::Http(http_spec) => {
-            let (handle, link) = http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
+            let (handle, link) =
+                http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
             let probe = probe_for(spec.protocol, era_hint);
             if probe != Probe::Skip {
                 link.modern(modern::VERSION);

@@ -23,6 +23,7 @@ mod mcp_clients;
 mod mcp_endpoint;
 mod modern;
 mod mrtr;
+mod oauth;
 mod restart;
 mod search;
 mod store_faults;

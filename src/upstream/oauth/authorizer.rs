@@ -298,7 +298,11 @@ impl Authorizer {
                     return Err(self.login_required("toolhost has no authorization for it yet"));
                 };
                 let client = self.client(inner, &discovery, false).await?;
-                let form = vec![("grant_type", "refresh_token".to_owned()), ("refresh_token", refresh_token), ("resource", discovery.resource.clone())];
+                let form = vec![
+                    ("grant_type", "refresh_token".to_owned()),
+                    ("refresh_token", refresh_token),
+                    ("resource", discovery.resource.clone()),
+                ];
                 let started = Instant::now();
                 match flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await {
                     Ok(granted) => {
@@ -397,7 +401,12 @@ impl Authorizer {
         if let Some(url) = &self.spec.client_metadata_url
             && metadata.client_id_metadata_document_supported
         {
-            return Ok(Client { id: url.clone(), method: TokenEndpointAuth::None, secret: None, redirect_uri: self.spec.redirect_uri.clone() });
+            return Ok(Client {
+                id: url.clone(),
+                method: TokenEndpointAuth::None,
+                secret: None,
+                redirect_uri: self.spec.redirect_uri.clone(),
+            });
         }
         let stored = inner.stored.get_or_insert_with(|| Stored::new(&self.server_url));
         let registered = stored

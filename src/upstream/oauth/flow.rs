@@ -96,25 +96,55 @@ impl Web {
     async fn post(&self, url: &str, content_type: &str, body: Vec<u8>, authorization: Option<String>) -> Result<Answer, FlowError> {
         let mut request = Request::post(url).header(ACCEPT, "application/json").header(CONTENT_TYPE, content_type);
         if let Some(authorization) = authorization {
-            let mut value =
-                http::HeaderValue::from_str(&authorization).map_err(|_| FlowError::Required("the client credentials are not valid in a header".into()))?;
+            let mut value = http::HeaderValue::from_str(&authorization)
+                .map_err(|_| FlowError::Required("the client credentials are not valid in a header".into()))?;
             value.set_sensitive(true);
             request = request.header(AUTHORIZATION, value);
         }
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|err| FlowError::Required(format!("{url} is not a usable URL: {err}")))?;
+        let request =
+            request.body(Full::new(Bytes::from(body))).map_err(|err| FlowError::Required(format!("{url} is not a usable URL: {err}")))?;
         self.send(request).await
     }
 
     /// Follows an authorization URL one step, as a browser whose user approves at once would:
     /// the redirect's query.
     pub async fn follow_authorization(&self, url: &str) -> Result<String, FlowError> {
-        let request = Request::get(url).body(Full::default()).map_err(|err| FlowError::Required(format!("bad authorization URL: {err}")))?;
+        let request =
+            Request::get(url).body(Full::default()).map_err(|err| FlowError::Required(format!("bad authorization URL: {err}")))?;
         let answer = self.send(request).await?;
         match (answer.status.is_redirection(), answer.location) {
             (true, Some(location)) => Ok(location.split_once('?').map(|(_, query)| query.to_owned()).unwrap_or_default()),
             _ => Err(FlowError::Required(format!("the authorization endpoint answered HTTP {} without a redirect", answer.status))),
         }
     }
+}
+
+/// What the MCP server says to a request without a token: the `401`'s challenge, or `None` when
+/// it gave none (or did not refuse). `toolhost login` starts from it.
+///
+/// # Errors
+/// The server cannot be reached.
+pub async fn probe(web: &Web, server_url: &str) -> Result<Option<Challenge>, FlowError> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": serde_json::from_str::<serde_json::Value>(&crate::mcp::lifecycle::initialize_params()).unwrap_or_default(),
+    });
+    let request = Request::post(server_url)
+        .header(ACCEPT, "application/json, text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|err| FlowError::Required(format!("{server_url} is not a usable URL: {err}")))?;
+    let response = match tokio::time::timeout(web.timeout, web.client.request(request)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(err)) => return Err(FlowError::Unavailable(format!("{server_url}: {}", error_chain(&err)))),
+        Err(_) => return Err(FlowError::Unavailable(format!("{server_url}: no answer within {:?}", web.timeout))),
+    };
+    if response.status() != StatusCode::UNAUTHORIZED {
+        return Ok(None);
+    }
+    Ok(response.headers().get_all(http::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).find_map(Challenge::parse))
 }
 
 /// RFC 9728 protected-resource metadata (what toolhost reads of it).
@@ -167,8 +197,9 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
             break;
         }
     }
-    let resource_metadata = resource_metadata
-        .ok_or_else(|| FlowError::Unavailable(format!("no protected resource metadata for {server_url} (tried {})", candidates.join(", "))))?;
+    let resource_metadata = resource_metadata.ok_or_else(|| {
+        FlowError::Unavailable(format!("no protected resource metadata for {server_url} (tried {})", candidates.join(", ")))
+    })?;
     let resource = canonical_resource(server_url);
     if let Some(declared) = &resource_metadata.resource
         && !resource_covers(declared, &resource)
@@ -234,7 +265,9 @@ pub fn scope_union(a: Option<&str>, b: Option<&str>) -> Option<String> {
 /// The server refused or did not answer.
 pub async fn register(web: &Web, metadata: &ServerMetadata, redirect_uri: &str) -> Result<RegisteredClient, FlowError> {
     let endpoint = metadata.registration_endpoint.as_deref().ok_or_else(|| {
-        FlowError::Required("the authorization server offers no client registration: configure auth.client_id (a pre-registered client)".into())
+        FlowError::Required(
+            "the authorization server offers no client registration: configure auth.client_id (a pre-registered client)".into(),
+        )
     })?;
     let supported = metadata.token_endpoint_auth_methods_supported.clone().unwrap_or_default();
     let method = ["client_secret_basic", "client_secret_post"].into_iter().find(|m| supported.iter().any(|s| s == m)).unwrap_or("none");
@@ -256,8 +289,8 @@ pub async fn register(web: &Web, metadata: &ServerMetadata, redirect_uri: &str) 
         client_secret: Option<String>,
         token_endpoint_auth_method: Option<String>,
     }
-    let registered: Registered =
-        serde_json::from_slice(&answer.body).map_err(|err| FlowError::Unavailable(format!("the client registration answer is not valid: {err}")))?;
+    let registered: Registered = serde_json::from_slice(&answer.body)
+        .map_err(|err| FlowError::Unavailable(format!("the client registration answer is not valid: {err}")))?;
     if let Some(secret) = &registered.client_secret {
         crate::secrets::register(secret);
     }
@@ -284,19 +317,16 @@ pub struct Pending {
 /// # Errors
 /// The server cannot do PKCE with S256 (the specification forbids going on), or has no
 /// authorization endpoint.
-pub fn authorization_url(
-    discovery: &Discovery,
-    client_id: &str,
-    redirect_uri: &str,
-    scope: Option<&str>,
-) -> Result<Pending, FlowError> {
+pub fn authorization_url(discovery: &Discovery, client_id: &str, redirect_uri: &str, scope: Option<&str>) -> Result<Pending, FlowError> {
     let metadata = &discovery.metadata;
     let endpoint = metadata
         .authorization_endpoint
         .as_deref()
         .ok_or_else(|| FlowError::Required("the authorization server has no authorization endpoint".into()))?;
     if !metadata.code_challenge_methods_supported.as_ref().is_some_and(|methods| methods.iter().any(|m| m == "S256")) {
-        return Err(FlowError::Required("the authorization server does not advertise PKCE with S256; refusing to authorize without it".into()));
+        return Err(FlowError::Required(
+            "the authorization server does not advertise PKCE with S256; refusing to authorize without it".into(),
+        ));
     }
     let pkce = Pkce::generate().ok_or_else(|| FlowError::Unavailable("cannot read the system's random source".into()))?;
     let state = crate::secrets::random_token().ok_or_else(|| FlowError::Unavailable("cannot read the system's random source".into()))?;
@@ -387,7 +417,12 @@ pub struct Granted {
 /// # Errors
 /// [`FlowError::Required`] when the server refused the grant or the client
 /// (`invalid_grant`, `invalid_client`, …), [`FlowError::Unavailable`] when it failed.
-pub async fn token(web: &Web, metadata: &ServerMetadata, mut form: Vec<(&str, String)>, client: &ClientAuth<'_>) -> Result<Granted, FlowError> {
+pub async fn token(
+    web: &Web,
+    metadata: &ServerMetadata,
+    mut form: Vec<(&str, String)>,
+    client: &ClientAuth<'_>,
+) -> Result<Granted, FlowError> {
     let mut authorization = None;
     match client.method {
         TokenEndpointAuth::ClientSecretBasic => {
@@ -434,12 +469,13 @@ pub async fn token(web: &Web, metadata: &ServerMetadata, mut form: Vec<(&str, St
     if granted.access_token.is_empty() || !granted.access_token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(FlowError::Unavailable("the access token is not a header-safe string".into()));
     }
-    // A number or a numeric string (some servers send one); zero or nonsense means unknown.
+    // A number (a fraction too) or a numeric string, as some servers send; zero, negative or
+    // nonsense means unknown (the token is then used until the server refuses it).
     let expires_in = granted
         .expires_in
-        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
-        .filter(|secs| *secs > 0)
-        .map(|secs| Duration::from_secs(secs.min(MAX_EXPIRES_IN_SECS)));
+        .and_then(|v| v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
+        .filter(|secs| secs.is_finite() && *secs > 0.0)
+        .map(|secs| Duration::from_secs_f64(secs.min(MAX_EXPIRES_IN_SECS as f64)));
     Ok(Granted { access_token: granted.access_token, expires_in, refresh_token: granted.refresh_token, scope: granted.scope })
 }
 
@@ -450,7 +486,10 @@ fn refusal(what: &str, answer: &Answer) -> FlowError {
     struct OAuthError {
         error: String,
     }
-    let code = serde_json::from_slice::<OAuthError>(&answer.body).ok().map(|e| e.error).filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()));
+    let code = serde_json::from_slice::<OAuthError>(&answer.body)
+        .ok()
+        .map(|e| e.error)
+        .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()));
     let message = match &code {
         Some(code) => format!("{what} was refused: {code} (HTTP {})", answer.status),
         None => format!("{what} failed: HTTP {}", answer.status),
@@ -530,8 +569,10 @@ mod tests {
         assert!(pending.code("code=abc&state=other&iss=https%3A%2F%2Fas").is_err());
         assert!(pending.code(&format!("error=access_denied&state={state}")).is_err());
         let without_pkce = Discovery {
-            metadata: serde_json::from_str(r#"{"issuer":"https://as","token_endpoint":"https://as/token","authorization_endpoint":"https://as/a"}"#)
-                .unwrap(),
+            metadata: serde_json::from_str(
+                r#"{"issuer":"https://as","token_endpoint":"https://as/token","authorization_endpoint":"https://as/a"}"#,
+            )
+            .unwrap(),
             ..discovery
         };
         assert!(authorization_url(&without_pkce, "client", "http://127.0.0.1:1/cb", None).is_err());

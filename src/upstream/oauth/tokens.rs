@@ -82,8 +82,8 @@ pub fn load(path: &Path) -> Result<Option<Stored>, String> {
         return Err(format!("the token file {} is readable by other users; `chmod 600` it or delete it and log in again", path.display()));
     }
     let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read the token file {}: {err}", path.display()))?;
-    let stored: Stored =
-        serde_json::from_str(&text).map_err(|err| format!("the token file {} is damaged ({err}); delete it and log in again", path.display()))?;
+    let stored: Stored = serde_json::from_str(&text)
+        .map_err(|err| format!("the token file {} is damaged ({err}); delete it and log in again", path.display()))?;
     if stored.version != VERSION {
         return Err(format!("the token file {} has version {}, not {VERSION}", path.display(), stored.version));
     }

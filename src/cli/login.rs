@@ -1,0 +1,126 @@
+//! `toolhost login SERVER`: the authorization code grant, done once by an operator. It prints
+//! the authorization URL, waits for the browser on the loopback redirect (or for the URL the
+//! browser ended on, pasted, when the browser runs on another machine), stores the tokens in the
+//! server's token file, and asks the daemon to reconnect the server at once. The daemon
+//! refreshes the tokens from then on.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::config::auth::{AuthSpec, Grant};
+use crate::config::{Config, Transport};
+use crate::upstream::oauth::authorizer::{Interaction, Visit};
+use crate::upstream::oauth::flow;
+
+/// How long the operator has to approve in the browser.
+const APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest request head read from the browser.
+const MAX_REQUEST_BYTES: usize = 16 << 10;
+
+/// Runs the login. `paste`: read the redirected URL from stdin instead of listening.
+///
+/// # Errors
+/// What went wrong, for the operator.
+pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste: bool) -> Result<String, String> {
+    let config = Config::load(config_path).map_err(|err| format!("invalid configuration: {err}"))?;
+    let spec = config.servers.get(server).ok_or_else(|| format!("there is no server {server:?} in {}", config_path.display()))?;
+    let Transport::Http(http_spec) = &spec.transport else { return Err(format!("{server} is a stdio server: it needs no login")) };
+    let oauth = match &http_spec.auth {
+        Some(AuthSpec::OAuth(oauth)) if oauth.grant == Grant::AuthorizationCode => oauth,
+        Some(AuthSpec::OAuth(_)) => {
+            return Err(format!("{server} uses the client credentials grant: the daemon authorizes itself, no login needed"));
+        }
+        _ => return Err(format!("{server} has no `auth = {{ grant = \"authorization_code\" }}` in its configuration")),
+    };
+    let redirect_uri = oauth.redirect_uri.clone();
+    let visit: Visit = Box::new(move |url: String| {
+        let redirect_uri = redirect_uri.clone();
+        Box::pin(async move {
+            match paste {
+                true => paste_redirect(&url).await,
+                false => loopback_redirect(&url, &redirect_uri).await,
+            }
+        })
+    });
+    let name: Arc<str> = server.into();
+    let authorizer = crate::upstream::authorizer_for(&name, spec, Interaction::Operator(visit))
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
+    let web =
+        flow::Web::new(crate::upstream::http::client(http_spec, spec.request_timeout).map_err(|e| e.to_string())?, spec.request_timeout);
+    let challenge = flow::probe(&web, &http_spec.url).await.map_err(|err| err.to_string())?;
+    authorizer.login(challenge, scope).await.map_err(|err| format!("the login failed: {err}"))?;
+    Ok(format!("logged in: {server}'s tokens are in {}", oauth.token_file.display()))
+}
+
+/// Prints the URL and waits for the browser's redirect on the loopback address.
+async fn loopback_redirect(url: &str, redirect_uri: &str) -> Result<String, String> {
+    let rest = redirect_uri.strip_prefix("http://").ok_or_else(|| {
+        format!("the redirect URI {redirect_uri} is not a loopback http:// address: use --paste, and paste the URL the browser ends on")
+    })?;
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let listener =
+        tokio::net::TcpListener::bind(authority).await.map_err(|err| format!("cannot listen on {authority} for the redirect: {err}"))?;
+    announce(&format!("Open this URL in a browser and approve:\n\n  {url}\n\nWaiting for the redirect to {redirect_uri} ..."));
+    tokio::time::timeout(APPROVAL_TIMEOUT, async {
+        loop {
+            let (mut stream, _) = listener.accept().await.map_err(|err| format!("the redirect listener failed: {err}"))?;
+            let Some(target) = read_request_target(&mut stream).await else { continue };
+            let (target_path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
+            if target_path != path {
+                let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+                continue;
+            }
+            let page = "toolhost: authorization received; you may close this window.\n";
+            let answer =
+                format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}", page.len());
+            let _ = stream.write_all(answer.as_bytes()).await;
+            return Ok(query.to_owned());
+        }
+    })
+    .await
+    .map_err(|_| format!("no redirect within {APPROVAL_TIMEOUT:?}"))?
+}
+
+/// The request target of a `GET` (bounded; anything else is ignored).
+async fn read_request_target(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await.ok()?.ok()?;
+        if read == 0 || head.len() + read > MAX_REQUEST_BYTES {
+            return None;
+        }
+        head.extend_from_slice(&buffer[..read]);
+    }
+    let line = std::str::from_utf8(&head).ok()?.lines().next()?.to_owned();
+    let mut parts = line.split(' ');
+    (parts.next()? == "GET").then_some(())?;
+    parts.next().map(str::to_owned)
+}
+
+/// Prints the URL and reads the URL the browser ended on from stdin.
+async fn paste_redirect(url: &str) -> Result<String, String> {
+    announce(&format!(
+        "Open this URL in a browser and approve:\n\n  {url}\n\nThe browser then fails to load a 127.0.0.1 page: paste its whole URL here and press Enter."
+    ));
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|err| err.to_string())?
+    .map_err(|err| format!("cannot read the pasted URL: {err}"))?;
+    let line = line.trim();
+    line.split_once('?')
+        .map(|(_, query)| query.to_owned())
+        .ok_or_else(|| "the pasted text is not the redirected URL (it has no query)".to_owned())
+}
+
+fn announce(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}

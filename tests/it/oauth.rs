@@ -1,0 +1,224 @@
+//! Remote servers behind OAuth, against a real authorization server (`fixtures/oauth_server.py`,
+//! which also serves the MCP endpoint it protects) issuing 2-second tokens: `toolhost login`
+//! through the loopback redirect, refreshes across many expiries with no failed call, a restart
+//! that needs no new login, a revoked refresh token that turns into `auth_required` with the
+//! tools still listed, and the client credentials grant.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+/// The fixture, killed when dropped.
+struct AuthServer {
+    child: Child,
+    base: String,
+}
+
+impl AuthServer {
+    fn start(args: &[&str]) -> AuthServer {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oauth_server.py");
+        let mut child = Command::new("python3").arg(script).args(args).stdout(Stdio::piped()).spawn().expect("python3 runs the fixture");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        AuthServer { child, base: line.trim().to_owned() }
+    }
+
+    fn stats(&self) -> Value {
+        serde_json::from_str(&http("GET", &format!("{}/admin/stats", self.base)).2).unwrap()
+    }
+
+    fn stat(&self, name: &str) -> u64 {
+        self.stats()[name].as_u64().unwrap()
+    }
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange over a plain socket: `(status, Location, body)`. The test is the browser.
+fn http(method: &str, url: &str) -> (u16, Option<String>, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let location = head.lines().find_map(|l| l.strip_prefix("Location: ").or_else(|| l.strip_prefix("location: "))).map(str::to_owned);
+    (status, location, body.to_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `toolhost login remote`, with the test approving in place of the operator's browser.
+fn login(config: &std::path::Path, app_addr: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["login", "remote", "--config"])
+        .arg(config)
+        .args(["--addr", app_addr])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "login ended without printing a URL");
+        if let Some(url) = line.trim().strip_prefix("http") {
+            break format!("http{url}");
+        }
+    };
+    let (status, location, _) = http("GET", &url);
+    assert_eq!(status, 302, "the authorization server approves at once");
+    let (status, _, page) = http("GET", &location.expect("a redirect to toolhost's loopback listener"));
+    assert_eq!(status, 200, "{page}");
+    let output = child.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "login failed: {printed}");
+    assert!(printed.contains("logged in"), "{printed}");
+}
+
+fn config(dir: &TestDir, base: &str, auth: &str) -> toolhost::config::Config {
+    dir.config(&format!(
+        "[servers.remote]\nurl = \"{base}/mcp\"\nrequest_timeout = \"5s\"\n\
+         restart = {{ initial_backoff = \"100ms\", max_backoff = \"400ms\" }}\nauth = {{ {auth} }}\n"
+    ))
+}
+
+async fn echo(client: &mut toolhost::api::pb::tool_host_client::ToolHostClient<tonic::transport::Channel>, n: usize) -> Result<(), String> {
+    let text = format!("call {n}");
+    let called = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "remote__echo".into(),
+            arguments_json: format!(r#"{{"text":"{text}"}}"#),
+            ..Default::default()
+        })
+        .await
+        .map_err(|status| status.message().to_owned())?
+        .into_inner();
+    match !called.is_error && called.content_json.contains(&text) {
+        true => Ok(()),
+        false => Err(called.content_json),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation() {
+    let server = AuthServer::start(&["2"]);
+    let dir = TestDir::new();
+    let redirect = format!("http://127.0.0.1:{}/callback", free_port());
+    let auth = format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\", token_file = \"remote.tokens.json\"");
+    let app = start(config(&dir, &server.base, &auth)).await;
+
+    // Never logged in: a state that says what to do, not an empty catalog.
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
+    assert!(view.generation.is_none());
+
+    let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
+    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    let tokens = dir.path("remote.tokens.json");
+    assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
+    let view = wait_for_server(app.registry(), "remote", "ready after the login", |v| v.state == ServerState::Ready).await;
+    assert_eq!(tool_names(&view), ["echo"]);
+
+    // Call without pause until the authorization server has seen ten refreshes (2 s tokens).
+    let mut client = client(&app).await;
+    let started = Instant::now();
+    let mut calls = 0;
+    while server.stat("refreshes") < 10 {
+        for _ in 0..20 {
+            calls += 1;
+            echo(&mut client, calls).await.unwrap_or_else(|error| panic!("call {calls} failed after {:?}: {error}", started.elapsed()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "ten refreshes take far less: {}", server.stats());
+    }
+    let stats = server.stats();
+    // Every call carried a valid token; each token was refreshed once, shortly before it
+    // expired, by one request (a second refresh with the same rotating token would be "reuse").
+    assert_eq!(stats["expired_token_rejections"], 0, "{stats}");
+    assert_eq!(stats["refresh_reuse"], 0, "{stats}");
+    assert_eq!(stats["code_grants"], 1, "{stats}");
+    for age in stats["refresh_ages"].as_array().unwrap() {
+        assert!(age.as_f64().unwrap() >= 1.5, "a token was refreshed long before its expiry: {stats}");
+    }
+    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
+    let shown = format!("{servers:?}");
+    assert!(!shown.contains("at-") && !shown.contains("rt-"), "a token is shown: {shown}");
+    app.shutdown().await;
+
+    // A restart uses the stored tokens: no new login.
+    let app = start(toolhost::config::Config::load(&dir.path("toolhost.toml")).unwrap()).await;
+    wait_for_server(app.registry(), "remote", "ready after a restart", |v| v.state == ServerState::Ready).await;
+    let mut client = crate::harness::client(&app).await;
+    echo(&mut client, 0).await.unwrap();
+    assert_eq!(server.stat("authorizations"), 1);
+
+    // Revoked: the next refresh fails, the server is auth_required, its tools stay listed.
+    let generation = app.registry().snapshot().servers["remote"].generation.as_ref().unwrap().number;
+    assert_eq!(http("POST", &format!("{}/admin/revoke", server.base)).0, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app.registry().snapshot().servers["remote"].state != ServerState::AuthRequired {
+        assert!(Instant::now() < deadline, "the revocation was not noticed: {:?}", app.registry().snapshot().servers["remote"]);
+        let _ = echo(&mut client, 0).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let view = app.registry().snapshot().servers["remote"].clone();
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
+    assert_eq!(view.generation.as_ref().unwrap().number, generation, "nothing is committed without authorization");
+    assert_eq!(tool_names(&view), ["echo"]);
+    let listed = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    assert!(listed.iter().any(|t| t.qualified_name == "remote__echo" && !t.available), "{listed:?}");
+    assert!(server.stat("refresh_revoked") >= 1);
+
+    // A new login brings it back without restarting the daemon.
+    let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
+    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    wait_for_server(app.registry(), "remote", "ready after a new login", |v| v.state == ServerState::Ready).await;
+    echo(&mut client, 1).await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials_are_auth_required() {
+    let server = AuthServer::start(&["2", "daemon-client", "daemon-secret-value"]);
+    let dir = TestDir::new();
+    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\", \
+                token_endpoint_auth = \"client_secret_post\"";
+    let app = start(config(&dir, &server.base, auth)).await;
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let mut calls = 0;
+    while server.stat("client_credentials") < 4 {
+        calls += 1;
+        echo(&mut client, calls).await.unwrap_or_else(|error| panic!("call {calls} failed: {error}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(calls < 5_000, "tokens are renewed: {}", server.stats());
+    }
+    assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
+    assert!(!dir.path("remote.oauth.json").exists(), "client credentials need no token file");
+    app.shutdown().await;
+
+    let dir = TestDir::new();
+    let wrong = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"not-the-secret\"";
+    let app = start(config(&dir, &server.base, wrong)).await;
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    let error = view.last_error.clone().unwrap_or_default();
+    assert!(error.contains("invalid_client") && !error.contains("not-the-secret"), "{error}");
+    app.shutdown().await;
+}
