@@ -131,9 +131,66 @@ fn the_conformance_suite_passes_its_client_scenarios() {
     }
 }
 
+/// Authorization through toolhost's upstream session (`toolhost __conformance-client` writes the
+/// `auth` table an operator would): every `auth/*` scenario of the released suite, which is
+/// the 2025-11-25 ones, the client-credentials extension's, and the two 2025-03-26 ones.
+/// Interactive approval is the suite's authorization server redirecting at once, followed as
+/// `toolhost login`'s browser would. Only `auth/cross-app-access-complete-flow` is left out:
+/// it needs an enterprise identity provider's ID token, which a daemon does not have.
+#[test]
+fn the_conformance_suite_passes_its_auth_scenarios() {
+    for scenario in AUTH_2025_11_25.iter().chain(&[
+        "auth/client-credentials-basic",
+        "auth/client-credentials-jwt",
+        "auth/2025-03-26-oauth-metadata-backcompat",
+        "auth/2025-03-26-oauth-endpoint-fallback",
+    ]) {
+        conformance("@modelcontextprotocol/conformance", scenario, None);
+    }
+}
+
+const AUTH_2025_11_25: [&str; 14] = [
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+];
+
+/// The pre-release's `auth/*` scenarios at 2026-07-28: the 2025-11-25 ones as that revision
+/// checks them (resource exactly as published, scope union on step-up), and its own (RFC 9207
+/// `iss`, metadata issuer, resource mismatch, offline access, a migrated authorization server).
+#[test]
+fn the_2026_07_28_auth_scenarios_pass() {
+    for scenario in AUTH_2025_11_25.iter().chain(&[
+        "auth/resource-mismatch",
+        "auth/offline-access-scope",
+        "auth/offline-access-not-supported",
+        "auth/authorization-server-migration",
+        "auth/iss-supported",
+        "auth/iss-not-advertised",
+        "auth/iss-supported-missing",
+        "auth/iss-wrong-issuer",
+        "auth/iss-unexpected",
+        "auth/iss-normalized",
+        "auth/metadata-issuer-mismatch",
+    ]) {
+        conformance("conformance-next", scenario, Some("2026-07-28"));
+    }
+}
+
 /// The 2026-07-28 client scenarios of the pre-release (0.2.0-alpha.12) that a plain client runs.
 /// MRTR (`sep-2322-client-request-state`) needs an agent to answer the questions: it runs in
-/// `mrtr`, with the test as the agent. The `auth/*` scenarios belong to remote authorization.
+/// `mrtr`, with the test as the agent. The `auth/*` scenarios run above.
 #[test]
 fn the_2026_07_28_conformance_scenarios_pass() {
     for scenario in [

@@ -197,17 +197,19 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
             break;
         }
     }
-    let resource_metadata = resource_metadata.ok_or_else(|| {
-        FlowError::Unavailable(format!("no protected resource metadata for {server_url} (tried {})", candidates.join(", ")))
-    })?;
-    let resource = canonical_resource(server_url);
-    if let Some(declared) = &resource_metadata.resource
-        && !resource_covers(declared, &resource)
-    {
-        return Err(FlowError::Required(format!(
-            "the protected resource metadata is for {declared}, not for {resource}: refusing to send tokens for it"
-        )));
-    }
+    let Some(resource_metadata) = resource_metadata else { return discover_2025_03_26(web, server_url).await };
+    let canonical = canonical_resource(server_url);
+    // The resource indicator is the identifier the metadata publishes, byte for byte, once it
+    // is known to cover this server.
+    let resource = match resource_metadata.resource.clone() {
+        Some(declared) if resource_covers(&declared, &canonical) => declared,
+        Some(declared) => {
+            return Err(FlowError::Required(format!(
+                "the protected resource metadata is for {declared}, not for {canonical}: refusing to send tokens for it"
+            )));
+        }
+        None => canonical,
+    };
     let issuer = resource_metadata
         .authorization_servers
         .first()
@@ -224,6 +226,35 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
         }
     }
     Err(FlowError::Unavailable(format!("no authorization server metadata for {issuer}")))
+}
+
+/// A server without protected-resource metadata, as the 2025-03-26 specification had it: the
+/// authorization server is the MCP server's origin, with its RFC 8414 metadata there, or else
+/// the default endpoints `/authorize`, `/token` and `/register` (PKCE was already required).
+async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, FlowError> {
+    let (origin, _) = super::split_url(server_url);
+    let metadata = match web.get_json::<ServerMetadata>(&format!("{origin}/.well-known/oauth-authorization-server")).await? {
+        Some(mut metadata) => {
+            // Fetched from the MCP server's own origin: an issuer of that origin is the server's word.
+            if super::split_url(&metadata.issuer).0 != origin {
+                return Err(FlowError::Required(format!("the authorization server metadata at {origin} names issuer {}", metadata.issuer)));
+            }
+            // That revision required PKCE with S256 of every server.
+            metadata.code_challenge_methods_supported.get_or_insert_with(|| vec!["S256".to_owned()]);
+            metadata
+        }
+        None => ServerMetadata {
+            issuer: origin.to_owned(),
+            authorization_endpoint: Some(format!("{origin}/authorize")),
+            token_endpoint: format!("{origin}/token"),
+            registration_endpoint: Some(format!("{origin}/register")),
+            code_challenge_methods_supported: Some(vec!["S256".to_owned()]),
+            token_endpoint_auth_methods_supported: None,
+            client_id_metadata_document_supported: false,
+            authorization_response_iss_parameter_supported: false,
+        },
+    };
+    Ok(Discovery { resource: canonical_resource(server_url), metadata, scopes_supported: None })
 }
 
 /// The server URL as a resource indicator: no fragment, no query (RFC 8707 §2).

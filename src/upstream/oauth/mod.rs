@@ -116,7 +116,7 @@ pub fn authorization_server_urls(issuer: &str) -> Vec<String> {
 }
 
 /// `(scheme://authority, path without its slashes, query and fragment)`.
-fn split_url(url: &str) -> (&str, &str) {
+pub(crate) fn split_url(url: &str) -> (&str, &str) {
     let url = url.split(['?', '#']).next().unwrap_or_default();
     let authority_start = url.find("://").map_or(0, |at| at + 3);
     match url[authority_start..].find('/') {
