@@ -347,6 +347,11 @@ fn check_config(config: &std::path::Path) -> ExitCode {
         Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
     };
     let _ = writeln!(std::io::stdout(), "{}: ok, {} servers", config.source.display(), config.servers.len());
+    for (name, spec) in &config.servers {
+        if let Some(line) = oauth_status(name, spec) {
+            let _ = writeln!(std::io::stdout(), "{line}");
+        }
+    }
     let Some(fleet) = &config.fleet else { return ExitCode::SUCCESS };
     // The fleet store is checked too: the connection, the credentials, the schema version.
     let checked = with_runtime(async {
@@ -366,6 +371,27 @@ fn check_config(config: &std::path::Path) -> ExitCode {
         Ok(Err(error)) => fail(&format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"), EXIT_CONFIG),
         Err(error) => fail(&error, 1),
     }
+}
+
+/// What `check-config` says of a server's OAuth authorization (never a token).
+fn oauth_status(name: &str, spec: &toolhost::config::ServerSpec) -> Option<String> {
+    use toolhost::config::auth::{AuthSpec, Grant};
+    let toolhost::config::Transport::Http(http) = &spec.transport else { return None };
+    let Some(AuthSpec::OAuth(oauth)) = &http.auth else { return None };
+    if oauth.grant == Grant::ClientCredentials {
+        return Some(format!("{name}: OAuth client credentials; the daemon gets its own tokens"));
+    }
+    let file = oauth.token_file.display();
+    Some(match toolhost::upstream::oauth::tokens::load(&oauth.token_file) {
+        Ok(Some(stored)) if stored.server_url == http.url && stored.refresh_token.is_some() => {
+            format!("{name}: OAuth authorization code; logged in ({file} holds a refresh token)")
+        }
+        Ok(Some(_)) => {
+            format!("{name}: OAuth authorization code; not logged in (no usable refresh token in {file}): run `toolhost login {name}`")
+        }
+        Ok(None) => format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`"),
+        Err(error) => format!("{name}: OAuth authorization code; {error}"),
+    })
 }
 
 fn schema_text(schema: &toolhost::fleet::schema::Schema) -> String {

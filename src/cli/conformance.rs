@@ -33,7 +33,7 @@ pub async fn run(url: &str) -> Result<(), String> {
     let config = Config::parse(Path::new("/conformance/toolhost.toml"), &text).map_err(|err| err.to_string())?;
     let spec = &config.servers["conformance"];
     let name: Arc<str> = "conformance".into();
-    let authorizer = upstream::authorizer_for(&name, spec, Interaction::FollowRedirect).map_err(|err| err.to_string())?;
+    let authorizer = upstream::authorizer_for(&name, spec, Interaction::FollowRedirect, None).map_err(|err| err.to_string())?;
     let settings = SessionSettings {
         request_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,

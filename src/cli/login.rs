@@ -47,7 +47,7 @@ pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste:
         })
     });
     let name: Arc<str> = server.into();
-    let authorizer = crate::upstream::authorizer_for(&name, spec, Interaction::Operator(visit))
+    let authorizer = crate::upstream::authorizer_for(&name, spec, Interaction::Operator(visit), None)
         .map_err(|err| err.to_string())?
         .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
     let web =

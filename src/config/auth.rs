@@ -118,7 +118,7 @@ pub(crate) struct RawAuth {
 }
 
 /// Checks an `auth` table. `state_dir` holds the default token file, named after the server.
-pub(crate) fn validate(raw: RawAuth, base: &Path, state_dir: &Path, server: &str) -> Result<AuthSpec, KeyProblem> {
+pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, server: &str) -> Result<AuthSpec, KeyProblem> {
     fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
         move |problem| (format!("auth.{key}"), problem)
     }
@@ -134,6 +134,9 @@ pub(crate) fn validate(raw: RawAuth, base: &Path, state_dir: &Path, server: &str
         let token = crate::secrets::resolve(&token).map_err(at("token"))?;
         check_header_value(token.expose()).map_err(at("token"))?;
         return Ok(AuthSpec::Bearer(token.marked_secret()));
+    }
+    if !crate::upstream::oauth::flow::is_secure(url) {
+        return Err(("url".into(), "OAuth tokens are sent over HTTPS only (or to a loopback address): use an https:// URL".into()));
     }
     let grant = match raw.grant.as_deref() {
         Some("bearer") => return Err(at("token")("missing: grant = \"bearer\" needs a token".into())),

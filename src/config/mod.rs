@@ -630,7 +630,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
                 return Err(("url".into(), "args, env, inherit_env and cwd apply to stdio servers (command), not to url".into()));
             }
             let headers = resolve_all(raw.headers, "headers")?;
-            let auth = raw.auth.map(|auth| auth::validate(auth, base, state_dir, name)).transpose()?;
+            let auth = raw.auth.map(|auth| auth::validate(auth, &url, base, state_dir, name)).transpose()?;
             if auth.is_some() && headers.keys().any(|header| header.eq_ignore_ascii_case("authorization")) {
                 return Err(("auth".into(), "give either auth or an Authorization header, not both".into()));
             }

@@ -269,3 +269,57 @@ fn the_fleet_section_is_checked_and_server_identities_are_stable() {
         assert!(error.contains(key) && error.contains(problem), "{fleet}: {error}");
     }
 }
+
+#[test]
+fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
+    let http = |auth: &str| {
+        format!(
+            "[store]\npath = \"/var/lib/toolhost/catalog.db\"\n[servers.remote]\nurl = \"https://mcp.example/mcp\"\nauth = {{ {auth} }}\n"
+        )
+    };
+    let oauth = |text: &str| match load("t.toml", text).unwrap().servers["remote"].transport.clone() {
+        Transport::Http(HttpSpec { auth: Some(auth::AuthSpec::OAuth(spec)), .. }) => spec,
+        other => panic!("not OAuth: {other:?}"),
+    };
+    let code = oauth(&http("grant = \"authorization_code\", scopes = [\"files:read\", \"offline_access\"]"));
+    assert_eq!(code.grant, auth::Grant::AuthorizationCode);
+    assert_eq!(code.scopes.as_deref(), Some("files:read offline_access"));
+    assert_eq!(code.redirect_uri, auth::DEFAULT_REDIRECT_URI);
+    assert_eq!(code.token_file, Path::new("/var/lib/toolhost/remote.oauth.json"));
+    assert_eq!(code.refresh_before, Duration::from_secs(60));
+    let credentials =
+        oauth(&http("grant = \"client_credentials\", client_id = \"svc\", client_secret = \"literal-secret\", token_file = \"t.json\""));
+    assert_eq!(credentials.token_file, Path::new("/etc/toolhost/t.json"));
+    assert!(!format!("{credentials:?}").contains("literal-secret"), "a secret written in the file is never printed");
+    match &load("t.toml", &http("token = \"tok-123456\"")).unwrap().servers["remote"].transport {
+        Transport::Http(HttpSpec { auth: Some(auth::AuthSpec::Bearer(token)), .. }) => assert_eq!(token.expose(), "tok-123456"),
+        other => panic!("not a bearer token: {other:?}"),
+    }
+    let cases = [
+        ("grant = \"implicit\"", "servers.remote.auth.grant: \"implicit\" is not one of"),
+        ("client_id = \"x\"", "servers.remote.auth.grant: give grant"),
+        ("grant = \"client_credentials\"", "servers.remote.auth.client_id: the client credentials grant needs"),
+        ("grant = \"authorization_code\", client_secret = \"s\"", "servers.remote.auth.client_id: missing"),
+        ("grant = \"client_credentials\", client_id = \"a\", private_key = \"not pem\"", "servers.remote.auth.private_key: is not a PEM"),
+        ("grant = \"authorization_code\", redirect_uri = \"http://example.com/cb\"", "servers.remote.auth.redirect_uri:"),
+        (
+            "grant = \"authorization_code\", client_metadata_url = \"http://x/c.json\"",
+            "auth.client_metadata_url: \"http://x/c.json\" is not an https",
+        ),
+        ("grant = \"authorization_code\", scopes = [\"a b\"]", "servers.remote.auth.scopes: each scope"),
+        ("grant = \"authorization_code\", refresh_before = \"2y\"", "servers.remote.auth.refresh_before:"),
+        ("grant = \"client_credentials\", token = \"t\"", "servers.remote.auth.token: only grant = \"bearer\""),
+        ("token = \"has space\"", "servers.remote.auth.token: must be a non-empty token"),
+        ("grant = \"authorization_code\", colour = 1", "unknown field `colour`"),
+    ];
+    for (auth, expected) in cases {
+        let message = load("t.toml", &http(auth)).unwrap_err();
+        assert!(message.contains(expected), "{message:?} should contain {expected:?}");
+    }
+    let plain = "[servers.remote]\nurl = \"http://mcp.example/mcp\"\nauth = { grant = \"authorization_code\" }\n";
+    assert!(load("t.toml", plain).unwrap_err().contains("servers.remote.url: OAuth tokens are sent over HTTPS only"));
+    let both = "[servers.remote]\nurl = \"https://h\"\nheaders = { Authorization = \"Bearer x\" }\nauth = { token = \"y-123456\" }\n";
+    assert!(load("t.toml", both).unwrap_err().contains("either auth or an Authorization header"));
+    let stdio = "[servers.local]\ncommand = \"x\"\nauth = { token = \"y-123456\" }\n";
+    assert!(load("t.toml", stdio).unwrap_err().contains("only HTTP servers (url) take headers, auth and ca_file"));
+}

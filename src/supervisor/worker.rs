@@ -96,7 +96,7 @@ impl Worker {
             max_message_bytes: self.spec.max_message_bytes,
             shutdown_grace: self.spec.shutdown_grace,
             reaper: self.reaper.clone(),
-            authorizer: match upstream::authorizer_for(&self.name, &self.spec, Interaction::None) {
+            authorizer: match upstream::authorizer_for(&self.name, &self.spec, Interaction::None, Some(self.metrics.clone())) {
                 Ok(authorizer) => authorizer,
                 Err(error) => {
                     let text = error.to_string();

@@ -21,6 +21,7 @@ pub struct Metrics {
     restarts: Counter<u64>,
     worker_panics: Counter<u64>,
     fleet_drift: Counter<u64>,
+    oauth_tokens: Counter<u64>,
 }
 
 /// The fleet store's gauges; dropping them unregisters the callbacks.
@@ -89,6 +90,10 @@ impl Metrics {
                 .u64_counter("toolhost.fleet.drift.detected")
                 .with_description("Tools found offered to another host of the fleet with a different definition")
                 .build(),
+            oauth_tokens: meter
+                .u64_counter("toolhost.oauth.token_requests")
+                .with_description("Token requests to authorization servers, by grant and outcome")
+                .build(),
         }
     }
 
@@ -129,6 +134,19 @@ impl Metrics {
 
     pub fn record_restart(&self, server: &str) {
         self.restarts.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
+    }
+
+    /// One token request: `grant` is its `grant_type`, `outcome` "ok", "required" (an operator
+    /// must act) or "unavailable".
+    pub fn record_token_request(&self, server: &str, grant: &'static str, outcome: &'static str) {
+        self.oauth_tokens.add(
+            1,
+            &[
+                KeyValue::new("toolhost.server", server.to_owned()),
+                KeyValue::new("oauth.grant_type", grant),
+                KeyValue::new("toolhost.outcome", outcome),
+            ],
+        );
     }
 
     pub fn record_fleet_drift(&self, server: &str) {

@@ -68,11 +68,12 @@ pub fn authorizer_for(
     server: &Arc<str>,
     spec: &ServerSpec,
     interaction: oauth::authorizer::Interaction,
+    metrics: Option<crate::telemetry::metrics::Metrics>,
 ) -> Result<Option<Arc<oauth::authorizer::Authorizer>>, UpstreamError> {
     let Transport::Http(http_spec) = &spec.transport else { return Ok(None) };
     let Some(crate::config::auth::AuthSpec::OAuth(oauth_spec)) = &http_spec.auth else { return Ok(None) };
     let web = oauth::flow::Web::new(http::client(http_spec, spec.request_timeout)?, spec.request_timeout);
-    oauth::authorizer::Authorizer::new(server.clone(), &http_spec.url, oauth_spec, web, interaction)
+    oauth::authorizer::Authorizer::new(server.clone(), &http_spec.url, oauth_spec, web, interaction, metrics)
         .map(|authorizer| Some(Arc::new(authorizer)))
         .map_err(UpstreamError::AuthRequired)
 }

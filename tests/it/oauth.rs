@@ -60,6 +60,13 @@ fn http(method: &str, url: &str) -> (u16, Option<String>, String) {
     (status, location, body.to_owned())
 }
 
+fn check_config(dir: &TestDir) -> String {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_toolhost")).arg("check-config").arg("--config").arg(dir.path("toolhost.toml")).output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -128,11 +135,13 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
     assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
     assert!(view.generation.is_none());
+    assert!(check_config(&dir).contains("remote: OAuth authorization code; not logged in yet: run `toolhost login remote`"));
 
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
     tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
     let tokens = dir.path("remote.tokens.json");
     assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(check_config(&dir).contains("remote: OAuth authorization code; logged in ("));
     let view = wait_for_server(app.registry(), "remote", "ready after the login", |v| v.state == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["echo"]);
 

@@ -22,12 +22,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwapOption;
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::Challenge;
 use super::flow::{self, ClientAuth, Discovery, FlowError, Granted, Web};
 use super::jwt::Signer;
 use super::tokens::{self, Stored};
 use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
+use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 
 /// Why no token can be had.
@@ -105,12 +107,20 @@ pub struct Authorizer {
     inner: tokio::sync::Mutex<Inner>,
     refreshes: AtomicU64,
     warnings: Throttle,
+    metrics: Option<Metrics>,
 }
 
 impl Authorizer {
     /// # Errors
     /// The configured private key cannot be used.
-    pub fn new(server: Arc<str>, server_url: &str, spec: &OAuthSpec, web: Web, interaction: Interaction) -> Result<Authorizer, String> {
+    pub fn new(
+        server: Arc<str>,
+        server_url: &str,
+        spec: &OAuthSpec,
+        web: Web,
+        interaction: Interaction,
+        metrics: Option<Metrics>,
+    ) -> Result<Authorizer, String> {
         let signer = spec.private_key.as_ref().map(|key| Signer::new(key.expose(), spec.signing_algorithm)).transpose()?;
         Ok(Authorizer {
             server,
@@ -123,6 +133,7 @@ impl Authorizer {
             inner: tokio::sync::Mutex::new(Inner::default()),
             refreshes: AtomicU64::new(0),
             warnings: Throttle::new(1),
+            metrics,
         })
     }
 
@@ -304,7 +315,7 @@ impl Authorizer {
                     ("resource", discovery.resource.clone()),
                 ];
                 let started = Instant::now();
-                match flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await {
+                match self.token(&discovery, form, &client).await {
                     Ok(granted) => {
                         self.refreshes.fetch_add(1, Ordering::Relaxed);
                         self.accept(inner, granted, started, None).await;
@@ -332,7 +343,7 @@ impl Authorizer {
             form.push(("scope", scope.clone()));
         }
         let started = Instant::now();
-        let granted = flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await?;
+        let granted = self.token(discovery, form, &client).await?;
         if self.current.load().is_some() {
             self.refreshes.fetch_add(1, Ordering::Relaxed);
         }
@@ -360,10 +371,30 @@ impl Authorizer {
             ("resource", discovery.resource.clone()),
         ];
         let started = Instant::now();
-        let granted = flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).await?;
+        let granted = self.token(&discovery, form, &client).await?;
         inner.scope.clone_from(&scope);
         self.accept(inner, granted, started, scope).await;
         Ok(())
+    }
+
+    /// One token request, in a span of its own and counted by outcome.
+    async fn token(&self, discovery: &Discovery, form: Vec<(&'static str, String)>, client: &Client) -> Result<Granted, FlowError> {
+        let grant = match form.first().map(|(_, value)| value.as_str()) {
+            Some("refresh_token") => "refresh_token",
+            Some("client_credentials") => "client_credentials",
+            _ => "authorization_code",
+        };
+        let span = tracing::info_span!("oauth token request", toolhost.server = %self.server, oauth.grant_type = grant);
+        let result = flow::token(&self.web, &discovery.metadata, form, &client.auth(self.signer.as_ref())).instrument(span).await;
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(FlowError::Required(_)) => "required",
+                Err(FlowError::Unavailable(_)) => "unavailable",
+            };
+            metrics.record_token_request(&self.server, grant, outcome);
+        }
+        result
     }
 
     /// The discovery done earlier, or a new one (a challenge naming other metadata redoes it).

@@ -222,6 +222,7 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
                     metadata.issuer
                 )));
             }
+            check_endpoints(&metadata)?;
             return Ok(Discovery { resource, metadata, scopes_supported: resource_metadata.scopes_supported });
         }
     }
@@ -254,7 +255,33 @@ async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, F
             authorization_response_iss_parameter_supported: false,
         },
     };
+    check_endpoints(&metadata)?;
     Ok(Discovery { resource: canonical_resource(server_url), metadata, scopes_supported: None })
+}
+
+/// Credentials go to an authorization server over HTTPS only, or to this machine.
+fn check_endpoints(metadata: &ServerMetadata) -> Result<(), FlowError> {
+    let endpoints = [Some(&metadata.token_endpoint), metadata.authorization_endpoint.as_ref(), metadata.registration_endpoint.as_ref()];
+    match endpoints.into_iter().flatten().find(|url| !is_secure(url)) {
+        Some(url) => Err(FlowError::Required(format!(
+            "the authorization server's endpoint {url} is not HTTPS: toolhost sends credentials over HTTPS only (or to a loopback address)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// HTTPS, or plain HTTP to a loopback address.
+pub fn is_secure(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The server URL as a resource indicator: no fragment, no query (RFC 8707 §2).
@@ -567,6 +594,19 @@ mod tests {
         assert_eq!(select_scope(None, None, &Discovery { scopes_supported: None, ..discovery }), None);
         assert_eq!(scope_union(Some("a b"), Some("b c")).as_deref(), Some("a b c"));
         assert_eq!(scope_union(None, None), None);
+    }
+
+    #[test]
+    fn credentials_travel_over_https_or_to_this_machine_only() {
+        for url in ["https://as.example/token", "http://127.0.0.1:9/token", "http://localhost/t", "http://[::1]:8/t", "http://127.0.0.2/t"]
+        {
+            assert!(is_secure(url), "{url}");
+        }
+        for url in
+            ["http://as.example/token", "http://127.0.0.1.evil.example/t", "ftp://127.0.0.1/t", "http://[::2]/t", "http://localhost.evil/t"]
+        {
+            assert!(!is_secure(url), "{url}");
+        }
     }
 
     #[test]
