@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::config::auth::{AuthSpec, Grant};
 use crate::config::{Config, Transport};
 use crate::upstream::oauth::authorizer::{Interaction, Visit};
-use crate::upstream::oauth::flow;
+use crate::upstream::oauth::{discovery, flow};
 
 /// How long the operator has to approve in the browser.
 const APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -52,7 +52,7 @@ pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste:
         .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
     let web =
         flow::Web::new(crate::upstream::http::client(http_spec, spec.request_timeout).map_err(|e| e.to_string())?, spec.request_timeout);
-    let challenge = flow::probe(&web, &http_spec.url).await.map_err(|err| err.to_string())?;
+    let challenge = discovery::probe(&web, &http_spec.url).await.map_err(|err| err.to_string())?;
     authorizer.login(challenge, scope).await.map_err(|err| format!("the login failed: {err}"))?;
     Ok(format!("logged in: {server}'s tokens are in {}", oauth.token_file.display()))
 }

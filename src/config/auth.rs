@@ -135,7 +135,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         check_header_value(token.expose()).map_err(at("token"))?;
         return Ok(AuthSpec::Bearer(token.marked_secret()));
     }
-    if !crate::upstream::oauth::flow::is_secure(url) {
+    if !crate::upstream::oauth::discovery::is_secure(url) {
         return Err(("url".into(), "OAuth tokens are sent over HTTPS only (or to a loopback address): use an https:// URL".into()));
     }
     let grant = match raw.grant.as_deref() {

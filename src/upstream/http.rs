@@ -677,7 +677,7 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
     }
 }
 
-async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|err| format!("reading the HTTP body failed: {err}"))?;
@@ -740,7 +740,7 @@ fn is_rpc_error(body: &[u8]) -> bool {
 }
 
 /// An error and its causes, "outer: inner: root" (hyper's own message alone says little).
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -25,7 +25,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Challenge;
-use super::flow::{self, ClientAuth, Discovery, FlowError, Granted, Web};
+use super::discovery::{self, Discovery};
+use super::flow::{self, ClientAuth, FlowError, Granted, Web};
 use super::jwt::Signer;
 use super::tokens::{self, Stored};
 use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
@@ -221,7 +222,7 @@ impl Authorizer {
             };
         }
         if status == StatusCode::FORBIDDEN && challenge.is_some_and(|c| c.error.as_deref() == Some("insufficient_scope")) {
-            let wanted = flow::scope_union(inner.scope.as_deref(), challenge.and_then(|c| c.scope.as_deref()));
+            let wanted = discovery::scope_union(inner.scope.as_deref(), challenge.and_then(|c| c.scope.as_deref()));
             inner.scope.clone_from(&wanted);
             return match self.spec.grant {
                 Grant::ClientCredentials => {
@@ -301,7 +302,7 @@ impl Authorizer {
         let discovery = self.discovery(inner, challenge).await?;
         match self.spec.grant {
             Grant::ClientCredentials => {
-                let scope = inner.scope.clone().or_else(|| flow::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
+                let scope = inner.scope.clone().or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
                 self.client_credentials(inner, &discovery, scope).await
             }
             Grant::AuthorizationCode => {
@@ -355,7 +356,7 @@ impl Authorizer {
     async fn authorize(&self, inner: &mut Inner, challenge: Option<&Challenge>, scope: Option<String>) -> Result<(), AuthError> {
         let discovery = self.discovery(inner, challenge).await?;
         let client = self.client(inner, &discovery, true).await?;
-        let scope = scope.or_else(|| flow::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
+        let scope = scope.or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
         let pending = flow::authorization_url(&discovery, &client.id, &client.redirect_uri, scope.as_deref())?;
         let query = match &self.interaction {
             Interaction::None => return Err(self.login_required("it needs a new authorization")),
@@ -404,7 +405,7 @@ impl Authorizer {
         {
             return Ok(discovery.clone());
         }
-        let discovery = flow::discover(&self.web, &self.server_url, challenge).await?;
+        let discovery = discovery::discover(&self.web, &self.server_url, challenge).await?;
         inner.discovery = Some(discovery.clone());
         Ok(discovery)
     }

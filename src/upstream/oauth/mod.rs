@@ -2,10 +2,11 @@
 //! reading a `WWW-Authenticate` challenge, where to look for the protected resource's and the
 //! authorization server's metadata (in the order the 2025-11-25 specification lists), and PKCE.
 //!
-//! [`flow`] does the exchanges, [`authorizer::Authorizer`] keeps one server's token current,
+//! [`discovery`] finds the authorization server, [`flow`] does the exchanges with it, [`authorizer::Authorizer`] keeps one server's token current,
 //! [`tokens`] keeps what must survive a restart, [`jwt`] signs `private_key_jwt` assertions.
 
 pub mod authorizer;
+pub mod discovery;
 pub mod flow;
 pub mod jwt;
 pub mod tokens;
