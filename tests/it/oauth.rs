@@ -23,8 +23,18 @@ struct AuthServer {
 
 impl AuthServer {
     fn start(args: &[&str]) -> AuthServer {
+        AuthServer::start_in_mode(args, "")
+    }
+
+    fn start_in_mode(args: &[&str], mode: &str) -> AuthServer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oauth_server.py");
-        let mut child = Command::new("python3").arg(script).args(args).stdout(Stdio::piped()).spawn().expect("python3 runs the fixture");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(args)
+            .env("OAUTH_FIXTURE_MODE", mode)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the fixture");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         AuthServer { child, base: line.trim().to_owned() }
@@ -229,5 +239,37 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
     let error = view.last_error.clone().unwrap_or_default();
     assert!(error.contains("invalid_client") && !error.contains("not-the-secret"), "{error}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_authorization_server_costs_its_own_server_only_with_a_specific_error() {
+    let credentials = ["2", "daemon-client", "daemon-secret-value"];
+    let slow = AuthServer::start_in_mode(&credentials, "slow-token");
+    let huge = AuthServer::start_in_mode(&credentials, "huge-metadata");
+    let garbage = AuthServer::start_in_mode(&credentials, "garbage-token");
+    let healthy = AuthServer::start(&credentials);
+    let dir = TestDir::new();
+    let auth = "auth = { grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\" }";
+    let table = |name: &str, server: &AuthServer| {
+        format!(
+            "[servers.{name}]\nurl = \"{}/mcp\"\nrequest_timeout = \"1s\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"400ms\" }}\n{auth}\n",
+            server.base
+        )
+    };
+    let app = start(dir.config(&[table("slow", &slow), table("huge", &huge), table("garbage", &garbage), table("remote", &healthy)].concat())).await;
+    wait_for_server(app.registry(), "remote", "ready beside the hostile ones", |v| v.state == ServerState::Ready).await;
+    for (name, expected) in [("slow", "no answer within 1s"), ("huge", "larger than 262144 bytes"), ("garbage", "the token answer is not valid")] {
+        let view = wait_for_server(app.registry(), name, expected, |v| {
+            v.last_error.as_deref().is_some_and(|error| error.contains(expected)) && v.state != ServerState::Ready
+        })
+        .await;
+        // The authorization server failed, not the credentials: retried at the backoff, not
+        // waiting for an operator.
+        assert_ne!(view.state, ServerState::AuthRequired, "{name}: {view:?}");
+        assert!(!view.last_error.as_deref().unwrap_or_default().contains("daemon-secret-value"));
+    }
+    let mut client = client(&app).await;
+    echo(&mut client, 1).await.unwrap();
     app.shutdown().await;
 }
