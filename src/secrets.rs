@@ -170,6 +170,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_rotated_secret_replaces_the_one_it_retires() {
+        register("rotating-token-one");
+        rotate(Some("rotating-token-one"), "rotating-token-two");
+        assert_eq!(redact("a rotating-token-two b"), format!("a {REDACTED} b"));
+        assert_eq!(redact("rotating-token-one"), "rotating-token-one", "a retired token leaves the list");
+        assert!(SECRETS.load().iter().all(|known| &**known != "rotating-token-one"));
+    }
+
+    #[test]
     fn references_resolve_and_their_values_are_scrubbed() {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");

@@ -257,9 +257,13 @@ async fn a_hostile_authorization_server_costs_its_own_server_only_with_a_specifi
             server.base
         )
     };
-    let app = start(dir.config(&[table("slow", &slow), table("huge", &huge), table("garbage", &garbage), table("remote", &healthy)].concat())).await;
+    let app =
+        start(dir.config(&[table("slow", &slow), table("huge", &huge), table("garbage", &garbage), table("remote", &healthy)].concat()))
+            .await;
     wait_for_server(app.registry(), "remote", "ready beside the hostile ones", |v| v.state == ServerState::Ready).await;
-    for (name, expected) in [("slow", "no answer within 1s"), ("huge", "larger than 262144 bytes"), ("garbage", "the token answer is not valid")] {
+    for (name, expected) in
+        [("slow", "no answer within 1s"), ("huge", "larger than 262144 bytes"), ("garbage", "the token answer is not valid")]
+    {
         let view = wait_for_server(app.registry(), name, expected, |v| {
             v.last_error.as_deref().is_some_and(|error| error.contains(expected)) && v.state != ServerState::Ready
         })

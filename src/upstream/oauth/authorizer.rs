@@ -93,6 +93,11 @@ struct Inner {
     /// The token file's modification time when last read: a `toolhost login` since is picked up.
     stored_mtime: Option<SystemTime>,
     discovery: Option<Discovery>,
+    /// The access token last installed: retired from the redaction list when replaced, so that
+    /// months of refreshes do not grow it.
+    issued_token: Option<String>,
+    /// Why the token file could not be used, for the operator.
+    file_problem: Option<String>,
     /// The scopes asked for; step-ups add to them.
     scope: Option<String>,
 }
@@ -216,6 +221,9 @@ impl Authorizer {
                 return Ok(());
             }
             self.current.store(None);
+            // The resource may have moved to another authorization server (SEP-2352): a 401 is
+            // rare enough (tokens are refreshed before they expire) to look again each time.
+            inner.discovery = None;
             return match self.renew(&mut inner, challenge).await {
                 Err(AuthError::Required(_)) if self.can_ask() => self.authorize(&mut inner, challenge, None).await,
                 other => other,
@@ -272,6 +280,7 @@ impl Authorizer {
             return;
         }
         inner.stored_mtime = mtime;
+        inner.file_problem = None;
         match tokens::load(&self.spec.token_file) {
             Ok(Some(stored)) if stored.server_url == self.server_url => {
                 if inner.scope.is_none() {
@@ -281,17 +290,18 @@ impl Authorizer {
                     let remaining = Duration::from_millis(expires.saturating_sub(unix_ms()));
                     if !remaining.is_zero() {
                         self.install(token, Instant::now(), Some(remaining));
+                        inner.issued_token = Some(token.clone());
                     }
                 }
                 inner.stored = Some(stored);
             }
             Ok(Some(_)) => {
-                self.warn("the token file is for another URL; ignoring it (log in again)");
+                inner.file_problem = Some(format!("the token file {} is for another URL", self.spec.token_file.display()));
                 inner.stored = Some(Stored::new(&self.server_url));
             }
             Ok(None) => inner.stored = Some(Stored::new(&self.server_url)),
             Err(message) => {
-                self.warn(&message);
+                inner.file_problem = Some(message);
                 inner.stored = Some(Stored::new(&self.server_url));
             }
         }
@@ -307,7 +317,8 @@ impl Authorizer {
             }
             Grant::AuthorizationCode => {
                 let Some(refresh_token) = inner.stored.as_ref().and_then(|s| s.refresh_token.clone()) else {
-                    return Err(self.login_required("toolhost has no authorization for it yet"));
+                    let why = inner.file_problem.clone().unwrap_or_else(|| "toolhost has no authorization for it yet".to_owned());
+                    return Err(self.login_required(&why));
                 };
                 let client = self.client(inner, &discovery, false).await?;
                 let form = vec![
@@ -398,11 +409,9 @@ impl Authorizer {
         result
     }
 
-    /// The discovery done earlier, or a new one (a challenge naming other metadata redoes it).
+    /// The discovery done earlier, or a new one (the first time, and after every `401`).
     async fn discovery(&self, inner: &mut Inner, challenge: Option<&Challenge>) -> Result<Discovery, AuthError> {
-        if let Some(discovery) = &inner.discovery
-            && challenge.and_then(|c| c.resource_metadata.as_ref()).is_none()
-        {
+        if let Some(discovery) = &inner.discovery {
             return Ok(discovery.clone());
         }
         let discovery = discovery::discover(&self.web, &self.server_url, challenge).await?;
@@ -469,13 +478,13 @@ impl Authorizer {
     async fn accept(&self, inner: &mut Inner, granted: Granted, obtained: Instant, scope: Option<String>) {
         let Granted { access_token, expires_in, refresh_token, scope: granted_scope } = granted;
         tracing::info!(server = %self.server, expires_in_ms = expires_in.map(|d| d.as_millis() as u64), "obtained an access token");
+        let retired = inner.issued_token.replace(access_token.clone());
+        crate::secrets::rotate(retired.as_deref(), &access_token);
         if self.spec.grant != Grant::AuthorizationCode {
-            crate::secrets::rotate(None, &access_token);
             self.install(&access_token, obtained, expires_in);
             return;
         }
         let stored = inner.stored.get_or_insert_with(|| Stored::new(&self.server_url));
-        crate::secrets::rotate(stored.access_token.as_deref(), &access_token);
         if let Some(fresh) = &refresh_token {
             crate::secrets::rotate(stored.refresh_token.as_deref(), fresh);
         }
