@@ -25,7 +25,7 @@ use crate::supervisor::trace;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
 use crate::telemetry::throttle::Throttle;
-use crate::upstream::oauth::authorizer::Interaction;
+use crate::upstream::oauth::authorizer::{Authorizer, Interaction};
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, Connection, SessionSettings, UpstreamError};
 
@@ -129,7 +129,7 @@ impl Worker {
                     }
                     let started = Instant::now();
                     let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
-                    match self.run_session(connection, reason, permit).await {
+                    match self.run_session(connection, reason, permit, settings.authorizer.as_deref()).await {
                         SessionEnd::Cancelled => break,
                         SessionEnd::Restart => {
                             // Asked for, not a failure: no backoff, and the failure count stays.
@@ -198,8 +198,18 @@ impl Worker {
         connection: Connection,
         reason: EnumerationReason,
         mut start_permit: Option<OwnedSemaphorePermit>,
+        authorizer: Option<&Authorizer>,
     ) -> SessionEnd {
         let handle = connection.handle().clone();
+        // An idle server's token is refreshed too: a refresh token unused for weeks may expire.
+        let keep_fresh = async {
+            match authorizer {
+                Some(authorizer) => authorizer.keep_fresh().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(keep_fresh);
+        let mut authorization_lost = false;
         let hello = connection.hello().clone();
         tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
         let mut changes = handle.list_changed();
@@ -259,6 +269,11 @@ impl Worker {
             tokio::select! {
                 () = self.cancel.cancelled() => break SessionEnd::Cancelled,
                 () = handle.closed() => break SessionEnd::Closed,
+                lost = &mut keep_fresh => {
+                    self.registry.update(&self.name, |view| view.last_error = Some(format!("authorization required: {lost}")));
+                    authorization_lost = true;
+                    break SessionEnd::Closed;
+                }
                 Ok(()) = changes.changed() => {
                     if hello.has_tools {
                         pending = Some(EnumerationReason::ListChanged);
@@ -313,7 +328,7 @@ impl Worker {
             tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
         let ended_by_server = connection.ended_by_server();
-        self.session_needed_authorization = connection.needs_authorization();
+        self.session_needed_authorization = authorization_lost || connection.needs_authorization();
         self.registry.update(&self.name, |view| {
             view.session = None;
             if ended_by_server.is_some() {

@@ -231,6 +231,10 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     }
     assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
     assert!(!dir.path("remote.oauth.json").exists(), "client credentials need no token file");
+    // Idle, the token is renewed all the same (2 s tokens: at least two in 4.5 s).
+    let before = server.stat("client_credentials");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert!(server.stat("client_credentials") >= before + 2, "an idle server's token is renewed: {}", server.stats());
     app.shutdown().await;
 
     let dir = TestDir::new();

@@ -33,6 +33,11 @@ use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 
+/// How often an idle token without an expiry is looked at, and the longest wait between
+/// attempts at a due refresh that failed.
+const KEEP_FRESH_IDLE: Duration = Duration::from_secs(60);
+const KEEP_FRESH_RETRY_MIN: Duration = Duration::from_secs(1);
+
 /// Why no token can be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
@@ -200,6 +205,33 @@ impl Authorizer {
                 Ok(current.map(|c| c.header.clone()))
             }
             Err(error) => Err(error),
+        }
+    }
+
+    /// Refreshes the token when it is due even if no request asks for it, for as long as the
+    /// session lasts (its worker drops this future with the session). Returns only when an
+    /// operator must act.
+    pub async fn keep_fresh(&self) -> AuthError {
+        let mut retry = KEEP_FRESH_RETRY_MIN;
+        loop {
+            let now = Instant::now();
+            let wake = match self.current.load().as_ref().and_then(|current| current.refresh_at) {
+                Some(at) if at > now => at,
+                // Due, and the last attempt did not renew it (the authorization server failed,
+                // or a request was at it): not a tight loop.
+                Some(_) => crate::deadline::after(retry),
+                // No expiry known, or no token yet: look now and then (a login may have come).
+                None => crate::deadline::after(KEEP_FRESH_IDLE),
+            };
+            tokio::time::sleep_until(wake).await;
+            match self.bearer().await {
+                Ok(_) => retry = KEEP_FRESH_RETRY_MIN,
+                Err(AuthError::Required(message)) => return AuthError::Required(message),
+                Err(error) => {
+                    self.warn(&error.to_string());
+                    retry = (retry * 2).min(KEEP_FRESH_IDLE);
+                }
+            }
         }
     }
 
