@@ -81,8 +81,9 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// `toolhost login remote`, with the test approving in place of the operator's browser.
-fn login(config: &std::path::Path, app_addr: &str) {
+/// `toolhost login remote`, with the test approving in place of the operator's browser. Returns
+/// everything it printed.
+fn login(config: &std::path::Path, app_addr: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .args(["login", "remote", "--config"])
         .arg(config)
@@ -107,6 +108,9 @@ fn login(config: &std::path::Path, app_addr: &str) {
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "login failed: {printed}");
     assert!(printed.contains("logged in"), "{printed}");
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    format!("{url}\n{rest}{printed}")
 }
 
 fn config(dir: &TestDir, base: &str, auth: &str) -> toolhost::config::Config {
@@ -148,26 +152,48 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     assert!(check_config(&dir).contains("remote: OAuth authorization code; not logged in yet: run `toolhost login remote`"));
 
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
-    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    let printed = tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
     let tokens = dir.path("remote.tokens.json");
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&tokens).unwrap()).unwrap();
+    for token in [&stored["access_token"], &stored["refresh_token"]] {
+        assert!(!printed.contains(token.as_str().unwrap()), "login printed a token: {printed}");
+    }
     assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(check_config(&dir).contains("remote: OAuth authorization code; logged in ("));
     let view = wait_for_server(app.registry(), "remote", "ready after the login", |v| v.state == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["echo"]);
 
-    // Call without pause until the authorization server has seen ten refreshes (2 s tokens).
+    // Eight agents call without pause until the authorization server has seen ten refreshes
+    // (2 s tokens), so that every refresh point finds calls racing for it.
     let mut client = client(&app).await;
     let started = Instant::now();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = tokio::task::JoinSet::new();
+    for agent in 0..8 {
+        let (mut client, stop) = (client.clone(), stop.clone());
+        callers.spawn(async move {
+            let mut calls = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                calls += 1;
+                if let Err(error) = echo(&mut client, agent * 1_000_000 + calls).await {
+                    return Err(format!("agent {agent}'s call {calls} failed after {:?}: {error}", started.elapsed()));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(calls)
+        });
+    }
+    while server.stat("refreshes") < 10 && started.elapsed() < Duration::from_secs(90) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut calls = 0;
-    while server.stat("refreshes") < 10 {
-        for _ in 0..20 {
-            calls += 1;
-            echo(&mut client, calls).await.unwrap_or_else(|error| panic!("call {calls} failed after {:?}: {error}", started.elapsed()));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "ten refreshes take far less: {}", server.stats());
+    while let Some(done) = callers.join_next().await {
+        calls += done.unwrap().unwrap_or_else(|error| panic!("{error}"));
     }
     let stats = server.stats();
+    assert!(stats["refreshes"].as_u64().unwrap() >= 10, "ten refreshes take far less than 90 s: {stats}");
+    assert!(calls >= 100, "{calls} calls");
     // Every call carried a valid token; each token was refreshed once, shortly before it
     // expired, by one request (a second refresh with the same rotating token would be "reuse").
     assert_eq!(stats["expired_token_rejections"], 0, "{stats}");
@@ -179,6 +205,15 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
     let shown = format!("{servers:?}");
     assert!(!shown.contains("at-") && !shown.contains("rt-"), "a token is shown: {shown}");
+    // The tokens are in the token file and nowhere in the store.
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&tokens).unwrap()).unwrap();
+    for token in [&stored["access_token"], &stored["refresh_token"]] {
+        let token = token.as_str().unwrap().as_bytes();
+        for file in ["catalog.db", "catalog.db-wal"] {
+            let bytes = std::fs::read(dir.path(file)).unwrap_or_default();
+            assert!(!bytes.windows(token.len()).any(|w| w == token), "a token is in {file}");
+        }
+    }
     app.shutdown().await;
 
     // A restart uses the stored tokens: no new login.
