@@ -258,7 +258,7 @@ impl ServerSpec {
     }
 
     /// What identifies the credential toolhost presents to this server, as a SHA-256 (never the
-    /// secret): the URL and headers of an HTTP server, the command, arguments and environment
+    /// secret): the URL, headers and `auth` of an HTTP server, the command, arguments and environment
     /// of a stdio one. A listing the server marked private belongs to it.
     pub fn credential_fingerprint(&self, server: &str) -> String {
         let mut material = format!("toolhost credential\0{server}\0");
@@ -267,6 +267,23 @@ impl ServerSpec {
                 material.push_str(&http.url);
                 for (name, value) in &http.headers {
                     material.push_str(&format!("\0{}\0{}", name.to_ascii_lowercase(), value.expose()));
+                }
+                // OAuth: the client toolhost is, and the login it holds (its token file).
+                match &http.auth {
+                    Some(auth::AuthSpec::Bearer(token)) => material.push_str(&format!("\0bearer\0{}", token.expose())),
+                    Some(auth::AuthSpec::OAuth(oauth)) => {
+                        let secret = oauth.client_secret.as_ref().or(oauth.private_key.as_ref()).map(Resolved::expose);
+                        material.push_str(&format!(
+                            "\0oauth\0{:?}\0{}\0{}\0{}\0{}\0{}",
+                            oauth.grant,
+                            oauth.client_id.as_deref().unwrap_or_default(),
+                            secret.unwrap_or_default(),
+                            oauth.client_metadata_url.as_deref().unwrap_or_default(),
+                            oauth.scopes.as_deref().unwrap_or_default(),
+                            oauth.token_file.display()
+                        ));
+                    }
+                    None => {}
                 }
             }
             Transport::Stdio(stdio) => {

@@ -323,3 +323,24 @@ fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
     let stdio = "[servers.local]\ncommand = \"x\"\nauth = { token = \"y-123456\" }\n";
     assert!(load("t.toml", stdio).unwrap_err().contains("only HTTP servers (url) take headers, auth and ca_file"));
 }
+
+#[test]
+fn the_credential_fingerprint_follows_the_authorization() {
+    let fingerprint = |auth: &str| {
+        let text = format!("[servers.remote]\nurl = \"https://mcp.example/mcp\"\n{auth}\n");
+        load("t.toml", &text).unwrap().servers["remote"].credential_fingerprint("remote")
+    };
+    let none = fingerprint("");
+    let alice = fingerprint("auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\" }");
+    let bob = fingerprint("auth = { grant = \"client_credentials\", client_id = \"bob\", client_secret = \"secret-1\" }");
+    let login = fingerprint("auth = { grant = \"authorization_code\" }");
+    let other_login = fingerprint("auth = { grant = \"authorization_code\", token_file = \"other.json\" }");
+    let token = fingerprint("auth = { token = \"token-123456\" }");
+    let all = [&none, &alice, &bob, &login, &other_login, &token];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    assert_eq!(alice, fingerprint("auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\" }"));
+}
