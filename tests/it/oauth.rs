@@ -249,6 +249,27 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_the_authorization_server_forgot_is_made_again_at_the_next_login() {
+    let server = AuthServer::start(&["2"]);
+    let dir = TestDir::new();
+    let redirect = format!("http://127.0.0.1:{}/callback", free_port());
+    let app = start(config(&dir, &server.base, &format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\""))).await;
+    wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
+    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(http("POST", &format!("{}/admin/forget-clients", server.base)).0, 200);
+    // The next refresh (within 2 s) is refused with invalid_client.
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("invalid_client"), "{:?}", view.last_error);
+    let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
+    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    wait_for_server(app.registry(), "remote", "ready after registering again", |v| v.state == ServerState::Ready).await;
+    assert_eq!(server.stat("registrations"), 2);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials_are_auth_required() {
     let server = AuthServer::start(&["2", "daemon-client", "daemon-secret-value"]);
     let dir = TestDir::new();

@@ -55,7 +55,7 @@ pub enum AuthError {
 impl From<FlowError> for AuthError {
     fn from(error: FlowError) -> Self {
         match error {
-            FlowError::Required(message) => AuthError::Required(message),
+            FlowError::Required(message) | FlowError::Refused { message, .. } => AuthError::Required(message),
             FlowError::Unavailable(message) => AuthError::Unavailable(message),
         }
     }
@@ -365,14 +365,19 @@ impl Authorizer {
                         self.accept(inner, granted, started, None).await;
                         Ok(())
                     }
-                    Err(FlowError::Required(why)) => {
-                        // Revoked or expired: forget it, so that only a new login is tried.
+                    Err(refused @ (FlowError::Required(_) | FlowError::Refused { .. })) => {
+                        // Revoked or expired: forget it, so that only a new login is tried; and a
+                        // registration the server no longer knows, so that the login registers anew.
+                        let client_unknown = matches!(&refused, FlowError::Refused { code, .. } if code == "invalid_client");
                         if let Some(stored) = inner.stored.as_mut() {
                             stored.refresh_token = None;
                             stored.access_token = None;
+                            if client_unknown {
+                                stored.registered_client = None;
+                            }
                             self.save(stored).await;
                         }
-                        Err(self.login_required(&format!("its refresh token no longer works ({why})")))
+                        Err(self.login_required(&format!("its refresh token no longer works ({refused})")))
                     }
                     Err(error) => Err(error.into()),
                 }
@@ -433,7 +438,7 @@ impl Authorizer {
         if let Some(metrics) = &self.metrics {
             let outcome = match &result {
                 Ok(_) => "ok",
-                Err(FlowError::Required(_)) => "required",
+                Err(FlowError::Required(_) | FlowError::Refused { .. }) => "required",
                 Err(FlowError::Unavailable(_)) => "unavailable",
             };
             metrics.record_token_request(&self.server, grant, outcome);

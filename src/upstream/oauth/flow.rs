@@ -32,6 +32,10 @@ pub enum FlowError {
     /// The authorization server is unreachable or failing: a later attempt may succeed.
     #[error("{0}")]
     Unavailable(String),
+    /// The authorization server refused with an OAuth error code (`invalid_grant`,
+    /// `invalid_client`, …): like [`FlowError::Required`], with the code to act on.
+    #[error("{message}")]
+    Refused { code: String, message: String },
 }
 
 /// An HTTP client for the authorization server (the MCP server's TLS settings apply).
@@ -348,9 +352,11 @@ fn refusal(what: &str, answer: &Answer) -> FlowError {
         None => format!("{what} failed: HTTP {}", answer.status),
     };
     if answer.status.is_server_error() || answer.status == StatusCode::TOO_MANY_REQUESTS || answer.status == StatusCode::REQUEST_TIMEOUT {
-        FlowError::Unavailable(message)
-    } else {
-        FlowError::Required(message)
+        return FlowError::Unavailable(message);
+    }
+    match code {
+        Some(code) => FlowError::Refused { code, message },
+        None => FlowError::Required(message),
     }
 }
 
