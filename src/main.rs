@@ -175,6 +175,20 @@ enum Command {
         #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Forget an OAuth server's authorization: revoke its tokens at the authorization server
+    /// (where it offers revocation), delete its token file, and have the daemon reconnect it
+    /// (it is then `auth_required` until the next `toolhost login`).
+    Logout {
+        server: String,
+        #[arg(long, short, env = "TOOLHOST_CONFIG")]
+        config: PathBuf,
+        /// The daemon to tell: unix:PATH or host:port (default: from --config).
+        #[arg(long, env = "TOOLHOST_ADDR")]
+        addr: Option<String>,
+        /// A bearer token for the daemon's TCP listener.
+        #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Serve MCP on stdin and stdout, bridged to the daemon's MCP socket: the command a desktop
     /// client's `mcpServers` entry runs (`{"command": "toolhost", "args": ["mcp"]}`).
     Mcp {
@@ -255,7 +269,14 @@ fn main() -> ExitCode {
         Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
         Command::Fleet(client) => (ClientCommand::Fleet, client),
         Command::FleetMigrate { config } => return fleet_migrate(&config),
-        Command::Login { server, config, scope, paste, addr, token } => return login(&config, server, scope, paste, addr, token),
+        Command::Login { server, config, scope, paste, addr, token } => {
+            let done = with_runtime(toolhost::cli::login::run(&config, &server, scope, paste));
+            return tell_daemon(done, &config, server, addr, token);
+        }
+        Command::Logout { server, config, addr, token } => {
+            let done = with_runtime(toolhost::cli::login::logout(&config, &server));
+            return tell_daemon(done, &config, server, addr, token);
+        }
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -298,29 +319,26 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn login(
+/// Prints what a login or logout did, then asks the daemon to restart the server so that it
+/// acts on it now (it would at its next attempt anyway).
+fn tell_daemon(
+    done: Result<Result<String, String>, String>,
     config: &std::path::Path,
     server: String,
-    scope: Option<String>,
-    paste: bool,
     addr: Option<String>,
     token: Option<String>,
 ) -> ExitCode {
     use std::io::Write;
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
-    };
-    match runtime.block_on(toolhost::cli::login::run(config, &server, scope, paste)) {
-        Ok(done) => {
+    match done {
+        Ok(Ok(done)) => {
             let _ = writeln!(std::io::stdout(), "{done}");
         }
-        Err(error) => return fail(&error, 1),
+        Ok(Err(error)) | Err(error) => return fail(&error, 1),
     }
-    // The daemon would find the tokens at its next attempt; a restart uses them now.
     let options = ClientOptions { addr, config: Some(config.to_path_buf()), json: false, token };
-    if let Err(error) = runtime.block_on(toolhost::cli::run(ClientCommand::Restart { server }, options)) {
-        let _ = writeln!(std::io::stdout(), "the daemon was not told ({error}); it uses the tokens at its next attempt");
+    let told = with_runtime(toolhost::cli::run(ClientCommand::Restart { server }, options));
+    if let Err(error) = told.and_then(|told| told.map_err(|error| error.to_string())) {
+        let _ = writeln!(std::io::stdout(), "the daemon was not told ({error}); it acts on this at its next attempt");
     }
     ExitCode::SUCCESS
 }

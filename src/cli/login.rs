@@ -26,39 +26,69 @@ const MAX_REQUEST_BYTES: usize = 16 << 10;
 /// # Errors
 /// What went wrong, for the operator.
 pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste: bool) -> Result<String, String> {
-    let config = Config::load(config_path).map_err(|err| format!("invalid configuration: {err}"))?;
-    let spec = config.servers.get(server).ok_or_else(|| format!("there is no server {server:?} in {}", config_path.display()))?;
-    let Transport::Http(http_spec) = &spec.transport else { return Err(format!("{server} is a stdio server: it needs no login")) };
-    let oauth = match &http_spec.auth {
-        Some(AuthSpec::OAuth(oauth)) if oauth.grant == Grant::AuthorizationCode => oauth,
-        Some(AuthSpec::OAuth(_)) => {
-            return Err(format!("{server} uses the client credentials grant: the daemon authorizes itself, no login needed"));
-        }
-        _ => return Err(format!("{server} has no `auth = {{ grant = \"authorization_code\" }}` in its configuration")),
-    };
-    let redirect_uri = oauth.redirect_uri.clone();
     let visit: Visit = Box::new(move |url: String| {
-        let redirect_uri = redirect_uri.clone();
         Box::pin(async move {
             match paste {
                 true => paste_redirect(&url).await,
-                false => loopback_redirect(&url, &redirect_uri).await,
+                false => loopback_redirect(&url).await,
             }
         })
     });
-    let name: Arc<str> = server.into();
-    let authorizer = crate::upstream::authorizer_for(&name, spec, Interaction::Operator(visit), None)
-        .map_err(|err| err.to_string())?
-        .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
-    let web =
-        flow::Web::new(crate::upstream::http::client(http_spec, spec.request_timeout).map_err(|e| e.to_string())?, spec.request_timeout);
-    let challenge = discovery::probe(&web, &http_spec.url).await.map_err(|err| err.to_string())?;
-    authorizer.login(challenge, scope).await.map_err(|err| format!("the login failed: {err}"))?;
-    Ok(format!("logged in: {server}'s tokens are in {}", oauth.token_file.display()))
+    let target = Target::load(config_path, server, Interaction::Operator(visit))?;
+    let challenge = target.probe().await?;
+    target.authorizer.login(challenge, scope).await.map_err(|err| format!("the login failed: {err}"))?;
+    Ok(format!("logged in: {server}'s tokens are in {}", target.authorizer.token_file().display()))
+}
+
+/// `toolhost logout SERVER`: revokes the server's tokens where the authorization server offers
+/// revocation, and deletes its token file.
+///
+/// # Errors
+/// What went wrong, for the operator.
+pub async fn logout(config_path: &Path, server: &str) -> Result<String, String> {
+    let target = Target::load(config_path, server, Interaction::None)?;
+    // Revoking needs the authorization server, whose address the challenge may hold.
+    let challenge = target.probe().await.unwrap_or(None);
+    let outcome = target.authorizer.logout(challenge).await.map_err(|err| err.to_string())?;
+    Ok(format!("logged out of {server}: {outcome}; {} deleted", target.authorizer.token_file().display()))
+}
+
+/// A server configured for the authorization code grant, with its authorizer.
+struct Target {
+    authorizer: Arc<crate::upstream::oauth::authorizer::Authorizer>,
+    web: flow::Web,
+    url: String,
+}
+
+impl Target {
+    fn load(config_path: &Path, server: &str, interaction: Interaction) -> Result<Target, String> {
+        let config = Config::load(config_path).map_err(|err| format!("invalid configuration: {err}"))?;
+        let spec = config.servers.get(server).ok_or_else(|| format!("there is no server {server:?} in {}", config_path.display()))?;
+        let Transport::Http(http_spec) = &spec.transport else { return Err(format!("{server} is a stdio server: it has no login")) };
+        match &http_spec.auth {
+            Some(AuthSpec::OAuth(oauth)) if oauth.grant == Grant::AuthorizationCode => {}
+            Some(AuthSpec::OAuth(_)) => {
+                return Err(format!("{server} uses the client credentials grant: the daemon authorizes itself, there is no login"));
+            }
+            _ => return Err(format!("{server} has no `auth = {{ grant = \"authorization_code\" }}` in its configuration")),
+        }
+        let name: Arc<str> = server.into();
+        let authorizer = crate::upstream::authorizer_for(&name, spec, interaction, None)
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
+        let client = crate::upstream::http::client(http_spec, spec.request_timeout).map_err(|err| err.to_string())?;
+        Ok(Target { authorizer, web: flow::Web::new(client, spec.request_timeout), url: http_spec.url.clone() })
+    }
+
+    /// The server's challenge to a request without a token.
+    async fn probe(&self) -> Result<Option<crate::upstream::oauth::Challenge>, String> {
+        discovery::probe(&self.web, &self.url).await.map_err(|err| err.to_string())
+    }
 }
 
 /// Prints the URL and waits for the browser's redirect on the loopback address.
-async fn loopback_redirect(url: &str, redirect_uri: &str) -> Result<String, String> {
+async fn loopback_redirect(url: &str) -> Result<String, String> {
+    let redirect_uri = redirect_of(url)?;
     let rest = redirect_uri.strip_prefix("http://").ok_or_else(|| {
         format!("the redirect URI {redirect_uri} is not a loopback http:// address: use --paste, and paste the URL the browser ends on")
     })?;
@@ -119,6 +149,15 @@ async fn paste_redirect(url: &str) -> Result<String, String> {
     line.split_once('?')
         .map(|(_, query)| query.to_owned())
         .ok_or_else(|| "the pasted text is not the redirected URL (it has no query)".to_owned())
+}
+
+/// The `redirect_uri` an authorization URL carries.
+fn redirect_of(url: &str) -> Result<String, String> {
+    let query = url.split_once('?').map(|(_, query)| query).unwrap_or_default();
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "redirect_uri")
+        .map(|(_, value)| value.into_owned())
+        .ok_or_else(|| "the authorization URL has no redirect_uri".to_owned())
 }
 
 fn announce(text: &str) {

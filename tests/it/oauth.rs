@@ -249,7 +249,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_registration_the_authorization_server_forgot_is_made_again_at_the_next_login() {
+async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_revokes() {
     let server = AuthServer::start(&["2"]);
     let dir = TestDir::new();
     let redirect = format!("http://127.0.0.1:{}/callback", free_port());
@@ -266,6 +266,20 @@ async fn a_registration_the_authorization_server_forgot_is_made_again_at_the_nex
     tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
     wait_for_server(app.registry(), "remote", "ready after registering again", |v| v.state == ServerState::Ready).await;
     assert_eq!(server.stat("registrations"), 2);
+
+    // Logout: both tokens revoked at the authorization server, the file gone, the daemon told.
+    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["logout", "remote", "--config"])
+        .arg(dir.path("toolhost.toml"))
+        .args(["--addr", &cli_addr(&app)])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && printed.contains("revoked at the authorization server"), "{printed}");
+    assert_eq!(server.stat("revocations"), 2);
+    assert!(!dir.path("remote.oauth.json").exists());
+    let view = wait_for_server(app.registry(), "remote", "auth required after the logout", |v| v.state == ServerState::AuthRequired).await;
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
     app.shutdown().await;
 }
 

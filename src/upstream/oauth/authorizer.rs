@@ -274,7 +274,7 @@ impl Authorizer {
                     // Remember what to ask for, so that `toolhost login` does.
                     if let Some(stored) = inner.stored.as_mut() {
                         stored.scope.clone_from(&wanted);
-                        self.save(stored).await;
+                        self.save(&mut inner).await;
                     }
                     Err(AuthError::Required(format!(
                         "the server needs the scopes \"{}\", more than were granted: run `toolhost login {}`",
@@ -298,6 +298,49 @@ impl Authorizer {
         self.authorize(&mut inner, challenge.as_ref(), scope).await
     }
 
+    /// `toolhost logout`: revokes the stored tokens at the authorization server where it offers
+    /// revocation (RFC 7009), then deletes the token file whatever the server said. Returns
+    /// what happened at the server.
+    ///
+    /// # Errors
+    /// The token file cannot be deleted.
+    pub async fn logout(&self, challenge: Option<Challenge>) -> Result<String, AuthError> {
+        let mut inner = self.inner.lock().await;
+        self.load(&mut inner);
+        let stored = inner.stored.clone().unwrap_or_else(|| Stored::new(&self.server_url));
+        let tokens: Vec<(&str, &str)> = [(&stored.refresh_token, "refresh_token"), (&stored.access_token, "access_token")]
+            .into_iter()
+            .filter_map(|(token, hint)| token.as_deref().map(|token| (token, hint)))
+            .collect();
+        let outcome = match tokens.is_empty() {
+            true => "there was nothing to revoke".to_owned(),
+            false => match self.revoke(&mut inner, challenge.as_ref(), &tokens).await {
+                Ok(true) => "revoked at the authorization server".to_owned(),
+                Ok(false) => "the authorization server offers no revocation: its tokens stay valid there until they expire".to_owned(),
+                Err(error) => format!("not revoked at the authorization server ({error})"),
+            },
+        };
+        match std::fs::remove_file(&self.spec.token_file) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(AuthError::Required(format!("cannot delete the token file {}: {err}", self.spec.token_file.display()))),
+        }
+        self.current.store(None);
+        inner.stored = Some(Stored::new(&self.server_url));
+        inner.stored_mtime = None;
+        Ok(outcome)
+    }
+
+    async fn revoke(&self, inner: &mut Inner, challenge: Option<&Challenge>, tokens: &[(&str, &str)]) -> Result<bool, AuthError> {
+        let discovery = self.discovery(inner, challenge).await?;
+        let client = self.client(inner, &discovery, false).await?;
+        let mut revoked = false;
+        for (token, hint) in tokens {
+            revoked |= flow::revoke(&self.web, &discovery.metadata, token, hint, &client.auth(self.signer.as_ref())).await?;
+        }
+        Ok(revoked)
+    }
+
     fn can_ask(&self) -> bool {
         !matches!(self.interaction, Interaction::None)
     }
@@ -313,6 +356,8 @@ impl Authorizer {
         }
         inner.stored_mtime = mtime;
         inner.file_problem = None;
+        // The file changed under the daemon (a login, a logout): it holds the truth now.
+        self.current.store(None);
         match tokens::load(&self.spec.token_file) {
             Ok(Some(stored)) if stored.server_url == self.server_url => {
                 if inner.scope.is_none() {
@@ -375,7 +420,7 @@ impl Authorizer {
                             if client_unknown {
                                 stored.registered_client = None;
                             }
-                            self.save(stored).await;
+                            self.save(inner).await;
                         }
                         Err(self.login_required(&format!("its refresh token no longer works ({refused})")))
                     }
@@ -497,8 +542,7 @@ impl Authorizer {
                 let registered = flow::register(&self.web, metadata, &self.spec.redirect_uri).await?;
                 stored.issuer = Some(metadata.issuer.clone());
                 stored.registered_client = Some(registered.clone());
-                let snapshot = stored.clone();
-                self.save(&snapshot).await;
+                self.save(inner).await;
                 registered
             }
             None => return Err(self.login_required("toolhost is not registered with its authorization server yet")),
@@ -538,9 +582,7 @@ impl Authorizer {
         if let Some(scope) = granted_scope.or(scope) {
             stored.scope = Some(scope);
         }
-        let snapshot = stored.clone();
-        self.save(&snapshot).await;
-        inner.stored_mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
+        self.save(inner).await;
     }
 
     fn install(&self, token: &str, obtained: Instant, lifetime: Option<Duration>) {
@@ -560,13 +602,15 @@ impl Authorizer {
 
     /// Writes the token file; a failure (a full disk) is logged and the token used anyway: it
     /// is valid, only a restart would need a new login.
-    async fn save(&self, stored: &Stored) {
+    async fn save(&self, inner: &mut Inner) {
+        let Some(stored) = inner.stored.clone() else { return };
         let path = self.spec.token_file.clone();
-        let stored = stored.clone();
         let saved = tokio::task::spawn_blocking(move || tokens::save(&path, &stored)).await.unwrap_or_else(|err| Err(err.to_string()));
         if let Err(message) = saved {
             self.warn(&message);
         }
+        // Its own write is not news to the daemon (see `load`).
+        inner.stored_mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
     }
 
     fn login_required(&self, why: &str) -> AuthError {

@@ -56,6 +56,7 @@ pub struct ServerMetadata {
     pub authorization_endpoint: Option<String>,
     pub token_endpoint: String,
     pub registration_endpoint: Option<String>,
+    pub revocation_endpoint: Option<String>,
     pub code_challenge_methods_supported: Option<Vec<String>>,
     pub token_endpoint_auth_methods_supported: Option<Vec<String>>,
     #[serde(default)]
@@ -142,6 +143,7 @@ async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, F
             authorization_endpoint: Some(format!("{origin}/authorize")),
             token_endpoint: format!("{origin}/token"),
             registration_endpoint: Some(format!("{origin}/register")),
+            revocation_endpoint: None,
             code_challenge_methods_supported: Some(vec!["S256".to_owned()]),
             token_endpoint_auth_methods_supported: None,
             client_id_metadata_document_supported: false,
@@ -154,7 +156,12 @@ async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, F
 
 /// Credentials go to an authorization server over HTTPS only, or to this machine.
 fn check_endpoints(metadata: &ServerMetadata) -> Result<(), FlowError> {
-    let endpoints = [Some(&metadata.token_endpoint), metadata.authorization_endpoint.as_ref(), metadata.registration_endpoint.as_ref()];
+    let endpoints = [
+        Some(&metadata.token_endpoint),
+        metadata.authorization_endpoint.as_ref(),
+        metadata.registration_endpoint.as_ref(),
+        metadata.revocation_endpoint.as_ref(),
+    ];
     match endpoints.into_iter().flatten().find(|url| !is_secure(url)) {
         Some(url) => Err(FlowError::Required(format!(
             "the authorization server's endpoint {url} is not HTTPS: toolhost sends credentials over HTTPS only (or to a loopback address)"

@@ -274,39 +274,8 @@ pub struct Granted {
 /// # Errors
 /// [`FlowError::Required`] when the server refused the grant or the client
 /// (`invalid_grant`, `invalid_client`, …), [`FlowError::Unavailable`] when it failed.
-pub async fn token(
-    web: &Web,
-    metadata: &ServerMetadata,
-    mut form: Vec<(&str, String)>,
-    client: &ClientAuth<'_>,
-) -> Result<Granted, FlowError> {
-    let mut authorization = None;
-    match client.method {
-        TokenEndpointAuth::ClientSecretBasic => {
-            let secret = client.secret.unwrap_or_default();
-            let pair = format!("{}:{}", form_encode(client.client_id), form_encode(secret));
-            authorization = Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)));
-        }
-        TokenEndpointAuth::ClientSecretPost => {
-            form.push(("client_id", client.client_id.to_owned()));
-            form.push(("client_secret", client.secret.unwrap_or_default().to_owned()));
-        }
-        TokenEndpointAuth::PrivateKeyJwt => {
-            let signer = client.signer.ok_or_else(|| FlowError::Required("private_key_jwt needs auth.private_key".into()))?;
-            let assertion = signer.assertion(client.client_id, &metadata.issuer).map_err(FlowError::Unavailable)?;
-            form.push(("client_id", client.client_id.to_owned()));
-            form.push(("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".to_owned()));
-            form.push(("client_assertion", assertion));
-        }
-        TokenEndpointAuth::None => form.push(("client_id", client.client_id.to_owned())),
-    }
-    // The serializer is not `Send`: it is gone before the request is awaited.
-    let body = form.iter().fold(form_urlencoded::Serializer::new(String::new()), |mut body, (name, value)| {
-        body.append_pair(name, value);
-        body
-    });
-    let body = { body }.finish().into_bytes();
-    let answer = web.post(&metadata.token_endpoint, "application/x-www-form-urlencoded", body, authorization).await?;
+pub async fn token(web: &Web, metadata: &ServerMetadata, form: Vec<(&str, String)>, client: &ClientAuth<'_>) -> Result<Granted, FlowError> {
+    let answer = post_authenticated(web, metadata, &metadata.token_endpoint, form, client).await?;
     if !answer.status.is_success() {
         return Err(refusal("the token request", &answer));
     }
@@ -334,6 +303,59 @@ pub async fn token(
         .filter(|secs| secs.is_finite() && *secs > 0.0)
         .map(|secs| Duration::from_secs_f64(secs.min(MAX_EXPIRES_IN_SECS as f64)));
     Ok(Granted { access_token: granted.access_token, expires_in, refresh_token: granted.refresh_token, scope: granted.scope })
+}
+
+/// Token revocation (RFC 7009) at the server's `revocation_endpoint`. `Ok(false)`: the server
+/// has none.
+///
+/// # Errors
+/// The server refused or did not answer.
+pub async fn revoke(web: &Web, metadata: &ServerMetadata, token: &str, hint: &str, client: &ClientAuth<'_>) -> Result<bool, FlowError> {
+    let Some(endpoint) = &metadata.revocation_endpoint else { return Ok(false) };
+    let form = vec![("token", token.to_owned()), ("token_type_hint", hint.to_owned())];
+    let answer = post_authenticated(web, metadata, endpoint, form, client).await?;
+    match answer.status.is_success() {
+        true => Ok(true),
+        false => Err(refusal("the revocation", &answer)),
+    }
+}
+
+/// A form POST to one of the authorization server's endpoints, with the client's
+/// authentication added.
+async fn post_authenticated(
+    web: &Web,
+    metadata: &ServerMetadata,
+    endpoint: &str,
+    mut form: Vec<(&str, String)>,
+    client: &ClientAuth<'_>,
+) -> Result<Answer, FlowError> {
+    let mut authorization = None;
+    match client.method {
+        TokenEndpointAuth::ClientSecretBasic => {
+            let secret = client.secret.unwrap_or_default();
+            let pair = format!("{}:{}", form_encode(client.client_id), form_encode(secret));
+            authorization = Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)));
+        }
+        TokenEndpointAuth::ClientSecretPost => {
+            form.push(("client_id", client.client_id.to_owned()));
+            form.push(("client_secret", client.secret.unwrap_or_default().to_owned()));
+        }
+        TokenEndpointAuth::PrivateKeyJwt => {
+            let signer = client.signer.ok_or_else(|| FlowError::Required("private_key_jwt needs auth.private_key".into()))?;
+            let assertion = signer.assertion(client.client_id, &metadata.issuer).map_err(FlowError::Unavailable)?;
+            form.push(("client_id", client.client_id.to_owned()));
+            form.push(("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".to_owned()));
+            form.push(("client_assertion", assertion));
+        }
+        TokenEndpointAuth::None => form.push(("client_id", client.client_id.to_owned())),
+    }
+    // The serializer is not `Send`: it is gone before the request is awaited.
+    let body = form.iter().fold(form_urlencoded::Serializer::new(String::new()), |mut body, (name, value)| {
+        body.append_pair(name, value);
+        body
+    });
+    let body = { body }.finish().into_bytes();
+    web.post(endpoint, "application/x-www-form-urlencoded", body, authorization).await
 }
 
 /// An OAuth error answer as a [`FlowError`], with the server's error code but nothing else it
