@@ -269,10 +269,7 @@ fn main() -> ExitCode {
         Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
         Command::Fleet(client) => (ClientCommand::Fleet, client),
         Command::FleetMigrate { config } => return fleet_migrate(&config),
-        Command::Login { server, config, scope, paste, addr, token } => {
-            let done = with_runtime(toolhost::cli::login::run(&config, &server, scope, paste));
-            return tell_daemon(done, &config, server, addr, token);
-        }
+        Command::Login { server, config, scope, paste, addr, token } => return login(&config, server, scope, paste, addr, token),
         Command::Logout { server, config, addr, token } => {
             let done = with_runtime(toolhost::cli::login::logout(&config, &server));
             return tell_daemon(done, &config, server, addr, token);
@@ -317,6 +314,30 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
     telemetry.shutdown();
     drop(runtime);
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// A login through the daemon; without a reachable daemon, done here.
+fn login(
+    config: &std::path::Path,
+    server: String,
+    scope: Option<String>,
+    paste: bool,
+    addr: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    use std::io::Write;
+    let options = ClientOptions { addr: addr.clone(), config: Some(config.to_path_buf()), json: false, token: token.clone() };
+    let command = ClientCommand::Login { server: server.clone(), scope: scope.clone(), paste };
+    match with_runtime(toolhost::cli::run(command, options)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error @ toolhost::cli::ClientError::Connect { .. })) => {
+            let _ = writeln!(std::io::stderr(), "{error}: logging in from here; the daemon uses the tokens when it starts");
+            let done = with_runtime(toolhost::cli::login::run(config, &server, scope, paste));
+            tell_daemon(done, config, server, addr, token)
+        }
+        Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),
+        Err(error) => fail(&error, 1),
+    }
 }
 
 /// Prints what a login or logout did, then asks the daemon to restart the server so that it

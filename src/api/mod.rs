@@ -9,6 +9,7 @@ pub(crate) mod authority;
 mod convert;
 mod fleet;
 mod integrity;
+pub(crate) mod login;
 mod search;
 pub(crate) mod service;
 mod status;

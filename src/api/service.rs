@@ -223,6 +223,14 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn fleet_status(&self, request: Request<pb::FleetStatusRequest>) -> Result<Response<pb::FleetStatusResponse>, Status> {
         self.fleet_status_in(request).await.map(Response::new)
     }
+
+    async fn begin_login(&self, request: Request<pb::BeginLoginRequest>) -> Result<Response<pb::BeginLoginResponse>, Status> {
+        self.begin_login_in(request).await.map(Response::new)
+    }
+
+    async fn complete_login(&self, request: Request<pb::CompleteLoginRequest>) -> Result<Response<pb::CompleteLoginResponse>, Status> {
+        self.complete_login_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {

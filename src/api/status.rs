@@ -85,6 +85,25 @@ impl From<ApproveError> for Status {
     }
 }
 
+impl From<crate::api::login::LoginError> for Status {
+    fn from(error: crate::api::login::LoginError) -> Status {
+        use crate::api::login::LoginError;
+        use crate::upstream::oauth::authorizer::AuthError;
+        let message = error.to_string();
+        let (code, reason, metadata) = match error {
+            LoginError::UnknownServer(server) => (Code::NotFound, "UNKNOWN_SERVER", vec![("server", server)]),
+            LoginError::NotApplicable(server) => (Code::FailedPrecondition, "LOGIN_NOT_APPLICABLE", vec![("server", server)]),
+            LoginError::Auth { server, error: AuthError::Unavailable(_) } => {
+                (Code::Unavailable, "AUTHORIZATION_SERVER_UNAVAILABLE", vec![("server", server)])
+            }
+            LoginError::Auth { server, error: AuthError::Required(_) | AuthError::Refused(_) } => {
+                (Code::FailedPrecondition, "AUTHORIZATION_FAILED", vec![("server", server)])
+            }
+        };
+        status(code, message, reason, metadata)
+    }
+}
+
 impl From<crate::fleet::FleetError> for Status {
     fn from(error: crate::fleet::FleetError) -> Status {
         use crate::fleet::FleetError;

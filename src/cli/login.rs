@@ -1,8 +1,9 @@
 //! `toolhost login SERVER`: the authorization code grant, done once by an operator. It prints
-//! the authorization URL, waits for the browser on the loopback redirect (or for the URL the
-//! browser ended on, pasted, when the browser runs on another machine), stores the tokens in the
-//! server's token file, and asks the daemon to reconnect the server at once. The daemon
-//! refreshes the tokens from then on.
+//! the authorization URL and waits for the browser on the loopback redirect (or for the URL the
+//! browser ended on, pasted, when the browser runs on another machine). With the daemon running,
+//! the daemon does the rest (`BeginLogin`, `CompleteLogin`: it holds the credentials and owns
+//! the token file); without it, this process does, and the daemon finds the token file when it
+//! starts. The daemon refreshes the tokens from then on. `toolhost logout` is here too.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,8 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::auth::{AuthSpec, Grant};
 use crate::config::{Config, Transport};
-use crate::upstream::oauth::authorizer::{Interaction, Visit};
-use crate::upstream::oauth::{discovery, flow};
+use crate::upstream::oauth::authorizer::{Authorizer, Interaction, Visit};
 
 /// How long the operator has to approve in the browser.
 const APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -26,18 +26,10 @@ const MAX_REQUEST_BYTES: usize = 16 << 10;
 /// # Errors
 /// What went wrong, for the operator.
 pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste: bool) -> Result<String, String> {
-    let visit: Visit = Box::new(move |url: String| {
-        Box::pin(async move {
-            match paste {
-                true => paste_redirect(&url).await,
-                false => loopback_redirect(&url).await,
-            }
-        })
-    });
-    let target = Target::load(config_path, server, Interaction::Operator(visit))?;
-    let challenge = target.probe().await?;
-    target.authorizer.login(challenge, scope).await.map_err(|err| format!("the login failed: {err}"))?;
-    Ok(format!("logged in: {server}'s tokens are in {}", target.authorizer.token_file().display()))
+    let visit: Visit = Box::new(move |url: String| Box::pin(async move { browser(&url, paste).await }));
+    let authorizer = authorizer(config_path, server, Interaction::Operator(visit))?;
+    authorizer.login(scope).await.map_err(|err| format!("the login failed: {err}"))?;
+    Ok(format!("logged in: {server}'s tokens are in {}", authorizer.token_file().display()))
 }
 
 /// `toolhost logout SERVER`: revokes the server's tokens where the authorization server offers
@@ -46,43 +38,38 @@ pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste:
 /// # Errors
 /// What went wrong, for the operator.
 pub async fn logout(config_path: &Path, server: &str) -> Result<String, String> {
-    let target = Target::load(config_path, server, Interaction::None)?;
-    // Revoking needs the authorization server, whose address the challenge may hold.
-    let challenge = target.probe().await.unwrap_or(None);
-    let outcome = target.authorizer.logout(challenge).await.map_err(|err| err.to_string())?;
-    Ok(format!("logged out of {server}: {outcome}; {} deleted", target.authorizer.token_file().display()))
+    let authorizer = authorizer(config_path, server, Interaction::None)?;
+    let outcome = authorizer.logout().await.map_err(|err| err.to_string())?;
+    Ok(format!("logged out of {server}: {outcome}; {} deleted", authorizer.token_file().display()))
 }
 
-/// A server configured for the authorization code grant, with its authorizer.
-struct Target {
-    authorizer: Arc<crate::upstream::oauth::authorizer::Authorizer>,
-    web: flow::Web,
-    url: String,
-}
-
-impl Target {
-    fn load(config_path: &Path, server: &str, interaction: Interaction) -> Result<Target, String> {
-        let config = Config::load(config_path).map_err(|err| format!("invalid configuration: {err}"))?;
-        let spec = config.servers.get(server).ok_or_else(|| format!("there is no server {server:?} in {}", config_path.display()))?;
-        let Transport::Http(http_spec) = &spec.transport else { return Err(format!("{server} is a stdio server: it has no login")) };
-        match &http_spec.auth {
-            Some(AuthSpec::OAuth(oauth)) if oauth.grant == Grant::AuthorizationCode => {}
-            Some(AuthSpec::OAuth(_)) => {
-                return Err(format!("{server} uses the client credentials grant: the daemon authorizes itself, there is no login"));
-            }
-            _ => return Err(format!("{server} has no `auth = {{ grant = \"authorization_code\" }}` in its configuration")),
+/// The authorizer of a server configured for the authorization code grant.
+fn authorizer(config_path: &Path, server: &str, interaction: Interaction) -> Result<Arc<Authorizer>, String> {
+    let config = Config::load(config_path).map_err(|err| format!("invalid configuration: {err}"))?;
+    let spec = config.servers.get(server).ok_or_else(|| format!("there is no server {server:?} in {}", config_path.display()))?;
+    let Transport::Http(http_spec) = &spec.transport else { return Err(format!("{server} is a stdio server: it has no login")) };
+    match &http_spec.auth {
+        Some(AuthSpec::OAuth(oauth)) if oauth.grant == Grant::AuthorizationCode => {}
+        Some(AuthSpec::OAuth(_)) => {
+            return Err(format!("{server} uses the client credentials grant: the daemon authorizes itself, there is no login"));
         }
-        let name: Arc<str> = server.into();
-        let authorizer = crate::upstream::authorizer_for(&name, spec, interaction, None)
-            .map_err(|err| err.to_string())?
-            .ok_or_else(|| format!("{server} has no OAuth configuration"))?;
-        let client = crate::upstream::http::client(http_spec, spec.request_timeout).map_err(|err| err.to_string())?;
-        Ok(Target { authorizer, web: flow::Web::new(client, spec.request_timeout), url: http_spec.url.clone() })
+        _ => return Err(format!("{server} has no `auth = {{ grant = \"authorization_code\" }}` in its configuration")),
     }
+    crate::upstream::authorizer_for(&server.into(), spec, interaction, None)
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("{server} has no OAuth configuration"))
+}
 
-    /// The server's challenge to a request without a token.
-    async fn probe(&self) -> Result<Option<crate::upstream::oauth::Challenge>, String> {
-        discovery::probe(&self.web, &self.url).await.map_err(|err| err.to_string())
+/// The operator's side of an authorization: prints the URL, then waits for the browser's
+/// redirect on the loopback address the URL names, or (`paste`) reads the URL the browser
+/// ended on. Returns the redirect's query.
+///
+/// # Errors
+/// The listener cannot be set up, the operator gave up, or the pasted text is not a redirect.
+pub async fn browser(url: &str, paste: bool) -> Result<String, String> {
+    match paste {
+        true => paste_redirect(url).await,
+        false => loopback_redirect(url).await,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The operator's command line, a gRPC client of the daemon's own API.
 //!
-//! Exit codes: 0 success, 1 the tool reported an error (`isError`), 2 a usage error, 3 an RPC
+//! Exit codes: 0 success, 1 the tool reported an error (`isError`) or a login failed, 2 a usage error, 3 an RPC
 //! error (the status is printed), 64 a bad configuration file.
 
 pub mod bridge;
@@ -54,6 +54,13 @@ pub enum ClientCommand {
     Restart {
         server: String,
     },
+    /// An OAuth login done by the daemon, with this process on the browser's side.
+    Login {
+        server: String,
+        scope: Option<String>,
+        /// Read the redirected URL from stdin instead of listening for it.
+        paste: bool,
+    },
     Whoami,
     Audit {
         since: Option<String>,
@@ -103,6 +110,8 @@ pub enum ClientError {
     Rpc(#[from] tonic::Status),
     #[error("the tool reported an error")]
     ToolError,
+    #[error("{0}")]
+    Login(String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -113,7 +122,7 @@ impl ClientError {
             ClientError::Usage(_) => EXIT_USAGE,
             ClientError::Config(_) => EXIT_CONFIG,
             ClientError::Connect { .. } | ClientError::Rpc(_) | ClientError::Output(_) => EXIT_RPC_ERROR,
-            ClientError::ToolError => EXIT_TOOL_ERROR,
+            ClientError::ToolError | ClientError::Login(_) => EXIT_TOOL_ERROR,
         }
     }
 }
@@ -206,6 +215,14 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         ClientCommand::Restart { server } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
+        }
+        ClientCommand::Login { server, scope, paste } => {
+            let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default() };
+            let started = client.begin_login(request).await?.into_inner();
+            let redirect_query = login::browser(&started.authorization_url, paste).await.map_err(ClientError::Login)?;
+            let request = pb::CompleteLoginRequest { server: server.clone(), login_id: started.login_id, redirect_query };
+            let done = client.complete_login(request).await?.into_inner();
+            out.done(&format!("logged in: the daemon keeps {server}'s tokens in {} and reconnects it", done.token_file))?;
         }
         ClientCommand::Approve { server, tools, all, hash } => {
             let request = pb::ApproveToolsRequest { server: server.clone(), tools, all, hash: hash.unwrap_or_default() };

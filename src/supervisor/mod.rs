@@ -358,6 +358,12 @@ impl Refresher {
         self.send(server, WorkerCommand::Restart);
     }
 
+    /// The server's authorization changed (an operator logged in): a worker waiting out its
+    /// backoff tries now; a running session goes on (its authorizer already has the token).
+    pub fn authorized(&self, server: &str) {
+        self.send(server, WorkerCommand::Authorized);
+    }
+
     fn send(&self, server: &str, command: WorkerCommand) {
         let sender = self.senders.read().unwrap_or_else(PoisonError::into_inner).get(server).cloned();
         // A full queue already holds a request that will run after this moment.

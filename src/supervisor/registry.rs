@@ -69,6 +69,8 @@ pub struct ServerView {
     pub transport: &'static str,
     /// The live session, while there is one.
     pub session: Option<SessionHandle>,
+    /// An OAuth server's authorization (what `BeginLogin` and `CompleteLogin` drive).
+    pub authorizer: Option<Arc<crate::upstream::oauth::authorizer::Authorizer>>,
     /// What the server said about itself in the current (or last) session.
     pub hello: Option<ServerHello>,
     /// The current generation. It stays while the server is down: its tools are then
@@ -235,6 +237,7 @@ impl ServerView {
             state,
             transport,
             session: None,
+            authorizer: None,
             hello: None,
             generation: None,
             qualified: Arc::default(),

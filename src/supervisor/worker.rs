@@ -50,6 +50,8 @@ pub(crate) enum WorkerCommand {
     Refresh(EnumerationReason, Option<SpanContext>),
     /// End the session and start a fresh one at once.
     Restart,
+    /// A new authorization: stop waiting out a backoff (nothing for a running session).
+    Authorized,
 }
 
 /// Why a session ended.
@@ -108,6 +110,8 @@ impl Worker {
                 }
             },
         };
+        let authorizer = settings.authorizer.clone();
+        self.registry.update(&self.name, |view| view.authorizer = authorizer);
         let mut failures: u32 = 0;
         let mut first = true;
         loop {
@@ -183,9 +187,9 @@ impl Worker {
             tokio::select! {
                 () = self.cancel.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}
-                // An operator's restart cuts the wait short (`toolhost login` asks for one).
-                Some(WorkerCommand::Restart) = self.commands.recv() => {
-                    tracing::info!(server = %self.name, "restart asked for: not waiting out the backoff");
+                // An operator's restart, or a login, cuts the wait short.
+                Some(WorkerCommand::Restart | WorkerCommand::Authorized) = self.commands.recv() => {
+                    tracing::info!(server = %self.name, "restart or new authorization: not waiting out the backoff");
                 }
             }
         }
@@ -291,6 +295,7 @@ impl Worker {
                         cause = link;
                     }
                     WorkerCommand::Restart => break SessionEnd::Restart,
+                    WorkerCommand::Authorized => {}
                 },
                 () = retry => pending = Some(EnumerationReason::Manual),
                 () = sleep_until_opt(ttl_refresh_at) => {

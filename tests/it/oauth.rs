@@ -93,12 +93,14 @@ fn login(config: &std::path::Path, app_addr: &str) -> String {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut before = String::new();
     let url = loop {
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "login ended without printing a URL");
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "login ended without printing a URL: {before}");
         if let Some(url) = line.trim().strip_prefix("http") {
             break format!("http{url}");
         }
+        before.push_str(&line);
     };
     let (status, location, _) = http("GET", &url);
     assert_eq!(status, 302, "the authorization server approves at once");
@@ -110,7 +112,7 @@ fn login(config: &std::path::Path, app_addr: &str) -> String {
     assert!(printed.contains("logged in"), "{printed}");
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
-    format!("{url}\n{rest}{printed}")
+    format!("{before}{url}\n{rest}{printed}")
 }
 
 fn config(dir: &TestDir, base: &str, auth: &str) -> toolhost::config::Config {
@@ -145,6 +147,13 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     let auth = format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\", token_file = \"remote.tokens.json\"");
     let app = start(config(&dir, &server.base, &auth)).await;
 
+    // A redirect for a login nobody began is refused, and changes nothing.
+    let mut grpc = client(&app).await;
+    let bogus = pb::CompleteLoginRequest { server: "remote".into(), login_id: "made-up".into(), redirect_query: "code=x&state=y".into() };
+    let refused = grpc.complete_login(bogus).await.unwrap_err();
+    assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "AUTHORIZATION_FAILED"));
+    let unknown = grpc.begin_login(pb::BeginLoginRequest { server: "nosuch".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(error_info(&unknown).0, "UNKNOWN_SERVER");
     // Never logged in: a state that says what to do, not an empty catalog.
     let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
     assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
@@ -253,10 +262,13 @@ async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_rev
     let server = AuthServer::start(&["2"]);
     let dir = TestDir::new();
     let redirect = format!("http://127.0.0.1:{}/callback", free_port());
-    let app = start(config(&dir, &server.base, &format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\""))).await;
-    wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
-    tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
+    let config = config(&dir, &server.base, &format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\""));
+    // Before the daemon runs: the login is done by the command itself, and the daemon finds the
+    // token file when it starts.
+    let (config_path, nowhere) = (dir.path("toolhost.toml"), format!("unix:{}", dir.path("no-daemon.sock").display()));
+    let printed = tokio::task::spawn_blocking(move || login(&config_path, &nowhere)).await.unwrap();
+    assert!(printed.contains("logging in from here") && printed.contains("the daemon was not told"), "{printed}");
+    let app = start(config).await;
     wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
     assert_eq!(http("POST", &format!("{}/admin/forget-clients", server.base)).0, 200);
     // The next refresh (within 2 s) is refused with invalid_client.
@@ -301,6 +313,8 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     }
     assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
     assert!(!dir.path("remote.oauth.json").exists(), "client credentials need no token file");
+    let refused = client.begin_login(pb::BeginLoginRequest { server: "remote".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "LOGIN_NOT_APPLICABLE"));
     // Idle, the token is renewed all the same (2 s tokens: at least two in 4.5 s).
     let before = server.stat("client_credentials");
     tokio::time::sleep(Duration::from_millis(4500)).await;

@@ -33,6 +33,9 @@ use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 
+mod login;
+pub use login::{LOGIN_TIMEOUT, LoginStarted};
+
 /// How often an idle token without an expiry is looked at, and the longest wait between
 /// attempts at a due refresh that failed.
 const KEEP_FRESH_IDLE: Duration = Duration::from_secs(60);
@@ -119,6 +122,14 @@ pub struct Authorizer {
     refreshes: AtomicU64,
     warnings: Throttle,
     metrics: Option<Metrics>,
+    /// An operator's login through the daemon, between its two RPCs (one at a time).
+    pending_login: std::sync::Mutex<Option<login::PendingLogin>>,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer").field("server", &self.server).field("grant", &self.spec.grant).finish_non_exhaustive()
+    }
 }
 
 impl Authorizer {
@@ -145,12 +156,17 @@ impl Authorizer {
             refreshes: AtomicU64::new(0),
             warnings: Throttle::new(1),
             metrics,
+            pending_login: std::sync::Mutex::new(None),
         })
     }
 
     /// Tokens obtained by refresh (or a new client-credentials grant) since start.
     pub fn refreshes(&self) -> u64 {
         self.refreshes.load(Ordering::Relaxed)
+    }
+
+    pub fn grant(&self) -> Grant {
+        self.spec.grant
     }
 
     pub fn token_file(&self) -> &PathBuf {
@@ -287,60 +303,6 @@ impl Authorizer {
         Err(AuthError::Refused(status.as_u16()))
     }
 
-    /// `toolhost login`: a new authorization from the operator, whatever is stored.
-    ///
-    /// # Errors
-    /// Discovery, the operator's answer or the token request failed.
-    pub async fn login(&self, challenge: Option<Challenge>, scope: Option<String>) -> Result<(), AuthError> {
-        let mut inner = self.inner.lock().await;
-        self.load(&mut inner);
-        let scope = scope.or_else(|| inner.stored.as_ref().and_then(|s| s.scope.clone()));
-        self.authorize(&mut inner, challenge.as_ref(), scope).await
-    }
-
-    /// `toolhost logout`: revokes the stored tokens at the authorization server where it offers
-    /// revocation (RFC 7009), then deletes the token file whatever the server said. Returns
-    /// what happened at the server.
-    ///
-    /// # Errors
-    /// The token file cannot be deleted.
-    pub async fn logout(&self, challenge: Option<Challenge>) -> Result<String, AuthError> {
-        let mut inner = self.inner.lock().await;
-        self.load(&mut inner);
-        let stored = inner.stored.clone().unwrap_or_else(|| Stored::new(&self.server_url));
-        let tokens: Vec<(&str, &str)> = [(&stored.refresh_token, "refresh_token"), (&stored.access_token, "access_token")]
-            .into_iter()
-            .filter_map(|(token, hint)| token.as_deref().map(|token| (token, hint)))
-            .collect();
-        let outcome = match tokens.is_empty() {
-            true => "there was nothing to revoke".to_owned(),
-            false => match self.revoke(&mut inner, challenge.as_ref(), &tokens).await {
-                Ok(true) => "revoked at the authorization server".to_owned(),
-                Ok(false) => "the authorization server offers no revocation: its tokens stay valid there until they expire".to_owned(),
-                Err(error) => format!("not revoked at the authorization server ({error})"),
-            },
-        };
-        match std::fs::remove_file(&self.spec.token_file) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => return Err(AuthError::Required(format!("cannot delete the token file {}: {err}", self.spec.token_file.display()))),
-        }
-        self.current.store(None);
-        inner.stored = Some(Stored::new(&self.server_url));
-        inner.stored_mtime = None;
-        Ok(outcome)
-    }
-
-    async fn revoke(&self, inner: &mut Inner, challenge: Option<&Challenge>, tokens: &[(&str, &str)]) -> Result<bool, AuthError> {
-        let discovery = self.discovery(inner, challenge).await?;
-        let client = self.client(inner, &discovery, false).await?;
-        let mut revoked = false;
-        for (token, hint) in tokens {
-            revoked |= flow::revoke(&self.web, &discovery.metadata, token, hint, &client.auth(self.signer.as_ref())).await?;
-        }
-        Ok(revoked)
-    }
-
     fn can_ask(&self) -> bool {
         !matches!(self.interaction, Interaction::None)
     }
@@ -441,32 +403,6 @@ impl Authorizer {
         if self.current.load().is_some() {
             self.refreshes.fetch_add(1, Ordering::Relaxed);
         }
-        self.accept(inner, granted, started, scope).await;
-        Ok(())
-    }
-
-    /// The authorization code grant with PKCE, approved through [`Interaction`].
-    async fn authorize(&self, inner: &mut Inner, challenge: Option<&Challenge>, scope: Option<String>) -> Result<(), AuthError> {
-        let discovery = self.discovery(inner, challenge).await?;
-        let client = self.client(inner, &discovery, true).await?;
-        let scope = scope.or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
-        let pending = flow::authorization_url(&discovery, &client.id, &client.redirect_uri, scope.as_deref())?;
-        let query = match &self.interaction {
-            Interaction::None => return Err(self.login_required("it needs a new authorization")),
-            Interaction::FollowRedirect => self.web.follow_authorization(&pending.url).await?,
-            Interaction::Operator(visit) => visit(pending.url.clone()).await.map_err(AuthError::Required)?,
-        };
-        let code = pending.code(&query)?;
-        let form = vec![
-            ("grant_type", "authorization_code".to_owned()),
-            ("code", code),
-            ("redirect_uri", pending.redirect_uri.clone()),
-            ("code_verifier", pending.verifier().to_owned()),
-            ("resource", discovery.resource.clone()),
-        ];
-        let started = Instant::now();
-        let granted = self.token(&discovery, form, &client).await?;
-        inner.scope.clone_from(&scope);
         self.accept(inner, granted, started, scope).await;
         Ok(())
     }
