@@ -270,10 +270,7 @@ fn main() -> ExitCode {
         Command::Fleet(client) => (ClientCommand::Fleet, client),
         Command::FleetMigrate { config } => return fleet_migrate(&config),
         Command::Login { server, config, scope, paste, addr, token } => return login(&config, server, scope, paste, addr, token),
-        Command::Logout { server, config, addr, token } => {
-            let done = with_runtime(toolhost::cli::login::logout(&config, &server));
-            return tell_daemon(done, &config, server, addr, token);
-        }
+        Command::Logout { server, config, addr, token } => return logout(&config, server, addr, token),
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -333,6 +330,22 @@ fn login(
         Ok(Err(error @ toolhost::cli::ClientError::Connect { .. })) => {
             let _ = writeln!(std::io::stderr(), "{error}: logging in from here; the daemon uses the tokens when it starts");
             let done = with_runtime(toolhost::cli::login::run(config, &server, scope, paste));
+            tell_daemon(done, config, server, addr, token)
+        }
+        Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),
+        Err(error) => fail(&error, 1),
+    }
+}
+
+/// A logout through the daemon; without a reachable daemon, done here.
+fn logout(config: &std::path::Path, server: String, addr: Option<String>, token: Option<String>) -> ExitCode {
+    use std::io::Write;
+    let options = ClientOptions { addr: addr.clone(), config: Some(config.to_path_buf()), json: false, token: token.clone() };
+    match with_runtime(toolhost::cli::run(ClientCommand::Logout { server: server.clone() }, options)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error @ toolhost::cli::ClientError::Connect { .. })) => {
+            let _ = writeln!(std::io::stderr(), "{error}: logging out from here");
+            let done = with_runtime(toolhost::cli::login::logout(config, &server));
             tell_daemon(done, config, server, addr, token)
         }
         Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),

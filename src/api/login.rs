@@ -1,4 +1,4 @@
-//! `BeginLogin` and `CompleteLogin` (operators only): an OAuth login done by the daemon, which
+//! `BeginLogin`, `CompleteLogin` and `Logout` (operators only): an OAuth login done by the daemon, which
 //! holds the configuration's credentials and owns the token file, with the operator's CLI as the
 //! browser's side. The work is the server's `Authorizer`'s.
 
@@ -52,6 +52,16 @@ impl ToolHostService {
         // A server waiting out its backoff tries now; a running session already has the token.
         self.refresher.authorized(&request.server);
         Ok(pb::CompleteLoginResponse { token_file: authorizer.token_file().display().to_string() })
+    }
+
+    pub(crate) async fn logout_in(&self, request: Request<pb::LogoutRequest>) -> Result<pb::LogoutResponse, Status> {
+        self.admit_admin(&request)?;
+        let server = request.into_inner().server;
+        let authorizer = self.login_authorizer(&server)?;
+        let outcome = authorizer.logout().await.map_err(|error| LoginError::Auth { server: server.clone(), error })?;
+        // The session in progress holds no token any more: end it, so that the state says so now.
+        self.refresher.restart(&server);
+        Ok(pb::LogoutResponse { outcome, token_file: authorizer.token_file().display().to_string() })
     }
 
     fn login_authorizer(&self, server: &str) -> Result<Arc<Authorizer>, LoginError> {

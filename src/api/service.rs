@@ -231,6 +231,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn complete_login(&self, request: Request<pb::CompleteLoginRequest>) -> Result<Response<pb::CompleteLoginResponse>, Status> {
         self.complete_login_in(request).await.map(Response::new)
     }
+
+    async fn logout(&self, request: Request<pb::LogoutRequest>) -> Result<Response<pb::LogoutResponse>, Status> {
+        self.logout_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {

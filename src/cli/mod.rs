@@ -54,6 +54,10 @@ pub enum ClientCommand {
     Restart {
         server: String,
     },
+    /// An OAuth logout done by the daemon.
+    Logout {
+        server: String,
+    },
     /// An OAuth login done by the daemon, with this process on the browser's side.
     Login {
         server: String,
@@ -215,6 +219,10 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         ClientCommand::Restart { server } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
+        }
+        ClientCommand::Logout { server } => {
+            let done = client.logout(pb::LogoutRequest { server: server.clone() }).await?.into_inner();
+            out.done(&format!("logged out of {server}: {}; {} deleted", done.outcome, done.token_file))?;
         }
         ClientCommand::Login { server, scope, paste } => {
             let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default() };

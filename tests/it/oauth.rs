@@ -70,6 +70,19 @@ fn http(method: &str, url: &str) -> (u16, Option<String>, String) {
     (status, location, body.to_owned())
 }
 
+/// `toolhost logout remote`: everything it printed.
+fn logout(dir: &TestDir, app_addr: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["logout", "remote", "--config"])
+        .arg(dir.path("toolhost.toml"))
+        .args(["--addr", app_addr])
+        .output()
+        .unwrap();
+    let printed = format!("{}{}", String::from_utf8_lossy(&output.stderr), String::from_utf8_lossy(&output.stdout));
+    assert!(output.status.success(), "logout failed: {printed}");
+    printed
+}
+
 fn check_config(dir: &TestDir) -> String {
     let output =
         Command::new(env!("CARGO_BIN_EXE_toolhost")).arg("check-config").arg("--config").arg(dir.path("toolhost.toml")).output().unwrap();
@@ -279,20 +292,18 @@ async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_rev
     wait_for_server(app.registry(), "remote", "ready after registering again", |v| v.state == ServerState::Ready).await;
     assert_eq!(server.stat("registrations"), 2);
 
-    // Logout: both tokens revoked at the authorization server, the file gone, the daemon told.
-    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["logout", "remote", "--config"])
-        .arg(dir.path("toolhost.toml"))
-        .args(["--addr", &cli_addr(&app)])
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success() && printed.contains("revoked at the authorization server"), "{printed}");
+    // Logout through the daemon: both tokens revoked at the authorization server, the file gone,
+    // the server auth_required at once.
+    let printed = logout(&dir, &cli_addr(&app));
+    assert!(printed.contains("logged out of remote: revoked at the authorization server"), "{printed}");
     assert_eq!(server.stat("revocations"), 2);
     assert!(!dir.path("remote.oauth.json").exists());
     let view = wait_for_server(app.registry(), "remote", "auth required after the logout", |v| v.state == ServerState::AuthRequired).await;
     assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
     app.shutdown().await;
+    // Without a daemon, logout works on the file itself.
+    let printed = logout(&dir, &format!("unix:{}", dir.path("no-daemon.sock").display()));
+    assert!(printed.contains("logging out from here") && printed.contains("there was nothing to revoke"), "{printed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
