@@ -269,8 +269,14 @@ fn main() -> ExitCode {
         Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
         Command::Fleet(client) => (ClientCommand::Fleet, client),
         Command::FleetMigrate { config } => return fleet_migrate(&config),
-        Command::Login { server, config, scope, paste, addr, token } => return login(&config, server, scope, paste, addr, token),
-        Command::Logout { server, config, addr, token } => return logout(&config, server, addr, token),
+        Command::Login { server, config, scope, paste, addr, token } => {
+            let here = toolhost::cli::login::run(&config, &server, scope.clone(), paste);
+            return through_daemon(ClientCommand::Login { server: server.clone(), scope, paste }, &config, addr, token, "logging in", here);
+        }
+        Command::Logout { server, config, addr, token } => {
+            let here = toolhost::cli::login::logout(&config, &server);
+            return through_daemon(ClientCommand::Logout { server: server.clone() }, &config, addr, token, "logging out", here);
+        }
     };
     let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -313,68 +319,33 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-/// A login through the daemon; without a reachable daemon, done here.
-fn login(
+/// A login or logout through the daemon; without a reachable daemon, `here` does it in this
+/// process (`doing` says which, for the operator).
+fn through_daemon(
+    command: ClientCommand,
     config: &std::path::Path,
-    server: String,
-    scope: Option<String>,
-    paste: bool,
     addr: Option<String>,
     token: Option<String>,
+    doing: &str,
+    here: impl std::future::Future<Output = Result<String, String>>,
 ) -> ExitCode {
     use std::io::Write;
-    let options = ClientOptions { addr: addr.clone(), config: Some(config.to_path_buf()), json: false, token: token.clone() };
-    let command = ClientCommand::Login { server: server.clone(), scope: scope.clone(), paste };
+    let options = ClientOptions { addr, config: Some(config.to_path_buf()), json: false, token };
     match with_runtime(toolhost::cli::run(command, options)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(error @ toolhost::cli::ClientError::Connect { .. })) => {
-            let _ = writeln!(std::io::stderr(), "{error}: logging in from here; the daemon uses the tokens when it starts");
-            let done = with_runtime(toolhost::cli::login::run(config, &server, scope, paste));
-            tell_daemon(done, config, server, addr, token)
+            let _ = writeln!(std::io::stderr(), "{error}: {doing} from here; the daemon was not told, it acts on this when it starts");
+            match with_runtime(here) {
+                Ok(Ok(done)) => {
+                    let _ = writeln!(std::io::stdout(), "{done}");
+                    ExitCode::SUCCESS
+                }
+                Ok(Err(error)) | Err(error) => fail(&error, 1),
+            }
         }
         Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),
         Err(error) => fail(&error, 1),
     }
-}
-
-/// A logout through the daemon; without a reachable daemon, done here.
-fn logout(config: &std::path::Path, server: String, addr: Option<String>, token: Option<String>) -> ExitCode {
-    use std::io::Write;
-    let options = ClientOptions { addr: addr.clone(), config: Some(config.to_path_buf()), json: false, token: token.clone() };
-    match with_runtime(toolhost::cli::run(ClientCommand::Logout { server: server.clone() }, options)) {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(error @ toolhost::cli::ClientError::Connect { .. })) => {
-            let _ = writeln!(std::io::stderr(), "{error}: logging out from here");
-            let done = with_runtime(toolhost::cli::login::logout(config, &server));
-            tell_daemon(done, config, server, addr, token)
-        }
-        Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),
-        Err(error) => fail(&error, 1),
-    }
-}
-
-/// Prints what a login or logout did, then asks the daemon to restart the server so that it
-/// acts on it now (it would at its next attempt anyway).
-fn tell_daemon(
-    done: Result<Result<String, String>, String>,
-    config: &std::path::Path,
-    server: String,
-    addr: Option<String>,
-    token: Option<String>,
-) -> ExitCode {
-    use std::io::Write;
-    match done {
-        Ok(Ok(done)) => {
-            let _ = writeln!(std::io::stdout(), "{done}");
-        }
-        Ok(Err(error)) | Err(error) => return fail(&error, 1),
-    }
-    let options = ClientOptions { addr, config: Some(config.to_path_buf()), json: false, token };
-    let told = with_runtime(toolhost::cli::run(ClientCommand::Restart { server }, options));
-    if let Err(error) = told.and_then(|told| told.map_err(|error| error.to_string())) {
-        let _ = writeln!(std::io::stdout(), "the daemon was not told ({error}); it acts on this at its next attempt");
-    }
-    ExitCode::SUCCESS
 }
 
 fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Option<&str>) -> ExitCode {
