@@ -16,7 +16,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
@@ -119,7 +118,6 @@ pub struct Authorizer {
     interaction: Interaction,
     current: ArcSwapOption<Current>,
     inner: tokio::sync::Mutex<Inner>,
-    refreshes: AtomicU64,
     warnings: Throttle,
     metrics: Option<Metrics>,
     /// An operator's login through the daemon, between its two RPCs (one at a time).
@@ -153,16 +151,10 @@ impl Authorizer {
             interaction,
             current: ArcSwapOption::empty(),
             inner: tokio::sync::Mutex::new(Inner::default()),
-            refreshes: AtomicU64::new(0),
             warnings: Throttle::new(1),
             metrics,
             pending_login: std::sync::Mutex::new(None),
         })
-    }
-
-    /// Tokens obtained by refresh (or a new client-credentials grant) since start.
-    pub fn refreshes(&self) -> u64 {
-        self.refreshes.load(Ordering::Relaxed)
     }
 
     pub fn grant(&self) -> Grant {
@@ -368,7 +360,6 @@ impl Authorizer {
                 let started = Instant::now();
                 match self.token(&discovery, form, &client).await {
                     Ok(granted) => {
-                        self.refreshes.fetch_add(1, Ordering::Relaxed);
                         self.accept(inner, granted, started, None).await;
                         Ok(())
                     }
@@ -400,9 +391,6 @@ impl Authorizer {
         }
         let started = Instant::now();
         let granted = self.token(discovery, form, &client).await?;
-        if self.current.load().is_some() {
-            self.refreshes.fetch_add(1, Ordering::Relaxed);
-        }
         self.accept(inner, granted, started, scope).await;
         Ok(())
     }
