@@ -18,16 +18,13 @@ use super::{Challenge, authorization_server_urls, protected_resource_urls};
 /// # Errors
 /// The server cannot be reached.
 pub async fn probe(web: &Web, server_url: &str) -> Result<Option<Challenge>, FlowError> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": serde_json::from_str::<serde_json::Value>(&crate::mcp::lifecycle::initialize_params()).unwrap_or_default(),
-    });
+    use crate::mcp::{jsonrpc, lifecycle};
+    let params = serde_json::value::RawValue::from_string(lifecycle::initialize_params()).ok();
+    let body = jsonrpc::encode_request(0, lifecycle::METHOD_INITIALIZE, params.as_deref());
     let request = Request::post(server_url)
         .header(ACCEPT, "application/json, text/event-stream")
         .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(body)))
         .map_err(|err| FlowError::Required(format!("{server_url} is not a usable URL: {err}")))?;
     let response = match tokio::time::timeout(web.timeout, web.client.request(request)).await {
         Ok(Ok(response)) => response,
