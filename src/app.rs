@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::door::Door;
 use crate::endpoint::{self, Endpoint};
 use crate::fleet::{Fleet, FleetParts};
+use crate::instance::{InstanceError, InstanceLock};
 use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
@@ -31,6 +32,8 @@ const STATUS_INTERVAL: Duration = Duration::from_millis(500);
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error(transparent)]
+    Instance(#[from] InstanceError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -67,6 +70,8 @@ pub struct App {
     background_cancel: CancellationToken,
     /// The fleet store's link, when `[fleet]` is configured.
     fleet: Option<Fleet>,
+    /// This daemon's hold on the store, released last.
+    _instance: InstanceLock,
     /// Keeps the registry gauges' callbacks registered.
     _gauges: metrics::RegistryGauges,
     _fleet_gauges: Option<metrics::FleetGauges>,
@@ -83,14 +88,17 @@ impl App {
         App::start_with(config, RuntimeOptions { reaper_program: None, notifier: Notifier::disabled() }).await
     }
 
-    /// Binds the API listeners, opens and migrates the store, loads the stored catalog, starts
+    /// Takes the store for this process (a second daemon on it is refused), binds the API
+    /// listeners, opens and migrates the store, loads the stored catalog, starts
     /// every enabled server, serves the API, and then tells the service manager it is ready.
     ///
     /// # Errors
-    /// [`StartError`] when a listener cannot be bound, the store cannot be opened or read, or
+    /// [`StartError`] when another daemon serves the store, a listener cannot be bound, the store cannot be opened or read, or
     /// the orphan guard cannot be started.
     pub async fn start_with(config: Config, options: RuntimeOptions) -> Result<App, StartError> {
         let started = std::time::Instant::now();
+        // Before anything is bound or spawned: a second daemon on this store stops here.
+        let instance = InstanceLock::acquire(&config.store.path)?;
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let (mcp_addrs, mcp_listeners) = endpoint::bind(&config.mcp.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
@@ -175,6 +183,7 @@ impl App {
             background,
             background_cancel,
             fleet,
+            _instance: instance,
             _gauges: gauges,
             _fleet_gauges: fleet_gauges,
         })

@@ -55,8 +55,8 @@ impl Door {
     }
 
     /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all
-    /// when empty), keeping at most `limit` hits that `shows` (the caller's policy, a profile)
-    /// lets through. A server the caller may not know of is an unknown server.
+    /// when empty), keeping at most `limit` hits that the caller sees ([`shows_tool`]) and that
+    /// `also` (a profile) lets through. A server the caller may not know of is an unknown server.
     ///
     /// # Errors
     /// [`SearchError`].
@@ -66,7 +66,8 @@ impl Door {
         query: &str,
         servers: &[String],
         limit: usize,
-        shows: impl Fn(&ServerView, usize) -> bool,
+        presentation: Presentation,
+        also: impl Fn(&ServerView, usize) -> bool,
     ) -> Result<(Arc<CatalogSnapshot>, Vec<Hit>), SearchError> {
         let snapshot = self.registry.snapshot();
         for server in servers {
@@ -87,7 +88,7 @@ impl Door {
         for (server, name, score) in found {
             let Some(view) = snapshot.servers.get(server.as_str()) else { continue };
             let Some(idx) = view.generation.as_ref().and_then(|generation| generation.position(&name)) else { continue };
-            if !caller.agent.may_use(view.qualified().name(idx)) || !shows(view, idx) {
+            if !shows_tool(caller, view, idx, presentation) || !also(view, idx) {
                 continue;
             }
             hits.push(Hit { view: view.clone(), idx, score });
@@ -236,15 +237,44 @@ impl Door {
     }
 }
 
-/// Whether a non-operator may know that this server exists: it offers at least one tool the
-/// agent may use. Operators see every server.
+/// How a door presents tools: with their state (the gRPC API marks a tool held), or as the
+/// list of what may be called (MCP, whose clients know no state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presentation {
+    WithState,
+    Callable,
+}
+
+/// The one rule for whether `caller` sees tool `idx` of `view`, used by every listing, search,
+/// history and watch path of both doors: a tool its policy lets it use, and, when the tool is
+/// held, only an operator, only where the door can mark it held. A held definition has not
+/// been reviewed: its description is exactly what must not reach an agent's model.
+pub fn shows_tool(caller: &Caller, view: &ServerView, idx: usize, presentation: Presentation) -> bool {
+    caller.agent.may_use(view.qualified().name(idx))
+        && (view.held(idx).is_none() || (presentation == Presentation::WithState && caller.agent.admin))
+}
+
+/// [`shows_tool`] for a qualified name, judged by the current generation of its server in
+/// `snapshot`: names in history and change events, whose tools may have moved since.
+pub fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, presentation: Presentation) -> bool {
+    if !caller.agent.may_use(qualified) {
+        return false;
+    }
+    let held_now = names::server_of(qualified)
+        .and_then(|server| snapshot.servers.get(server))
+        .and_then(|view| view.qualified().position(qualified).and_then(|idx| view.held(idx)));
+    held_now.is_none() || (presentation == Presentation::WithState && caller.agent.admin)
+}
+
+/// Whether a non-operator may know that this server exists: it shows the agent at least one
+/// tool. Operators see every server.
 pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
     if caller.agent.admin {
         return true;
     }
     view.generation
         .as_ref()
-        .is_some_and(|generation| (0..generation.tools.len()).any(|idx| caller.agent.may_use(view.qualified().name(idx))))
+        .is_some_and(|generation| (0..generation.tools.len()).any(|idx| shows_tool(caller, view, idx, Presentation::WithState)))
 }
 
 /// The error a caller gets for a tool it may not use: for an operator, the truth; for anyone

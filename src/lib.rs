@@ -24,6 +24,7 @@ pub mod faults;
 pub mod fleet;
 #[cfg(test)]
 mod fuzz;
+pub mod instance;
 pub mod mcp;
 pub mod secrets;
 pub mod signals;

@@ -9,7 +9,7 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
-use crate::door::server_visible;
+use crate::door::{Presentation, server_visible, shows_name, shows_tool};
 use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
 
 impl ToolHostService {
@@ -30,12 +30,15 @@ impl ToolHostService {
         let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
         for view in snapshot.servers.values() {
             let Some(generation) = &view.generation else { continue };
-            let visible = (0..generation.tools.len()).filter(|idx| caller.agent.may_use(view.qualified().name(*idx))).count();
-            let visible = u32::try_from(visible).unwrap_or(u32::MAX);
+            let count = |presentation| {
+                let shown = (0..generation.tools.len()).filter(|idx| shows_tool(&caller, view, *idx, presentation)).count();
+                u32::try_from(shown).unwrap_or(u32::MAX)
+            };
+            let visible = count(Presentation::WithState);
             visible_servers += u32::from(visible > 0);
             visible_tools = visible_tools.saturating_add(visible);
             if view.is_available() {
-                callable_tools = callable_tools.saturating_add(visible);
+                callable_tools = callable_tools.saturating_add(count(Presentation::Callable));
             }
         }
         let peer = caller.identity.peer();
@@ -73,22 +76,29 @@ impl ToolHostService {
     }
 }
 
-/// `event` as this caller may see it: tool names it may not use removed, and nothing at all
-/// about servers it may not know of.
+/// `event` as this caller may see it ([`shows_name`]): tool names it may not use or may not see
+/// (held) removed, and nothing at all about servers it may not know of. To an agent, a tool
+/// that changed and is held now has gone: it is reported removed. An agent learns that a tool
+/// became held only when it could have seen an approved version of it before.
 pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: CatalogEvent) -> Option<CatalogEvent> {
     let visible_server = |server: &str| snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
+    let shows = |name: &String| shows_name(caller, snapshot, name, Presentation::WithState);
+    let may_use = |name: &String| caller.agent.may_use(name);
     let change = match event.change {
-        CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed } => {
-            let keep = |names: Vec<String>| names.into_iter().filter(|name| caller.agent.may_use(name)).collect::<Vec<_>>();
-            let (added, removed, changed) = (keep(added), keep(removed), keep(changed));
+        CatalogChange::GenerationPublished { server, generation, previous, added, mut removed, changed } => {
+            let added: Vec<String> = added.into_iter().filter(shows).collect();
+            let (changed, hidden): (Vec<String>, Vec<String>) = changed.into_iter().filter(may_use).partition(shows);
+            removed.retain(may_use);
+            removed.extend(hidden);
             if !caller.agent.admin && added.is_empty() && removed.is_empty() && changed.is_empty() {
                 return None;
             }
             CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed }
         }
         CatalogChange::IntegrityChanged { server, held, released } => {
-            let keep = |names: Vec<String>| names.into_iter().filter(|name| caller.agent.may_use(name)).collect::<Vec<_>>();
-            let (held, released) = (keep(held), keep(released));
+            let held: Vec<String> =
+                held.into_iter().filter(|name| may_use(name) && (caller.agent.admin || was_approved(snapshot, name))).collect();
+            let released: Vec<String> = released.into_iter().filter(shows).collect();
             if held.is_empty() && released.is_empty() {
                 return None;
             }
@@ -100,6 +110,16 @@ pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: 
         other => other,
     };
     Some(CatalogEvent { revision: event.revision, change })
+}
+
+/// Whether the held tool `qualified` had an approved (or pinned) definition an agent may have
+/// seen: held because it changed, not because it is new.
+fn was_approved(snapshot: &CatalogSnapshot, qualified: &str) -> bool {
+    use crate::catalog::integrity::Hold;
+    crate::catalog::names::server_of(qualified)
+        .and_then(|server| snapshot.servers.get(server))
+        .and_then(|view| view.qualified().position(qualified).and_then(|idx| view.held(idx)))
+        .is_some_and(|hold| matches!(hold, Hold::Changed | Hold::PinMismatch))
 }
 
 fn audit_message(record: AuditRecord) -> pb::AuditRecord {

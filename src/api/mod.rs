@@ -96,8 +96,9 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
                 listeners.push(Bound::Tcp(listener, tls));
             }
             ListenAddr::Unix(path) => {
-                let listener =
-                    bind_unix(path, socket).map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                let listener = bind_unix(path, socket)
+                    .await
+                    .map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
                 bound.push(BoundAddr::Unix(path.clone()));
                 listeners.push(Bound::Unix(listener, path.clone()));
             }
@@ -109,18 +110,29 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
 /// Listeners bound by [`bind`], waiting for [`serve`].
 pub struct BoundListeners(Vec<Bound>);
 
-pub(crate) fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
+/// How long a process already listening on a socket path has to accept a probe connection.
+const SOCKET_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub(crate) async fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     // A fresh machine may not have the socket's directory yet (systemd's RuntimeDirectory makes
     // /run/toolhost; a hand-run daemon may have nothing).
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
-    // A socket left by a previous run would make bind fail; anything else at that path is kept.
+    // A socket left by a previous run would make bind fail and is replaced; one that somebody
+    // still listens on is theirs and stays; anything else at that path is kept.
     if let Ok(metadata) = std::fs::symlink_metadata(path)
         && metadata.file_type().is_socket()
     {
-        std::fs::remove_file(path)?;
+        match tokio::time::timeout(SOCKET_PROBE_TIMEOUT, tokio::net::UnixStream::connect(path)).await {
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)?,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Ok(Err(error)) => return Err(error),
+            Ok(Ok(_)) | Err(_) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another process is listening on this socket"));
+            }
+        }
     }
     let listener = UnixListener::bind(path)?;
     // The kernel checks these on every connect: by default owner and group only, so membership

@@ -15,7 +15,7 @@ use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
-use crate::door::{Door, qualified_target, refused_tool, server_visible};
+use crate::door::{Door, Presentation, qualified_target, refused_tool, server_visible, shows_name, shows_tool};
 use crate::supervisor::Refresher;
 use crate::supervisor::integrity::Approver;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
@@ -90,10 +90,13 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             "" => ToolRef::ServerTool { server: request.server.clone(), name: request.name.clone() },
             qualified => ToolRef::Qualified(qualified.to_owned()),
         };
-        if !caller.agent.may_use(&qualified_target(&target)) {
+        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
+        // A tool held now is hidden from agents in every generation, as it is from every listing.
+        if !caller.agent.may_use(&qualified_target(&target))
+            || !shows_name(&caller, &snapshot, &names::qualify(&server, &name), Presentation::WithState)
+        {
             return Err(refused_tool(&caller, &snapshot, &target).into());
         }
-        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         let view = snapshot.servers.get(server.as_str()).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
         let not_found = || ApiError::UnknownTool { server: server.clone(), tool: name.clone() };
         let current = view.generation.as_ref();
@@ -126,17 +129,18 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let limit = if request.limit == 0 { 20 } else { request.limit.min(1000) };
         let mut generations = self.store.history(&request.server, limit).await.map_err(ApiError::from)?;
         let mut enumerations = self.store.enumerations(&request.server, 20).await.map_err(ApiError::from)?;
-        // Names the agent may not use are left out; diagnostics (which quote entries) are for operators.
-        let visible = |name: &String| caller.agent.may_use(&names::qualify(&request.server, name));
+        // Names the agent may not see are left out; diagnostics (which quote entries) are for operators.
+        let snapshot = self.registry.snapshot();
+        let visible = |name: &str| shows_name(&caller, &snapshot, &names::qualify(&request.server, name), Presentation::WithState);
         for generation in &mut generations {
-            generation.added.retain(visible);
-            generation.removed.retain(visible);
-            generation.changed.retain(visible);
+            generation.added.retain(|name| visible(name));
+            generation.removed.retain(|name| visible(name));
+            generation.changed.retain(|name| visible(name));
         }
         if !caller.agent.admin {
             enumerations.iter_mut().for_each(|record| record.diagnostics.clear());
         }
-        let approvals = self.approvals_of(&request.server, |name| caller.agent.may_use(&names::qualify(&request.server, name))).await?;
+        let approvals = self.approvals_of(&request.server, visible).await?;
         Ok(Response::new(pb::HistoryResponse {
             generations: generations.into_iter().map(convert::generation_change).collect(),
             enumerations: enumerations.iter().map(convert::enumeration).collect(),
@@ -342,7 +346,7 @@ fn collect_page(
         let first = if server_idx == start.server { start.tool } else { 0 };
         for (tool_idx, tool) in generation.tools.iter().enumerate().skip(first) {
             let qualified = view.qualified().name(tool_idx);
-            if !caller.agent.may_use(qualified) {
+            if !shows_tool(caller, view, tool_idx, Presentation::WithState) {
                 continue;
             }
             if !request.name_contains.is_empty()

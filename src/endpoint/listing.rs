@@ -93,7 +93,7 @@ impl Cache {
             let entries = self.rendered(server, original);
             for idx in first..generation.tools.len() {
                 // A held tool cannot be called, and an MCP client cannot see a state: not listed.
-                if !view.shows(server.qualified().name(idx)) || server.held(idx).is_some() {
+                if !view.shows(server, idx) {
                     continue;
                 }
                 if taken == page_size {
@@ -194,7 +194,7 @@ fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
         let Some(generation) = &server.generation else { continue };
         for (idx, tool) in generation.tools.iter().enumerate() {
             let name = server.qualified().name(idx);
-            if view.shows(name) && server.held(idx).is_none() {
+            if view.shows(server, idx) {
                 name.hash(&mut hasher);
                 tool.hash.hash(&mut hasher);
             }

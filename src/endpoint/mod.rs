@@ -39,6 +39,7 @@ use crate::door::Door;
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
+use crate::supervisor::registry::ServerView;
 
 pub use http::serve_http;
 use listing::ChangeWatch;
@@ -359,9 +360,11 @@ impl Profile {
 }
 
 impl View {
-    /// Whether this caller, through this profile, sees the tool with this qualified name.
-    pub fn shows(&self, qualified: &str) -> bool {
-        self.caller.agent.may_use(qualified) && self.profile.as_ref().is_none_or(|profile| profile.shows(qualified))
+    /// Whether this caller, through this profile, sees tool `idx` of `server`: the doors' one
+    /// rule ([`crate::door::shows_tool`]: nothing held) and the profile's globs.
+    pub fn shows(&self, server: &ServerView, idx: usize) -> bool {
+        crate::door::shows_tool(&self.caller, server, idx, crate::door::Presentation::Callable)
+            && self.profile.as_ref().is_none_or(|profile| profile.shows(server.qualified().name(idx)))
     }
 
     /// The tool a listed name means here, or `None` if this view cannot name it.
@@ -462,6 +465,7 @@ pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAdd
             }
             ListenAddr::Unix(path) => {
                 let unix = crate::api::bind_unix(path, &listener.socket)
+                    .await
                     .map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
                 addrs.push(BoundAddr::Unix(path.clone()));
                 bound.push(Bound::Unix(unix, path.clone()));

@@ -240,6 +240,56 @@ async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_same_store_is_refused_and_the_first_keeps_serving() {
+    let dir = TestDir::new();
+    let script = dir.script("s", json!({"tools": tools("t", 2)}));
+    let daemon = Daemon::start(&dir, &server_table("s", &script, ""), &[]);
+    daemon.wait_servers("ready", ready).await;
+    let socket_inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&daemon.socket).unwrap());
+
+    let second = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", dir.path("daemon.toml").to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "the second daemon must not run: {stderr}");
+    assert!(stderr.contains(&dir.db_path().display().to_string()), "the store is named: {stderr}");
+    assert!(stderr.contains(&format!("pid {}", daemon.child.id())), "the running daemon's pid is named: {stderr}");
+
+    // The first daemon's socket was left alone, it still answers, and it ran the server once.
+    assert_eq!(std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&daemon.socket).unwrap()), socket_inode);
+    let servers = daemon.wait_servers("still ready", ready).await;
+    assert_eq!(servers.len(), 1);
+    assert_eq!(dir.pids("s").len(), 1, "no second copy of the server was started");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_somebody_listens_on_is_never_replaced() {
+    let dir = TestDir::new();
+    // Another program (not a toolhost) listens where the configuration puts the gRPC socket.
+    let listener = std::os::unix::net::UnixListener::bind(dir.path("daemon.sock")).unwrap();
+    let script = dir.script("s", json!({"tools": tools("t", 1)}));
+    write_config(&dir, &server_table("s", &script, ""));
+    let refused = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", dir.path("daemon.toml").to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("daemon.sock") && stderr.contains("another process is listening"), "{stderr}");
+    // The other program's socket still works.
+    let _client = std::os::unix::net::UnixStream::connect(dir.path("daemon.sock")).expect("the socket is still the other program's");
+    assert!(listener.accept().is_ok());
+
+    // A socket nobody listens on (left by a killed daemon) is replaced.
+    drop(listener);
+    let daemon = Daemon::start(&dir, &server_table("s", &script, ""), &[]);
+    daemon.wait_servers("ready over the replaced socket", ready).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_flooding_garbage_costs_a_bounded_number_of_log_lines() {
     let dir = TestDir::new();
     let script = dir.script(

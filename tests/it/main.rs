@@ -29,3 +29,4 @@ mod search;
 mod store_faults;
 mod telemetry;
 mod unix_socket;
+mod visibility;
