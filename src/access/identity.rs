@@ -52,13 +52,20 @@ impl UnixPeer {
     /// (`/proc/net/tcp`, `/proc/net/tcp6`): the socket whose local end is our peer's address and
     /// whose remote end is ours. Its uid is the kernel's word, as `SO_PEERCRED` is on a Unix
     /// socket; pid, groups and unit are not known (the primary group comes from the user database).
+    /// Only a live, established entry that belongs to an open socket (it has an inode) counts: a
+    /// client that already closed leaves an orphaned entry whose uid reads 0, and that must never
+    /// make it root. Blocking (it reads a table as long as the host's connections): call it off
+    /// the accept loop.
     pub fn of_loopback(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<UnixPeer> {
+        use std::io::BufRead;
         if !remote.ip().is_loopback() {
             return None;
         }
         let table = if remote.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
-        let text = std::fs::read_to_string(table).ok()?;
-        let uid = socket_owner(&text, remote, local)?;
+        let file = std::fs::File::open(table).ok()?;
+        let (local, remote) = (proc_address(remote), proc_address(local));
+        let uid =
+            std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok).find_map(|line| socket_owner(&line, &local, &remote))?;
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
         Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None })
     }
@@ -82,16 +89,17 @@ fn read_proc(pid: i32) -> (Vec<u32>, Option<String>) {
     (groups, unit_of(&cgroup))
 }
 
-/// The uid owning the socket `local` → `remote` in a `/proc/net/tcp{,6}` table.
-fn socket_owner(table: &str, local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<u32> {
-    let (local, remote) = (proc_address(local), proc_address(remote));
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid …
-        let matches =
-            fields.get(1).is_some_and(|f| f.eq_ignore_ascii_case(&local)) && fields.get(2).is_some_and(|f| f.eq_ignore_ascii_case(&remote));
-        matches.then(|| fields.get(7).and_then(|uid| uid.parse().ok())).flatten()
-    })
+/// `/proc/net/tcp{,6}` state of an established connection.
+const ESTABLISHED: &str = "01";
+
+/// The uid owning the socket `local` → `remote` (both as [`proc_address`] writes them), if this
+/// table line is that socket, established and open.
+fn socket_owner(line: &str, local: &str, remote: &str) -> Option<u32> {
+    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode …
+    let fields: Vec<&str> = line.split_whitespace().take(10).collect();
+    let [_, line_local, line_remote, state, _, _, _, uid, _, inode] = fields[..] else { return None };
+    let this_socket = line_local.eq_ignore_ascii_case(local) && line_remote.eq_ignore_ascii_case(remote);
+    (this_socket && state == ESTABLISHED && inode != "0").then(|| uid.parse().ok()).flatten()
 }
 
 /// An address as `/proc/net/tcp{,6}` writes it: the address's 32-bit words in host byte order,
@@ -224,6 +232,31 @@ mod tests {
             proc_address("127.0.0.1:8080".parse().unwrap()),
             if cfg!(target_endian = "little") { "0100007F:1F90" } else { "7F000001:1F90" }
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_closed_is_nobody_not_root() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, remote) = listener.accept().await.unwrap();
+        // Its entry lingers (FIN_WAIT2, no inode, uid 0) after the client closed.
+        drop(client);
+        assert!(UnixPeer::of_loopback(server.local_addr().unwrap(), remote).is_none());
+    }
+
+    #[test]
+    fn only_an_established_open_socket_names_its_owner() {
+        let line = |state: &str, inode: &str| {
+            format!(
+                "   3: 0100007F:A1B2 0100007F:1F90 {state} 00000000:00000000 00:00000000 00000000  1000        0 {inode} 1 0000 20 4 30 10 -1"
+            )
+        };
+        let (local, remote) = ("0100007F:A1B2", "0100007F:1F90");
+        assert_eq!(socket_owner(&line("01", "48213"), local, remote), Some(1000));
+        assert_eq!(socket_owner(&line("01", "0"), local, remote), None, "an orphan");
+        assert_eq!(socket_owner(&line("05", "48213"), local, remote), None, "FIN_WAIT2");
+        assert_eq!(socket_owner(&line("01", "48213"), remote, local), None, "the other end");
+        assert_eq!(socket_owner("   3: 0100007F:A1B2 0100007F:1F90 01", local, remote), None, "a short line");
     }
 
     #[tokio::test]

@@ -62,16 +62,13 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
         let Some(slot) = super::connection_slot(&slots, &warnings) else { continue };
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok();
-        let peer = local.and_then(|local| UnixPeer::of_loopback(local, remote));
-        let front = Arc::new(Front {
-            endpoint: endpoint.clone(),
-            sessions: sessions.clone(),
-            peer,
-            admission: std::sync::Mutex::new(None),
-            cancel: cancel.clone(),
-        });
-        let cancel = cancel.clone();
+        let (endpoint, sessions, cancel) = (endpoint.clone(), sessions.clone(), cancel.clone());
         tracker.spawn(async move {
+            // The socket table is read on the blocking pool, never on the accept loop: a host
+            // with a huge table slows this connection's start, not everyone's.
+            let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
+            let peer = lookup.await.ok().flatten();
+            let front = Arc::new(Front { endpoint, sessions, peer, admission: std::sync::Mutex::new(None), cancel: cancel.clone() });
             let service = hyper::service::service_fn(move |request| {
                 let front = front.clone();
                 async move { Ok::<_, Infallible>(front.handle(request).await) }

@@ -342,13 +342,21 @@ impl Settings {
     }
 }
 
-/// `localhost`, `127.0.0.1` or `[::1]`, with or without a port.
+/// `localhost`, `127.0.0.1` or `[::1]`, with or without a port, and nothing else: an authority
+/// with user info, a path or a second host (`127.0.0.1:80@evil.example`) is not loopback.
 fn is_loopback_name(authority: &str) -> bool {
-    let host = match authority.strip_prefix('[') {
-        Some(bracketed) => bracketed.split_once(']').map_or("", |(host, _)| host),
-        None => authority.split(':').next().unwrap_or_default(),
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((host, rest)) => (host, rest),
+            None => return false,
+        },
+        None => authority.find(':').map_or((authority, ""), |at| authority.split_at(at)),
     };
-    matches!(host, "localhost" | "127.0.0.1" | "::1")
+    let port_ok = match port.strip_prefix(':') {
+        Some(digits) => !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()),
+        None => port.is_empty(),
+    };
+    port_ok && matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
 // === impl Profile / View ===
@@ -490,5 +498,36 @@ pub fn serve(listeners: BoundListeners, endpoint: Arc<Endpoint>, tracker: &TaskT
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_loopback_authority_is_loopback() {
+        for ok in ["localhost", "127.0.0.1", "127.0.0.1:8080", "[::1]", "[::1]:443", "localhost:1"] {
+            assert!(is_loopback_name(ok), "{ok}");
+        }
+        for refused in [
+            "127.0.0.1:8080@evil.example",
+            "localhost@evil.example",
+            "[::1]:80@evil.example",
+            "127.0.0.1:80/x",
+            "127.0.0.1:",
+            "127.0.0.1:123456",
+            "127.0.0.1:80:81",
+            "[::1",
+            "evil.example",
+            "127.0.0.1.evil.example",
+            "",
+        ] {
+            assert!(!is_loopback_name(refused), "{refused}");
+        }
+        let settings = Settings { page_size: 1, allowed_origins: vec![], profiles: HashMap::new() };
+        assert!(settings.origin_allowed("http://127.0.0.1:3000"));
+        assert!(!settings.origin_allowed("http://127.0.0.1:3000@evil.example"));
+        assert!(!settings.host_allowed("127.0.0.1:3000@evil.example"));
     }
 }
