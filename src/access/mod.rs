@@ -9,6 +9,7 @@
 //! new requests and for open watch streams, which read it per event.
 
 pub mod identity;
+pub mod share;
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -59,6 +60,27 @@ pub struct Agent {
 pub struct Caller {
     pub identity: Identity,
     pub agent: Arc<Agent>,
+}
+
+impl Caller {
+    /// Who this caller is, as one string: the agent entry and what proved the identity (the
+    /// uid, a token's hash, a certificate subject), not the connection or process, so an agent
+    /// that reconnects is the same principal. What callers own and share is keyed by it.
+    pub fn principal(&self) -> String {
+        use std::fmt::Write;
+        let identity = &self.identity;
+        let mut owner = format!("{}|", self.agent.name);
+        if let Some(peer) = identity.peer() {
+            let _ = write!(owner, "uid:{}|", peer.uid);
+        }
+        if let Some(token) = identity.token() {
+            let _ = write!(owner, "token:{}|", crate::catalog::model::sha256_hex(token));
+        }
+        if let Some(subject) = identity.certificate() {
+            let _ = write!(owner, "cert:{subject}|");
+        }
+        owner
+    }
 }
 
 /// Why a caller is turned away.

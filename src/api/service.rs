@@ -158,7 +158,8 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
                 return Err(ApiError::UnknownServer(server.clone()).into());
             }
         }
-        let watch = watch::Watch { from_revision: request.from_revision, servers: request.servers, identity: caller.identity };
+        let principal = caller.principal();
+        let watch = watch::Watch { from_revision: request.from_revision, servers: request.servers, identity: caller.identity, principal };
         let stream = self.watchers.watch(self.registry.clone(), self.access.clone(), watch)?;
         Ok(Response::new(stream))
     }

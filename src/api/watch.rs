@@ -1,7 +1,9 @@
 //! `WatchCatalog`: every catalog change after a revision, in order. A watcher that falls behind
 //! the registry's event log gets a `Resync` instead of a silent gap.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -9,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use crate::access::{Access, Identity};
+use crate::access::{Access, Identity, share};
 use crate::api::access::visible_event;
 use crate::api::convert;
 use crate::api::pb;
@@ -19,11 +21,20 @@ use crate::supervisor::registry::{Lagged, Registry};
 /// Events buffered per watcher before it counts as slow.
 const WATCH_BUFFER: usize = 256;
 
+/// Watch streams open at once; past this, the oldest stream of the caller holding the most ends.
+const MAX_WATCHES: usize = 1024;
+/// Watch streams one caller (principal) may hold; past this, its own oldest ends.
+const WATCHES_PER_CALLER: usize = 64;
+
 /// Owns the watcher tasks: they end with their client, or at shutdown.
 #[derive(Clone)]
 pub(crate) struct Watchers {
     pub(crate) tracker: TaskTracker,
     pub(crate) cancel: CancellationToken,
+    /// Open streams by number (numbers only grow: a caller's smallest is its oldest), with
+    /// their principal and what ends them.
+    pub(crate) open: Arc<Mutex<HashMap<u64, (String, CancellationToken)>>>,
+    pub(crate) opened: Arc<AtomicU64>,
 }
 
 /// What one watcher asked for, and who it is.
@@ -31,6 +42,8 @@ pub(crate) struct Watch {
     pub(crate) from_revision: u64,
     pub(crate) servers: Vec<String>,
     pub(crate) identity: Identity,
+    /// The caller's principal: whose share of the streams this one uses.
+    pub(crate) principal: String,
 }
 
 impl Watchers {
@@ -44,13 +57,31 @@ impl Watchers {
             return Err(ApiError::ShuttingDown);
         }
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let cancel = self.cancel.clone();
+        let ended = self.cancel.child_token();
+        let number = {
+            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            let number = self.opened.fetch_add(1, Ordering::Relaxed);
+            let entries = open.iter().map(|(number, (principal, _))| (number, principal.as_str(), *number));
+            if let Some(evicted) = share::make_room(entries, &watch.principal, WATCHES_PER_CALLER, MAX_WATCHES).copied()
+                && let Some((_, stream)) = open.remove(&evicted)
+            {
+                stream.cancel();
+            }
+            open.insert(number, (watch.principal.clone(), ended.clone()));
+            number
+        };
+        let (cancel, open) = (self.cancel.clone(), self.open.clone());
         self.tracker.spawn(async move {
             tokio::select! {
                 () = cancel.cancelled() => {}
+                () = ended.cancelled() => {
+                    let reason = "this caller opened more watch streams than its share; its oldest ended";
+                    let _ = tx.try_send(Err(Status::resource_exhausted(reason)));
+                }
                 () = tx.closed() => {}
                 () = forward(&registry, &access, &watch, &tx) => {}
             }
+            open.lock().unwrap_or_else(PoisonError::into_inner).remove(&number);
         });
         Ok(ReceiverStream::new(rx))
     }

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
-use crate::access::Caller;
+use crate::access::{Caller, share};
 
 /// How long an agent has to answer a server's questions.
 pub const CONTINUATION_TTL: Duration = Duration::from_secs(600);
 /// Open continuations per caller; a caller's oldest is dropped beyond this.
 const MAX_PER_CALLER: usize = 256;
-/// Open continuations in all; past this, new ones are refused until some expire or are used.
+/// Open continuations in all; past this, the caller holding the most gives up its oldest.
 const MAX_OPEN: usize = 8192;
 /// Longest token accepted from a caller (toolhost's own are 32 characters).
 const MAX_TOKEN_BYTES: usize = 64;
@@ -64,23 +64,18 @@ impl Continuations {
     /// Keeps `pending` for `caller` and returns its token and expiry.
     ///
     /// # Errors
-    /// [`ContinuationError::TooMany`] when the daemon holds too many already.
+    /// [`ContinuationError::TooMany`] when no token can be made (the system's randomness failed).
     pub fn issue(&self, caller: &Caller, mut pending: Pending) -> Result<(String, Instant), ContinuationError> {
         let token = crate::secrets::random_token().ok_or(ContinuationError::TooMany)?;
-        pending.owner = principal(caller);
+        pending.owner = caller.principal();
         let expires = pending.expires;
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         open.retain(|_, kept| kept.expires > now);
-        let mine: Vec<(&String, Instant)> =
-            open.iter().filter(|(_, kept)| kept.owner == pending.owner).map(|(t, k)| (t, k.issued)).collect();
-        if mine.len() >= MAX_PER_CALLER
-            && let Some(oldest) = mine.iter().min_by_key(|(_, issued)| *issued).map(|(token, _)| (*token).clone())
-        {
-            open.remove(&oldest);
-        }
-        if open.len() >= MAX_OPEN {
-            return Err(ContinuationError::TooMany);
+        // A caller at its share gives up its own oldest; a full table, the biggest holder's.
+        let entries = open.iter().map(|(token, kept)| (token.as_str(), kept.owner.as_str(), kept.issued));
+        if let Some(evicted) = share::make_room(entries, &pending.owner, MAX_PER_CALLER, MAX_OPEN).map(str::to_owned) {
+            open.remove(&evicted);
         }
         open.insert(token.clone(), pending);
         Ok((token, expires))
@@ -96,7 +91,7 @@ impl Continuations {
             return Err(ContinuationError::Unknown);
         }
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let owner = principal(caller);
+        let owner = caller.principal();
         match open.get(token) {
             Some(pending) if pending.owner == owner && pending.expires > Instant::now() => {}
             Some(pending) if pending.expires <= Instant::now() => {
@@ -132,24 +127,6 @@ impl Pending {
         let expires = issued.checked_add(CONTINUATION_TTL).unwrap_or(issued);
         Pending { owner: String::new(), server, tool, generation, definition_hash, request_state, issued, expires }
     }
-}
-
-/// Who may use a continuation: the agent entry and what proved the caller's identity (the uid,
-/// a token's hash, a certificate subject), not the connection or process, so an agent that
-/// reconnects can still answer.
-fn principal(caller: &Caller) -> String {
-    let identity = &caller.identity;
-    let mut owner = format!("{}|", caller.agent.name);
-    if let Some(peer) = identity.peer() {
-        owner.push_str(&format!("uid:{}|", peer.uid));
-    }
-    if let Some(token) = identity.token() {
-        owner.push_str(&format!("token:{}|", crate::catalog::model::sha256_hex(token)));
-    }
-    if let Some(subject) = identity.certificate() {
-        owner.push_str(&format!("cert:{subject}|"));
-    }
-    owner
 }
 
 /// `responses` checked to be one JSON object, kept raw.

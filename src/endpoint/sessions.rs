@@ -9,10 +9,14 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::{Profile, View};
+use crate::access::share;
 
-/// Sessions open at once; past this, the least recently used idle one makes room, else
-/// `initialize` is refused.
+/// Sessions open at once; past this, the least recently used session of the caller holding
+/// the most makes room.
 const MAX_SESSIONS: usize = 4096;
+/// Sessions one caller (principal) may hold; past this, its own least recently used one makes
+/// room. One caller can never take the table from the others.
+const SESSIONS_PER_CALLER: usize = MAX_SESSIONS / 16;
 /// A session unused this long ends.
 const IDLE: Duration = Duration::from_secs(3600);
 /// How often idle sessions are looked for.
@@ -27,8 +31,9 @@ pub(super) struct Sessions {
 
 pub(super) struct Session {
     id: String,
-    /// Who opened it: the agent entry and the caller's identity.
-    owner: (Arc<str>, crate::access::Identity),
+    /// Who opened it: the agent entry, the caller's identity and its principal (whose share
+    /// of the table it uses).
+    owner: (Arc<str>, crate::access::Identity, String),
     profile: Option<Arc<Profile>>,
     last_used: Mutex<Instant>,
     /// Calls running, by their request id's JSON text, for `notifications/cancelled`.
@@ -43,7 +48,8 @@ pub(super) struct Session {
 }
 
 impl Sessions {
-    /// A new session for `view`'s caller, or `None` when too many are open.
+    /// A new session for `view`'s caller, making room in its share (or, in a full table, in
+    /// the biggest holder's); `None` only when no session id can be made.
     pub(super) fn open(&self, view: &View) -> Option<Arc<Session>> {
         let id = session_id()?;
         let session = Arc::new(Session {
@@ -57,13 +63,12 @@ impl Sessions {
             client: Arc::default(),
         });
         let mut open = self.lock();
-        if open.len() >= MAX_SESSIONS {
-            let oldest =
-                open.values().filter(|s| s.idle_for() > SWEEP).min_by_key(|s| *s.last_used.lock().unwrap_or_else(PoisonError::into_inner));
-            let oldest = oldest.map(|s| s.id.clone())?;
-            if let Some(evicted) = open.remove(&oldest) {
-                evicted.ended.cancel();
-            }
+        let entries =
+            open.values().map(|s| (s.id.as_str(), s.owner.2.as_str(), *s.last_used.lock().unwrap_or_else(PoisonError::into_inner)));
+        if let Some(evicted) = share::make_room(entries, &session.owner.2, SESSIONS_PER_CALLER, MAX_SESSIONS).map(str::to_owned)
+            && let Some(evicted) = open.remove(&evicted)
+        {
+            evicted.ended.cancel();
         }
         open.insert(id, session.clone());
         Some(session)
@@ -166,8 +171,8 @@ impl Session {
     }
 }
 
-fn owner(view: &View) -> (Arc<str>, crate::access::Identity) {
-    (view.caller.agent.name.clone(), view.caller.identity.clone())
+fn owner(view: &View) -> (Arc<str>, crate::access::Identity, String) {
+    (view.caller.agent.name.clone(), view.caller.identity.clone(), view.caller.principal())
 }
 
 fn session_id() -> Option<String> {

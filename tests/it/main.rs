@@ -12,6 +12,7 @@ mod catalog_api;
 mod config_cli;
 mod daemon;
 mod enumeration;
+mod fair_share;
 mod fleet;
 mod hardening;
 mod http;

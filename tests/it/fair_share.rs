@@ -1,0 +1,86 @@
+//! One caller cannot deny the others: a caller that floods the endpoint with 2025-era sessions,
+//! or the API with watch streams, loses its own oldest ones while another caller still opens
+//! its first.
+
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+use crate::mcp_endpoint::{JSON_HEADERS, http, mcp_http, mcp_section};
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}"#;
+const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+/// What `src/endpoint/sessions.rs` lets one caller hold.
+const SESSIONS_PER_CALLER: usize = 256;
+
+async fn open_session(addr: std::net::SocketAddr, bearer: &str) -> String {
+    let auth = format!("Bearer {bearer}");
+    let headers = [JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", auth.as_str())];
+    let (status, headers, body) = http(addr, "POST", "/mcp", &headers, INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+    headers.into_iter().find(|(name, _)| name == "mcp-session-id").map(|(_, id)| id).expect("a session id")
+}
+
+async fn ping(addr: std::net::SocketAddr, bearer: &str, session: &str) -> u16 {
+    let auth = format!("Bearer {bearer}");
+    let headers = [
+        JSON_HEADERS[0],
+        JSON_HEADERS[1],
+        ("Authorization", auth.as_str()),
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    http(addr, "POST", "/mcp", &headers, PING).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_caller_evicts_only_its_own_sessions_and_watch_streams() {
+    let dir = TestDir::new();
+    let (flood, quiet) = ("flooding-agent-token-0123456789", "quiet-agent-token-0123456789ab");
+    std::fs::write(dir.path("flood.token"), flood).unwrap();
+    std::fs::write(dir.path("quiet.token"), quiet).unwrap();
+    let access = format!(
+        "[access]\n[[access.agents]]\nname = \"operator\"\nuids = [{}]\nallow = [\"*\"]\nadmin = true\n\
+         [[access.agents]]\nname = \"flood\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         [[access.agents]]\nname = \"quiet\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n",
+        nix::unistd::getuid(),
+        dir.path("flood.token").display(),
+        dir.path("quiet.token").display()
+    );
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&format!("{}\n{access}", mcp_section("")), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let addr = mcp_http(&app);
+
+    // The quiet caller opens one session first; then the flood.
+    let quiet_session = open_session(addr, quiet).await;
+    let mut flooded = Vec::new();
+    for _ in 0..SESSIONS_PER_CALLER + 20 {
+        flooded.push(open_session(addr, flood).await);
+    }
+    // The flood cost the flooder its own oldest sessions, and nobody else anything.
+    assert_eq!(ping(addr, quiet, &quiet_session).await, 200, "the quiet caller's session survived the flood");
+    assert_eq!(ping(addr, flood, &flooded[0]).await, 404, "the flooder's oldest session made room");
+    assert_eq!(ping(addr, flood, &flooded[19]).await, 404);
+    assert_eq!(ping(addr, flood, &flooded[20]).await, 200, "the flooder keeps exactly its share");
+    assert_eq!(ping(addr, flood, flooded.last().unwrap()).await, 200);
+    let second = open_session(addr, quiet).await;
+    assert_eq!(ping(addr, quiet, &second).await, 200, "another caller still opens a session");
+
+    // Watch streams: the operator's oldest stream ends once it holds more than its share, and
+    // says why; its newer streams are untouched.
+    let mut operator = client(&app).await;
+    let mut first = operator.watch_catalog(pb::WatchCatalogRequest::default()).await.unwrap().into_inner();
+    let mut streams = Vec::new();
+    for _ in 0..64 {
+        streams.push(operator.watch_catalog(pb::WatchCatalogRequest::default()).await.unwrap().into_inner());
+    }
+    let ended = tokio::time::timeout(WAIT, first.message()).await.expect("the oldest stream ends").unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
+    client(&app).await.restart_server(pb::RestartServerRequest { server: "demo".into() }).await.unwrap();
+    let newest = streams.last_mut().unwrap();
+    let event = tokio::time::timeout(WAIT, newest.message()).await.expect("an event on the newest stream").unwrap();
+    assert!(event.is_some(), "the newest stream still carries events");
+    app.shutdown().await;
+}
