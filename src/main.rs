@@ -401,19 +401,29 @@ fn oauth_status(name: &str, spec: &toolhost::config::ServerSpec) -> Option<Strin
     use toolhost::config::auth::{AuthSpec, Grant};
     let toolhost::config::Transport::Http(http) = &spec.transport else { return None };
     let Some(AuthSpec::OAuth(oauth)) = &http.auth else { return None };
-    if oauth.grant == Grant::ClientCredentials {
-        return Some(format!("{name}: OAuth client credentials; the daemon gets its own tokens"));
-    }
     let file = oauth.token_file.display();
-    Some(match toolhost::upstream::oauth::tokens::load(&oauth.token_file) {
-        Ok(Some(stored)) if stored.server_url == http.url && stored.refresh_token.is_some() => {
-            format!("{name}: OAuth authorization code; logged in ({file} holds a refresh token)")
+    let stored = toolhost::upstream::oauth::tokens::load(&oauth.token_file);
+    let ours = stored.as_ref().ok().and_then(Option::as_ref).filter(|stored| stored.server_url == http.url);
+    let pinned = match (&oauth.issuer, ours.and_then(|stored| stored.issuer.as_deref())) {
+        (Some(configured), _) => format!("; credentials go to {configured} only (auth.issuer)"),
+        (None, Some(pinned)) => format!("; credentials go to {pinned} only (pinned in {file})"),
+        (None, None) => String::new(),
+    };
+    if oauth.grant == Grant::ClientCredentials {
+        return Some(format!("{name}: OAuth client credentials; the daemon gets its own tokens{pinned}"));
+    }
+    Some(match (&stored, ours) {
+        (_, Some(stored)) if stored.refresh_token.is_some() => {
+            format!("{name}: OAuth authorization code; logged in ({file} holds a refresh token){pinned}")
         }
-        Ok(Some(_)) => {
+        (_, Some(stored)) if stored.access_token.is_none() => {
+            format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`{pinned}")
+        }
+        (Ok(Some(_)), _) => {
             format!("{name}: OAuth authorization code; not logged in (no usable refresh token in {file}): run `toolhost login {name}`")
         }
-        Ok(None) => format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`"),
-        Err(error) => format!("{name}: OAuth authorization code; {error}"),
+        (Ok(None), _) => format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`"),
+        (Err(error), _) => format!("{name}: OAuth authorization code; {error}"),
     })
 }
 

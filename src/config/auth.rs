@@ -44,6 +44,9 @@ pub struct OAuthSpec {
     pub refresh_before: Duration,
     /// Where the refresh token and the client registration are kept (0600).
     pub token_file: PathBuf,
+    /// The authorization server credentials may go to. Without it, the first one seen (at login
+    /// or the first token request) is pinned in the token file.
+    pub issuer: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +118,7 @@ pub(crate) struct RawAuth {
     redirect_uri: Option<String>,
     refresh_before: Option<String>,
     token_file: Option<String>,
+    issuer: Option<String>,
 }
 
 /// Checks an `auth` table. `state_dir` holds the default token file, named after the server.
@@ -214,6 +218,11 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         Some(path) => base.join(path),
         None => state_dir.join(format!("{server}.oauth.json")),
     };
+    if let Some(issuer) = &raw.issuer
+        && !crate::upstream::oauth::discovery::is_secure(issuer)
+    {
+        return Err(at("issuer")(format!("{issuer:?} is not an https:// URL (or a loopback http:// one)")));
+    }
     Ok(AuthSpec::OAuth(Box::new(OAuthSpec {
         grant,
         client_id: raw.client_id,
@@ -226,6 +235,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         redirect_uri,
         refresh_before,
         token_file,
+        issuer: raw.issuer.map(|issuer| issuer.trim_end_matches('/').to_owned()),
     })))
 }
 

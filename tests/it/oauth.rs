@@ -323,7 +323,9 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
         assert!(calls < 5_000, "tokens are renewed: {}", server.stats());
     }
     assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
-    assert!(!dir.path("remote.oauth.json").exists(), "client credentials need no token file");
+    // Client credentials keep no token in the file: only the authorization server they pinned.
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(dir.path("remote.oauth.json")).unwrap()).unwrap();
+    assert_eq!(kept.as_object().unwrap().keys().collect::<Vec<_>>(), ["issuer", "server_url", "version"], "{kept}");
     let refused = client.begin_login(pb::BeginLoginRequest { server: "remote".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "LOGIN_NOT_APPLICABLE"));
     // Idle, the token is renewed all the same (2 s tokens): two renewals while no call is made.
@@ -378,5 +380,71 @@ async fn a_hostile_authorization_server_costs_its_own_server_only_with_a_specifi
     }
     let mut client = client(&app).await;
     echo(&mut client, 1).await.unwrap();
+    app.shutdown().await;
+}
+
+/// A POST with `body` to the fixture's admin endpoints.
+fn post(url: &str, body: &str) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(stream, "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_go_only_to_the_pinned_authorization_server() {
+    let credentials = ["60", "daemon-client", "daemon-secret-value"];
+    let honest = AuthServer::start(&credentials);
+    // Another authorization server that would take the same credentials.
+    let rogue = AuthServer::start(&credentials);
+    let dir = TestDir::new();
+    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\"";
+    let app = start(config(&dir, &honest.base, auth)).await;
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    let pinned = std::fs::read_to_string(dir.path("remote.oauth.json")).expect("the pin is kept in the token file");
+    let pinned_issuer = serde_json::from_str::<Value>(&pinned).unwrap()["issuer"].clone();
+    assert_eq!(pinned_issuer, honest.base.as_str(), "{pinned}");
+    assert!(!pinned.contains("daemon-secret-value"), "{pinned}");
+
+    // The MCP server now names another authorization server, and its tokens stop working.
+    post(&format!("{}/admin/authorization-server", honest.base), &rogue.base);
+    post(&format!("{}/admin/expire-access", honest.base), "");
+    let mut client = client(&app).await;
+    let _ = echo(&mut client, 1).await;
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    let error = view.last_error.clone().unwrap_or_default();
+    assert!(error.contains(&rogue.base) && error.contains(&honest.base), "both issuers are named: {error}");
+    assert_eq!(tool_names(&view), ["echo"], "the tools stay listed");
+    // A restart keeps the pin; every backoff retry is refused before anything is sent.
+    app.shutdown().await;
+    let app = start(config(&dir, &honest.base, auth)).await;
+    wait_for_server(app.registry(), "remote", "auth required after a restart", |v| {
+        v.state == ServerState::AuthRequired && v.num_restarts >= 2
+    })
+    .await;
+    app.shutdown().await;
+    assert_eq!(rogue.stat("token_requests"), 0, "the rogue authorization server never saw a token request");
+
+    // An operator who accepts the move says so in the configuration: then it gets them.
+    let accepted = format!("{auth}, issuer = \"{}\"", rogue.base);
+    let app = start(config(&dir, &honest.base, &accepted)).await;
+    let deadline = Instant::now() + WAIT;
+    while rogue.stat("token_requests") == 0 {
+        assert!(Instant::now() < deadline, "the configured issuer is used");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.shutdown().await;
+
+    // A configured issuer that the server does not name gets nothing sent anywhere.
+    let fresh = AuthServer::start(&credentials);
+    let dir = TestDir::new();
+    let app = start(config(&dir, &fresh.base, &accepted)).await;
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("auth.issuer"), "{view:?}");
+    assert_eq!(fresh.stat("token_requests"), 0);
     app.shutdown().await;
 }

@@ -81,14 +81,16 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
         Some(url) => vec![url],
         None => protected_resource_urls(server_url),
     };
+    let fence = Fence::around(server_url).await;
     let mut resource_metadata = None;
     for url in &candidates {
+        fence.check(url).await?;
         if let Some(found) = web.get_json::<ResourceMetadata>(url).await? {
             resource_metadata = Some(found);
             break;
         }
     }
-    let Some(resource_metadata) = resource_metadata else { return discover_2025_03_26(web, server_url).await };
+    let Some(resource_metadata) = resource_metadata else { return discover_2025_03_26(web, server_url, &fence).await };
     let canonical = canonical_resource(server_url);
     // The resource indicator is the identifier the metadata publishes, byte for byte, once it
     // is known to cover this server.
@@ -106,6 +108,7 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
         .first()
         .ok_or_else(|| FlowError::Required("the protected resource metadata names no authorization server".into()))?;
     for url in authorization_server_urls(issuer) {
+        fence.check(&url).await?;
         if let Some(metadata) = web.get_json::<ServerMetadata>(&url).await? {
             if metadata.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
                 return Err(FlowError::Required(format!(
@@ -114,6 +117,7 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
                 )));
             }
             check_endpoints(&metadata)?;
+            fence.check_endpoints(&metadata).await?;
             return Ok(Discovery { resource, metadata, scopes_supported: resource_metadata.scopes_supported });
         }
     }
@@ -123,7 +127,7 @@ pub async fn discover(web: &Web, server_url: &str, challenge: Option<&Challenge>
 /// A server without protected-resource metadata, as the 2025-03-26 specification had it: the
 /// authorization server is the MCP server's origin, with its RFC 8414 metadata there, or else
 /// the default endpoints `/authorize`, `/token` and `/register` (PKCE was already required).
-async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, FlowError> {
+async fn discover_2025_03_26(web: &Web, server_url: &str, fence: &Fence) -> Result<Discovery, FlowError> {
     let (origin, _) = super::split_url(server_url);
     let metadata = match web.get_json::<ServerMetadata>(&format!("{origin}/.well-known/oauth-authorization-server")).await? {
         Some(mut metadata) => {
@@ -148,7 +152,102 @@ async fn discover_2025_03_26(web: &Web, server_url: &str) -> Result<Discovery, F
         },
     };
     check_endpoints(&metadata)?;
+    fence.check_endpoints(&metadata).await?;
     Ok(Discovery { resource: canonical_resource(server_url), metadata, scopes_supported: None })
+}
+
+/// What discovery may reach from one MCP server. A server on the open network can name any URL
+/// in its metadata; toolhost must not become its way into this machine or its private network
+/// (SSRF). So a URL of another origin whose host is, or resolves to, a loopback, private,
+/// link-local or unspecified address is refused, unless the server itself is on such an address.
+struct Fence {
+    origin: String,
+    server_internal: bool,
+}
+
+impl Fence {
+    async fn around(server_url: &str) -> Fence {
+        let origin = super::split_url(server_url).0.to_ascii_lowercase();
+        let server_internal = match host_of(server_url) {
+            Some(host) => is_internal_host(host).await,
+            None => false,
+        };
+        Fence { origin, server_internal }
+    }
+
+    async fn check(&self, url: &str) -> Result<(), FlowError> {
+        if self.server_internal || super::split_url(url).0.eq_ignore_ascii_case(&self.origin) {
+            return Ok(());
+        }
+        match host_of(url) {
+            None => Err(FlowError::Required(format!("{url} is not a URL toolhost fetches (no host, or user information in it)"))),
+            Some(host) if is_internal_host(host).await => Err(FlowError::Required(format!(
+                "the server's metadata points at {url}, on this machine or a private network, while the server is not: refusing to go there"
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn check_endpoints(&self, metadata: &ServerMetadata) -> Result<(), FlowError> {
+        let endpoints = [
+            Some(&metadata.token_endpoint),
+            metadata.authorization_endpoint.as_ref(),
+            metadata.registration_endpoint.as_ref(),
+            metadata.revocation_endpoint.as_ref(),
+        ];
+        for url in endpoints.into_iter().flatten() {
+            self.check(url).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The host of an `http(s)://` URL, without brackets; `None` for anything else, or an authority
+/// with user information (`https://127.0.0.1@evil.example/` is not the host it looks like).
+fn host_of(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return None;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']')?.0,
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Whether `host` is, or resolves to, an address on this machine or a private network. A name
+/// that does not resolve is left to the fetch to fail.
+async fn is_internal_host(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") {
+        return true;
+    }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return is_internal(ip);
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(5), tokio::net::lookup_host((host.as_str(), 443))).await {
+        Ok(Ok(mut addrs)) => addrs.any(|addr| is_internal(addr.ip())),
+        _ => false,
+    }
+}
+
+/// Loopback, private (RFC 1918, RFC 4193), link-local, shared (RFC 6598) or unspecified.
+fn is_internal(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback() || v4.is_private() || v4.is_link_local() || v4.is_unspecified() || (a == 100 && (64..128).contains(&b))
+        }
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_internal(std::net::IpAddr::V4(v4)),
+            None => {
+                let first = v6.segments()[0];
+                v6.is_loopback() || v6.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
+            }
+        },
+    }
 }
 
 /// Credentials go to an authorization server over HTTPS only, or to this machine.
@@ -174,6 +273,10 @@ pub fn is_secure(url: &str) -> bool {
     }
     let Some(rest) = url.strip_prefix("http://") else { return false };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // `http://127.0.0.1:80@evil.example/` goes to evil.example.
+    if authority.contains('@') {
+        return false;
+    }
     let host = match authority.strip_prefix('[') {
         Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
         None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
@@ -245,6 +348,60 @@ mod tests {
         {
             assert!(!is_secure(url), "{url}");
         }
+    }
+
+    #[test]
+    fn internal_addresses_are_told_from_public_ones() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::",
+        ] {
+            assert!(is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["93.184.216.34", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1"] {
+            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        assert_eq!(host_of("https://[::1]:8443/x"), Some("::1"));
+        assert_eq!(host_of("http://127.0.0.1:9/x?y"), Some("127.0.0.1"));
+        assert_eq!(host_of("https://user@as.example/"), None);
+        assert_eq!(host_of("ftp://as.example/"), None);
+        assert!(!is_secure("http://127.0.0.1:80@evil.example/token"));
+    }
+
+    #[tokio::test]
+    async fn a_public_server_cannot_send_discovery_to_this_machine_or_a_private_network() {
+        // Nothing is fetched: every URL below is refused before a connection is made (the
+        // server's address is a documentation address that is never contacted).
+        let spec = crate::config::HttpSpec { url: String::new(), headers: Default::default(), ca_file: None, auth: None };
+        let web =
+            Web::new(crate::upstream::http::client(&spec, std::time::Duration::from_secs(1)).unwrap(), std::time::Duration::from_secs(1));
+        for target in [
+            "http://127.0.0.1:9/.well-known/oauth-protected-resource",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]:9/x",
+            "https://10.0.0.5/x",
+            "http://localhost:9/x",
+        ] {
+            let challenge = Challenge { resource_metadata: Some(target.to_owned()), ..Challenge::default() };
+            let refused = discover(&web, "https://203.0.113.7/mcp", Some(&challenge)).await.expect_err(target);
+            assert!(refused.to_string().contains("private network"), "{target}: {refused}");
+        }
+        // A server on this machine may point at this machine.
+        let fence = Fence::around("http://127.0.0.1:8080/mcp").await;
+        assert!(fence.check("http://127.0.0.1:9000/token").await.is_ok());
+        let fence = Fence::around("https://203.0.113.7/mcp").await;
+        assert!(fence.check("https://203.0.113.7/.well-known/oauth-authorization-server").await.is_ok(), "its own origin");
+        assert!(fence.check("https://198.51.100.1/token").await.is_ok(), "another public address");
     }
 
     #[test]

@@ -139,7 +139,8 @@ impl Authorizer {
     }
 
     async fn revoke(&self, inner: &mut Inner, challenge: Option<&Challenge>, tokens: &[(&str, &str)]) -> Result<bool, AuthError> {
-        let discovery = self.discovery(inner, challenge).await?;
+        // Tokens go back only to the server that issued them.
+        let discovery = self.discovery(inner, challenge, false).await?;
         let client = self.client(inner, &discovery, false).await?;
         let mut revoked = false;
         for (token, hint) in tokens {
@@ -167,7 +168,9 @@ impl Authorizer {
         challenge: Option<&Challenge>,
         scope: Option<String>,
     ) -> Result<Authorization, AuthError> {
-        let discovery = self.discovery(inner, challenge).await?;
+        // An operator is at hand: the authorization server they log in at becomes the pinned one
+        // when the login completes (see `accept`).
+        let discovery = self.discovery(inner, challenge, true).await?;
         let client = self.client(inner, &discovery, true).await?;
         let scope = scope.or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
         let pending = flow::authorization_url(&discovery, &client.id, &client.redirect_uri, scope.as_deref())?;

@@ -274,7 +274,7 @@ impl Authorizer {
             inner.scope.clone_from(&wanted);
             return match self.spec.grant {
                 Grant::ClientCredentials => {
-                    let discovery = self.discovery(&mut inner, challenge).await?;
+                    let discovery = self.discovery(&mut inner, challenge, false).await?;
                     self.client_credentials(&mut inner, &discovery, wanted).await
                 }
                 Grant::AuthorizationCode if self.can_ask() => self.authorize(&mut inner, challenge, wanted).await,
@@ -302,6 +302,11 @@ impl Authorizer {
     /// Reads the token file when it changed since the last read (first use, `toolhost login`).
     fn load(&self, inner: &mut Inner) {
         if self.spec.grant != Grant::AuthorizationCode {
+            // The client credentials grant keeps only its pinned issuer in the file, read once.
+            if inner.stored.is_none() {
+                let pinned = tokens::load(&self.spec.token_file).ok().flatten().filter(|stored| stored.server_url == self.server_url);
+                inner.stored = Some(Stored { issuer: pinned.and_then(|stored| stored.issuer), ..Stored::new(&self.server_url) });
+            }
             return;
         }
         let mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
@@ -340,7 +345,7 @@ impl Authorizer {
 
     /// A token without a person: a refresh, or the client-credentials grant.
     async fn renew(&self, inner: &mut Inner, challenge: Option<&Challenge>) -> Result<(), AuthError> {
-        let discovery = self.discovery(inner, challenge).await?;
+        let discovery = self.discovery(inner, challenge, false).await?;
         match self.spec.grant {
             Grant::ClientCredentials => {
                 let scope = inner.scope.clone().or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
@@ -415,14 +420,52 @@ impl Authorizer {
         result
     }
 
-    /// The discovery done earlier, or a new one (the first time, and after every `401`).
-    async fn discovery(&self, inner: &mut Inner, challenge: Option<&Challenge>) -> Result<Discovery, AuthError> {
-        if let Some(discovery) = &inner.discovery {
-            return Ok(discovery.clone());
+    /// The discovery done earlier, or a new one (the first time, and after every `401`), if its
+    /// authorization server is the pinned one ([`Authorizer::check_issuer`]); the first one
+    /// seen is pinned. `operator`: an operator is logging in, and may move the pin.
+    async fn discovery(&self, inner: &mut Inner, challenge: Option<&Challenge>, operator: bool) -> Result<Discovery, AuthError> {
+        let discovery = match &inner.discovery {
+            Some(discovery) => discovery.clone(),
+            None => {
+                let discovery = discovery::discover(&self.web, &self.server_url, challenge).await?;
+                inner.discovery = Some(discovery.clone());
+                discovery
+            }
+        };
+        self.check_issuer(inner, &discovery.metadata.issuer, operator)?;
+        let stored = inner.stored.get_or_insert_with(|| Stored::new(&self.server_url));
+        if self.spec.issuer.is_none() && stored.issuer.is_none() {
+            stored.issuer = Some(discovery.metadata.issuer.clone());
+            self.save(inner).await;
         }
-        let discovery = discovery::discover(&self.web, &self.server_url, challenge).await?;
-        inner.discovery = Some(discovery.clone());
         Ok(discovery)
+    }
+
+    /// Credentials go to the authorization server the operator chose: `auth.issuer`, else the
+    /// one pinned in the token file. Another one, named by the MCP server (which may be
+    /// hostile), gets nothing until an operator logs in again (or configures it).
+    fn check_issuer(&self, inner: &Inner, found: &str, operator: bool) -> Result<(), AuthError> {
+        let same = |pinned: &str| pinned.trim_end_matches('/') == found.trim_end_matches('/');
+        if let Some(configured) = &self.spec.issuer {
+            return match same(configured) {
+                true => Ok(()),
+                false => Err(AuthError::Required(format!(
+                    "the server names the authorization server {found}, but auth.issuer is {configured}: toolhost sends its credentials to {configured} only"
+                ))),
+            };
+        }
+        match inner.stored.as_ref().and_then(|stored| stored.issuer.as_deref()) {
+            Some(pinned) if !same(pinned) && !operator => Err(AuthError::Required(match self.spec.grant {
+                Grant::AuthorizationCode => format!(
+                    "the server now names the authorization server {found}, not {pinned} as before: no credentials go to it until an operator accepts it with `toolhost login {}`",
+                    self.server
+                ),
+                Grant::ClientCredentials => format!(
+                    "the server now names the authorization server {found}, not {pinned} as before: no credentials go to it unless auth.issuer = \"{found}\" is configured"
+                ),
+            })),
+            _ => Ok(()),
+        }
     }
 
     /// Which client toolhost is at this authorization server: configured, a client ID metadata
