@@ -74,6 +74,7 @@ pub struct App {
     _instance: InstanceLock,
     /// Keeps the registry gauges' callbacks registered.
     _gauges: metrics::RegistryGauges,
+    _store_gauge: opentelemetry::metrics::ObservableGauge<u64>,
     _fleet_gauges: Option<metrics::FleetGauges>,
 }
 
@@ -109,6 +110,7 @@ impl App {
         let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
         let metrics = Metrics::global();
         let gauges = metrics::register_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), registry.clone());
+        let store_gauge = metrics::register_store_gauge(&opentelemetry::global::meter(crate::telemetry::SCOPE), store.watch_degraded());
         let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone(), metrics.clone()).await?;
         let snapshot = registry.snapshot();
         let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
@@ -185,6 +187,7 @@ impl App {
             fleet,
             _instance: instance,
             _gauges: gauges,
+            _store_gauge: store_gauge,
             _fleet_gauges: fleet_gauges,
         })
     }

@@ -165,7 +165,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         .map_err(|err| ApiStartError::Reflection(err.to_string()))?;
     let service = service::ToolHostService {
         registry: parts.registry.clone(),
-        store: parts.store,
+        store: parts.store.clone(),
         refresher: parts.refresher,
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone(), open: Arc::default(), opened: Arc::default() },
         access: parts.access,
@@ -173,7 +173,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         approver: parts.approver,
         fleet: parts.fleet,
     };
-    tracker.spawn(report_health(parts.registry, health_reporter, cancel.clone()));
+    tracker.spawn(report_health(parts.registry, parts.store.watch_degraded(), health_reporter, cancel.clone()));
     for listener in listeners.0 {
         let router = tonic::transport::Server::builder()
             .add_service(health_service.clone())
@@ -214,24 +214,35 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
 }
 
 /// NOT_SERVING until every enabled server has had its first connection attempt, then SERVING.
-async fn report_health(registry: Arc<Registry>, reporter: tonic_health::server::HealthReporter, cancel: CancellationToken) {
+/// `toolhost.v1.Store` says whether the catalog store can be written: NOT_SERVING while it is
+/// degraded (the daemon itself still serves the stored catalog).
+async fn report_health(
+    registry: Arc<Registry>,
+    mut degraded: tokio::sync::watch::Receiver<Option<Arc<str>>>,
+    reporter: tonic_health::server::HealthReporter,
+    cancel: CancellationToken,
+) {
     const SERVICE: &str = "toolhost.v1.ToolHost";
-    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-    reporter.set_service_status(SERVICE, tonic_health::ServingStatus::NotServing).await;
+    const STORE: &str = "toolhost.v1.Store";
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    reporter.set_service_status("", NotServing).await;
+    reporter.set_service_status(SERVICE, NotServing).await;
     let mut revisions = registry.subscribe_status();
+    let mut settled = false;
     loop {
-        let settled = registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting);
-        if settled {
-            reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
-            reporter.set_service_status(SERVICE, tonic_health::ServingStatus::Serving).await;
-            break;
+        let store = if degraded.borrow_and_update().is_some() { NotServing } else { Serving };
+        reporter.set_service_status(STORE, store).await;
+        if !settled && registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting) {
+            settled = true;
+            reporter.set_service_status("", Serving).await;
+            reporter.set_service_status(SERVICE, Serving).await;
         }
         tokio::select! {
-            () = cancel.cancelled() => return,
-            changed = revisions.changed() => if changed.is_err() { return },
+            () = cancel.cancelled() => break,
+            changed = revisions.changed(), if !settled => if changed.is_err() { break },
+            changed = degraded.changed() => if changed.is_err() { break },
         }
     }
-    cancel.cancelled().await;
-    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-    reporter.set_service_status(SERVICE, tonic_health::ServingStatus::NotServing).await;
+    reporter.set_service_status("", NotServing).await;
+    reporter.set_service_status(SERVICE, NotServing).await;
 }

@@ -49,7 +49,12 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let caller = self.admit(&request)?;
         let snapshot = self.registry.snapshot();
         let servers = snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect();
-        Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision }))
+        let degraded = self.store.degraded();
+        let store = pb::StoreStatus {
+            degraded: degraded.is_some(),
+            reason: degraded.filter(|_| caller.agent.admin).map(|why| why.to_string()).unwrap_or_default(),
+        };
+        Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision, store: Some(store) }))
     }
 
     async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Result<Response<pb::ListToolsResponse>, Status> {

@@ -360,8 +360,8 @@ impl Server {
         let prefix = self.script.cursor_prefix.clone().unwrap_or_else(|| "cursor-".to_owned());
         let offset = match params.get("cursor").and_then(Value::as_str) {
             None => {
-                if let Some(path) = &self.script.tools_file {
-                    self.tools = read_tools(path);
+                if let Some(tools) = self.script.tools_file.as_deref().and_then(read_tools) {
+                    self.tools = tools;
                 }
                 0
             }
@@ -516,8 +516,10 @@ fn append(path: Option<&str>, line: &str) {
     }
 }
 
-fn read_tools(path: &str) -> Vec<Value> {
-    std::fs::read_to_string(path).ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+/// The tools in `path`, or `None` while it holds no JSON array: a file caught half-written (a
+/// test rewriting it) keeps the tools it had, never reads as "no tools".
+fn read_tools(path: &str) -> Option<Vec<Value>> {
+    std::fs::read_to_string(path).ok().and_then(|text| serde_json::from_str(&text).ok())
 }
 
 fn count_launch(state_dir: Option<&str>) -> u64 {

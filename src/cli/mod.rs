@@ -157,7 +157,7 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
     match command {
         ClientCommand::Servers => {
             let response = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
-            out.servers(&response.servers)?;
+            out.servers(&response.servers, response.store.as_ref())?;
         }
         ClientCommand::Tools { servers, name_contains } => {
             let mut request = pb::ListToolsRequest {

@@ -18,7 +18,11 @@ impl Printer {
         Printer { json, out: std::io::stdout() }
     }
 
-    pub(crate) fn servers(&mut self, servers: &[pb::Server]) -> std::io::Result<()> {
+    pub(crate) fn servers(&mut self, servers: &[pb::Server], store: Option<&pb::StoreStatus>) -> std::io::Result<()> {
+        let degraded = store.filter(|store| store.degraded).map(|store| match store.reason.as_str() {
+            "" => "degraded".to_owned(),
+            reason => format!("degraded: {reason}"),
+        });
         if self.json {
             let rows: Vec<Value> = servers
                 .iter()
@@ -30,6 +34,7 @@ impl Printer {
                         "revalidating": s.revalidating, "restarts": s.restarts, "last_error": s.last_error,
                         "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
                         "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
+                        "store": degraded.as_deref().unwrap_or("ok"),
                     })
                 })
                 .collect();
@@ -52,7 +57,11 @@ impl Printer {
                 ]
             })
             .collect();
-        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "LAST ERROR"], &rows)
+        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "LAST ERROR"], &rows)?;
+        match degraded {
+            Some(degraded) => writeln!(self.out, "\nstore: {degraded} (the stored catalog is served; changes wait for room)"),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn tools(&mut self, tools: &[pb::Tool]) -> std::io::Result<()> {

@@ -61,6 +61,18 @@ pub struct RegistryGauges {
     _held: ObservableGauge<u64>,
 }
 
+/// `toolhost.store.degraded`: 1 while the catalog store is degraded (its filesystem full), else
+/// 0. Dropping it unregisters the callback.
+pub fn register_store_gauge(meter: &Meter, degraded: tokio::sync::watch::Receiver<Option<Arc<str>>>) -> ObservableGauge<u64> {
+    meter
+        .u64_observable_gauge("toolhost.store.degraded")
+        .with_description(
+            "1 while the catalog store cannot be written (its filesystem is full): the stored catalog is served, changes wait",
+        )
+        .with_callback(move |observer| observer.observe(u64::from(degraded.borrow().is_some()), &[]))
+        .build()
+}
+
 impl Metrics {
     pub fn new(meter: &Meter) -> Metrics {
         Metrics {

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
+use toolhost::api::pb;
+use toolhost::app::App;
 use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
@@ -143,4 +145,91 @@ async fn another_applications_database_is_refused_untouched() {
     toolhost::catalog::store::Store::open(&own, 10).await.unwrap().close().await;
     std::fs::write(dir.path("empty.db"), b"").unwrap();
     toolhost::catalog::store::Store::open(&dir.path("empty.db"), 10).await.unwrap().close().await;
+}
+
+/// Waits on the health service's own stream until `service` reports `wanted`.
+async fn health_becomes(app: &toolhost::app::App, service: &str, wanted: tonic_health::pb::health_check_response::ServingStatus) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", tcp_addr(app))).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut statuses =
+        health.watch(tonic_health::pb::HealthCheckRequest { service: service.into() }).await.expect("health watch").into_inner();
+    let seen = tokio::time::timeout(WAIT, async {
+        while let Some(status) = statuses.message().await.expect("the health stream") {
+            if status.status == wanted as i32 {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(seen, Ok(true), "{service} never became {wanted:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_there_is_room() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = TestDir::new();
+    let fs = match SmallFs::mount(&dir.path("small"), "3m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            skipped(&format!("SKIPPED a_daemon_restarted_on_a_full_disk: needs a tmpfs mount ({why})"));
+            return;
+        }
+    };
+    let db = fs.path.join("catalog.db");
+    let tools_file = dir.path("tools.json");
+    std::fs::write(&tools_file, json!(tools("t", 3)).to_string()).unwrap();
+    let changing = dir.script("changing", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let steady = dir.script("steady", json!({}));
+    let mut config = dir.config(&[server_table("changing", &changing, ""), server_table("steady", &steady, "")].concat());
+    config.store.path = db.clone();
+    let app = start(config.clone()).await;
+    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    app.shutdown().await;
+    let wal = fs.path.join("catalog.db-wal");
+    assert!(std::fs::metadata(&wal).map_or(true, |meta| meta.len() == 0), "a clean stop leaves no WAL to replay");
+
+    // The disk fills while the daemon is down, and one server's tools change meanwhile.
+    let filler = fs.path.join("filler");
+    fs.fill(&filler);
+    std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
+    let app = App::start(config.clone()).await.expect("the daemon starts on a full disk");
+    assert!(app.store().degraded().is_some_and(|why| why.contains("full")), "{:?}", app.store().degraded());
+    let mut client = client(&app).await;
+    let listed = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
+    let store = listed.store.expect("the store's state");
+    assert!(store.degraded && store.reason.contains("full"), "{store:?}");
+    health_becomes(&app, "toolhost.v1.Store", ServingStatus::NotServing).await;
+    health_becomes(&app, "toolhost.v1.ToolHost", ServingStatus::Serving).await;
+
+    // The unchanged server is confirmed from memory and callable; the changed one keeps its
+    // stored generation: what the disk cannot take is not published.
+    wait_for_server(app.registry(), "steady", "ready on the stored catalog", |v| v.state == ServerState::Ready).await;
+    let echoed = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "steady__echo".into(),
+            arguments_json: r#"{"text":"hi"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a tool of the stored catalog is callable");
+    assert!(!echoed.into_inner().is_error);
+    let view = wait_for_server(app.registry(), "changing", "its change waiting for room", |v| {
+        v.last_error.as_deref().is_some_and(|e| e.contains("degraded"))
+    })
+    .await;
+    assert_eq!((view.generation_number(), tool_names(&view)), (1, vec!["t0".to_owned(), "t1".to_owned(), "t2".to_owned()]));
+
+    // Room returns: the change is committed as the next generation, and the store is healthy.
+    std::fs::remove_file(&filler).unwrap();
+    let view = wait_for_server(app.registry(), "changing", "committed once there is room", |v| {
+        v.state == ServerState::Ready && v.generation_number() == 2
+    })
+    .await;
+    assert_eq!(tool_names(&view), ["u0", "u1"]);
+    assert!(app.store().degraded().is_none());
+    health_becomes(&app, "toolhost.v1.Store", ServingStatus::Serving).await;
+    app.shutdown().await;
+    let (generation, integrity) = stored_generation(&db, "changing").await;
+    assert_eq!((generation, integrity.as_str()), (2, "ok"));
 }

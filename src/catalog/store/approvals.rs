@@ -62,7 +62,7 @@ impl Store {
              WHERE id IN (SELECT max(id) FROM approvals WHERE ?1 IS NULL OR server = ?1 GROUP BY server, name)",
         )
         .bind(server)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let mut by_server: HashMap<String, HashMap<String, Approval>> = HashMap::new();
         for (server, name, hash, approved_by, approved_at_ms) in rows {
@@ -102,7 +102,7 @@ impl Store {
             sqlx::query_as("SELECT name, hash, approved_by, approved_at_ms FROM approvals WHERE server = ? ORDER BY id DESC LIMIT ?")
                 .bind(server)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&self.pool())
                 .await?;
         Ok(rows
             .into_iter()
@@ -115,7 +115,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn definition(&self, hash: &str) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT definition FROM definitions WHERE hash = ?").bind(hash).fetch_optional(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT definition FROM definitions WHERE hash = ?").bind(hash).fetch_optional(&self.pool()).await?)
     }
 
     /// The definition each current tool had just before its current one (when its previous
@@ -132,7 +132,7 @@ impl Store {
              WHERE c.last_generation IS NULL AND c.first_generation > 1 AND (?1 IS NULL OR c.server = ?1)",
         )
         .bind(server)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let mut by_server: HashMap<String, HashMap<String, String>> = HashMap::new();
         for (server, name, definition) in rows {
@@ -146,11 +146,11 @@ impl Store {
     /// their own canonical form).
     pub(super) async fn rehash_definitions(&self) -> Result<(), StoreError> {
         let done: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'definition_hash'").fetch_optional(&self.pool).await?;
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'definition_hash'").fetch_optional(&self.pool()).await?;
         if done.is_some() {
             return Ok(());
         }
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT hash, definition FROM definitions").fetch_all(&self.pool).await?;
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT hash, definition FROM definitions").fetch_all(&self.pool()).await?;
         let rehash = move || -> Result<Vec<(String, String, String)>, StoreError> {
             let mut moved = Vec::new();
             for (old, definition) in rows {

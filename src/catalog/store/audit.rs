@@ -77,7 +77,7 @@ impl Store {
         .bind(since_ms)
         .bind(agent)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(audit_record).collect()
     }

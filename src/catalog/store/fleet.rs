@@ -34,7 +34,7 @@ impl Store {
     /// [`StoreError`] on a database failure.
     pub async fn fleet_cursor(&self, key: &str) -> Result<i64, StoreError> {
         let value: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?;
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool()).await?;
         Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
@@ -78,7 +78,7 @@ impl Store {
         )
         .bind(after_id)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?))).collect()
     }
@@ -88,7 +88,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn audit_count_after(&self, after_id: i64) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit WHERE id > ?").bind(after_id).fetch_one(&self.pool).await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit WHERE id > ?").bind(after_id).fetch_one(&self.pool()).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -106,7 +106,7 @@ impl Store {
         .bind(super::approvals::ACCEPTED_BY_POLICY)
         .bind(FROM_FLEET)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -126,7 +126,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn last_approval_id(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.pool).await?.unwrap_or(0))
+        Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.pool()).await?.unwrap_or(0))
     }
 }
 

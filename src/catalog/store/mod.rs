@@ -5,7 +5,9 @@
 //! `synchronous = FULL`: when a commit returns, the generation is on disk. A transaction that
 //! fails for any reason (a full disk, an I/O error) closes that connection, which rolls the
 //! transaction back; the next write opens a fresh one. No connection is ever left inside a
-//! transaction, and the store recovers by itself once the fault clears.
+//! transaction, and the store recovers by itself once the fault clears. A store whose
+//! filesystem is full at start opens degraded (see [`degraded`]): it serves what it holds and
+//! refuses writes until there is room.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -13,6 +15,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Row, SqlitePool};
 use tokio::sync::{Mutex, MutexGuard};
@@ -22,6 +25,7 @@ use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationR
 
 pub mod approvals;
 mod audit;
+mod degraded;
 pub mod fleet;
 mod search;
 mod snapshot;
@@ -51,6 +55,32 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{path} is not a toolhost catalog: {reason}; refusing to add toolhost's tables to it")]
     Foreign { path: String, reason: String },
+    /// Degraded (its filesystem is full): nothing can be written until there is room.
+    #[error("the store is degraded, nothing is written: {0}")]
+    Degraded(String),
+}
+
+/// The readers' pool of a store opened as usual: checked to be toolhost's, migrated, marked.
+async fn open_healthy(path: &Path, options: &SqliteConnectOptions) -> Result<SqlitePool, StoreError> {
+    check_ownership(path).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.clone())
+        .await
+        .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+    let prepared = async {
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA application_id = {APPLICATION_ID}"))).execute(&pool).await?;
+        Ok::<(), StoreError>(())
+    };
+    match prepared.await {
+        Ok(()) => Ok(pool),
+        Err(error) => {
+            // Its connections must be gone before anything else opens the file.
+            pool.close().await;
+            Err(error)
+        }
+    }
 }
 
 /// The result of offering a complete listing to the store.
@@ -71,10 +101,18 @@ pub struct StoredServer {
     pub private_to: Option<String>,
 }
 
+/// Most a WAL file keeps after a checkpoint: it never grows without bound.
+const JOURNAL_SIZE_LIMIT: &str = "67108864";
+
 #[derive(Clone)]
 pub struct Store {
-    /// Readers.
-    pool: SqlitePool,
+    /// Readers: a small pool, or a degraded store's one exclusive connection. Swapped whole
+    /// when a degraded store recovers.
+    pool: Arc<ArcSwap<SqlitePool>>,
+    reader_options: Arc<SqliteConnectOptions>,
+    path: Arc<Path>,
+    /// `Some(why)` while the store is degraded (its filesystem full): writes are refused.
+    degraded: Arc<tokio::sync::watch::Sender<Option<Arc<str>>>>,
     writer: Arc<Mutex<Writer>>,
     history_generations: u32,
     /// Maintain the full-text index (always, but in the benchmark that measures its cost).
@@ -97,7 +135,8 @@ struct WriteTx<'a> {
 // === impl Store ===
 
 impl Store {
-    /// Opens (creating if needed) and migrates the database at `path`.
+    /// Opens (creating if needed) and migrates the database at `path`. On a full filesystem,
+    /// a store that can be read as it is opens degraded instead of not at all.
     ///
     /// # Errors
     /// [`StoreError`] when the file cannot be opened or migrated.
@@ -115,18 +154,54 @@ impl Store {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT)
             .busy_timeout(Duration::from_secs(5));
-        check_ownership(path).await?;
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await.map_err(open_error)?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA application_id = {APPLICATION_ID}"))).execute(&pool).await?;
+        let (pool, degraded) = match open_healthy(path, &options).await {
+            Ok(pool) => (pool, None),
+            Err(error) if !degraded::has_room(path) => match degraded::open(path).await {
+                Ok(pool) => {
+                    tracing::warn!(store = %path.display(), %error, "the store's filesystem is full: serving the stored catalog, writing nothing until there is room");
+                    (pool, Some(Arc::from(format!("its filesystem is full ({error})"))))
+                }
+                // Why it cannot be read as it is says more than the full disk's I/O error.
+                Err(why @ StoreError::Degraded(_)) => return Err(why),
+                Err(_) => return Err(error),
+            },
+            Err(error) => return Err(error),
+        };
         // A commit that returned is on disk, even across a power loss: a published generation
         // number is never handed out twice.
-        let writer = Writer { options: options.synchronous(SqliteSynchronous::Full), connection: None };
-        let store = Store { pool, writer: Arc::new(Mutex::new(writer)), history_generations, search_index: true };
-        store.rehash_definitions().await?;
-        store.backfill_search().await?;
+        let writer = Writer { options: options.clone().synchronous(SqliteSynchronous::Full), connection: None };
+        let healthy = degraded.is_none();
+        let store = Store {
+            pool: Arc::new(ArcSwap::from_pointee(pool)),
+            reader_options: Arc::new(options),
+            path: Arc::from(path),
+            degraded: Arc::new(tokio::sync::watch::Sender::new(degraded)),
+            writer: Arc::new(Mutex::new(writer)),
+            history_generations,
+            search_index: true,
+        };
+        if healthy {
+            store.rehash_definitions().await?;
+            store.backfill_search().await?;
+        }
         Ok(store)
+    }
+
+    /// The readers' pool as it is now.
+    fn pool(&self) -> SqlitePool {
+        SqlitePool::clone(&self.pool.load())
+    }
+
+    /// Why the store is degraded, if it is.
+    pub fn degraded(&self) -> Option<Arc<str>> {
+        self.degraded.borrow().clone()
+    }
+
+    /// Follows [`Store::degraded`].
+    pub fn watch_degraded(&self) -> tokio::sync::watch::Receiver<Option<Arc<str>>> {
+        self.degraded.subscribe()
     }
 
     /// A store that does not maintain the search index: only for the benchmark that measures
@@ -141,6 +216,9 @@ impl Store {
     /// Starts a write transaction on the writer connection (opening it if needed).
     async fn begin(&self) -> Result<WriteTx<'_>, StoreError> {
         let mut writer = self.writer.lock().await;
+        if self.degraded().is_some() {
+            self.recover().await?;
+        }
         if writer.connection.is_none() {
             writer.connection = Some(SqliteConnection::connect_with(&writer.options).await?);
         }
@@ -149,11 +227,24 @@ impl Store {
         Ok(tx)
     }
 
+    /// Checkpoints the WAL into the database (a clean stop leaves no WAL to replay) and closes
+    /// every connection.
     pub async fn close(&self) {
-        if let Some(connection) = self.writer.lock().await.connection.take() {
+        let mut writer = self.writer.lock().await;
+        if self.degraded().is_none() {
+            if writer.connection.is_none() {
+                writer.connection = SqliteConnection::connect_with(&writer.options).await.ok();
+            }
+            if let Some(connection) = writer.connection.as_mut()
+                && let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(connection).await
+            {
+                tracing::warn!(%error, "cannot checkpoint the store's WAL at shutdown; it is replayed at the next start");
+            }
+        }
+        if let Some(connection) = writer.connection.take() {
             let _ = connection.close().await;
         }
-        self.pool.close().await;
+        self.pool().close().await;
     }
 
     /// The current generation of `server`, if one was ever committed.
@@ -163,7 +254,7 @@ impl Store {
     pub async fn load_current(&self, server: &str) -> Result<Option<StoredServer>, StoreError> {
         let row = sqlx::query("SELECT current_generation, last_verified_at_ms, private_to FROM servers WHERE name = ?")
             .bind(server)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await?;
         let Some(row) = row else { return Ok(None) };
         let number: i64 = row.try_get(0)?;
@@ -173,7 +264,7 @@ impl Store {
         let committed_at_ms: i64 = sqlx::query_scalar("SELECT committed_at_ms FROM generations WHERE server = ? AND generation = ?")
             .bind(server)
             .bind(number)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await?
             .unwrap_or(0);
         let tools = self.tools_at(server, to_u64(number)?).await?;
@@ -196,7 +287,7 @@ impl Store {
             "SELECT s.name, s.current_generation, s.last_verified_at_ms, g.committed_at_ms, s.private_to FROM servers s \
              LEFT JOIN generations g ON g.server = s.name AND g.generation = s.current_generation WHERE s.current_generation > 0",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         // The snapshots written with each generation: one sequential read, decoded in two
         // halves on the blocking pool so that both cores work at boot.
@@ -251,7 +342,7 @@ impl Store {
         )
         .bind(from)
         .bind(to)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         // Only a snapshot of the server's current generation counts: any other is stale.
         let rows: Vec<(String, Vec<u8>)> = rows
@@ -287,7 +378,7 @@ impl Store {
         )
         .bind(from)
         .bind(to)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let decode = move || {
             let mut tools: HashMap<String, Vec<ToolDef>> = HashMap::with_capacity(rows.len());
@@ -320,7 +411,7 @@ impl Store {
         .bind(server)
         .bind(generation)
         .bind(generation)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let mut tools = Vec::with_capacity(rows.len());
         for row in rows {
@@ -335,7 +426,7 @@ impl Store {
     /// [`StoreError`] on a database failure.
     pub async fn eras(&self) -> Result<HashMap<String, String>, StoreError> {
         let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT name, era FROM servers WHERE era IS NOT NULL").fetch_all(&self.pool).await?;
+            sqlx::query_as("SELECT name, era FROM servers WHERE era IS NOT NULL").fetch_all(&self.pool()).await?;
         Ok(rows.into_iter().collect())
     }
 
@@ -368,12 +459,40 @@ impl Store {
         )
         .bind(server)
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         match row {
             Some((Some(last),)) => Ok(Some(to_u64(last)? + 1)),
             _ => Ok(None),
         }
+    }
+
+    /// What a degraded store can say of a listing without writing: that it is the stored
+    /// generation, unchanged (so its server may serve it). Anything that would need a write (a
+    /// new generation, a baseline to record, another credential) is refused as degraded.
+    async fn confirm_unchanged(
+        &self,
+        server: &str,
+        listing: &Listing,
+        accepted: &[(String, String)],
+        private_to: Option<&str>,
+        why: String,
+    ) -> Result<CommitOutcome, StoreError> {
+        let head: Option<(i64, Option<String>)> = sqlx::query_as("SELECT current_generation, private_to FROM servers WHERE name = ?")
+            .bind(server)
+            .fetch_optional(&self.pool())
+            .await?;
+        let Some((current, stored_private_to)) = head.filter(|(current, _)| *current > 0) else { return Err(StoreError::Degraded(why)) };
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
+                .bind(server)
+                .fetch_all(&self.pool())
+                .await?;
+        let diff = Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools);
+        if !diff.is_empty() || !accepted.is_empty() || stored_private_to.as_deref() != private_to {
+            return Err(StoreError::Degraded(why));
+        }
+        Ok(CommitOutcome::Unchanged { generation: to_u64(current)? })
     }
 
     /// Every tool name `server` had in the kept history, current or not.
@@ -383,7 +502,7 @@ impl Store {
     pub async fn names_in_history(&self, server: &str) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar("SELECT DISTINCT name FROM tool_versions WHERE server = ? ORDER BY name")
             .bind(server)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?)
     }
 
@@ -418,7 +537,11 @@ impl Store {
         accepted: &[(String, String)],
         private_to: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = match self.begin().await {
+            Ok(tx) => tx,
+            Err(StoreError::Degraded(why)) => return self.confirm_unchanged(server, &listing, accepted, private_to, why).await,
+            Err(error) => return Err(error),
+        };
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
         let current: i64 =
             sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(tx.conn()).await?;
@@ -556,7 +679,7 @@ impl Store {
         )
         .bind(server)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let mut records = Vec::with_capacity(rows.len());
         for row in rows {
@@ -590,7 +713,7 @@ impl Store {
         )
         .bind(server)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let names = |text: String| serde_json::from_str::<Vec<String>>(&text).map_err(|err| StoreError::Corrupt(err.to_string()));
         let mut summaries = Vec::with_capacity(rows.len());

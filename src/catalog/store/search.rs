@@ -120,7 +120,7 @@ impl Store {
         .bind(serde_json::Value::Object(generations).to_string())
         .bind(i64::from(limit))
         .bind(i64::from(limit).saturating_mul(CANDIDATES_PER_RESULT))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         Ok(rows)
     }
@@ -135,7 +135,7 @@ impl Store {
         )
         .bind(server)
         .bind(generation)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?)
     }
 
@@ -144,7 +144,7 @@ impl Store {
     /// single-row lookup at every later start).
     pub(super) async fn backfill_search(&self) -> Result<(), StoreError> {
         let built: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'search_index'").fetch_optional(&self.pool).await?;
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'search_index'").fetch_optional(&self.pool()).await?;
         if built.is_some() {
             return Ok(());
         }
@@ -152,7 +152,7 @@ impl Store {
             "SELECT v.server, v.name, v.first_generation, v.last_generation, d.definition, v.hash \
              FROM tool_versions v JOIN definitions d ON d.hash = v.hash",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let versions = rows.len();
         // Versions grouped as one commit would write them: by server and generation interval.
@@ -194,7 +194,7 @@ mod tests {
         store.commit("files", listing, record, None).await.unwrap();
         // What a store of the previous schema looks like: versions, and no index.
         for statement in ["DELETE FROM tool_search", "DELETE FROM search_rows", "DELETE FROM store_meta"] {
-            sqlx::query(statement).execute(&store.pool).await.unwrap();
+            sqlx::query(statement).execute(&store.pool()).await.unwrap();
         }
         store.close().await;
         let store = Store::open(&path, 10).await.unwrap();

@@ -136,13 +136,13 @@ mod store_tests {
         let expected: Vec<String> = {
             let tools: Vec<(String, String)> =
                 sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = 'files' AND last_generation IS NULL ORDER BY name")
-                    .fetch_all(&store.pool)
+                    .fetch_all(&store.pool())
                     .await
                     .unwrap();
             tools.into_iter().map(|(name, hash)| format!("{name}:{}", &hash[..8])).collect()
         };
         let packed: i64 =
-            sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = 'files'").fetch_one(&store.pool).await.unwrap();
+            sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = 'files'").fetch_one(&store.pool()).await.unwrap();
         assert_eq!(packed, 2, "written with the generation");
         store.close().await;
         assert_eq!(names_after_restart(&path).await, expected);
@@ -150,7 +150,7 @@ mod store_tests {
         // A snapshot of another generation (an older one, say) is not served.
         let old = super::encode(&listing("one").tools);
         let store = Store::open(&path, 10).await.unwrap();
-        sqlx::query("UPDATE current_snapshots SET tools = ?, generation = 1").bind(&old).execute(&store.pool).await.unwrap();
+        sqlx::query("UPDATE current_snapshots SET tools = ?, generation = 1").bind(&old).execute(&store.pool()).await.unwrap();
         store.close().await;
         assert_eq!(names_after_restart(&path).await, expected, "stale: the tool versions are read");
 
@@ -159,16 +159,16 @@ mod store_tests {
         let mut damaged = super::encode(&listing("two").tools);
         let middle = damaged.len() / 2;
         damaged[middle] ^= 1;
-        sqlx::query("UPDATE current_snapshots SET tools = ?, generation = 2").bind(&damaged).execute(&store.pool).await.unwrap();
+        sqlx::query("UPDATE current_snapshots SET tools = ?, generation = 2").bind(&damaged).execute(&store.pool()).await.unwrap();
         store.close().await;
         assert_eq!(names_after_restart(&path).await, expected, "damaged: the tool versions are read");
 
         // An unchanged listing writes the snapshot back.
         let store = Store::open(&path, 10).await.unwrap();
-        sqlx::query("DELETE FROM current_snapshots").execute(&store.pool).await.unwrap();
+        sqlx::query("DELETE FROM current_snapshots").execute(&store.pool()).await.unwrap();
         store.commit("files", listing("two"), EnumerationRecord::unmeasured(EnumerationReason::Reconnect), None).await.unwrap();
         let packed: i64 =
-            sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = 'files'").fetch_one(&store.pool).await.unwrap();
+            sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = 'files'").fetch_one(&store.pool()).await.unwrap();
         assert_eq!(packed, 2);
         store.close().await;
     }

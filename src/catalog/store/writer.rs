@@ -50,6 +50,11 @@ pub(super) async fn check_ownership(path: &Path) -> Result<(), StoreError> {
     verdict
 }
 
+/// [`check_ownership`] on a connection already open (a degraded store's).
+pub(super) async fn ownership_of(path: &Path, connection: &mut SqliteConnection) -> Result<(), StoreError> {
+    ownership(connection, |reason| StoreError::Foreign { path: path.display().to_string(), reason }).await
+}
+
 async fn ownership(connection: &mut SqliteConnection, foreign: impl Fn(String) -> StoreError) -> Result<(), StoreError> {
     let application_id: i64 = sqlx::query_scalar("PRAGMA application_id").fetch_one(&mut *connection).await?;
     if application_id == APPLICATION_ID {
