@@ -77,6 +77,8 @@ impl Auditor {
 
 async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention: Retention, cancel: CancellationToken) {
     let mut batch = Vec::with_capacity(BATCH);
+    // Agents' calls drive these writes: a store that refuses them (a full disk) logs a line a second.
+    let failures = Throttle::new(1);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     loop {
         tokio::select! {
@@ -93,7 +95,7 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
                         () = cancel.cancelled() => break,
                     }
                 }
-                store_batch(&store, &mut batch).await;
+                store_batch(&store, &mut batch, &failures).await;
             }
             _ = prune.tick() => {
                 let oldest = crate::catalog::record::now_ms().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
@@ -105,7 +107,7 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
                 // Whatever is queued is stored before the store closes.
                 rx.close();
                 while rx.recv_many(&mut batch, BATCH).await > 0 {
-                    store_batch(&store, &mut batch).await;
+                    store_batch(&store, &mut batch, &failures).await;
                 }
                 return;
             }
@@ -113,9 +115,11 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
     }
 }
 
-async fn store_batch(store: &Store, batch: &mut Vec<AuditRecord>) {
-    if let Err(error) = store.append_audit(batch).await {
-        tracing::error!(%error, records = batch.len(), "cannot store audit records");
+async fn store_batch(store: &Store, batch: &mut Vec<AuditRecord>, failures: &Throttle) {
+    if let Err(error) = store.append_audit(batch).await
+        && let Some(suppressed) = failures.admit()
+    {
+        tracing::error!(%error, records = batch.len(), suppressed, "cannot store audit records");
     }
     batch.clear();
 }

@@ -25,7 +25,9 @@ const ROOM: u64 = 1 << 20;
 pub(super) fn has_room(path: &Path) -> bool {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     match nix::sys::statvfs::statvfs(dir) {
-        Ok(stats) => u64::from(stats.blocks_available()).saturating_mul(stats.fragment_size()) >= ROOM,
+        // The block count is narrower than u64 on some targets.
+        #[allow(clippy::useless_conversion)]
+        Ok(stats) => u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())) >= ROOM,
         Err(_) => true,
     }
 }
