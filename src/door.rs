@@ -130,6 +130,12 @@ impl Door {
             self.audit_call(caller, &target, arguments, started, &refused, true);
             return refused;
         }
+        // One agent's flood waits behind no one but itself.
+        let Some(_in_flight) = caller.agent.begin_call() else {
+            let busy = Err(CallError::CallerBusy { agent: caller.agent.name.to_string(), limit: crate::access::CALLS_IN_FLIGHT_PER_AGENT });
+            self.audit_call(caller, &target, arguments, started, &busy, false);
+            return busy;
+        };
         let answer = request.answer;
         let resumed = match answer {
             Some(answer) => {

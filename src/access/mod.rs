@@ -12,6 +12,7 @@ pub mod identity;
 pub mod share;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use arc_swap::ArcSwap;
@@ -53,6 +54,23 @@ pub struct Agent {
     /// `allow = ["*"]` and no `deny`: every decision is yes, without a lookup.
     allows_everything: bool,
     decisions: RwLock<HashMap<Box<str>, bool>>,
+    /// Calls of this entry's callers in flight, across both doors and every server.
+    in_flight: AtomicUsize,
+}
+
+/// Calls one agent entry may have in flight at once: past this, its next call is refused at
+/// once, so one agent's flood queues behind no one but itself.
+pub const CALLS_IN_FLIGHT_PER_AGENT: usize = 1024;
+
+/// One call counted against its agent entry's in-flight share; dropping it ends the call.
+pub struct InFlight {
+    agent: Arc<Agent>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.agent.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Who is calling, as far as toolhost can tell, and the agent entry that admits them.
@@ -191,7 +209,19 @@ impl Agent {
             deny: globs(&config.deny),
             allows_everything: config.allow.iter().any(|pattern| pattern == "*") && config.deny.is_empty(),
             decisions: RwLock::default(),
+            in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a call against this entry's share ([`CALLS_IN_FLIGHT_PER_AGENT`]); `None` when the
+    /// share is taken. No lock, no allocation: it is on the call path.
+    pub fn begin_call(self: &Arc<Agent>) -> Option<InFlight> {
+        let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if taken >= CALLS_IN_FLIGHT_PER_AGENT {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(InFlight { agent: self.clone() })
     }
 
     /// An agent entry that allows everything, for tests of what is bound to a caller.
@@ -242,6 +272,18 @@ impl Agent {
 mod tests {
     use super::*;
     use crate::config::AccessConfig;
+
+    #[test]
+    fn an_agent_has_at_most_its_share_of_calls_in_flight() {
+        let agent = Arc::new(Agent::named_for_tests("busy"));
+        let other = Arc::new(Agent::named_for_tests("quiet"));
+        let held: Vec<InFlight> = (0..CALLS_IN_FLIGHT_PER_AGENT).map(|_| agent.begin_call().expect("within the share")).collect();
+        assert!(agent.begin_call().is_none(), "past its share");
+        assert!(other.begin_call().is_some(), "another agent is not affected");
+        drop(held);
+        assert!(agent.begin_call().is_some(), "calls that ended give their place back");
+        assert_eq!(agent.in_flight.load(Ordering::Acquire), 0);
+    }
 
     fn agent(name: &str, allow: &[&str], deny: &[&str]) -> AgentConfig {
         AgentConfig {

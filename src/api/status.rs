@@ -130,7 +130,7 @@ impl From<CallError> for Status {
                 Code::FailedPrecondition
             }
             CallError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            CallError::Overloaded { .. } => Code::ResourceExhausted,
+            CallError::Overloaded { .. } | CallError::CallerBusy { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
             CallError::NotAllowed { .. } => Code::PermissionDenied,
             CallError::Continuation(problem) => match problem {

@@ -51,6 +51,8 @@ pub enum CallError {
     SessionLost { server: String, tool: String, generation: u64 },
     #[error("{server:?} is not reading its input; try again later")]
     Overloaded { server: String, tool: String },
+    #[error("agent {agent:?} has {limit} calls in flight, its share: try again when some have ended")]
+    CallerBusy { agent: String, limit: usize },
     #[error("{server}/{tool} rejected the arguments: {message}")]
     UpstreamInvalidParams { server: String, tool: String, generation: u64, message: String },
     #[error("{server}/{tool} failed with JSON-RPC error {code}: {message}")]
@@ -98,6 +100,7 @@ impl CallError {
             CallError::DeadlineExceeded { .. } => "timeout",
             CallError::SessionLost { .. } => "session_lost",
             CallError::Overloaded { .. } => "overloaded",
+            CallError::CallerBusy { .. } => "concurrency_limited",
             CallError::UpstreamInvalidParams { .. } => "invalid_params",
             CallError::Upstream { .. } => "upstream_error",
             CallError::InvalidResult { .. } => "invalid_result",
@@ -129,6 +132,7 @@ impl CallError {
             | CallError::RevisionNotKept(_)
             | CallError::Store(_)
             | CallError::NotAllowed { .. }
+            | CallError::CallerBusy { .. }
             | CallError::Continuation(_) => None,
         }
     }
@@ -201,6 +205,7 @@ impl CallError {
             }
             CallError::SessionLost { server, tool, generation } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
             CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
+            CallError::CallerBusy { agent, limit } => ("CONCURRENCY_LIMITED", vec![("agent", agent.clone()), ("limit", limit.to_string())]),
             CallError::UpstreamInvalidParams { server, tool, generation, .. } => ("UPSTREAM_INVALID_PARAMS", at(server, tool, *generation)),
             CallError::Upstream { server, tool, generation, code, .. } => {
                 let mut details = at(server, tool, *generation);

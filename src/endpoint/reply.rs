@@ -96,6 +96,7 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::DeadlineExceeded { .. }
         | CallError::SessionLost { .. }
         | CallError::Overloaded { .. }
+        | CallError::CallerBusy { .. }
         | CallError::InvalidResult { .. }
         | CallError::TaskRequired { .. }
         | CallError::DefinitionHeld { .. } => SERVER_ERROR,
