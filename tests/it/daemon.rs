@@ -239,6 +239,18 @@ async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
     assert_eq!(server.generation, 1);
 }
 
+/// Runs `toolhost serve` on the test's configuration, which must refuse to start: its stderr.
+fn serve_refused(dir: &TestDir) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config", dir.path("daemon.toml").to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "this daemon must not run: {stderr}");
+    stderr
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_on_the_same_store_is_refused_and_the_first_keeps_serving() {
     let dir = TestDir::new();
@@ -247,13 +259,7 @@ async fn a_second_daemon_on_the_same_store_is_refused_and_the_first_keeps_servin
     daemon.wait_servers("ready", ready).await;
     let socket_inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&daemon.socket).unwrap());
 
-    let second = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", dir.path("daemon.toml").to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(!second.status.success(), "the second daemon must not run: {stderr}");
+    let stderr = serve_refused(&dir);
     assert!(stderr.contains(&dir.db_path().display().to_string()), "the store is named: {stderr}");
     assert!(stderr.contains(&format!("pid {}", daemon.child.id())), "the running daemon's pid is named: {stderr}");
 
@@ -271,13 +277,7 @@ async fn a_socket_somebody_listens_on_is_never_replaced() {
     let listener = std::os::unix::net::UnixListener::bind(dir.path("daemon.sock")).unwrap();
     let script = dir.script("s", json!({"tools": tools("t", 1)}));
     write_config(&dir, &server_table("s", &script, ""));
-    let refused = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", dir.path("daemon.toml").to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "{stderr}");
+    let stderr = serve_refused(&dir);
     assert!(stderr.contains("daemon.sock") && stderr.contains("another process is listening"), "{stderr}");
     // The other program's socket still works.
     let _client = std::os::unix::net::UnixStream::connect(dir.path("daemon.sock")).expect("the socket is still the other program's");
