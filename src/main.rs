@@ -29,6 +29,9 @@ enum Command {
     CheckConfig {
         #[arg(long, short)]
         config: PathBuf,
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List the servers with their state and generation.
     Servers(ClientArgs),
@@ -237,7 +240,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let (command, client) = match cli.command {
         Command::Serve { config, log_format } => return serve(&config, log_format),
-        Command::CheckConfig { config } => return check_config(&config),
+        Command::CheckConfig { config, json } => return check_config(&config, json),
         Command::Reap => {
             toolhost::upstream::reaper::run_helper();
             return ExitCode::SUCCESS;
@@ -278,7 +281,8 @@ fn main() -> ExitCode {
             return through_daemon(ClientCommand::Logout { server: server.clone() }, &config, addr, token, "logging out", here);
         }
     };
-    let options = ClientOptions { addr: client.addr, config: client.config, json: client.json, token: client.token };
+    let json = client.json;
+    let options = ClientOptions { addr: client.addr, config: client.config, json, token: client.token };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
@@ -286,7 +290,13 @@ fn main() -> ExitCode {
     match runtime.block_on(toolhost::cli::run(command, options)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(toolhost::cli::ClientError::ToolError) => ExitCode::from(toolhost::cli::EXIT_TOOL_ERROR),
-        Err(error) => fail(&error.to_string(), error.exit_code()),
+        Err(error) => {
+            if json {
+                use std::io::Write;
+                let _ = writeln!(std::io::stdout(), "{}", error.json());
+            }
+            fail(&error.to_string(), error.exit_code())
+        }
     }
 }
 
@@ -363,80 +373,19 @@ fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Op
     }
 }
 
-fn check_config(config: &std::path::Path) -> ExitCode {
+fn check_config(config: &std::path::Path, json: bool) -> ExitCode {
     use std::io::Write;
-    let config = match Config::load(config) {
-        Ok(config) => config,
-        Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+    let report = match with_runtime(toolhost::cli::check::check(config)) {
+        Ok(Ok(report)) => report,
+        Ok(Err(error)) if json => return fail_json(&format!("invalid configuration: {error}"), "config", EXIT_CONFIG),
+        Ok(Err(error)) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
+        Err(error) => return fail(&error, 1),
     };
-    let _ = writeln!(std::io::stdout(), "{}: ok, {} servers", config.source.display(), config.servers.len());
-    for (name, spec) in &config.servers {
-        if let Some(line) = oauth_status(name, spec) {
-            let _ = writeln!(std::io::stdout(), "{line}");
-        }
-    }
-    let Some(fleet) = &config.fleet else { return ExitCode::SUCCESS };
-    // The fleet store is checked too: the connection, the credentials, the schema version.
-    let checked = with_runtime(async {
-        let pool = toolhost::fleet::schema::connect(fleet).await?;
-        let schema = toolhost::fleet::schema::check(&pool).await;
-        pool.close().await;
-        schema
-    });
-    match checked {
-        Ok(Ok(schema)) => {
-            let _ = writeln!(std::io::stdout(), "fleet store: reachable, schema {}", schema_text(&schema));
-            match schema {
-                toolhost::fleet::schema::Schema::Current | toolhost::fleet::schema::Schema::Empty => ExitCode::SUCCESS,
-                _ => fail("the fleet store's schema does not match this toolhost (see above)", EXIT_CONFIG),
-            }
-        }
-        Ok(Err(error)) => fail(&format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"), EXIT_CONFIG),
-        Err(error) => fail(&error, 1),
-    }
-}
-
-/// What `check-config` says of a server's OAuth authorization (never a token).
-fn oauth_status(name: &str, spec: &toolhost::config::ServerSpec) -> Option<String> {
-    use toolhost::config::auth::{AuthSpec, Grant};
-    let toolhost::config::Transport::Http(http) = &spec.transport else { return None };
-    let Some(AuthSpec::OAuth(oauth)) = &http.auth else { return None };
-    let file = oauth.token_file.display();
-    let stored = toolhost::upstream::oauth::tokens::load(&oauth.token_file);
-    let ours = stored.as_ref().ok().and_then(Option::as_ref).filter(|stored| stored.server_url == http.url);
-    let pinned = match (&oauth.issuer, ours.and_then(|stored| stored.issuer.as_deref())) {
-        (Some(configured), _) => format!("; credentials go to {configured} only (auth.issuer)"),
-        (None, Some(pinned)) => format!("; credentials go to {pinned} only (pinned in {file})"),
-        (None, None) => String::new(),
+    let _ = match json {
+        true => writeln!(std::io::stdout(), "{}", report.json()),
+        false => write!(std::io::stdout(), "{}", report.text()),
     };
-    if oauth.grant == Grant::ClientCredentials {
-        return Some(format!("{name}: OAuth client credentials; the daemon gets its own tokens{pinned}"));
-    }
-    Some(match (&stored, ours) {
-        (_, Some(stored)) if stored.refresh_token.is_some() => {
-            format!("{name}: OAuth authorization code; logged in ({file} holds a refresh token){pinned}")
-        }
-        (_, Some(stored)) if stored.access_token.is_none() => {
-            format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`{pinned}")
-        }
-        (Ok(Some(_)), _) => {
-            format!("{name}: OAuth authorization code; not logged in (no usable refresh token in {file}): run `toolhost login {name}`")
-        }
-        (Ok(None), _) => format!("{name}: OAuth authorization code; not logged in yet: run `toolhost login {name}`"),
-        (Err(error), _) => format!("{name}: OAuth authorization code; {error}"),
-    })
-}
-
-fn schema_text(schema: &toolhost::fleet::schema::Schema) -> String {
-    use toolhost::fleet::schema::Schema;
-    match schema {
-        Schema::Empty => "empty (the daemon creates it on first connect)".to_owned(),
-        Schema::Current => "current".to_owned(),
-        Schema::Older { applied, expected } => {
-            format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate")
-        }
-        Schema::Newer { applied, known } => format!("newer (version {applied}, this toolhost knows up to {known}): upgrade toolhost"),
-    }
+    if report.ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_CONFIG) }
 }
 
 fn fleet_migrate(config: &std::path::Path) -> ExitCode {
@@ -458,7 +407,7 @@ fn fleet_migrate(config: &std::path::Path) -> ExitCode {
     });
     match migrated {
         Ok(Ok(schema)) => {
-            let _ = writeln!(std::io::stdout(), "fleet store: schema {}", schema_text(&schema));
+            let _ = writeln!(std::io::stdout(), "fleet store: schema {}", toolhost::cli::check::schema_text(&schema));
             ExitCode::SUCCESS
         }
         Ok(Err(error)) => fail(&format!("fleet store: {error}"), EXIT_CONFIG),
@@ -473,6 +422,14 @@ fn with_runtime<T>(work: impl std::future::Future<Output = T>) -> Result<T, Stri
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))?;
     Ok(runtime.block_on(work))
+}
+
+/// [`fail`], and the same as JSON on stdout for a `--json` caller's script.
+fn fail_json(message: &str, kind: &str, code: u8) -> ExitCode {
+    use std::io::Write;
+    let error = serde_json::json!({"error": {"kind": kind, "message": message, "exit_code": code}});
+    let _ = writeln!(std::io::stdout(), "{error}");
+    fail(message, code)
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

@@ -78,7 +78,9 @@ impl From<ApproveError> for Status {
                 "DEFINITION_CHANGED",
                 vec![("server", server), ("tool", tool), ("expected_hash", expected), ("offered_hash", offered)],
             ),
-            ApproveError::NothingNamed | ApproveError::HashNeedsOneTool => (Code::InvalidArgument, "BAD_APPROVAL", vec![]),
+            ApproveError::NothingNamed | ApproveError::HashNeedsOneTool | ApproveError::HashTooShort(_) => {
+                (Code::InvalidArgument, "BAD_APPROVAL", vec![])
+            }
             ApproveError::Store(error) => return internal(&error),
         };
         status(code, message, reason, metadata)

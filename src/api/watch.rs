@@ -92,7 +92,10 @@ async fn forward(registry: &Registry, access: &Access, watch: &Watch, tx: &mpsc:
     let mut cursor = if watch.from_revision == 0 { registry.snapshot().revision } else { watch.from_revision };
     loop {
         revisions.borrow_and_update();
+        let events = registry.events_after(cursor);
         // The policy in force now decides what this watcher sees: a reload applies at once.
+        // Judged after the events are taken, so that a reload's own events (it replaces the
+        // policy first) are never sent under the policy it replaced.
         let caller = match access.admit(watch.identity.clone()) {
             Ok(caller) => caller,
             Err(refusal) => {
@@ -100,7 +103,7 @@ async fn forward(registry: &Registry, access: &Access, watch: &Watch, tx: &mpsc:
                 return;
             }
         };
-        match registry.events_after(cursor) {
+        match events {
             Ok(events) => {
                 let snapshot = registry.snapshot();
                 for event in events {

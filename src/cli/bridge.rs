@@ -58,7 +58,8 @@ pub async fn run(socket: &Path, profile: Option<&str>) -> Result<(), String> {
     let upstream = async {
         let mut stdin = tokio::io::stdin();
         let copied = tokio::io::copy(&mut stdin, &mut to_daemon).await;
-        // The client closed stdin: tell the daemon this session is over.
+        // The client closed stdin: the daemon hears that nothing more is coming, answers what
+        // it was asked, and then closes its side, which ends the bridge.
         let _ = to_daemon.shutdown().await;
         copied
     };
@@ -68,12 +69,13 @@ pub async fn run(socket: &Path, profile: Option<&str>) -> Result<(), String> {
         let _ = stdout.flush().await;
         copied
     };
-    // Whichever side ends first ends the bridge: a daemon that went away, or a client that left.
+    tokio::pin!(downstream);
+    // The daemon going away ends the bridge at once; stdin ending ends it once the answers are out.
     tokio::select! {
-        result = downstream => result.map(drop).map_err(|error| format!("the connection to the daemon failed: {error}")),
+        result = &mut downstream => result.map(drop).map_err(|error| format!("the connection to the daemon failed: {error}")),
         result = upstream => {
             result.map_err(|error| format!("cannot forward stdin: {error}"))?;
-            Ok(())
+            downstream.await.map(drop).map_err(|error| format!("the connection to the daemon failed: {error}"))
         }
     }
 }

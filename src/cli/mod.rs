@@ -4,6 +4,7 @@
 //! error (the status is printed), 64 a bad configuration file.
 
 pub mod bridge;
+pub mod check;
 pub mod conformance;
 pub mod login;
 mod output;
@@ -112,6 +113,9 @@ pub enum ClientError {
     Connect { addr: String, reason: String },
     #[error("{}", describe_status(.0))]
     Rpc(#[from] tonic::Status),
+    /// An RPC error and what to do about it.
+    #[error("{}\n{hint}", describe_status(status))]
+    Hinted { status: Box<tonic::Status>, hint: String },
     #[error("the tool reported an error")]
     ToolError,
     #[error("{0}")]
@@ -125,9 +129,41 @@ impl ClientError {
         match self {
             ClientError::Usage(_) => EXIT_USAGE,
             ClientError::Config(_) => EXIT_CONFIG,
-            ClientError::Connect { .. } | ClientError::Rpc(_) | ClientError::Output(_) => EXIT_RPC_ERROR,
+            ClientError::Connect { .. } | ClientError::Rpc(_) | ClientError::Hinted { .. } | ClientError::Output(_) => EXIT_RPC_ERROR,
             ClientError::ToolError | ClientError::Login(_) => EXIT_TOOL_ERROR,
         }
+    }
+
+    /// The error as a `--json` caller's script reads it (on stdout, beside the message on stderr).
+    pub fn json(&self) -> serde_json::Value {
+        use tonic_types::StatusExt;
+        let kind = match self {
+            ClientError::Usage(_) => "usage",
+            ClientError::Config(_) => "config",
+            ClientError::Connect { .. } => "connect",
+            ClientError::Rpc(_) | ClientError::Hinted { .. } => "rpc",
+            ClientError::ToolError => "tool_error",
+            ClientError::Login(_) => "login",
+            ClientError::Output(_) => "output",
+        };
+        let mut error = serde_json::json!({"kind": kind, "message": self.to_string(), "exit_code": self.exit_code()});
+        let status = match self {
+            ClientError::Rpc(status) => Some(status),
+            ClientError::Hinted { status, hint } => {
+                error["hint"] = hint.clone().into();
+                Some(&**status)
+            }
+            _ => None,
+        };
+        if let Some(status) = status {
+            error["code"] = code_name(status.code()).into();
+            error["message"] = status.message().into();
+            if let Some(info) = status.get_details_error_info() {
+                error["reason"] = info.reason.into();
+                error["details"] = serde_json::json!(info.metadata);
+            }
+        }
+        serde_json::json!({ "error": error })
     }
 }
 
@@ -137,6 +173,50 @@ impl ClientError {
 /// [`ClientError`], whose [`ClientError::exit_code`] tells the kinds apart.
 pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), ClientError> {
     let addr = resolve_addr(&options)?;
+    let error = match execute(command, &options, &addr).await {
+        Ok(()) => return Ok(()),
+        Err(error) => error,
+    };
+    // A gRPC exchange that broke on a Unix socket may have met the MCP endpoint instead.
+    let transport_failed = match &error {
+        ClientError::Connect { .. } => true,
+        ClientError::Rpc(status) => matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal),
+        _ => false,
+    };
+    if let ListenAddr::Unix(path) = &addr
+        && transport_failed
+        && speaks_mcp(path).await
+    {
+        return Err(ClientError::Connect {
+            addr: format!("unix:{}", path.display()),
+            reason: "that is toolhost's MCP endpoint, not the gRPC API: point --addr at an address of [grpc] listen (or use --config)"
+                .to_owned(),
+        });
+    }
+    Err(match error {
+        ClientError::Rpc(status) => match hint(&status, &addr) {
+            Some(hint) => ClientError::Hinted { status: Box::new(status), hint },
+            None => ClientError::Rpc(status),
+        },
+        other => other,
+    })
+}
+
+/// Whether the socket at `path` answers a JSON-RPC `ping` line: toolhost's MCP endpoint.
+async fn speaks_mcp(path: &Path) -> bool {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = UnixStream::connect(path).await.ok()?;
+        stream.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n").await.ok()?;
+        let mut line = String::new();
+        tokio::io::BufReader::new(AsyncReadExt::take(stream, 64 * 1024)).read_line(&mut line).await.ok()?;
+        let answer: serde_json::Value = serde_json::from_str(&line).ok()?;
+        Some(answer.get("jsonrpc").is_some())
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), probe).await.ok().flatten().unwrap_or(false)
+}
+
+async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenAddr) -> Result<(), ClientError> {
     let token = match &options.token {
         Some(token) => {
             let mut value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = format!("Bearer {}", token.trim())
@@ -147,7 +227,7 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
         }
         None => None,
     };
-    let mut client = ToolHostClient::with_interceptor(connect(&addr).await?, move |mut request: tonic::Request<()>| {
+    let mut client = ToolHostClient::with_interceptor(connect(addr).await?, move |mut request: tonic::Request<()>| {
         if let Some(token) = &token {
             request.metadata_mut().insert("authorization", token.clone());
         }
@@ -178,6 +258,14 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             out.tools(&tools)?;
         }
         ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses } => {
+            if let Some(args) = &args {
+                match serde_json::from_str::<serde_json::Value>(args) {
+                    Ok(value) if value.is_object() => {}
+                    Ok(_) => return Err(ClientError::Usage("--args must be a JSON object, like '{\"path\": \"/tmp\"}'".to_owned())),
+                    Err(error) => return Err(ClientError::Usage(format!("--args is not JSON: {error}"))),
+                }
+            }
+            let wanted = name.clone();
             let (qualified_name, server, tool) = match name.split_once('/') {
                 Some((server, tool)) => (String::new(), server.to_owned(), tool.to_owned()),
                 None => (name, String::new(), String::new()),
@@ -196,13 +284,41 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             if let Some(ms) = timeout_ms {
                 request.set_timeout(std::time::Duration::from_millis(ms));
             }
-            let result = client.call_tool(request).await?.into_inner();
+            let result = match client.call_tool(request).await {
+                Ok(result) => result.into_inner(),
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    // Did you mean: the names this caller may see that are closest to the one asked for.
+                    let mut names = Vec::new();
+                    let mut request = pb::ListToolsRequest { page_size: 5000, ..Default::default() };
+                    while let Ok(page) = client.list_tools(request.clone()).await.map(tonic::Response::into_inner) {
+                        names.extend(page.tools.into_iter().map(|tool| tool.qualified_name));
+                        if page.next_page_token.is_empty() {
+                            break;
+                        }
+                        request.page_token = page.next_page_token;
+                    }
+                    let near = closest(&wanted.replace('/', "__"), names.iter().map(String::as_str));
+                    return Err(match near.is_empty() {
+                        true => ClientError::Rpc(status),
+                        false => ClientError::Hinted { status: Box::new(status), hint: format!("did you mean {}?", near.join(", ")) },
+                    });
+                }
+                Err(status) => return Err(status.into()),
+            };
             out.call(&result)?;
             if result.is_error {
                 return Err(ClientError::ToolError);
             }
         }
-        ClientCommand::Watch { from_revision, servers } => {
+        ClientCommand::Watch { mut from_revision, servers } => {
+            if from_revision == 0 {
+                // How things stand first, then every change after exactly that revision.
+                let now = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
+                let shown: Vec<pb::Server> =
+                    now.servers.into_iter().filter(|server| servers.is_empty() || servers.contains(&server.name)).collect();
+                out.current(now.catalog_revision, &shown)?;
+                from_revision = now.catalog_revision;
+            }
             let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision, servers }).await?.into_inner();
             while let Some(event) = stream.message().await? {
                 out.event(&event)?;
@@ -242,8 +358,8 @@ pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), C
             out.diff(&server, &tool, &response)?;
         }
         ClientCommand::Search { query, servers, limit } => {
-            let response = client.search_tools(pb::SearchToolsRequest { query, servers, limit }).await?.into_inner();
-            out.search(&response.results)?;
+            let response = client.search_tools(pb::SearchToolsRequest { query: query.clone(), servers, limit }).await?.into_inner();
+            out.search(&query, &response.results)?;
         }
         ClientCommand::Whoami => {
             let response = client.who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
@@ -340,19 +456,97 @@ fn connect_error(addr: String, error: &(dyn std::error::Error + 'static)) -> Cli
     ClientError::Connect { addr, reason }
 }
 
-/// `NOT_FOUND (UNKNOWN_TOOL): no tool "x" [server=a tool=x]`: the code, toolhost's reason and
-/// the details, so that scripts can match on the first two words.
+/// `NOT_FOUND (UNKNOWN_TOOL): no tool "x" [server=a tool=x]`: the code, toolhost's reason
+/// (unless it is the code again) and the details (if any), so that scripts can match on the
+/// first two words.
 fn describe_status(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
-    let code: String = format!("{:?}", status.code()).chars().fold(String::new(), |mut acc, c| {
+    let code = code_name(status.code());
+    let Some(info) = status.get_details_error_info() else { return format!("{code}: {}", status.message()) };
+    let reason = if info.reason == code || info.reason.is_empty() { String::new() } else { format!(" ({})", info.reason) };
+    let mut metadata: Vec<String> = info.metadata.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
+    metadata.sort();
+    let details = if metadata.is_empty() { String::new() } else { format!(" [{}]", metadata.join(" ")) };
+    format!("{code}{reason}: {}{details}", status.message())
+}
+
+/// `NotFound` as `NOT_FOUND`.
+fn code_name(code: tonic::Code) -> String {
+    format!("{code:?}").chars().fold(String::new(), |mut acc, c| {
         if c.is_uppercase() && !acc.is_empty() {
             acc.push('_');
         }
         acc.push(c.to_ascii_uppercase());
         acc
-    });
-    let Some(info) = status.get_details_error_info() else { return format!("{code}: {}", status.message()) };
-    let mut metadata: Vec<String> = info.metadata.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
-    metadata.sort();
-    format!("{code} ({}): {} [{}]", info.reason, status.message(), metadata.join(" "))
+    })
+}
+
+/// What an operator can do about `status`, when toolhost knows: the commands that review and
+/// approve a held tool, the socket for a caller refused over TCP.
+fn hint(status: &tonic::Status, addr: &ListenAddr) -> Option<String> {
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info();
+    let reason = info.as_ref().map_or("", |info| info.reason.as_str());
+    let fact = |key: &str| info.as_ref().and_then(|info| info.metadata.get(key).cloned()).unwrap_or_default();
+    match reason {
+        "DEFINITION_HELD" => {
+            let (server, tool) = (fact("server"), fact("tool"));
+            let offered = fact("offered_hash");
+            let short = offered.get(..12).unwrap_or(&offered);
+            Some(format!(
+                "an operator reviews it with `toolhost diff {server} {tool}` and approves exactly that definition with `toolhost approve {server} {tool} --hash {short}`"
+            ))
+        }
+        "UNAUTHENTICATED" if matches!(addr, ListenAddr::Tcp(_)) => Some(
+            "over TCP a caller presents a token (TOOLHOST_TOKEN); on this host, the daemon's Unix socket identifies you without one (--addr unix:PATH, or --config)"
+                .to_owned(),
+        ),
+        _ => None,
+    }
+}
+
+/// The tool names closest to `wanted`, for "did you mean": at most three, each a likely typo of
+/// it (edit distance) or containing it. Only names the caller may see are ever offered, so a
+/// suggestion says nothing about tools it may not use.
+fn closest<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let contains = |name: &str| wanted.len() >= 4 && name.contains(wanted);
+    let mut scored: Vec<(f64, &str)> = names
+        .map(|name| (strsim::normalized_damerau_levenshtein(wanted, name), name))
+        .filter(|(score, name)| *score >= 0.75 || contains(name))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    scored.into_iter().take(3).map(|(_, name)| name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_says_its_code_once_and_no_empty_details() {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let status = |reason: &str, metadata: Vec<(&str, &str)>| {
+            let metadata: std::collections::HashMap<String, String> =
+                metadata.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+            tonic::Status::with_error_details(
+                tonic::Code::Unauthenticated,
+                "no token",
+                ErrorDetails::with_error_info(reason, "toolhost", metadata),
+            )
+        };
+        assert_eq!(describe_status(&status("UNAUTHENTICATED", vec![])), "UNAUTHENTICATED: no token");
+        assert_eq!(
+            describe_status(&status("OTHER", vec![("b", "2"), ("a", "1"), ("c", "")])),
+            "UNAUTHENTICATED (OTHER): no token [a=1 b=2]"
+        );
+        assert_eq!(describe_status(&tonic::Status::not_found("gone")), "NOT_FOUND: gone");
+    }
+
+    #[test]
+    fn did_you_mean_finds_typos_and_parts() {
+        let names = ["files__read_file", "files__write_file", "github__create_issue"];
+        assert_eq!(closest("files__read_fle", names.into_iter()), ["files__read_file"]);
+        assert_eq!(closest("create_issue", names.into_iter()), ["github__create_issue"]);
+        assert!(closest("zzz", names.into_iter()).is_empty());
+    }
 }

@@ -156,12 +156,29 @@ impl Printer {
             return writeln!(self.out, "{input:#}");
         }
         for block in content.as_array().into_iter().flatten() {
-            match block.get("text").and_then(Value::as_str) {
-                Some(text) => writeln!(self.out, "{text}")?,
-                None => writeln!(self.out, "{block}")?,
-            }
+            writeln!(self.out, "{}", content_block(block))?;
         }
         Ok(())
+    }
+
+    /// `toolhost watch`'s first lines: each server as it stands at `revision`.
+    pub(crate) fn current(&mut self, revision: u64, servers: &[pb::Server]) -> std::io::Result<()> {
+        for s in servers {
+            if self.json {
+                self.json_line(&json!({"revision": revision, "type": "current", "server": s.name, "state": state_name(s.state),
+                    "generation": s.generation, "tool_count": s.tool_count, "available": s.available}))?;
+            } else {
+                writeln!(
+                    self.out,
+                    "r{revision} {} is {}: generation {}, {} tools",
+                    s.name,
+                    state_name(s.state),
+                    s.generation,
+                    s.tool_count
+                )?;
+            }
+        }
+        self.out.flush()
     }
 
     pub(crate) fn event(&mut self, event: &pb::CatalogEvent) -> std::io::Result<()> {
@@ -249,7 +266,7 @@ impl Printer {
         self.table(&["APPROVED AT", "TOOL", "HASH", "BY"], &approvals)
     }
 
-    pub(crate) fn search(&mut self, results: &[pb::SearchResult]) -> std::io::Result<()> {
+    pub(crate) fn search(&mut self, query: &str, results: &[pb::SearchResult]) -> std::io::Result<()> {
         if self.json {
             let list: Vec<Value> = results
                 .iter()
@@ -267,6 +284,9 @@ impl Printer {
             .filter_map(|r| r.tool.as_ref().map(|t| (t, r.score)))
             .map(|(t, score)| vec![format!("{score:.2}"), t.qualified_name.clone(), first_line(&t.description)])
             .collect();
+        if rows.is_empty() {
+            return writeln!(self.out, "no tool you may use matches {query:?} (try other words, or `toolhost tools`)");
+        }
         self.table(&["SCORE", "NAME", "DESCRIPTION"], &rows)
     }
 
@@ -455,5 +475,54 @@ fn approved_hash(tool: &pb::Tool) -> Option<&str> {
         ("", "held") => None,
         ("", _) => Some(&tool.definition_hash),
         (hash, _) => Some(hash),
+    }
+}
+
+/// A content block as a person reads it: text as it is, binary content (images, audio, embedded
+/// blobs) summarised by kind, type and size rather than printed as base64 (`--json` has it all).
+fn content_block(block: &Value) -> String {
+    let text = |key: &str| block.get(key).and_then(Value::as_str);
+    let kind = text("type").unwrap_or("content");
+    if let Some(content) = text("text") {
+        return content.to_owned();
+    }
+    let resource = block.get("resource");
+    let data = text("data").or_else(|| resource.and_then(|r| r.get("blob")).and_then(Value::as_str));
+    let mime = text("mimeType").or_else(|| resource.and_then(|r| r.get("mimeType")).and_then(Value::as_str)).unwrap_or("unknown type");
+    if let Some(data) = data {
+        // Base64 carries 3 bytes in 4 characters.
+        let bytes = data.trim_end_matches('=').len() * 3 / 4;
+        let uri = resource.and_then(|r| r.get("uri")).and_then(Value::as_str).map(|uri| format!(" {uri}")).unwrap_or_default();
+        return format!("[{kind}{uri}: {mime}, {}]", human_bytes(bytes));
+    }
+    if let Some(text) = resource.and_then(|r| r.get("text")).and_then(Value::as_str) {
+        return text.to_owned();
+    }
+    block.to_string()
+}
+
+fn human_bytes(bytes: usize) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_content_is_summarised_and_text_printed() {
+        assert_eq!(content_block(&json!({"type": "text", "text": "hello"})), "hello");
+        let png = json!({"type": "image", "mimeType": "image/png", "data": "A".repeat(4096)});
+        assert_eq!(content_block(&png), "[image: image/png, 3.0 KiB]");
+        let audio = json!({"type": "audio", "mimeType": "audio/wav", "data": "AAAA"});
+        assert_eq!(content_block(&audio), "[audio: audio/wav, 3 B]");
+        let blob =
+            json!({"type": "resource", "resource": {"uri": "file:///x.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"}});
+        assert_eq!(content_block(&blob), "[resource file:///x.bin: application/octet-stream, 6 B]");
+        assert_eq!(content_block(&json!({"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}})), "inside");
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! Each connection is one task that reads; calls run on tasks it owns (a `JoinSet`, so closing
 //! the connection or `notifications/cancelled` aborts them, which cancels them upstream), and
-//! one writer task owns the socket's write half.
+//! one writer task owns the socket's write half. A client that only shuts down its sending side
+//! (stdin closed on a piped `toolhost mcp`) still gets the answers to what it asked: its
+//! subscriptions end, its calls run to their end, then the connection closes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,6 +86,23 @@ struct Connection {
     client: Arc<ClientLink>,
 }
 
+/// What a connection runs on tasks: calls, which end by themselves, and streams (subscriptions,
+/// change announcements), which last as long as the client listens.
+struct Tasks {
+    calls: JoinSet<Option<Box<str>>>,
+    streams: JoinSet<Option<Box<str>>>,
+}
+
+/// After end-of-file: whether the client only shut down its sending side and still reads (a
+/// closed peer reports a hang-up on the socket; a half-closed one does not).
+async fn still_reading(read: &tokio::net::unix::OwnedReadHalf) -> bool {
+    let socket: &UnixStream = read.as_ref();
+    match tokio::time::timeout(std::time::Duration::from_millis(100), socket.ready(tokio::io::Interest::WRITABLE)).await {
+        Ok(Ok(ready)) => !ready.is_write_closed(),
+        _ => false,
+    }
+}
+
 #[derive(Deserialize)]
 struct ProfileChoice {
     name: String,
@@ -106,20 +125,26 @@ impl Connection {
         let (read, write) = stream.into_split();
         let (out, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
         let mut writer = tokio::spawn(write_loop(write, out_rx));
-        let mut tasks: JoinSet<Option<Box<str>>> = JoinSet::new();
+        let mut tasks = Tasks { calls: JoinSet::new(), streams: JoinSet::new() };
         let mut reader = BufReader::new(read);
         let mut buf = Vec::with_capacity(4096);
-        loop {
+        let mut reading = true;
+        while reading || !tasks.calls.is_empty() {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 // The writer ended: the client is gone.
                 _ = &mut writer => break,
-                Some(done) = tasks.join_next() => {
+                Some(done) = tasks.calls.join_next() => {
                     if let Ok(Some(id)) = done {
                         self.in_flight.remove(&id);
                     }
                 }
-                line = lines::read_line(&mut reader, &mut buf, MAX_MESSAGE_BYTES) => match line {
+                Some(done) = tasks.streams.join_next() => {
+                    if let Ok(Some(id)) = done {
+                        self.in_flight.remove(&id);
+                    }
+                }
+                line = lines::read_line(&mut reader, &mut buf, MAX_MESSAGE_BYTES), if reading => match line {
                     Ok(Line::Complete) if buf.iter().all(u8::is_ascii_whitespace) => {}
                     Ok(Line::Complete) => {
                         if !self.on_line(&mut buf, &out, &mut tasks).await {
@@ -132,13 +157,20 @@ impl Connection {
                             break;
                         }
                     }
+                    // Gone altogether: what it asked is cancelled. Only stopped sending: it still
+                    // reads, so its calls finish and are answered; subscriptions end now.
+                    Ok(Line::Eof) if still_reading(reader.get_ref()).await => {
+                        reading = false;
+                        tasks.streams.abort_all();
+                    }
                     Ok(Line::Eof) | Err(_) => break,
                 },
             }
         }
         // Aborting the calls still running cancels them upstream; then what was already answered
         // is written out, briefly, before the socket closes.
-        tasks.shutdown().await;
+        tasks.calls.shutdown().await;
+        tasks.streams.shutdown().await;
         drop(out);
         if tokio::time::timeout(FLUSH_ON_CLOSE, &mut writer).await.is_err() {
             writer.abort();
@@ -146,7 +178,7 @@ impl Connection {
     }
 
     /// Handles one message; `false` ends the connection.
-    async fn on_line(&mut self, buf: &mut Vec<u8>, out: &mpsc::Sender<String>, tasks: &mut JoinSet<Option<Box<str>>>) -> bool {
+    async fn on_line(&mut self, buf: &mut Vec<u8>, out: &mpsc::Sender<String>, tasks: &mut Tasks) -> bool {
         let message = match message::read(buf) {
             Ok(message) => message,
             Err(unreadable) => return out.send(reply::unreadable(unreadable.code, &unreadable.message)).await.is_ok(),
@@ -182,8 +214,8 @@ impl Connection {
                 let line = std::mem::take(buf);
                 let (endpoint, out) = (self.endpoint.clone(), out.clone());
                 let handle = match listen {
-                    true => tasks.spawn(listen_task(endpoint, view, line, out, key.clone())),
-                    false => tasks.spawn(call_task(endpoint, view, line, out, key.clone())),
+                    true => tasks.streams.spawn(listen_task(endpoint, view, line, out, key.clone())),
+                    false => tasks.calls.spawn(call_task(endpoint, view, line, out, key.clone())),
                 };
                 self.in_flight.insert(key, handle);
                 true
@@ -194,7 +226,7 @@ impl Connection {
                 let sent = out.send(answer).await.is_ok();
                 if initialized {
                     self.announcing = true;
-                    tasks.spawn(announce_changes(self.endpoint.clone(), view, out.clone()));
+                    tasks.streams.spawn(announce_changes(self.endpoint.clone(), view, out.clone()));
                 }
                 sent
             }

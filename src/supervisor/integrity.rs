@@ -26,8 +26,23 @@ pub enum ApproveError {
     NothingNamed,
     #[error("--hash approves one tool's exact definition: name exactly one tool")]
     HashNeedsOneTool,
+    #[error("--hash {0:?} is too short to bind a definition: give at least {MIN_HASH_PREFIX} hex digits (`toolhost tools` shows 12)")]
+    HashTooShort(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Shortest hash prefix an approval takes: what `toolhost tools` prints is 12.
+pub const MIN_HASH_PREFIX: usize = 8;
+
+/// Whether the `--hash` an operator gave (`sha256:` optional, the full hex or a prefix of at
+/// least [`MIN_HASH_PREFIX`] digits) names the definition whose hash is `offered`.
+fn names_hash(given: &str, offered: &str) -> Result<bool, ApproveError> {
+    let given = given.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+    if given.len() < MIN_HASH_PREFIX || !given.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApproveError::HashTooShort(given));
+    }
+    Ok(offered.starts_with(&given))
 }
 
 /// What one tool's definition looks like next to the approved one.
@@ -125,7 +140,7 @@ impl Approver {
                 return Err(ApproveError::Pinned { server: server.to_owned(), tool: tool.name.clone() });
             }
             if let Some(expected) = hash
-                && expected.trim_start_matches("sha256:") != tool.hash
+                && !names_hash(expected, &tool.hash)?
             {
                 return Err(ApproveError::HashMismatch {
                     server: server.to_owned(),

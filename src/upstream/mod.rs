@@ -108,11 +108,14 @@ pub async fn connect(
             let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
             let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
             let era = probe_for(spec.protocol, era_hint);
+            // A legacy server may complain on stderr about the probe: that stays at DEBUG.
+            process.quiet_stderr(era == Probe::Optional);
             let hello = match discover(&handle, settings, era).await {
                 Ok(Some(hello)) => Ok(hello),
                 Ok(None) => handshake(&handle, settings, |_| {}).await,
                 Err(error) => Err(error),
             };
+            process.quiet_stderr(false);
             match hello {
                 Ok(hello) => Ok(Connection {
                     handle,

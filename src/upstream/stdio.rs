@@ -3,6 +3,7 @@
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -28,6 +29,9 @@ pub(crate) struct ChildProcess {
     /// The process group id, which is the leader's pid (`process_group(0)`).
     pgid: Option<Pid>,
     stderr_pump: JoinHandle<()>,
+    /// While set, the server's stderr goes to DEBUG: what a legacy server writes about the
+    /// era probe (`server/discover`, a method it does not know) is not news to an operator.
+    stderr_quiet: Arc<AtomicBool>,
     reaper: Arc<Reaper>,
     /// The shutdown sequence ran to the end; until then, dropping kills the whole group.
     reaped: bool,
@@ -70,8 +74,9 @@ pub(crate) fn spawn(
     let (Some(stdout), Some(stdin), Some(stderr)) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
     };
-    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr));
-    Ok((ChildProcess { child, pgid, stderr_pump, reaper, reaped: false }, stdout, stdin))
+    let stderr_quiet = Arc::new(AtomicBool::new(false));
+    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone()));
+    Ok((ChildProcess { child, pgid, stderr_pump, stderr_quiet, reaper, reaped: false }, stdout, stdin))
 }
 
 // === impl ChildProcess ===
@@ -126,8 +131,15 @@ impl Drop for ChildProcess {
     }
 }
 
+impl ChildProcess {
+    /// Sends the server's stderr to DEBUG (`true`) or back to INFO.
+    pub(crate) fn quiet_stderr(&self, quiet: bool) {
+        self.stderr_quiet.store(quiet, Ordering::Relaxed);
+    }
+}
+
 /// Logs the server's stderr line by line, never letting a chatty child block on a full pipe.
-async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R) {
+async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: Arc<AtomicBool>) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
     let throttle = Throttle::new(STDERR_LINES_PER_SECOND);
@@ -138,6 +150,10 @@ async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R) {
             Ok(Line::Eof) | Err(_) => break,
         };
         let line = crate::secrets::redact_owned(line);
+        if quiet.load(Ordering::Relaxed) {
+            tracing::debug!(target: "toolhost::server_stderr", server = %server, "{line}");
+            continue;
+        }
         match throttle.admit() {
             Some(0) => tracing::info!(target: "toolhost::server_stderr", server = %server, "{line}"),
             Some(suppressed) => {

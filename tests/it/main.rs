@@ -9,6 +9,7 @@ mod access;
 
 mod calls;
 mod catalog_api;
+mod cli;
 mod config_cli;
 mod daemon;
 mod enumeration;

@@ -1,0 +1,163 @@
+//! `toolhost check-config`: whether a configuration file is valid, and what an operator should
+//! know before starting the daemon on it: a stdio server whose program cannot be found, each OAuth
+//! server's login and pinned authorization server (never a token), and the fleet store's schema.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::config::auth::{AuthSpec, Grant};
+use crate::config::{Config, ServerSpec, Transport};
+use crate::fleet::schema::Schema;
+
+/// What `check-config` found: notes to read, warnings to act on, and whether the daemon can
+/// start on this file at all.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub ok: bool,
+    pub lines: Vec<Finding>,
+}
+
+#[derive(Debug)]
+pub struct Finding {
+    /// `None`: about the whole file.
+    pub server: Option<String>,
+    pub warning: bool,
+    pub text: String,
+}
+
+impl Report {
+    fn note(&mut self, server: Option<&str>, text: String) {
+        self.lines.push(Finding { server: server.map(str::to_owned), warning: false, text });
+    }
+
+    fn warn(&mut self, server: Option<&str>, text: String) {
+        self.lines.push(Finding { server: server.map(str::to_owned), warning: true, text });
+    }
+
+    /// The report as text, a line a finding.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for finding in &self.lines {
+            let prefix = if finding.warning { "warning: " } else { "" };
+            let server = finding.server.as_deref().map(|server| format!("{server}: ")).unwrap_or_default();
+            out.push_str(&format!("{prefix}{server}{}\n", finding.text));
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        let findings: Vec<Value> = self
+            .lines
+            .iter()
+            .map(|f| json!({"server": f.server, "level": if f.warning { "warning" } else { "note" }, "text": f.text}))
+            .collect();
+        json!({"ok": self.ok, "findings": findings})
+    }
+}
+
+/// Checks the configuration at `path`.
+///
+/// # Errors
+/// The file is not a valid configuration (the daemon would not start).
+pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
+    let config = Config::load(path)?;
+    let mut report = Report { ok: true, lines: Vec::new() };
+    report.note(None, format!("{}: ok, {} servers", config.source.display(), config.servers.len()));
+    for (name, spec) in &config.servers {
+        if let Some(problem) = missing_program(spec) {
+            report.warn(Some(name), problem);
+        }
+        if let Some(line) = oauth_status(name, spec) {
+            report.note(Some(name), line);
+        }
+    }
+    if let Some(fleet) = &config.fleet {
+        // The fleet store is checked too: the connection, the credentials, the schema version.
+        let checked = async {
+            let pool = crate::fleet::schema::connect(fleet).await?;
+            let schema = crate::fleet::schema::check(&pool).await;
+            pool.close().await;
+            schema
+        };
+        match checked.await {
+            Ok(schema @ (Schema::Current | Schema::Empty)) => {
+                report.note(None, format!("fleet store: reachable, schema {}", schema_text(&schema)))
+            }
+            Ok(schema) => {
+                report.ok = false;
+                report.warn(None, format!("fleet store: reachable, schema {}", schema_text(&schema)));
+            }
+            Err(error) => {
+                report.ok = false;
+                report.warn(None, format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Why a stdio server's program would not start, if it would not: a path that is not an
+/// executable file, or a bare name on none of the directories of the `PATH` the server gets.
+fn missing_program(spec: &ServerSpec) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let Transport::Stdio(stdio) = &spec.transport else { return None };
+    let executable = |path: &Path| path.metadata().is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0);
+    if stdio.command.components().count() > 1 || stdio.command.is_absolute() {
+        return (!executable(&stdio.command))
+            .then(|| format!("command {} is not an executable file: the server will fail to start", stdio.command.display()));
+    }
+    // What the server gets as PATH: its own `env`, else toolhost's.
+    let path = match stdio.env.get("PATH") {
+        Some(value) => value.expose().to_owned(),
+        None => std::env::var("PATH").unwrap_or_default(),
+    };
+    let found = std::env::split_paths(&path).any(|dir| executable(&dir.join(&stdio.command)));
+    (!found).then(|| {
+        format!(
+            "command {:?} is on none of the directories of PATH ({path}): the server will fail to start",
+            stdio.command.display().to_string()
+        )
+    })
+}
+
+/// What `check-config` says of a server's OAuth authorization (never a token).
+fn oauth_status(name: &str, spec: &ServerSpec) -> Option<String> {
+    let Transport::Http(http) = &spec.transport else { return None };
+    let Some(AuthSpec::OAuth(oauth)) = &http.auth else { return None };
+    let file = oauth.token_file.display();
+    let stored = crate::upstream::oauth::tokens::load(&oauth.token_file);
+    let ours = stored.as_ref().ok().and_then(Option::as_ref).filter(|stored| stored.server_url == http.url);
+    let pinned = match (&oauth.issuer, ours.and_then(|stored| stored.issuer.as_deref())) {
+        (Some(configured), _) => format!("; credentials go to {configured} only (auth.issuer)"),
+        (None, Some(pinned)) => format!("; credentials go to {pinned} only (pinned in {file})"),
+        (None, None) => String::new(),
+    };
+    if oauth.grant == Grant::ClientCredentials {
+        return Some(format!("OAuth client credentials; the daemon gets its own tokens{pinned}"));
+    }
+    Some(match (&stored, ours) {
+        (_, Some(stored)) if stored.refresh_token.is_some() => {
+            format!("OAuth authorization code; logged in ({file} holds a refresh token){pinned}")
+        }
+        (_, Some(stored)) if stored.access_token.is_none() => {
+            format!("OAuth authorization code; not logged in yet: run `toolhost login {name}`{pinned}")
+        }
+        (Ok(Some(_)), _) => {
+            format!("OAuth authorization code; not logged in (no usable refresh token in {file}): run `toolhost login {name}`")
+        }
+        (Ok(None), _) => format!("OAuth authorization code; not logged in yet: run `toolhost login {name}`"),
+        (Err(error), _) => format!("OAuth authorization code; {error}"),
+    })
+}
+
+pub fn schema_text(schema: &Schema) -> String {
+    match schema {
+        Schema::Empty => "empty (the daemon creates it on first connect)".to_owned(),
+        Schema::Current => "current".to_owned(),
+        Schema::Older { applied, expected } => {
+            format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate")
+        }
+        Schema::Newer { applied, known } => format!("newer (version {applied}, this toolhost knows up to {known}): upgrade toolhost"),
+    }
+}

@@ -1,0 +1,169 @@
+//! The command line guides: errors say what to do (the commands for a held tool, "did you mean",
+//! the socket for a caller refused over TCP, the wrong socket), `--json` errors are JSON, bad
+//! input is a usage error, `watch` starts from how things stand, `toolhost mcp` answers a piped
+//! request, and `check-config` warns about a program that is not there.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+use crate::mcp_endpoint::{mcp_section, mcp_socket};
+
+fn toolhost(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolhost")).args(args).env_remove("TOOLHOST_TOKEN").output().expect("run toolhost")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_to_do_and_json_errors_are_json() {
+    let dir = TestDir::new();
+    let tools_file = dir.path("tools.json");
+    let files = |description: &str| json!([{"name": "read_file", "description": description, "inputSchema": {"type": "object"}}]);
+    std::fs::write(&tools_file, files("Reads a file.").to_string()).unwrap();
+    let held = dir.script("files", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let demo = dir.script("demo", json!({}));
+    let servers = [server_table("files", &held, "changes = \"hold\"\n"), server_table("demo", &demo, "")].concat();
+    let app = start(dir.config_with(&mcp_section(""), &servers)).await;
+    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    let addr = cli_addr(&app);
+
+    // A typo gets "did you mean", on stderr, and as JSON on stdout with --json.
+    let typo = toolhost(&["call", "demo__ecoh", "--args", "{}", "--addr", &addr]);
+    assert_eq!(typo.status.code(), Some(3));
+    assert!(stderr(&typo).contains("did you mean demo__echo?"), "{}", stderr(&typo));
+    let typo = toolhost(&["call", "demo__ecoh", "--args", "{}", "--json", "--addr", &addr]);
+    let error: Value = serde_json::from_str(stdout(&typo).trim()).expect("a JSON error on stdout");
+    assert_eq!((error["error"]["code"].as_str(), error["error"]["reason"].as_str()), (Some("NOT_FOUND"), Some("UNKNOWN_TOOL")), "{error}");
+    assert_eq!(error["error"]["exit_code"], 3);
+
+    // Arguments that are not a JSON object are a usage error, before any RPC.
+    for bad in ["{not json", "[1, 2]"] {
+        let refused = toolhost(&["call", "demo__echo", "--args", bad, "--addr", &addr]);
+        assert_eq!(refused.status.code(), Some(2), "{bad}: {}", stderr(&refused));
+        assert!(stderr(&refused).contains("--args"), "{}", stderr(&refused));
+    }
+
+    // A search that finds nothing says so.
+    let nothing = toolhost(&["search", "zyxwvut", "--addr", &addr]);
+    assert!(nothing.status.success());
+    assert!(stdout(&nothing).contains("no tool you may use matches \"zyxwvut\""), "{}", stdout(&nothing));
+
+    // A held tool's error names the commands that review and approve it; the short hash
+    // `toolhost tools` prints is enough to approve exactly that definition.
+    std::fs::write(&tools_file, files("Reads a file, and mails it somewhere.").to_string()).unwrap();
+    let view = wait_for_server(app.registry(), "files", "held", |v| v.held_names() == ["files__read_file"]).await;
+    let offered = view.generation.as_ref().unwrap().tools[0].hash.clone();
+    let refused = toolhost(&["call", "files__read_file", "--args", "{}", "--addr", &addr]);
+    let said = stderr(&refused);
+    assert!(said.contains("FAILED_PRECONDITION (DEFINITION_HELD)"), "{said}");
+    assert!(said.contains("toolhost diff files read_file") && said.contains(&format!("--hash {}", &offered[..12])), "{said}");
+    let too_short = toolhost(&["approve", "files", "read_file", "--hash", &offered[..4], "--addr", &addr]);
+    assert_eq!(too_short.status.code(), Some(3), "{}", stderr(&too_short));
+    assert!(stderr(&too_short).contains("too short"), "{}", stderr(&too_short));
+    let approved = toolhost(&["approve", "files", "read_file", "--hash", &offered[..12], "--addr", &addr]);
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    let called = toolhost(&["call", "files__read_file", "--args", "{}", "--addr", &addr]);
+    assert!(called.status.success(), "approved, it runs: {}", stderr(&called));
+
+    // Over TCP without a token: said once, with the way in.
+    let tcp = toolhost(&["servers", "--addr", &tcp_addr(&app).to_string()]);
+    let said = stderr(&tcp);
+    assert!(said.contains("UNAUTHENTICATED: ") && !said.contains("(UNAUTHENTICATED)") && !said.contains("[]"), "{said}");
+    assert!(said.contains("Unix socket"), "{said}");
+
+    // The MCP socket is not the gRPC API, and the CLI says so.
+    let wrong = toolhost(&["servers", "--addr", &format!("unix:{}", mcp_socket(&app).display())]);
+    assert_eq!(wrong.status.code(), Some(3));
+    assert!(stderr(&wrong).contains("MCP endpoint, not the gRPC API"), "{}", stderr(&wrong));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_starts_from_how_things_stand_and_a_piped_mcp_request_is_answered() {
+    let dir = TestDir::new();
+    let demo = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &demo, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+
+    let mut watch =
+        Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["watch", "--addr", &cli_addr(&app)]).stdout(Stdio::piped()).spawn().unwrap();
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(watch.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let _ = watch.kill();
+        let _ = watch.wait();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(first.contains("demo is ready: generation 1, 4 tools"), "{first}");
+
+    // `toolhost mcp` with its requests piped in: stdin ends at once, the answers still come,
+    // a slow call's included, and it exits 0.
+    let socket = mcp_socket(&app);
+    let piped = tokio::task::spawn_blocking(move || {
+        let mut bridge = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(["mcp", "--socket"])
+            .arg(&socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = bridge.stdin.take().unwrap();
+        let requests = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 300}}}),
+        ];
+        for request in requests {
+            writeln!(stdin, "{request}").unwrap();
+        }
+        drop(stdin);
+        bridge.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let answers: Vec<Value> = stdout(&piped).lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let call = answers.iter().find(|answer| answer["id"] == 2).unwrap_or_else(|| panic!("no answer to the call: {answers:?}"));
+    assert_eq!(call["result"]["content"][0]["text"], "slept 300 ms", "{call}");
+    app.shutdown().await;
+}
+
+#[test]
+fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
+    let dir = TestDir::new();
+    std::fs::write(
+        dir.path("toolhost.toml"),
+        "[servers.typo]\ncommand = \"no-such-program-xyz\"\n\n[servers.missing]\ncommand = \"./bin/absent\"\n\n[servers.fine]\ncommand = \"sh\"\n",
+    )
+    .unwrap();
+    let config = dir.path("toolhost.toml");
+    let checked = toolhost(&["check-config", "--config", config.to_str().unwrap()]);
+    assert!(checked.status.success(), "warnings do not fail the check: {}", stderr(&checked));
+    let said = stdout(&checked);
+    assert!(said.contains("warning: typo: command \"no-such-program-xyz\" is on none of the directories of PATH"), "{said}");
+    assert!(said.contains("warning: missing: command") && said.contains("bin/absent is not an executable file"), "{said}");
+    assert!(!said.contains("fine:"), "{said}");
+    let json = toolhost(&["check-config", "--json", "--config", config.to_str().unwrap()]);
+    let report: Value = serde_json::from_str(stdout(&json).trim()).expect("JSON");
+    assert_eq!(report["ok"], true);
+    let warned: Vec<&str> =
+        report["findings"].as_array().unwrap().iter().filter(|f| f["level"] == "warning").filter_map(|f| f["server"].as_str()).collect();
+    assert_eq!(warned, ["missing", "typo"]);
+    std::fs::write(&config, "[servers.bad]\ncommand = \"x\"\nrequest_timeout = \"forever\"\n").unwrap();
+    let invalid = toolhost(&["check-config", "--json", "--config", config.to_str().unwrap()]);
+    assert_eq!(invalid.status.code(), Some(64));
+    let error: Value = serde_json::from_str(stdout(&invalid).trim()).expect("a JSON error");
+    assert!(error["error"]["message"].as_str().unwrap().contains("request_timeout"), "{error}");
+}
