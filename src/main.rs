@@ -369,7 +369,8 @@ fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Op
     };
     match runtime.block_on(toolhost::cli::bridge::run(&socket, profile)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => fail(&error, 1),
+        // The daemon could not be reached or went away: the same code as any client command's.
+        Err(error) => fail(&error, toolhost::cli::EXIT_RPC_ERROR),
     }
 }
 
