@@ -172,7 +172,7 @@ enum Command {
         #[arg(long)]
         paste: bool,
         /// The daemon to tell: unix:PATH or host:port (default: from --config).
-        #[arg(long, env = "TOOLHOST_ADDR")]
+        #[arg(long)]
         addr: Option<String>,
         /// A bearer token for the daemon's TCP listener.
         #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
@@ -186,7 +186,7 @@ enum Command {
         #[arg(long, short, env = "TOOLHOST_CONFIG")]
         config: PathBuf,
         /// The daemon to tell: unix:PATH or host:port (default: from --config).
-        #[arg(long, env = "TOOLHOST_ADDR")]
+        #[arg(long)]
         addr: Option<String>,
         /// A bearer token for the daemon's TCP listener.
         #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
@@ -215,8 +215,10 @@ enum Command {
 
 #[derive(Args)]
 struct ClientArgs {
-    /// The daemon: unix:PATH or host:port (default: from --config, else 127.0.0.1:50051).
-    #[arg(long, env = "TOOLHOST_ADDR")]
+    /// The daemon: unix:PATH or host:port (default: a unix: address of --config, else
+    /// $TOOLHOST_ADDR, else the socket in the runtime directory: $XDG_RUNTIME_DIR/toolhost, or
+    /// /run/toolhost for a system service).
+    #[arg(long)]
     addr: Option<String>,
     /// Read the daemon's address from this configuration file.
     #[arg(long, short)]

@@ -10,11 +10,9 @@ use tokio::net::UnixStream;
 use crate::config::{Config, ListenAddr};
 use crate::endpoint::PROFILE_NOTIFICATION;
 
-/// Where the systemd unit's daemon serves MCP (`deploy/systemd/toolhost.toml`).
-pub const DEFAULT_SOCKET: &str = "/run/toolhost/mcp.sock";
-
 /// The socket to use: the one given, else the first `unix:` address in `[mcp] listen` of the
-/// configuration file, else [`DEFAULT_SOCKET`].
+/// configuration file (which a file without listeners has by default), else the socket a daemon
+/// without listeners binds (this user's runtime directory, else a system service's).
 ///
 /// # Errors
 /// The configuration file cannot be read, or lists no Unix socket for MCP.
@@ -22,7 +20,7 @@ pub fn socket_path(socket: Option<PathBuf>, config: Option<&Path>) -> Result<Pat
     if let Some(socket) = socket {
         return Ok(socket);
     }
-    let Some(config) = config else { return Ok(PathBuf::from(DEFAULT_SOCKET)) };
+    let Some(config) = config else { return Ok(crate::config::places::default_mcp_socket()) };
     let config = Config::load(config).map_err(|error| format!("invalid configuration: {error}"))?;
     config
         .mcp

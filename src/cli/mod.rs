@@ -94,7 +94,7 @@ pub enum ClientCommand {
 /// Where the daemon is and how to print.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// `unix:PATH` or `host:port`; when absent, the first address of `config`, else 127.0.0.1:50051.
+    /// `unix:PATH` or `host:port`; when absent, see [`run`]'s address order.
     pub addr: Option<String>,
     pub config: Option<PathBuf>,
     pub json: bool,
@@ -386,17 +386,23 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
     Ok(())
 }
 
+/// `--addr`, else the configuration's gRPC address (a Unix socket, which identifies this user,
+/// rather than TCP), else `$TOOLHOST_ADDR`, else the socket a daemon without listeners binds.
 fn resolve_addr(options: &ClientOptions) -> Result<ListenAddr, ClientError> {
     if let Some(addr) = &options.addr {
         return parse_addr(addr);
     }
     if let Some(path) = &options.config {
         let config = Config::load(path)?;
-        if let Some(first) = config.grpc.listen.first() {
-            return Ok(first.addr.clone());
+        let unix = config.grpc.listen.iter().find(|listener| matches!(listener.addr, ListenAddr::Unix(_)));
+        if let Some(listener) = unix.or_else(|| config.grpc.listen.first()) {
+            return Ok(listener.addr.clone());
         }
     }
-    Ok(ListenAddr::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 50051))))
+    if let Some(addr) = std::env::var("TOOLHOST_ADDR").ok().filter(|addr| !addr.trim().is_empty()) {
+        return parse_addr(&addr);
+    }
+    Ok(ListenAddr::Unix(crate::config::places::default_grpc_socket()))
 }
 
 fn parse_addr(addr: &str) -> Result<ListenAddr, ClientError> {

@@ -8,6 +8,7 @@ mod access;
 pub mod auth;
 mod fleet;
 mod mcp;
+pub mod places;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -449,15 +450,19 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     let store_path = match &raw.store.path {
         Some(path) if path.trim().is_empty() => return Err(error("store.path".into(), "must not be empty".into())),
         Some(path) => base.join(path),
-        None => base.join("toolhost.db"),
+        // Not beside the file: a desktop client's folder is not toolhost's.
+        None => places::state_dir().join("toolhost.db"),
     };
     let history_generations = raw.store.history_generations.unwrap_or(50);
     if history_generations == 0 {
         return Err(error("store.history_generations".into(), "must be at least 1".into()));
     }
 
+    // Nothing said about listeners: the MCP endpoint too listens where its user can reach it.
+    let no_listeners = raw.grpc.listen.is_none() && raw.mcp.listen.is_none();
+    let default_socket = |name: &str| RawListen::Address(format!("unix:{}", places::runtime_dir().join(name).display()));
     let listen = match raw.grpc.listen {
-        None => vec![RawListen::Address("127.0.0.1:50051".to_owned())],
+        None => vec![default_socket(places::GRPC_SOCKET)],
         Some(OneOrMany::One(addr)) => vec![addr],
         Some(OneOrMany::Many(addrs)) => addrs,
     };
@@ -502,7 +507,11 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
 
     let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
     let fleet = fleet::validate(raw.fleet).map_err(|(key, problem)| error(format!("fleet.{key}"), problem))?;
-    let mcp = mcp::validate(&base, raw.mcp, &servers)
+    let mut raw_mcp = raw.mcp;
+    if no_listeners {
+        raw_mcp.listen = Some(OneOrMany::One(default_socket(places::MCP_SOCKET)));
+    }
+    let mcp = mcp::validate(&base, raw_mcp, &servers)
         .map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
     // Port 0 picks a fresh port for each listener: no clash.
     let fixed = |addr: &ListenAddr| !matches!(addr, ListenAddr::Tcp(socket) if socket.port() == 0);

@@ -59,8 +59,21 @@ fn a_desktop_json_file_is_read_as_those_clients_write_it() {
     assert_eq!(memory.command, Path::new("npx"));
     assert_eq!(memory.args, ["-y", "@modelcontextprotocol/server-memory"]);
     assert!(!config.servers["off"].enabled);
-    assert_eq!(config.grpc.listen[0].addr, ListenAddr::Tcp("127.0.0.1:50051".parse().unwrap()));
-    assert_eq!(config.grpc.listen.len(), 1);
+    // No listeners, no store: Unix sockets in the runtime directory (they identify this user
+    // without a token), the store in the state directory, never beside a desktop client's file.
+    let runtime = super::places::runtime_dir();
+    assert_eq!(config.grpc.listen.iter().map(|l| l.addr.clone()).collect::<Vec<_>>(), [ListenAddr::Unix(runtime.join("toolhost.sock"))]);
+    assert_eq!(config.mcp.listen.iter().map(|l| l.addr.clone()).collect::<Vec<_>>(), [ListenAddr::Unix(runtime.join("mcp.sock"))]);
+    assert_eq!(config.store.path, super::places::state_dir().join("toolhost.db"));
+    assert!(!config.store.path.starts_with("/etc/toolhost"), "{:?}", config.store.path);
+}
+
+#[test]
+fn a_file_that_names_one_listener_gets_no_other() {
+    let config = load("toolhost.toml", "[grpc]\nlisten = [\"unix:/run/x/api.sock\"]\n").unwrap();
+    assert!(config.mcp.listen.is_empty(), "the MCP endpoint is served only where the file says");
+    let config = load("toolhost.toml", "[mcp]\nlisten = [\"127.0.0.1:50052\"]\n").unwrap();
+    assert_eq!(config.grpc.listen[0].addr, ListenAddr::Unix(super::places::runtime_dir().join("toolhost.sock")));
 }
 
 #[test]
@@ -190,14 +203,17 @@ fn the_mcp_section_is_checked_key_by_key() {
     assert_eq!(config.mcp.allowed_origins, ["https://app.example"]);
     assert_eq!(config.mcp.profiles["files"].original_names.as_deref(), Some("files"));
     assert_eq!(config.mcp.profiles["mixed"].original_names, None);
-    assert!(with("").unwrap().mcp.listen.is_empty(), "off unless configured");
+    assert!(with("[grpc]\nlisten = [\"unix:api.sock\"]\n").unwrap().mcp.listen.is_empty(), "off when only the API is placed");
     let lazy = with("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.lazy]\nlazy = true\n").unwrap();
     assert_eq!(lazy.mcp.profiles["lazy"].lazy, Some(vec!["*".to_owned()]), "a lazy profile may pin no tool and finds everything");
 
     for (mcp, expected) in [
         ("[mcp]\nlisten = [\"127.0.0.1:1\"]\npage_size = 0\n", "mcp.page_size: 0 is not between 1 and 10000"),
         ("[mcp]\nlisten = [\"10.0.0.1:50052\"]\n", "mcp.listen[0]: \"10.0.0.1:50052\" is not a loopback address"),
-        ("[mcp]\nlisten = [\"127.0.0.1:50051\"]\n", "mcp.listen: Tcp(127.0.0.1:50051) is also a [grpc] listener"),
+        (
+            "[grpc]\nlisten = [\"127.0.0.1:50051\"]\n[mcp]\nlisten = [\"127.0.0.1:50051\"]\n",
+            "mcp.listen: Tcp(127.0.0.1:50051) is also a [grpc] listener",
+        ),
         ("[mcp]\nlisten = [\"unix:a\", \"unix:a\"]\n", "mcp.listen[1]: names the same address twice"),
         ("[mcp]\nlisten = [\"unix:a\"]\nallowed_origins = [\"evil.example\"]\n", "mcp.allowed_origins[0]"),
         (
@@ -210,7 +226,10 @@ fn the_mcp_section_is_checked_key_by_key() {
         ),
         ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = []\n", "mcp.profiles.x.tools: lists no tools"),
         ("[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.\"a b\"]\ntools = [\"*\"]\n", "a profile name is 1 to 64"),
-        ("[mcp.profiles.x]\ntools = [\"*\"]\n", "profiles are configured but the endpoint listens nowhere"),
+        (
+            "[grpc]\nlisten = [\"unix:api\"]\n[mcp.profiles.x]\ntools = [\"*\"]\n",
+            "profiles are configured but the endpoint listens nowhere",
+        ),
         (
             "[mcp]\nlisten = [\"unix:a\"]\n[mcp.profiles.x]\ntools = [\"*\"]\nfind = [\"*\"]\n",
             "mcp.profiles.x.find: applies to lazy profiles only",

@@ -167,3 +167,50 @@ fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
     let error: Value = serde_json::from_str(stdout(&invalid).trim()).expect("a JSON error");
     assert!(error["error"]["message"].as_str().unwrap().contains("request_timeout"), "{error}");
 }
+
+#[test]
+fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
+    let dir = TestDir::new();
+    let (runtime, state) = (dir.path("run"), dir.path("state"));
+    let desktop = dir.path("claude_desktop_config.json");
+    std::fs::write(&desktop, json!({"mcpServers": {"demo": {"command": scripted_server()}}}).to_string()).unwrap();
+    // Where systemd would point a unit; a user's session gives $XDG_RUNTIME_DIR instead.
+    let env = [("RUNTIME_DIRECTORY", runtime.clone()), ("STATE_DIRECTORY", state.clone())];
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--config"])
+        .arg(&desktop)
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `--config` beats $TOOLHOST_ADDR, and the file's default listener is the runtime socket.
+    let listed = |output: &Output| -> Vec<String> {
+        let tools: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let output = loop {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(["tools", "--json", "--config"])
+            .arg(&desktop)
+            .envs(env.iter().cloned())
+            .env("TOOLHOST_ADDR", "unix:/nonexistent.sock")
+            .output()
+            .unwrap();
+        if !listed(&output).is_empty() || std::time::Instant::now() > deadline {
+            break output;
+        }
+        // The daemon is starting: its socket appears, then the demo server's tools.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(listed(&output).contains(&"demo__echo".to_owned()), "{}", stderr(&output));
+    assert!(runtime.join("toolhost.sock").exists() && runtime.join("mcp.sock").exists(), "both sockets in the runtime directory");
+    assert!(
+        state.join("toolhost.db").exists() && !dir.path("toolhost.db").exists(),
+        "the store in the state directory, not beside the file"
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
