@@ -40,11 +40,17 @@ impl UnixPeer {
         UnixPeer { uid, gid, pid: Some(pid), groups: Vec::new(), unit: None }
     }
 
-    /// The peer of a connected socket, with its groups and unit read from `/proc`.
+    /// The peer of a connected socket, with its groups and unit read from `/proc`. Where
+    /// `/proc` hides other users' processes (`hidepid`, systemd's `ProtectProc=`), the groups
+    /// are the user's in the user database instead, so that an agent admitted through a
+    /// supplementary group (`usermod -aG`) is still recognised; the unit is then unknown.
     pub fn of(stream: &tokio::net::UnixStream) -> Option<UnixPeer> {
         let cred = stream.peer_cred().ok()?;
         let pid = cred.pid();
-        let (groups, unit) = pid.map(read_proc).unwrap_or_default();
+        let (groups, unit) = match pid.and_then(read_proc) {
+            Some(found) => found,
+            None => (database_groups(cred.uid(), cred.gid()), None),
+        };
         Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit })
     }
 
@@ -76,17 +82,26 @@ impl UnixPeer {
     }
 }
 
-/// Supplementary groups and systemd unit of process `pid`. A process that is gone, or a /proc
-/// that says nothing, yields neither: only the uid and gid then count.
-fn read_proc(pid: i32) -> (Vec<u32>, Option<String>) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+/// Supplementary groups and systemd unit of process `pid`, or `None` when `/proc` does not show
+/// it (hidden from this user, or gone).
+fn read_proc(pid: i32) -> Option<(Vec<u32>, Option<String>)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let groups = status
         .lines()
         .find_map(|line| line.strip_prefix("Groups:"))
-        .map(|list| list.split_whitespace().filter_map(|gid| gid.parse().ok()).collect())
-        .unwrap_or_default();
+        .map(|list| list.split_whitespace().filter_map(|gid| gid.parse().ok()).collect())?;
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    (groups, unit_of(&cgroup))
+    Some((groups, unit_of(&cgroup)))
+}
+
+/// The supplementary groups the user database gives `uid` (as `id` prints them); none for a
+/// uid it does not know.
+fn database_groups(uid: u32, gid: u32) -> Vec<u32> {
+    let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else { return Vec::new() };
+    let Ok(name) = std::ffi::CString::new(user.name) else { return Vec::new() };
+    nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid))
+        .map(|groups| groups.into_iter().map(nix::unistd::Gid::as_raw).filter(|group| *group != gid).collect())
+        .unwrap_or_default()
 }
 
 /// `/proc/net/tcp{,6}` state of an established connection.

@@ -302,3 +302,65 @@ fn off_loopback_the_api_needs_tls() {
     .unwrap();
     assert!(toolhost::config::Config::load(&path).is_ok(), "with TLS it is accepted");
 }
+
+/// A daemon that runs as an unprivileged user and cannot see other users' processes (`/proc`
+/// mounted `hidepid=invisible`, as systemd's `ProtectProc=invisible` does) still admits an agent
+/// through its supplementary group: the user database says what `/proc` does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_admitted_by_its_group_gets_in_where_proc_hides_it() {
+    if !is_root() {
+        skipped("SKIPPED an_agent_admitted_by_its_group_gets_in_where_proc_hides_it: needs root for a mount namespace");
+        return;
+    }
+    let dir = TestDir::new();
+    std::fs::set_permissions(dir.path(""), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // The daemon's user (4400) and an agent (4401) in group `agents` (4500), in a user database
+    // that only the daemon's mount namespace sees.
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap()
+        + "toolhost-daemon:x:4400:4400::/nonexistent:/usr/sbin/nologin\ntoolhost-agent:x:4401:4401::/nonexistent:/usr/sbin/nologin\n";
+    let group =
+        std::fs::read_to_string("/etc/group").unwrap() + "toolhost-daemon:x:4400:\ntoolhost-agent:x:4401:\nagents:x:4500:toolhost-agent\n";
+    std::fs::write(dir.path("passwd"), passwd).unwrap();
+    std::fs::write(dir.path("group"), group).unwrap();
+    let script = dir.script("demo", json!({}));
+    std::fs::write(
+        dir.path("toolhost.toml"),
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [{{ address = \"unix:toolhost.sock\", mode = \"0666\" }}]\n\
+             [access]\ndefault = \"deny\"\n[[access.agents]]\nname = \"by-group\"\ngids = [4500]\nallow = [\"*\"]\n{}",
+            server_table("demo", &script, "")
+        ),
+    )
+    .unwrap();
+    let shell = format!(
+        "mount -t proc -o hidepid=invisible proc /proc && mount --bind {passwd} /etc/passwd && mount --bind {group} /etc/group \
+         && exec setpriv --reuid 4400 --regid 4400 --clear-groups {toolhost} serve --config {config}",
+        passwd = dir.path("passwd").display(),
+        group = dir.path("group").display(),
+        toolhost = env!("CARGO_BIN_EXE_toolhost"),
+        config = dir.path("toolhost.toml").display(),
+    );
+    let log = std::fs::File::create(dir.path("daemon.log")).unwrap();
+    let mut daemon = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c", &shell])
+        .stderr(log)
+        .spawn()
+        .expect("unshare runs");
+    let socket = dir.path("toolhost.sock");
+    let deadline = std::time::Instant::now() + WAIT;
+    let whoami = loop {
+        let output = cli_as(4401, Some("4500"), &socket, &["whoami", "--json"]).await;
+        if output.status.success() || std::time::Instant::now() > deadline {
+            break output;
+        }
+        // Until the daemon listens.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let log = std::fs::read_to_string(dir.path("daemon.log")).unwrap_or_default();
+    assert!(whoami.status.success(), "{}\ndaemon log:\n{log}", stderr(&whoami));
+    let who: Value = serde_json::from_slice(&whoami.stdout).unwrap();
+    assert_eq!(who["agent"], "by-group", "{who}");
+    assert_eq!(who["uid"], 4401);
+}
