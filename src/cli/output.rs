@@ -301,7 +301,11 @@ impl Printer {
         }
         let caller = if who.transport == "unix" {
             let unit = if who.unit.is_empty() { String::new() } else { format!(" unit {}", who.unit) };
-            format!("uid {} gid {} pid {}{unit} (groups {:?})", who.uid, who.gid, who.pid, who.groups)
+            let groups = match who.groups.is_empty() {
+                true => String::new(),
+                false => format!(", groups {}", who.groups.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")),
+            };
+            format!("uid {} gid {}{groups} pid {}{unit}", who.uid, who.gid, who.pid)
         } else {
             "a TCP caller".to_owned()
         };

@@ -135,6 +135,9 @@ async fn watch_starts_from_how_things_stand_and_a_piped_mcp_request_is_answered(
     .unwrap();
     assert!(piped.status.success(), "{}", stderr(&piped));
     let answers: Vec<Value> = stdout(&piped).lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    // No daemon on that socket: the documented exit code of an unreachable daemon.
+    let nowhere = toolhost(&["mcp", "--socket", "/nonexistent/mcp.sock"]);
+    assert_eq!(nowhere.status.code(), Some(3), "{}", stderr(&nowhere));
     let call = answers.iter().find(|answer| answer["id"] == 2).unwrap_or_else(|| panic!("no answer to the call: {answers:?}"));
     assert_eq!(call["result"]["content"][0]["text"], "slept 300 ms", "{call}");
     app.shutdown().await;
