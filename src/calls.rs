@@ -290,9 +290,22 @@ impl Calls {
             }
             Err(UpstreamError::Timeout { .. }) => Err(expired()),
             Err(UpstreamError::Overloaded) => Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
-            Err(_) => {
+            // It never reached the server: nothing ran, and the caller may try again.
+            Err(UpstreamError::NotSent(reason)) => Err(CallError::Unavailable {
+                server: view.name.to_string(),
+                tool: tool.name.clone(),
+                state: view.state,
+                reason: Some(reason),
+            }),
+            // The session ended, or the exchange broke after the request was sent: the server may
+            // have run it, so it is never retried, and the caller is told exactly that.
+            Err(error) => {
                 let (server, tool, generation) = at(&view);
-                Err(CallError::SessionLost { server, tool, generation })
+                let detail = match error {
+                    UpstreamError::Lost(detail) => Some(detail),
+                    _ => None,
+                };
+                Err(CallError::SessionLost { server, tool, generation, detail })
             }
         }
     }
@@ -410,7 +423,8 @@ impl Calls {
 fn upstream_error_type(error: &UpstreamError) -> &'static str {
     match error {
         UpstreamError::Timeout { .. } => "timeout",
-        UpstreamError::Closed => "session_lost",
+        UpstreamError::Closed | UpstreamError::Lost(_) => "session_lost",
+        UpstreamError::NotSent(_) => "not_sent",
         UpstreamError::Overloaded => "overloaded",
         _ => "upstream_error",
     }

@@ -47,8 +47,8 @@ pub enum CallError {
     RevisionNotKept(u64),
     #[error("{server}/{tool} did not answer within {after:?}")]
     DeadlineExceeded { server: String, tool: String, generation: u64, after: Duration },
-    #[error("the session with {server:?} ended during the call; its outcome is unknown and it was not retried")]
-    SessionLost { server: String, tool: String, generation: u64 },
+    #[error("the session with {server:?} ended, or its exchange broke, after the call was sent; its outcome is unknown and it was not retried{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    SessionLost { server: String, tool: String, generation: u64, detail: Option<String> },
     #[error("{server:?} is not reading its input; try again later")]
     Overloaded { server: String, tool: String },
     #[error("agent {agent:?} has {limit} calls in flight, its share: try again when some have ended")]
@@ -203,7 +203,7 @@ impl CallError {
                 details.push(("timeout_ms", after.as_millis().to_string()));
                 ("UPSTREAM_DEADLINE", details)
             }
-            CallError::SessionLost { server, tool, generation } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
+            CallError::SessionLost { server, tool, generation, .. } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
             CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
             CallError::CallerBusy { agent, limit } => ("CONCURRENCY_LIMITED", vec![("agent", agent.clone()), ("limit", limit.to_string())]),
             CallError::UpstreamInvalidParams { server, tool, generation, .. } => ("UPSTREAM_INVALID_PARAMS", at(server, tool, *generation)),

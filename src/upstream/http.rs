@@ -26,12 +26,11 @@ use tokio_util::task::TaskTracker;
 use crate::config::HttpSpec;
 use crate::config::auth::AuthSpec;
 use crate::mcp::headers::{self, ParamHeaders};
-use crate::mcp::jsonrpc::{RpcError, code};
 use crate::mcp::sse;
 use crate::upstream::UpstreamError;
 use crate::upstream::oauth::Challenge;
 use crate::upstream::oauth::authorizer::{AuthError, Authorizer};
-use crate::upstream::session::{self, Core, SessionHandle};
+use crate::upstream::session::{self, Core, ExchangeFailure, SessionHandle};
 
 const SESSION_ID: &str = "mcp-session-id";
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
@@ -325,7 +324,7 @@ impl State {
     }
 
     /// [`State::end`], as the outcome of an exchange that carried the server's word.
-    fn ended(&self, failure: Failure) -> Result<(), String> {
+    fn ended<E>(&self, failure: Failure) -> Result<(), E> {
         self.end(failure);
         Ok(())
     }
@@ -413,14 +412,17 @@ async fn post(state: Arc<State>, line: String, cancel: CancellationToken) {
         }
         None => tokio::time::timeout(state.request_timeout, exchange)
             .await
-            .unwrap_or_else(|_| Err(format!("the HTTP exchange took longer than {:?}", state.request_timeout))),
+            .unwrap_or_else(|_| Err(ExchangeFailure::Lost(format!("the HTTP exchange took longer than {:?}", state.request_timeout)))),
     };
-    if let Err(message) = outcome {
+    if let Err(failure) = outcome {
         // HTTP bodies and transport errors are the server's words: no secret goes further.
-        let message = crate::secrets::redact_owned(message);
+        let failure = match failure {
+            ExchangeFailure::NotSent(message) => ExchangeFailure::NotSent(crate::secrets::redact_owned(message)),
+            ExchangeFailure::Lost(message) => ExchangeFailure::Lost(crate::secrets::redact_owned(message)),
+        };
         match request_id {
-            Some(id) => state.core.fail_request(id, RpcError { code: code::INTERNAL_ERROR, message, data: None }),
-            None => tracing::debug!(server = %state.server, %message, "an HTTP exchange without a response failed"),
+            Some(id) => state.core.fail_request(id, failure),
+            None => tracing::debug!(server = %state.server, ?failure, "an HTTP exchange without a response failed"),
         }
     }
 }
@@ -432,7 +434,7 @@ async fn exchange(
     outgoing: Option<&Outgoing>,
     request_id: Option<u64>,
     cancel: &CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), ExchangeFailure> {
     let is_initialize = outgoing.and_then(|o| o.method.as_deref()) == Some("initialize");
     let modern = state.is_modern();
     // `initialize` starts a new session: it never carries an old id; modern requests have none.
@@ -459,7 +461,7 @@ async fn exchange(
     let response = loop {
         let bearer = match state.bearer().await {
             Ok(bearer) => bearer,
-            Err(AuthError::Unavailable(message)) => return Err(format!("cannot get an access token: {message}")),
+            Err(AuthError::Unavailable(message)) => return Err(ExchangeFailure::NotSent(format!("cannot get an access token: {message}"))),
             Err(AuthError::Required(message)) => return state.ended(Failure::AuthRequired(message)),
             Err(AuthError::Refused(status)) => return state.ended(Failure::Auth(status)),
         };
@@ -469,15 +471,19 @@ async fn exchange(
                 body.clone(),
                 &Envelope { session_id: session_id.as_deref(), call, params: &mirrored, bearer: bearer.as_ref(), ..Envelope::default() },
             )
-            .map_err(|error| format!("cannot build the HTTP request: {error}"))?;
+            .map_err(|error| ExchangeFailure::NotSent(format!("cannot build the HTTP request: {error}")))?;
         let response = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             response = tokio::time::timeout(state.request_timeout, state.client.request(request)) => response,
         };
         let response = match response {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(format!("HTTP request failed: {}", error_chain(&error))),
-            Err(_) => return Err(format!("no HTTP response within {:?}", state.request_timeout)),
+            // A connection that never opened carried nothing; any other failure may have.
+            Ok(Err(error)) if error.is_connect() => {
+                return Err(ExchangeFailure::NotSent(format!("HTTP request failed: {}", error_chain(&error))));
+            }
+            Ok(Err(error)) => return Err(ExchangeFailure::Lost(format!("HTTP request failed: {}", error_chain(&error)))),
+            Err(_) => return Err(ExchangeFailure::Lost(format!("no HTTP response within {:?}", state.request_timeout))),
         };
         let status = response.status();
         if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
@@ -494,10 +500,25 @@ async fn exchange(
             };
         }
         challenges += 1;
-        if !state.challenged(status, response.headers(), bearer.as_ref()).await? {
+        // A refused request was not processed: whatever stands in the way, it did not run.
+        if !state.challenged(status, response.headers(), bearer.as_ref()).await.map_err(ExchangeFailure::NotSent)? {
             return Ok(());
         }
     };
+    receive(state, response, is_initialize, session_id, request_id, learns, cancel).await.map_err(ExchangeFailure::Lost)
+}
+
+/// What comes back for a request the server received: any failure from here on loses an
+/// exchange whose request may have run.
+async fn receive(
+    state: &State,
+    response: http::Response<hyper::body::Incoming>,
+    is_initialize: bool,
+    session_id: Option<String>,
+    request_id: Option<u64>,
+    learns: bool,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         *lock(&state.session_id) = Some(id.to_owned());

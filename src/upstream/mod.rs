@@ -28,6 +28,12 @@ pub enum UpstreamError {
     Spawn { command: String, source: std::io::Error },
     #[error("the session is closed")]
     Closed,
+    /// The request never reached the server: nothing ran.
+    #[error("the request never reached the server: {0}")]
+    NotSent(String),
+    /// The request was sent and its exchange broke: the server may have run it.
+    #[error("the exchange broke after the request was sent, so its outcome is unknown: {0}")]
+    Lost(String),
     #[error("{method} got no answer within {after:?}")]
     Timeout { method: String, after: Duration },
     #[error("the server answered with error {}: {}", .0.code, .0.message)]

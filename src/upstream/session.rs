@@ -32,7 +32,27 @@ const DIAGNOSTICS_PER_SECOND: u32 = 5;
 /// cancellation cannot be handed more work than `max_concurrent_calls` by callers that time out.
 const ABANDONED_GRACE: Duration = Duration::from_secs(5);
 
-type Reply = Result<Box<RawValue>, RpcError>;
+type Reply = Result<Box<RawValue>, Failed>;
+
+/// Why a request got no result.
+#[derive(Debug)]
+enum Failed {
+    /// The server answered with a JSON-RPC error.
+    Rpc(RpcError),
+    /// The transport lost the exchange ([`Core::fail_request`]).
+    Transport(ExchangeFailure),
+}
+
+/// How a transport lost a request's exchange: whether the server may have received it decides
+/// whether a call may be tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ExchangeFailure {
+    /// It never left toolhost (no connection, a request that could not be built, no token).
+    NotSent(String),
+    /// It was sent and the exchange broke (a reset, a cut stream, no response in time, an HTTP
+    /// error status): the server may have run it.
+    Lost(String),
+}
 
 /// Counters a session keeps about its peer's misbehaviour.
 #[derive(Debug, Default)]
@@ -176,11 +196,11 @@ impl Core {
     }
 
     /// Answers a request that will never get a response from the server (its HTTP exchange
-    /// failed) with a local error, so its caller does not wait for a timeout.
-    pub(crate) fn fail_request(&self, id: RequestId, error: RpcError) {
+    /// failed), so its caller does not wait for a timeout, and knows whether it may have run.
+    pub(crate) fn fail_request(&self, id: RequestId, failure: ExchangeFailure) {
         let slot = self.shared.lock_pending().remove(&id);
         if let Some(slot) = slot {
-            let _ = slot.reply.send(Err(error));
+            let _ = slot.reply.send(Err(Failed::Transport(failure)));
         }
         // An exchange that failed will bring no late answer: its slot is free.
         drop(self.shared.lock_abandoned().remove(&id));
@@ -303,7 +323,9 @@ impl SessionHandle {
         guard.done = true;
         match reply {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(UpstreamError::Rpc(error)),
+            Ok(Err(Failed::Rpc(error))) => Err(UpstreamError::Rpc(error)),
+            Ok(Err(Failed::Transport(ExchangeFailure::NotSent(message)))) => Err(UpstreamError::NotSent(message)),
+            Ok(Err(Failed::Transport(ExchangeFailure::Lost(message)))) => Err(UpstreamError::Lost(message)),
             Err(_) => Err(UpstreamError::Closed),
         }
     }
@@ -435,7 +457,7 @@ impl Shared {
                 let slot = self.lock_pending().remove(&id);
                 match slot {
                     Some(slot) => {
-                        let _ = slot.reply.send(outcome.map(ToOwned::to_owned).map_err(scrub));
+                        let _ = slot.reply.send(outcome.map(ToOwned::to_owned).map_err(|error| Failed::Rpc(scrub(error))));
                     }
                     None if id >= self.next_id.load(Ordering::Relaxed) => {
                         self.stats.num_bad_lines.fetch_add(1, Ordering::Relaxed);

@@ -240,3 +240,33 @@ pub(crate) async fn wait_for_listen_acknowledged(app: &toolhost::app::App, serve
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A remote server that dies in the middle of a call may have run it: the agent is told the
+/// outcome is unknown (never a server error it could take for "not done"), on both doors and in
+/// both protocol eras, and the call is sent exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_by_a_dying_http_server_has_an_unknown_outcome_on_both_doors() {
+    use crate::mcp_endpoint::{Line, mcp_section, mcp_socket};
+    for modern in [false, true] {
+        let server = HttpMcpServer::start(Script { tools: tools("t", 1), modern, die_on_call: true, ..Script::default() }).await;
+        let dir = TestDir::new();
+        let app = start(dir.config_with(&mcp_section(""), &http_table("remote", &server.url(), ""))).await;
+        wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+
+        let mut client = client(&app).await;
+        let cut = client
+            .call_tool(pb::CallToolRequest { qualified_name: "remote__t0".into(), arguments_json: "{}".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!((cut.code(), error_info(&cut).0.as_str()), (tonic::Code::Unavailable, "OUTCOME_UNKNOWN"), "modern {modern}: {cut:?}");
+
+        let mut mcp = Line::connect(&mcp_socket(&app)).await;
+        mcp.initialize().await;
+        let answer = mcp.request(7, "tools/call", serde_json::json!({"name": "remote__t0", "arguments": {}})).await;
+        assert_eq!(answer["error"]["data"]["reason"], "OUTCOME_UNKNOWN", "modern {modern}: {answer}");
+
+        let sent = server.seen().iter().filter(|s| s.body["method"] == "tools/call").count();
+        assert_eq!(sent, 2, "modern {modern}: each call was sent once and never replayed");
+        app.shutdown().await;
+    }
+}

@@ -39,6 +39,8 @@ pub struct Script {
     pub echo_authorization_on_call: bool,
     /// Refuse tools/list with a JSON-RPC error that echoes the Authorization header.
     pub echo_authorization_on_list: bool,
+    /// Close the connection on tools/call without a word: a server that dies mid-call.
+    pub die_on_call: bool,
 }
 
 pub struct HttpMcpServer {
@@ -188,6 +190,9 @@ async fn respond<S: AsyncWrite + Unpin>(
         && headers.get("authorization") != Some(&format!("Bearer {token}"))
     {
         return write(stream, "401 Unauthorized", "application/json", "{}", &[]).await;
+    }
+    if state.script.lock().unwrap().die_on_call && body["method"] == "tools/call" {
+        return false;
     }
     if state.script.lock().unwrap().modern {
         return respond_modern(state, method, headers, body, stream).await;
