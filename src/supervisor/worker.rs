@@ -228,7 +228,7 @@ impl Worker {
                 tracing::warn!(server = %self.name, %error, "cannot remember the server's protocol era");
             }
         }
-        let session_span = trace::session(&self.name, &hello);
+        let session_span = trace::session(&self.name, &hello, &self.spec.transport);
         let session_context = span_context(&session_span);
         // Modern servers announce changes only on a subscriptions/listen stream.
         let wants_listen = hello.era == Era::Modern && hello.has_tools && hello.tools_list_changed;

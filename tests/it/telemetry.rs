@@ -562,3 +562,24 @@ async fn metric_attributes_name_configured_servers_only() {
     assert!(!dump.contains("madeupserver"), "a caller's made-up server name became a metric attribute");
     collector.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_an_http_server_is_a_tcp_client_span() {
+    exporter();
+    let server = crate::http_server::HttpMcpServer::start(crate::http_server::Script { tools: tools("t", 1), ..Default::default() }).await;
+    let dir = TestDir::new();
+    let table = format!("[servers.remote_tcp]\nurl = {:?}\nrequest_timeout = \"5s\"\n", server.url());
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "remote_tcp", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    client
+        .call_tool(pb::CallToolRequest { qualified_name: "remote_tcp__t0".into(), arguments_json: "{}".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let upstream = spans_named("tools/call t0", 1).await.into_iter().find(|s| attr_str(s, "toolhost.server") == "remote_tcp").unwrap();
+    assert_eq!(upstream.span_kind, SpanKind::Client);
+    assert_eq!(attr_str(&upstream, "network.transport"), "tcp", "an HTTP server is not a pipe");
+    app.shutdown().await;
+    let session = spans_named("mcp.session remote_tcp", 1).await.remove(0);
+    assert_eq!(attr_str(&session, "network.transport"), "tcp");
+}
