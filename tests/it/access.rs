@@ -347,15 +347,12 @@ async fn an_agent_admitted_by_its_group_gets_in_where_proc_hides_it() {
         .spawn()
         .expect("unshare runs");
     let socket = dir.path("toolhost.sock");
-    let deadline = std::time::Instant::now() + WAIT;
-    let whoami = loop {
-        let output = cli_as(4401, Some("4500"), &socket, &["whoami", "--json"]).await;
-        if output.status.success() || std::time::Instant::now() > deadline {
-            break output;
-        }
-        // Until the daemon listens.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    // Once the daemon listens, the agent's first answer is the verdict.
+    let whoami = eventually("the daemon answers", || {
+        let output = cli_as_blocking(4401, Some("4500"), &socket, &["whoami", "--json"]);
+        (output.status.success() || stderr(&output).contains("NO_MATCHING_AGENT")).then_some(output)
+    })
+    .await;
     let _ = daemon.kill();
     let _ = daemon.wait();
     let log = std::fs::read_to_string(dir.path("daemon.log")).unwrap_or_default();

@@ -171,8 +171,8 @@ fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
     assert!(error["error"]["message"].as_str().unwrap().contains("request_timeout"), "{error}");
 }
 
-#[test]
-fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
     let dir = TestDir::new();
     let (runtime, state) = (dir.path("run"), dir.path("state"));
     let desktop = dir.path("claude_desktop_config.json");
@@ -193,8 +193,7 @@ fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
         let tools: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
         tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    let output = loop {
+    let output = eventually("the daemon lists the demo server's tools", || {
         let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
             .args(["tools", "--json", "--config"])
             .arg(&desktop)
@@ -202,12 +201,9 @@ fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
             .env("TOOLHOST_ADDR", "unix:/nonexistent.sock")
             .output()
             .unwrap();
-        if !listed(&output).is_empty() || std::time::Instant::now() > deadline {
-            break output;
-        }
-        // The daemon is starting: its socket appears, then the demo server's tools.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+        (!listed(&output).is_empty()).then_some(output)
+    })
+    .await;
     assert!(listed(&output).contains(&"demo__echo".to_owned()), "{}", stderr(&output));
     assert!(runtime.join("toolhost.sock").exists() && runtime.join("mcp.sock").exists(), "both sockets in the runtime directory");
     assert!(

@@ -68,17 +68,6 @@ fn cli(app: &App, args: &[&str]) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|_| panic!("toolhost {args:?}: {stdout}"))
 }
 
-async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Waits until `app`'s link to the fleet store is up.
 async fn connected(app: &App) {
     let mut grpc = client(app).await;

@@ -204,18 +204,38 @@ pub fn skipped(why: &str) {
 /// Runs the CLI as `uid` (its gid too), with exactly the supplementary `groups` given (none when
 /// `None`), against the Unix socket `socket`: a real process of another user.
 pub async fn cli_as(uid: u32, groups: Option<&str>, socket: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let uid = uid.to_string();
-    let groups = groups.map_or_else(|| "--clear-groups".to_owned(), |groups| format!("--groups={groups}"));
-    let addr = format!("unix:{}", socket.display());
+    let groups = groups.map(str::to_owned);
+    let socket = socket.to_path_buf();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new("setpriv")
-            .args(["--reuid", &uid, "--regid", &uid, &groups, env!("CARGO_BIN_EXE_toolhost")])
-            .args(&args)
-            .args(["--addr", &addr])
-            .output()
-            .expect("run the CLI as another user")
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli_as_blocking(uid, groups.as_deref(), &socket, &args)
     })
     .await
     .expect("the CLI's task")
+}
+
+/// [`cli_as`], waiting for the process on this thread.
+pub fn cli_as_blocking(uid: u32, groups: Option<&str>, socket: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let uid = uid.to_string();
+    let groups = groups.map_or_else(|| "--clear-groups".to_owned(), |groups| format!("--groups={groups}"));
+    std::process::Command::new("setpriv")
+        .args(["--reuid", &uid, "--regid", &uid, &groups, env!("CARGO_BIN_EXE_toolhost")])
+        .args(args)
+        .args(["--addr", &format!("unix:{}", socket.display())])
+        .output()
+        .expect("run the CLI as another user")
+}
+
+/// Checks until `check` gives something, or fails the test saying `what` after [`WAIT`]: the one
+/// way a test waits for what nothing can tell it (a process starting, another host's work).
+pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
