@@ -189,8 +189,7 @@ impl Calls {
         let upstream_span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", tool.name), otel.kind = "client");
         upstream_span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
         upstream_span.set_attribute("gen_ai.tool.name", tool.name.clone());
-        // A stdio server is a pipe; a Streamable HTTP one is reached over TCP.
-        upstream_span.set_attribute("network.transport", if view.transport == "http" { "tcp" } else { "pipe" });
+        upstream_span.set_attribute("network.transport", crate::telemetry::network_transport(view.transport));
         upstream_span.set_attribute("toolhost.server", view.name.to_string());
         upstream_span.set_attribute("toolhost.generation", generation.number as i64);
         if let Some(hello) = &view.hello {

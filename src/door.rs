@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::access::{Access, Caller, Identity, Refusal};
 use crate::audit::{AuditRecord, Auditor};
 use crate::calls::{CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
+use crate::catalog::integrity::Hold;
 use crate::catalog::names;
 use crate::catalog::store::Store;
 use crate::config::AuditArguments;
@@ -266,10 +267,13 @@ pub fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, 
     if !caller.agent.may_use(qualified) {
         return false;
     }
-    let held_now = names::server_of(qualified)
-        .and_then(|server| snapshot.servers.get(server))
-        .and_then(|view| view.qualified().position(qualified).and_then(|idx| view.held(idx)));
-    held_now.is_none() || (presentation == Presentation::WithState && caller.agent.admin)
+    held_now(snapshot, qualified).is_none() || (presentation == Presentation::WithState && caller.agent.admin)
+}
+
+/// Why the tool `qualified` is held in its server's current generation in `snapshot`, if it is.
+pub fn held_now(snapshot: &CatalogSnapshot, qualified: &str) -> Option<Hold> {
+    let view = snapshot.servers.get(names::server_of(qualified)?)?;
+    view.held(view.qualified().position(qualified)?)
 }
 
 /// Whether a non-operator may know that this server exists: it shows the agent at least one

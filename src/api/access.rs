@@ -9,7 +9,7 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
-use crate::door::{Presentation, server_visible, shows_name, shows_tool};
+use crate::door::{Presentation, held_now, server_visible, shows_name, shows_tool};
 use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
 
 impl ToolHostService {
@@ -116,10 +116,7 @@ pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: 
 /// seen: held because it changed, not because it is new.
 fn was_approved(snapshot: &CatalogSnapshot, qualified: &str) -> bool {
     use crate::catalog::integrity::Hold;
-    crate::catalog::names::server_of(qualified)
-        .and_then(|server| snapshot.servers.get(server))
-        .and_then(|view| view.qualified().position(qualified).and_then(|idx| view.held(idx)))
-        .is_some_and(|hold| matches!(hold, Hold::Changed | Hold::PinMismatch))
+    held_now(snapshot, qualified).is_some_and(|hold| matches!(hold, Hold::Changed | Hold::PinMismatch))
 }
 
 fn audit_message(record: AuditRecord) -> pb::AuditRecord {

@@ -315,6 +315,16 @@ pub enum Transport {
     Http(HttpSpec),
 }
 
+impl Transport {
+    /// `"stdio"` or `"http"`, as ListServers and the spans name it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Transport::Stdio(_) => "stdio",
+            Transport::Http(_) => "http",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct StdioSpec {
     pub command: PathBuf,

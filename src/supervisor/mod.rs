@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::integrity::Approval;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError, StoredServer};
-use crate::config::{ServerSpec, Transport};
+use crate::config::ServerSpec;
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
 use registry::{ConfigChange, Registry, ServerState, ServerView};
@@ -257,10 +257,7 @@ impl Supervisor {
 
     fn view(&self, name: &Arc<str>, spec: &ServerSpec, stored: Option<StoredServer>) -> ServerView {
         let state = if spec.enabled { ServerState::Starting } else { ServerState::Disabled };
-        let transport = match spec.transport {
-            Transport::Stdio(_) => "stdio",
-            Transport::Http(_) => "http",
-        };
+        let transport = spec.transport.label();
         let mut view = ServerView::new(
             name.clone(),
             state,

@@ -17,17 +17,8 @@ pub(crate) fn session(server: &str, hello: &ServerHello, transport: &crate::conf
     let span = tracing::info_span!(parent: None, "mcp.session", otel.name = %format!("mcp.session {server}"), otel.kind = "client");
     span.set_attribute("toolhost.server", server.to_owned());
     span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
-    span.set_attribute("network.transport", network_transport(transport));
+    span.set_attribute("network.transport", crate::telemetry::network_transport(transport.label()));
     span
-}
-
-/// `network.transport` as the semantic conventions name it: a stdio server is a pipe, a
-/// Streamable HTTP server is reached over TCP.
-pub(crate) fn network_transport(transport: &crate::config::Transport) -> &'static str {
-    match transport {
-        crate::config::Transport::Stdio(_) => "pipe",
-        crate::config::Transport::Http(_) => "tcp",
-    }
 }
 
 /// The root span of one refresh: from the trigger to the published generation.

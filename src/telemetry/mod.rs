@@ -139,6 +139,13 @@ fn meter_provider(config: &TelemetryConfig, resource: Resource) -> Result<SdkMet
     Ok(SdkMeterProvider::builder().with_reader(reader).with_resource(resource).build())
 }
 
+/// `network.transport` as the semantic conventions name it for a server whose transport is
+/// `label` ([`crate::config::Transport::label`]): a stdio server is a pipe, a Streamable HTTP
+/// server is reached over TCP.
+pub fn network_transport(label: &str) -> &'static str {
+    if label == "http" { "tcp" } else { "pipe" }
+}
+
 /// The OpenTelemetry context of a tracing span, if a trace is being recorded for it.
 pub fn span_context(span: &tracing::Span) -> Option<opentelemetry::trace::SpanContext> {
     use opentelemetry::trace::TraceContextExt;

@@ -271,17 +271,9 @@ pub fn is_secure(url: &str) -> bool {
     if url.starts_with("https://") {
         return true;
     }
-    let Some(rest) = url.strip_prefix("http://") else { return false };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    // `http://127.0.0.1:80@evil.example/` goes to evil.example.
-    if authority.contains('@') {
-        return false;
-    }
-    let host = match authority.strip_prefix('[') {
-        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
-    };
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    // `host_of` refuses user information: `http://127.0.0.1:80@evil.example/` goes to evil.example.
+    url.starts_with("http://")
+        && host_of(url).is_some_and(|host| host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
 /// The server URL as a resource indicator: no fragment, no query (RFC 8707 §2).
