@@ -239,3 +239,19 @@ pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+pub type Interceptor = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+
+/// A gRPC client over TCP that presents `token`: an agent, not the local operator.
+pub async fn agent_client(
+    app: &toolhost::app::App,
+    token: &str,
+) -> ToolHostClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Interceptor>> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", tcp_addr(app))).unwrap().connect().await.unwrap();
+    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+    let interceptor: Interceptor = Box::new(move |mut request: tonic::Request<()>| {
+        request.metadata_mut().insert("authorization", bearer.clone());
+        Ok(request)
+    });
+    ToolHostClient::with_interceptor(channel, interceptor)
+}

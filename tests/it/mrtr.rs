@@ -120,12 +120,7 @@ async fn a_continuation_is_bound_to_its_caller_its_tool_and_its_definition() {
 
     // Another caller (a TCP agent with its own token) cannot use it, and that costs the owner nothing.
     let mine = token(unix.call_tool(confirm("", "")).await.unwrap().into_inner());
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", tcp_addr(&app))).unwrap().connect().await.unwrap();
-    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {secret}").parse().unwrap();
-    let mut remote = pb::tool_host_client::ToolHostClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-        request.metadata_mut().insert("authorization", bearer.clone());
-        Ok(request)
-    });
+    let mut remote = agent_client(&app, secret).await;
     let theirs = remote.call_tool(confirm("", "")).await.unwrap().into_inner();
     assert!(theirs.input_required.is_some(), "the remote agent may call the tool itself");
     let stolen = remote.call_tool(confirm(&mine, ACCEPT)).await.unwrap_err();

@@ -35,6 +35,11 @@ impl SmallFs {
         Ok(SmallFs { path: path.to_path_buf() })
     }
 
+    /// A 3 MB tmpfs in `dir`, or `None` after saying why `test` is skipped.
+    fn mount_or_skip(dir: &TestDir, test: &str) -> Option<SmallFs> {
+        SmallFs::mount(&dir.path("small"), "3m").map_err(|why| skipped(&format!("SKIPPED {test}: needs a tmpfs mount ({why})"))).ok()
+    }
+
     /// Writes zeros into `filler` until the filesystem refuses more.
     fn fill(&self, filler: &Path) {
         let mut file = std::fs::File::create(filler).expect("create the filler");
@@ -68,13 +73,7 @@ async fn stored_generation(db: &Path, server: &str) -> (i64, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_never_publishes_an_unstored_generation_and_the_store_recovers_by_itself() {
     let dir = TestDir::new();
-    let fs = match SmallFs::mount(&dir.path("small"), "3m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            skipped(&format!("SKIPPED a_full_disk_never_publishes_an_unstored_generation: needs a tmpfs mount ({why})"));
-            return;
-        }
-    };
+    let Some(fs) = SmallFs::mount_or_skip(&dir, "a_full_disk_never_publishes_an_unstored_generation") else { return };
     let db = fs.path.join("catalog.db");
     let tools_file = dir.path("tools.json");
     std::fs::write(&tools_file, json!(tools("t", 3)).to_string()).unwrap();
@@ -169,13 +168,7 @@ async fn health_becomes(app: &toolhost::app::App, service: &str, wanted: tonic_h
 async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_there_is_room() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let dir = TestDir::new();
-    let fs = match SmallFs::mount(&dir.path("small"), "3m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            skipped(&format!("SKIPPED a_daemon_restarted_on_a_full_disk: needs a tmpfs mount ({why})"));
-            return;
-        }
-    };
+    let Some(fs) = SmallFs::mount_or_skip(&dir, "a_daemon_restarted_on_a_full_disk") else { return };
     let db = fs.path.join("catalog.db");
     let tools_file = dir.path("tools.json");
     std::fs::write(&tools_file, json!(tools("t", 3)).to_string()).unwrap();

@@ -4,7 +4,6 @@
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::api::pb::tool_host_client::ToolHostClient;
 use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
@@ -18,22 +17,6 @@ fn file_tools(read_description: &str) -> Value {
         {"name": "read", "description": read_description, "inputSchema": {"type": "object"}},
         {"name": "list", "description": "Lists a directory.", "inputSchema": {"type": "object"}}
     ])
-}
-
-type Interceptor = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
-
-/// A gRPC client over TCP that presents `token`: an agent, not the local operator.
-async fn agent_client(
-    app: &toolhost::app::App,
-    token: &str,
-) -> ToolHostClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Interceptor>> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", tcp_addr(app))).unwrap().connect().await.unwrap();
-    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-    let interceptor: Interceptor = Box::new(move |mut request: tonic::Request<()>| {
-        request.metadata_mut().insert("authorization", bearer.clone());
-        Ok(request)
-    });
-    ToolHostClient::with_interceptor(channel, interceptor)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
