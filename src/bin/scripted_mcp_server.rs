@@ -47,6 +47,9 @@ struct Script {
     reject_cursor_once: bool,
     /// Send this many list_changed notifications right after initialized.
     list_changed_storm: usize,
+    /// Start the storm once the first tools/list is answered instead, so that the first listing
+    /// is sure to reach the server before any notification does.
+    storm_after_first_list: bool,
     /// When the storm is over, write the time (Unix milliseconds) to this file.
     storm_done_file: Option<String>,
     /// Write this many lines to stderr at start.
@@ -107,6 +110,8 @@ struct Server {
     mutated: bool,
     cursor_rejected: bool,
     announce_after_response: bool,
+    /// A storm waits for the first tools/list answer (`storm_after_first_list`).
+    storm_pending: bool,
     /// Modern `confirm`: every requestState issued.
     states: Vec<String>,
 }
@@ -160,6 +165,7 @@ fn main() {
         mutated: false,
         cursor_rejected: false,
         announce_after_response: false,
+        storm_pending: false,
         states: Vec::new(),
     };
     if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
@@ -226,6 +232,9 @@ impl Server {
         self.respond(id, reply);
         if std::mem::take(&mut self.announce_after_response) {
             write_line(&self.out, LIST_CHANGED);
+        }
+        if method == "tools/list" && std::mem::take(&mut self.storm_pending) {
+            self.start_storm();
         }
     }
 
@@ -339,20 +348,29 @@ impl Server {
             write_line(&self.out, &json!({"jsonrpc": "2.0", "id": format!("srv-{i}"), "method": method, "params": {}}).to_string());
         }
         if self.script.list_changed_storm > 0 {
-            let out = self.out.clone();
-            let count = self.script.list_changed_storm;
-            let done_file = self.script.storm_done_file.clone();
-            std::thread::spawn(move || {
-                for _ in 0..count {
-                    write_line(&out, LIST_CHANGED);
-                    std::thread::sleep(Duration::from_micros(500));
-                }
-                if let Some(path) = done_file {
-                    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
-                    let _ = std::fs::write(path, now.to_string());
-                }
-            });
+            match self.script.storm_after_first_list {
+                true => self.storm_pending = true,
+                false => self.start_storm(),
+            }
         }
+    }
+
+    /// `list_changed_storm` notifications, 0.5 ms apart, on a thread of their own; then the time
+    /// is written to `storm_done_file`.
+    fn start_storm(&self) {
+        let out = self.out.clone();
+        let count = self.script.list_changed_storm;
+        let done_file = self.script.storm_done_file.clone();
+        std::thread::spawn(move || {
+            for _ in 0..count {
+                write_line(&out, LIST_CHANGED);
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            if let Some(path) = done_file {
+                let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+                let _ = std::fs::write(path, now.to_string());
+            }
+        });
     }
 
     fn list(&mut self, params: &Value) -> Result<Value, (i64, String)> {

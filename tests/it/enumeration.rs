@@ -89,7 +89,10 @@ async fn list_changed_publishes_a_new_generation_with_its_diff() {
 async fn a_storm_of_notifications_costs_a_few_passes() {
     let dir = TestDir::new();
     let done_file = dir.path("storm-done");
-    let script = dir.script("stormy", json!({"tools": tools("t", 3), "list_changed_storm": 1000, "storm_done_file": done_file}));
+    let script = dir.script(
+        "stormy",
+        json!({"tools": tools("t", 3), "list_changed_storm": 1000, "storm_after_first_list": true, "storm_done_file": done_file}),
+    );
     let app = start(dir.config(&server_table("stormy", &script, ""))).await;
     wait_for_server(app.registry(), "stormy", "ready", |v| v.state == ServerState::Ready).await;
     // Wait for the storm to end, then for a pass that started after it to complete: that pass
