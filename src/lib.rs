@@ -26,6 +26,7 @@ pub mod fleet;
 mod fuzz;
 pub mod instance;
 pub mod mcp;
+pub mod sandbox;
 pub mod secrets;
 pub mod signals;
 pub mod supervisor;

@@ -239,6 +239,12 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
+    // The sandbox helper runs before anything else: it must stay single-threaded.
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().is_some_and(|first| first == toolhost::sandbox::HELPER_COMMAND) {
+        let plan = argv.next().and_then(|plan| plan.into_string().ok()).unwrap_or_default();
+        toolhost::sandbox::run(&plan);
+    }
     let cli = Cli::parse();
     let (command, client) = match cli.command {
         Command::Serve { config, log_format } => return serve(&config, log_format),

@@ -14,6 +14,8 @@ pub struct UnixPeer {
     pub groups: Vec<u32>,
     /// The systemd unit the process runs in (from `/proc/PID/cgroup`), e.g. `research-bot.service`.
     pub unit: Option<String>,
+    /// The peer is a process of a server toolhost supervises: never a caller, whatever its uid.
+    pub server: bool,
 }
 
 /// What a Unix-socket listener attaches to each connection's requests.
@@ -37,7 +39,7 @@ pub struct Identity {
 
 impl UnixPeer {
     pub fn new(uid: u32, gid: u32, pid: i32) -> UnixPeer {
-        UnixPeer { uid, gid, pid: Some(pid), groups: Vec::new(), unit: None }
+        UnixPeer { uid, gid, pid: Some(pid), groups: Vec::new(), unit: None, server: false }
     }
 
     /// The peer of a connected socket, with its groups and unit read from `/proc`. Where
@@ -51,7 +53,8 @@ impl UnixPeer {
             Some(found) => found,
             None => (database_groups(cred.uid(), cred.gid()), None),
         };
-        Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit })
+        let server = pid.is_some_and(crate::sandbox::servers::owns_pid);
+        Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit, server })
     }
 
     /// The owner of the other end of a loopback TCP connection, from the kernel's socket table
@@ -70,10 +73,11 @@ impl UnixPeer {
         let table = if remote.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
         let file = std::fs::File::open(table).ok()?;
         let (local, remote) = (proc_address(remote), proc_address(local));
-        let uid =
+        let (uid, inode) =
             std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok).find_map(|line| socket_owner(&line, &local, &remote))?;
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
-        Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None })
+        let server = crate::sandbox::servers::owns_socket(inode);
+        Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None, server })
     }
 
     /// The primary group and every supplementary one.
@@ -107,14 +111,17 @@ fn database_groups(uid: u32, gid: u32) -> Vec<u32> {
 /// `/proc/net/tcp{,6}` state of an established connection.
 const ESTABLISHED: &str = "01";
 
-/// The uid owning the socket `local` → `remote` (both as [`proc_address`] writes them), if this
-/// table line is that socket, established and open.
-fn socket_owner(line: &str, local: &str, remote: &str) -> Option<u32> {
+/// The uid owning the socket `local` → `remote` (both as [`proc_address`] writes them) and the
+/// socket's inode, if this table line is that socket, established and open.
+fn socket_owner(line: &str, local: &str, remote: &str) -> Option<(u32, u64)> {
     // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode …
     let fields: Vec<&str> = line.split_whitespace().take(10).collect();
     let [_, line_local, line_remote, state, _, _, _, uid, _, inode] = fields[..] else { return None };
     let this_socket = line_local.eq_ignore_ascii_case(local) && line_remote.eq_ignore_ascii_case(remote);
-    (this_socket && state == ESTABLISHED && inode != "0").then(|| uid.parse().ok()).flatten()
+    if !this_socket || state != ESTABLISHED || inode == "0" {
+        return None;
+    }
+    Some((uid.parse().ok()?, inode.parse().ok()?))
 }
 
 /// An address as `/proc/net/tcp{,6}` writes it: the address's 32-bit words in host byte order,
@@ -267,7 +274,7 @@ mod tests {
             )
         };
         let (local, remote) = ("0100007F:A1B2", "0100007F:1F90");
-        assert_eq!(socket_owner(&line("01", "48213"), local, remote), Some(1000));
+        assert_eq!(socket_owner(&line("01", "48213"), local, remote), Some((1000, 48213)));
         assert_eq!(socket_owner(&line("01", "0"), local, remote), None, "an orphan");
         assert_eq!(socket_owner(&line("05", "48213"), local, remote), None, "FIN_WAIT2");
         assert_eq!(socket_owner(&line("01", "48213"), remote, local), None, "the other end");

@@ -110,6 +110,9 @@ pub enum Refusal {
     NoMatchingAgent { identity: String },
     #[error("agent {agent:?} is not an operator (admin = true)")]
     NotAdmin { agent: String },
+    /// The caller is a process of a server toolhost supervises: servers never call.
+    #[error("{identity} is a process of a supervised MCP server, and servers are never callers")]
+    ServerProcess { identity: String },
 }
 
 // === impl Access ===
@@ -134,6 +137,9 @@ impl Access {
     /// [`Refusal::Unauthenticated`] without any identity, [`Refusal::NoMatchingAgent`] when no
     /// entry matches and the default is deny.
     pub fn admit(&self, identity: Identity) -> Result<Caller, Refusal> {
+        if identity.peer().is_some_and(|peer| peer.server) {
+            return Err(Refusal::ServerProcess { identity: identity.describe() });
+        }
         let policy = self.policy.load();
         match policy.agent_for(&identity) {
             Some(agent) => Ok(Caller { identity, agent }),

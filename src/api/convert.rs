@@ -32,6 +32,15 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             changed_since_listed: races.changed_since_listed.load(Ordering::Relaxed),
             upstream_unknown_tool: races.upstream_unknown_tool.load(Ordering::Relaxed),
         }),
+        sandbox: view.sandbox.as_ref().map(|sandbox| pb::Sandbox {
+            enabled: sandbox.enabled,
+            network: sandbox.network.label().to_owned(),
+            memory_bytes: sandbox.limits.memory_bytes,
+            processes: sandbox.limits.processes,
+            open_files: sandbox.limits.open_files,
+            cpu_seconds: sandbox.limits.cpu_seconds,
+            last_limit: sandbox.last_limit.map(|kind| kind.label().to_owned()).unwrap_or_default(),
+        }),
     }
 }
 

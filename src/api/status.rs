@@ -61,6 +61,7 @@ impl From<Refusal> for Status {
             Refusal::Unauthenticated => (Code::Unauthenticated, "UNAUTHENTICATED", vec![]),
             Refusal::NoMatchingAgent { .. } => (Code::PermissionDenied, "NO_MATCHING_AGENT", vec![]),
             Refusal::NotAdmin { agent } => (Code::PermissionDenied, "ADMIN_REQUIRED", vec![("agent", agent)]),
+            Refusal::ServerProcess { .. } => (Code::PermissionDenied, "SERVER_PROCESS", vec![]),
         };
         status(code, message, reason, metadata)
     }

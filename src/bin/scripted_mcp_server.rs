@@ -135,7 +135,10 @@ fn main() {
             .append(true)
             .open(path)
             .unwrap_or_else(|err| fail(&format!("cannot open {path}: {err}")));
-        let _ = writeln!(file, "{}", std::process::id());
+        // In a sandbox the pid is the PID namespace's: the line names the namespace too, so that
+        // a test can find the process as the host numbers it.
+        let namespace = std::fs::read_link("/proc/self/ns/pid").map(|link| link.display().to_string()).unwrap_or_default();
+        let _ = writeln!(file, "{namespace} {}", std::process::id());
         if script.spawn_grandchild {
             let grandchild = std::process::Command::new("sleep")
                 .arg("600")
@@ -143,7 +146,7 @@ fn main() {
                 .stdout(std::process::Stdio::null())
                 .spawn();
             if let Ok(grandchild) = grandchild {
-                let _ = writeln!(file, "{}", grandchild.id());
+                let _ = writeln!(file, "{namespace} {}", grandchild.id());
             }
         }
     }

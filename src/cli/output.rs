@@ -35,6 +35,8 @@ impl Printer {
                         "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
                         "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
                         "store": degraded.as_deref().unwrap_or("ok"),
+                        "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
+                            "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit})),
                     })
                 })
                 .collect();
@@ -53,11 +55,12 @@ impl Printer {
                     s.protocol_version.clone(),
                     s.restarts.to_string(),
                     race_total.to_string(),
+                    sandbox_summary(s.sandbox.as_ref()),
                     s.last_error.clone(),
                 ]
             })
             .collect();
-        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "LAST ERROR"], &rows)?;
+        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "SANDBOX", "LAST ERROR"], &rows)?;
         match degraded {
             Some(degraded) => writeln!(self.out, "\nstore: {degraded} (the stored catalog is served; changes wait for room)"),
             None => Ok(()),
@@ -510,6 +513,22 @@ fn human_bytes(bytes: usize) -> String {
         0..1024 => format!("{bytes} B"),
         1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
         _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+/// `net=none mem=1024M` for a sandboxed server, `OFF` without one, `-` for an HTTP server; a
+/// limit that stopped it is named.
+fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
+    match sandbox {
+        None => "-".to_owned(),
+        Some(sandbox) if !sandbox.enabled => "OFF".to_owned(),
+        Some(sandbox) => {
+            let mut text = format!("net={} mem={}M procs={}", sandbox.network, sandbox.memory_bytes >> 20, sandbox.processes);
+            if !sandbox.last_limit.is_empty() {
+                text.push_str(&format!(" hit={}", sandbox.last_limit));
+            }
+            text
+        }
     }
 }
 

@@ -10,6 +10,7 @@ mod fleet;
 mod mcp;
 pub mod places;
 mod raw;
+pub mod sandbox;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +37,9 @@ pub struct Config {
     pub servers: BTreeMap<String, ServerSpec>,
     pub access: AccessConfig,
     pub fleet: Option<FleetConfig>,
+    /// The daemon's private places (its directories, the store, the sockets, this file, every
+    /// secret file it names): no sandboxed server sees them.
+    pub private: Vec<PathBuf>,
 }
 
 /// `[fleet]`: the PostgreSQL store shared by several hosts (see `fleet`).
@@ -334,6 +338,7 @@ pub struct StdioSpec {
     pub env: BTreeMap<String, Resolved>,
     pub inherit_env: Vec<String>,
     pub cwd: Option<PathBuf>,
+    pub sandbox: sandbox::SandboxSpec,
 }
 
 /// What every stdio server inherits from toolhost's environment: enough to find programs and
@@ -416,7 +421,14 @@ impl Config {
         }
         let is_json = file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json")) || text.trim_start().starts_with('{');
         let raw = if is_json { parse_json(file, text)? } else { parse_toml(file, text)? };
-        validate(file, raw)
+        let mut config = validate(file, raw)?;
+        config.private = sandbox::private_places(&config, text);
+        for server in config.servers.values_mut() {
+            if let Transport::Stdio(stdio) = &mut server.transport {
+                stdio.sandbox.hidden.clone_from(&config.private);
+            }
+        }
+        Ok(config)
     }
 }
 
@@ -543,6 +555,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         servers,
         access,
         fleet,
+        private: Vec::new(),
     })
 }
 
@@ -632,6 +645,15 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
     fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
         move |problem| (key.to_owned(), problem)
     }
+    let raw_sandbox = sandbox::RawSandbox {
+        mode: raw.sandbox.as_deref(),
+        read: &raw.read,
+        write: &raw.write,
+        network: raw.network.as_deref(),
+        limits: raw.limits.as_ref(),
+    };
+    let sandbox_spec = sandbox::validate(base, &raw_sandbox)?;
+    let has_sandbox_keys = !raw_sandbox.is_empty();
     let transport = match (raw.command, raw.url) {
         (Some(_), Some(_)) => return Err(("url".into(), "give either command (stdio) or url (HTTP), not both".into())),
         (None, None) => return Err(("command".into(), "missing: give command (stdio) or url (HTTP)".into())),
@@ -656,14 +678,18 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
                 env,
                 inherit_env: raw.inherit_env,
                 cwd: raw.cwd.map(|cwd| base.join(cwd)),
+                sandbox: sandbox_spec,
             })
         }
         (None, Some(url)) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(("url".into(), format!("{url:?} is not an http:// or https:// URL")));
             }
-            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() || !raw.inherit_env.is_empty() {
-                return Err(("url".into(), "args, env, inherit_env and cwd apply to stdio servers (command), not to url".into()));
+            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() || !raw.inherit_env.is_empty() || has_sandbox_keys {
+                return Err((
+                    "url".into(),
+                    "args, env, inherit_env, cwd and the sandbox (sandbox, read, write, network, limits) apply to stdio servers (command), not to url".into(),
+                ));
             }
             let headers = resolve_all(raw.headers, "headers")?;
             let auth = raw.auth.map(|auth| auth::validate(auth, &url, base, state_dir, name)).transpose()?;

@@ -217,6 +217,15 @@ pub(crate) struct RawServer {
     pub(crate) max_concurrent_calls: Option<u32>,
     #[serde(default)]
     pub(crate) restart: RawRestart,
+    /// A stdio server's sandbox: "on" (the default) or "off".
+    pub(crate) sandbox: Option<String>,
+    #[serde(default)]
+    pub(crate) read: Vec<String>,
+    #[serde(default)]
+    pub(crate) write: Vec<String>,
+    /// "none" (the default), "loopback" or "all".
+    pub(crate) network: Option<String>,
+    pub(crate) limits: Option<super::sandbox::RawLimits>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -112,6 +112,7 @@ pub(super) fn refusal(id: &RawValue, refusal: &Refusal) -> String {
         Refusal::Unauthenticated => "UNAUTHENTICATED",
         Refusal::NoMatchingAgent { .. } => "NO_MATCHING_AGENT",
         Refusal::NotAdmin { .. } => "ADMIN_REQUIRED",
+        Refusal::ServerProcess { .. } => "SERVER_PROCESS",
     };
     error(id, SERVER_ERROR, &refusal.to_string(), Some(&reason_data(reason, &[])))
 }

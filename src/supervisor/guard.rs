@@ -52,6 +52,7 @@ impl WorkerSeed {
             last_ttl: None,
             last_pass: None,
             session_needed_authorization: false,
+            session_stopped_by_sandbox: false,
         }
     }
 }

@@ -267,6 +267,15 @@ impl Supervisor {
             spec.audit_arguments,
             spec.integrity.clone(),
         );
+        if let crate::config::Transport::Stdio(stdio) = &spec.transport {
+            let sandbox = &stdio.sandbox;
+            view.sandbox = Some(registry::SandboxView {
+                enabled: sandbox.enabled,
+                network: sandbox.network,
+                limits: sandbox.limits,
+                last_limit: None,
+            });
+        }
         // A private listing made with another credential is not this credential's to see: the
         // server lists again before its tools are served.
         let stored = stored.filter(|stored| match &stored.private_to {

@@ -93,6 +93,17 @@ pub struct ServerView {
     pub num_worker_panics: u64,
     /// Per-server state that outlives snapshots: the call queue and race counters.
     pub shared: Arc<ServerShared>,
+    /// A stdio server's sandbox; `None` for an HTTP server.
+    pub sandbox: Option<SandboxView>,
+}
+
+/// A stdio server's sandbox as configured, and the limit that last stopped it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxView {
+    pub enabled: bool,
+    pub network: crate::sandbox::Network,
+    pub limits: crate::sandbox::Limits,
+    pub last_limit: Option<crate::sandbox::LimitKind>,
 }
 
 /// Per-server state shared by every snapshot of that server.
@@ -257,6 +268,7 @@ impl ServerView {
                 races: RaceCounters::default(),
                 generation_spans: Mutex::default(),
             }),
+            sandbox: None,
         }
     }
 

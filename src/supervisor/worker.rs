@@ -87,6 +87,8 @@ pub(crate) struct Worker {
     pub(crate) last_pass: Option<(Instant, Duration)>,
     /// The last session ended because its OAuth authorization needs an operator.
     pub(crate) session_needed_authorization: bool,
+    /// The last session's sandbox stopped the server at a limit: it shows `failed`.
+    pub(crate) session_stopped_by_sandbox: bool,
 }
 
 // === impl Worker ===
@@ -150,7 +152,11 @@ impl Worker {
                     if started.elapsed() >= self.spec.restart.stable_after {
                         failures = 0;
                     }
-                    self.session_needed_authorization.then_some(ServerState::AuthRequired)
+                    if std::mem::take(&mut self.session_stopped_by_sandbox) {
+                        Some(ServerState::Failed)
+                    } else {
+                        self.session_needed_authorization.then_some(ServerState::AuthRequired)
+                    }
                 }
                 Err(error) => {
                     let text = crate::secrets::redact_owned(error.to_string());
@@ -160,9 +166,10 @@ impl Worker {
                     let refused = match error {
                         UpstreamError::AuthFailed(_) => Some(ServerState::AuthFailed),
                         UpstreamError::AuthRequired(_) => Some(ServerState::AuthRequired),
-                        UpstreamError::Handshake(_) | UpstreamError::Spawn { .. } | UpstreamError::UnsupportedTransport(_) => {
-                            Some(ServerState::Failed)
-                        }
+                        UpstreamError::Handshake(_)
+                        | UpstreamError::Spawn { .. }
+                        | UpstreamError::UnsupportedTransport(_)
+                        | UpstreamError::Sandbox(_) => Some(ServerState::Failed),
                         _ => None,
                     };
                     self.registry.update(&self.name, |view| view.last_error = Some(text));
@@ -340,8 +347,23 @@ impl Worker {
                 view.last_error = ended_by_server;
             }
         });
-        let status = connection.shutdown().await;
-        let exit = status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
+        let ended = connection.shutdown().await;
+        if let Some(report) = ended.sandbox {
+            let text = report.describe();
+            tracing::warn!(server = %self.name, error = %text, "the server's sandbox stopped it");
+            self.session_stopped_by_sandbox = true;
+            let limit = match report {
+                crate::sandbox::Report::Limit { kind, .. } => Some(kind),
+                _ => None,
+            };
+            self.registry.update(&self.name, |view| {
+                view.last_error = Some(text);
+                if let (Some(sandbox), Some(limit)) = (view.sandbox.as_mut(), limit) {
+                    sandbox.last_limit = Some(limit);
+                }
+            });
+        }
+        let exit = ended.status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
         tracing::info!(server = %self.name, %exit, "session ended");
         session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
         end

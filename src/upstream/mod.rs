@@ -3,6 +3,7 @@
 //! `upstream` knows nothing about SQLite or the catalog. The supervisor owns each
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
+mod confinement;
 pub(crate) mod http;
 pub(crate) mod lines;
 pub mod oauth;
@@ -51,6 +52,9 @@ pub enum UpstreamError {
     /// OAuth needs an operator: a login, or client credentials that work.
     #[error("authorization required: {0}")]
     AuthRequired(String),
+    /// The server's sandbox could not be planned or built, or stopped it at a limit.
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 /// Timeouts and limits that apply to one server's sessions.
@@ -92,6 +96,14 @@ pub struct Connection {
     shutdown_grace: Duration,
 }
 
+/// How a session's server ended.
+pub struct Ended {
+    /// A stdio child's exit status.
+    pub status: Option<ExitStatus>,
+    /// What its sandbox reported: the limit that stopped it.
+    pub sandbox: Option<crate::sandbox::Report>,
+}
+
 /// What is behind a session.
 enum Endpoint {
     Stdio { process: Box<stdio::ChildProcess>, tasks: session::SessionTasks },
@@ -131,9 +143,10 @@ pub async fn connect(
                 }),
                 Err(error) => {
                     tasks.close_input();
-                    let _ = process.shutdown(settings.shutdown_grace).await;
+                    let (_, report) = process.shutdown(settings.shutdown_grace).await;
                     tasks.join(settings.shutdown_grace).await;
-                    Err(error)
+                    // A sandbox that could not be built explains the silence better than the silence.
+                    Err(report.map_or(error, |report| UpstreamError::Sandbox(report.describe())))
                 }
             }
         }
@@ -287,18 +300,18 @@ impl Connection {
     }
 
     /// Ends the session: the stdio shutdown sequence (and reaping the child), or the HTTP
-    /// session's DELETE. Returns a stdio child's exit status.
-    pub async fn shutdown(self) -> Option<ExitStatus> {
+    /// session's DELETE.
+    pub async fn shutdown(self) -> Ended {
         match self.endpoint {
             Endpoint::Stdio { process, tasks } => {
                 tasks.close_input();
-                let status = process.shutdown(self.shutdown_grace).await;
+                let (status, sandbox) = process.shutdown(self.shutdown_grace).await;
                 tasks.join(self.shutdown_grace).await;
-                status
+                Ended { status, sandbox }
             }
             Endpoint::Http(link) => {
                 link.shutdown(self.shutdown_grace).await;
-                None
+                Ended { status: None, sandbox: None }
             }
         }
     }

@@ -18,6 +18,9 @@ use nix::unistd::Pid;
 /// The daemon's side: registers and unregisters process groups with the helper.
 pub struct Reaper {
     inner: Mutex<Option<(Child, ChildStdin)>>,
+    /// toolhost itself, which also runs each sandboxed server (`__sandbox`); `None` when the
+    /// daemon is embedded (tests) and has no program of its own to run.
+    program: Option<std::path::PathBuf>,
 }
 
 impl Reaper {
@@ -30,19 +33,28 @@ impl Reaper {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new(program).arg("__reap").stdin(Stdio::piped()).stdout(Stdio::null()).process_group(0).spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the helper's stdin was not piped"))?;
-        Ok(Reaper { inner: Mutex::new(Some((child, stdin))) })
+        Ok(Reaper { inner: Mutex::new(Some((child, stdin))), program: Some(program.to_path_buf()) })
     }
 
-    /// A reaper that guards nothing (tests that run the daemon in-process).
+    /// A reaper that guards nothing (tests that run the daemon in-process); sandboxed servers
+    /// then cannot start.
     pub fn disabled() -> Reaper {
-        Reaper { inner: Mutex::new(None) }
+        Reaper { inner: Mutex::new(None), program: None }
     }
 
+    /// The program that runs the sandbox helper.
+    pub(crate) fn program(&self) -> Option<&Path> {
+        self.program.as_deref()
+    }
+
+    /// A new server process group: guarded against a daemon crash, and never a caller.
     pub(crate) fn register(&self, pgid: Pid) {
+        crate::sandbox::servers::register(pgid.as_raw());
         self.send(&format!("+{pgid}\n"));
     }
 
     pub(crate) fn unregister(&self, pgid: Pid) {
+        crate::sandbox::servers::unregister(pgid.as_raw());
         self.send(&format!("-{pgid}\n"));
     }
 

@@ -13,8 +13,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::config::StdioSpec;
+use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
+use crate::upstream::confinement;
 use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
 
@@ -29,6 +31,8 @@ pub(crate) struct ChildProcess {
     /// The process group id, which is the leader's pid (`process_group(0)`).
     pgid: Option<Pid>,
     stderr_pump: JoinHandle<()>,
+    /// The sandbox helper's reports (none without a sandbox).
+    reports: Option<JoinHandle<Option<Report>>>,
     /// While set, the server's stderr goes to DEBUG: what a legacy server writes about the
     /// era probe (`server/discover`, a method it does not know) is not news to an operator.
     stderr_quiet: Arc<AtomicBool>,
@@ -37,22 +41,37 @@ pub(crate) struct ChildProcess {
     reaped: bool,
 }
 
-/// Spawns the server process with piped stdio in a new process group.
+/// Spawns the server process with piped stdio in a new process group: inside its sandbox
+/// (`toolhost __sandbox PLAN`, which execs the server) unless its entry says `sandbox = "off"`.
 ///
 /// # Errors
-/// [`UpstreamError::Spawn`] when the program cannot be started.
+/// [`UpstreamError::Spawn`] when the program cannot be started, [`UpstreamError::Sandbox`]
+/// when its sandbox cannot be planned.
 pub(crate) fn spawn(
     server: &Arc<str>,
     spec: &StdioSpec,
     reaper: Arc<Reaper>,
 ) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
-    let mut command = Command::new(&spec.command);
+    let mut command = if spec.sandbox.enabled {
+        let Some(helper) = reaper.program() else {
+            return Err(UpstreamError::Sandbox("toolhost runs embedded, without its own program to run the sandbox".to_owned()));
+        };
+        let plan = confinement::plan_for(spec).map_err(UpstreamError::Sandbox)?;
+        let plan = serde_json::to_string(&plan).map_err(|error| UpstreamError::Sandbox(error.to_string()))?;
+        let mut command = Command::new(helper);
+        command.arg(crate::sandbox::HELPER_COMMAND).arg(plan);
+        command
+    } else {
+        warn_unconfined(server);
+        let mut command = Command::new(&spec.command);
+        command.args(&spec.args);
+        command
+    };
     // A clean environment: a server never sees another's credentials, nor the service
     // manager's variables (NOTIFY_SOCKET and the like), only the base set, what it inherits by
     // name, and its own `env`.
     let inherited = crate::config::BASE_ENV.iter().copied().chain(spec.inherit_env.iter().map(String::as_str));
     command
-        .args(&spec.args)
         .env_clear()
         .envs(inherited.filter_map(|name| std::env::var_os(name).map(|value| (name, value))))
         .envs(spec.env.iter().map(|(name, value)| (name, value.expose())))
@@ -63,10 +82,24 @@ pub(crate) fn spawn(
         .process_group(0)
         // If toolhost's owner drops the handle without the shutdown sequence, the child still dies.
         .kill_on_drop(true);
-    if let Some(cwd) = &spec.cwd {
+    if let Some(cwd) = &spec.cwd
+        && !spec.sandbox.enabled
+    {
         command.current_dir(cwd);
     }
+    let report_pipe = if spec.sandbox.enabled {
+        Some(
+            crate::sandbox::report::attach(&mut command)
+                .map_err(|error| UpstreamError::Sandbox(format!("cannot make its report pipe: {error}")))?,
+        )
+    } else {
+        None
+    };
     let mut child = command.spawn().map_err(|source| UpstreamError::Spawn { command: spec.command.display().to_string(), source })?;
+    let reports = report_pipe.map(|pipe| {
+        drop(pipe.sender);
+        tokio::spawn(read_reports(pipe.receiver))
+    });
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     if let Some(pgid) = pgid {
         reaper.register(pgid);
@@ -76,7 +109,29 @@ pub(crate) fn spawn(
     };
     let stderr_quiet = Arc::new(AtomicBool::new(false));
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone()));
-    Ok((ChildProcess { child, pgid, stderr_pump, stderr_quiet, reaper, reaped: false }, stdout, stdin))
+    Ok((ChildProcess { child, pgid, stderr_pump, reports, stderr_quiet, reaper, reaped: false }, stdout, stdin))
+}
+
+/// `sandbox = "off"` is the operator's explicit choice, said at every start.
+fn warn_unconfined(server: &Arc<str>) {
+    tracing::warn!(server = %server, "starting without a sandbox (sandbox = \"off\"): this server can reach everything toolhost's user can");
+}
+
+/// Reads the helper's reports until it exits; the last one that is not `ready` is the news.
+async fn read_reports(receiver: tokio::net::unix::pipe::Receiver) -> Option<Report> {
+    let mut reader = BufReader::new(receiver);
+    let mut buf = Vec::new();
+    let mut news = None;
+    loop {
+        match lines::read_line(&mut reader, &mut buf, Report::MAX_LINE).await {
+            Ok(Line::Complete) => match Report::parse(&String::from_utf8_lossy(&buf)) {
+                Some(Report::Ready) | None => {}
+                Some(report) => news = Some(report),
+            },
+            Ok(Line::Oversized(_)) => {}
+            Ok(Line::Eof) | Err(_) => return news,
+        }
+    }
 }
 
 // === impl ChildProcess ===
@@ -84,9 +139,10 @@ pub(crate) fn spawn(
 impl ChildProcess {
     /// Waits for the process to exit on its own, signalling its group if it does not.
     ///
-    /// The caller has already closed the child's stdin. Returns the exit status once reaped;
+    /// The caller has already closed the child's stdin. Returns the exit status once reaped,
+    /// and what its sandbox reported (a limit it crossed, a sandbox it could not build);
     /// anything left in the process group afterwards is killed.
-    pub(crate) async fn shutdown(mut self, grace: Duration) -> Option<ExitStatus> {
+    pub(crate) async fn shutdown(mut self, grace: Duration) -> (Option<ExitStatus>, Option<Report>) {
         let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
         if status.is_none() {
             self.signal_group(Signal::SIGTERM);
@@ -106,7 +162,18 @@ impl ChildProcess {
         if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
             abort.abort();
         }
-        status
+        // The helper is gone, so its report pipe is at its end (or its init is about to be).
+        let report = match self.reports.take() {
+            Some(mut reports) => match tokio::time::timeout(Duration::from_millis(500), &mut reports).await {
+                Ok(Ok(report)) => report,
+                _ => {
+                    reports.abort();
+                    None
+                }
+            },
+            None => None,
+        };
+        (status, report)
     }
 
     fn signal_group(&self, signal: Signal) {
@@ -127,6 +194,9 @@ impl Drop for ChildProcess {
                 self.reaper.unregister(pgid);
             }
             self.stderr_pump.abort();
+            if let Some(reports) = &self.reports {
+                reports.abort();
+            }
         }
     }
 }

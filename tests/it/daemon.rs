@@ -317,8 +317,12 @@ async fn sigterm_during_a_reload_stops_everything_within_the_shutdown_timeout() 
     let stubborn = |name: &str, grace: &str| {
         let script = dir.script(name, json!({"tools": tools(name, 1), "linger_after_eof_ms": 60000}));
         let inner = format!("trap '' TERM; exec {} {}", scripted_server(), script.display());
+        // The program and its script are inside the shell's command string, not arguments of
+        // their own: they are granted by name.
+        let granted = script.parent().unwrap().display().to_string();
+        let program = scripted_server();
         format!(
-            "[servers.{name}]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {inner:?}]\nshutdown_grace = \"{grace}\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"200ms\" }}\n"
+            "[servers.{name}]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {inner:?}]\nread = [{program:?}]\nwrite = [{granted:?}]\nshutdown_grace = \"{grace}\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"200ms\" }}\n"
         )
     };
     let config =

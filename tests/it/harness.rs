@@ -51,10 +51,20 @@ impl TestDir {
         self.received(name).iter().filter_map(|m| m["method"].as_str().map(str::to_owned)).collect()
     }
 
-    /// The pids of every launch of server `name`.
+    /// The pids of every launch of server `name` (and the grandchildren it was asked to start),
+    /// as this process numbers them. The server writes its PID namespace with each pid; in a
+    /// sandbox's namespace the host's number is found by the namespace and the process's pid in
+    /// it. A process already gone gets a pid that no process has.
     pub fn pids(&self, name: &str) -> Vec<i32> {
         let text = std::fs::read_to_string(self.path(&format!("{name}.pids"))).unwrap_or_default();
-        text.lines().filter_map(|line| line.trim().parse().ok()).collect()
+        let ours = std::fs::read_link("/proc/self/ns/pid").map(|link| link.display().to_string()).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| {
+                let (namespace, pid) = line.trim().split_once(' ')?;
+                let pid: i32 = pid.parse().ok()?;
+                Some(if namespace == ours { pid } else { host_pid(namespace, pid).unwrap_or(GONE) })
+            })
+            .collect()
     }
 
     /// Writes `toolhost.toml` with the store in this directory and the given server tables.
@@ -84,8 +94,14 @@ pub fn scripted_server() -> &'static str {
 
 /// A `[servers.NAME]` table running the scripted server with `script`, plus extra settings,
 /// which replace the fast test defaults for `request_timeout` and `restart`.
+/// The scripted server writes its log, pid and state files beside its script: that directory
+/// is granted to its sandbox (the store and the configuration in it stay hidden).
 pub fn server_table(name: &str, script: &std::path::Path, extra: &str) -> String {
     let mut table = format!("[servers.{name}]\ncommand = {:?}\nargs = [{:?}]\n", scripted_server(), script.display().to_string());
+    if !extra.contains("write =") && !extra.contains("sandbox =") {
+        let dir = script.parent().expect("a script's directory");
+        table.push_str(&format!("write = [{:?}]\n", dir.display().to_string()));
+    }
     if !extra.contains("request_timeout") {
         table.push_str("request_timeout = \"5s\"\n");
     }
@@ -97,8 +113,18 @@ pub fn server_table(name: &str, script: &std::path::Path, extra: &str) -> String
     table
 }
 
+/// Starts the daemon in this process, with toolhost's own program for the orphan guard and the
+/// servers' sandboxes, as `toolhost serve` has.
 pub async fn start(config: Config) -> App {
-    App::start(config).await.expect("toolhost starts")
+    App::start_with(config, runtime()).await.expect("toolhost starts")
+}
+
+/// What `toolhost serve` gives the daemon, for a daemon run in-process.
+pub fn runtime() -> toolhost::app::RuntimeOptions {
+    toolhost::app::RuntimeOptions {
+        reaper_program: Some(PathBuf::from(env!("CARGO_BIN_EXE_toolhost"))),
+        notifier: toolhost::systemd::Notifier::disabled(),
+    }
 }
 
 /// Waits until `condition` holds for the registry's snapshot, or fails the test saying `what`.
@@ -135,6 +161,24 @@ pub fn tool_names(view: &ServerView) -> Vec<String> {
 /// `n` simple tool definitions named `{prefix}{i}`.
 pub fn tools(prefix: &str, n: usize) -> Vec<Value> {
     (0..n).map(|i| json!({"name": format!("{prefix}{i}"), "description": format!("tool {i}"), "inputSchema": {"type": "object"}})).collect()
+}
+
+/// A pid no process has (above any `pid_max`).
+const GONE: i32 = i32::MAX;
+
+/// The host's pid of the process that is `pid` in the PID namespace `namespace` (as
+/// `/proc/PID/ns/pid` names it): its `NSpid` line ends with that pid.
+fn host_pid(namespace: &str, pid: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let host: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let link = std::fs::read_link(entry.path().join("ns/pid")).ok()?;
+        if link.display().to_string() != namespace {
+            return None;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+        let inner = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse::<i32>().ok()?;
+        (inner == pid).then_some(host)
+    })
 }
 
 /// Whether a process is still present (alive or a zombie) in /proc.

@@ -209,10 +209,12 @@ fn the_2026_07_28_conformance_scenarios_pass() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_stdio() {
     let dir = TestDir::new();
+    // Its sandbox shows the package and the modules it imports, as an operator grants them.
     let table = format!(
-        "[servers.everything]\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nrequest_timeout = \"20s\"\n",
+        "[servers.everything]\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nrequest_timeout = \"20s\"\nread = [{:?}]\n",
         node().display().to_string(),
-        everything().display().to_string()
+        everything().display().to_string(),
+        npm_tools().join("node_modules").display().to_string()
     );
     let app = start(dir.config(&table)).await;
     let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state == ServerState::Ready).await;

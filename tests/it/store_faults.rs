@@ -186,7 +186,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
     let filler = fs.path.join("filler");
     fs.fill(&filler);
     std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
-    let app = App::start(config.clone()).await.expect("the daemon starts on a full disk");
+    let app = App::start_with(config.clone(), runtime()).await.expect("the daemon starts on a full disk");
     assert!(app.store().degraded().is_some_and(|why| why.contains("full")), "{:?}", app.store().degraded());
     let mut client = client(&app).await;
     let listed = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();

@@ -1,0 +1,220 @@
+//! A stdio server's sandbox settings (`sandbox`, `read`, `write`, `network`, `limits`), and the
+//! daemon's private places that no sandbox may show.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sandbox::{Limits, Network};
+
+/// `[servers.NAME]`'s sandbox, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxSpec {
+    /// `sandbox = "off"` turns it off (logged at WARN at every start).
+    pub enabled: bool,
+    /// Paths visible read-only, besides the system, the command and its arguments' files.
+    pub read: Vec<PathBuf>,
+    /// Paths visible and writable.
+    pub write: Vec<PathBuf>,
+    pub network: Network,
+    pub limits: Limits,
+    /// The daemon's private places ([`super::Config::private`]), which it must never show.
+    pub hidden: Vec<PathBuf>,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> SandboxSpec {
+        SandboxSpec {
+            enabled: true,
+            read: Vec::new(),
+            write: Vec::new(),
+            network: Network::None,
+            limits: Limits::default(),
+            hidden: Vec::new(),
+        }
+    }
+}
+
+/// `limits = { … }`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    memory: Option<String>,
+    processes: Option<u32>,
+    open_files: Option<u32>,
+    cpu_time: Option<String>,
+    tmp: Option<String>,
+}
+
+/// The raw keys, as `RawServer` holds them.
+pub(crate) struct RawSandbox<'a> {
+    pub(crate) mode: Option<&'a str>,
+    pub(crate) read: &'a [String],
+    pub(crate) write: &'a [String],
+    pub(crate) network: Option<&'a str>,
+    pub(crate) limits: Option<&'a RawLimits>,
+}
+
+impl RawSandbox<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.mode.is_none() && self.read.is_empty() && self.write.is_empty() && self.network.is_none() && self.limits.is_none()
+    }
+}
+
+/// Validates the keys; paths are taken relative to the configuration file's directory.
+pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, String)> {
+    let enabled = match raw.mode {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => return Err(("sandbox".into(), format!("{other:?}: use \"on\" (the default) or \"off\""))),
+    };
+    let network = match raw.network {
+        None | Some("none") => Network::None,
+        Some("loopback") => Network::Loopback,
+        Some("all") => Network::All,
+        Some(other) => return Err(("network".into(), format!("{other:?}: use \"none\" (the default), \"loopback\" or \"all\""))),
+    };
+    let paths = |key: &str, list: &[String]| -> Result<Vec<PathBuf>, (String, String)> {
+        list.iter()
+            .map(|path| match path.trim() {
+                "" => Err((key.to_owned(), "a path must not be empty".to_owned())),
+                path => Ok(base.join(expand_home(path))),
+            })
+            .collect()
+    };
+    let read = paths("read", raw.read)?;
+    let write = paths("write", raw.write)?;
+    let defaults = Limits::default();
+    let limits = match raw.limits {
+        None => defaults,
+        Some(limits) => Limits {
+            memory_bytes: size(limits.memory.as_deref(), defaults.memory_bytes, 16 << 20).map_err(|p| ("limits.memory".to_owned(), p))?,
+            processes: at_least(limits.processes, defaults.processes, 2).map_err(|p| ("limits.processes".to_owned(), p))?,
+            open_files: at_least(limits.open_files, defaults.open_files, 16).map_err(|p| ("limits.open_files".to_owned(), p))?,
+            cpu_seconds: match limits.cpu_time.as_deref() {
+                None => defaults.cpu_seconds,
+                Some(text) => humantime::parse_duration(text)
+                    .ok()
+                    .filter(|time| *time >= Duration::from_secs(1))
+                    .map(|time| time.as_secs())
+                    .ok_or_else(|| ("limits.cpu_time".to_owned(), format!("{text:?} is not a duration of at least 1s (\"1h\")")))?,
+            },
+            tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p))?,
+        },
+    };
+    Ok(SandboxSpec { enabled, read, write, network, limits, hidden: Vec::new() })
+}
+
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+fn at_least(value: Option<u32>, default: u32, floor: u32) -> Result<u32, String> {
+    match value {
+        None => Ok(default),
+        Some(value) if value >= floor => Ok(value),
+        Some(value) => Err(format!("{value} is below the smallest useful value, {floor}")),
+    }
+}
+
+/// `"512MiB"`, `"2GiB"`, `"64M"`, or a number of bytes.
+fn size(text: Option<&str>, default: u64, floor: u64) -> Result<u64, String> {
+    let Some(text) = text else { return Ok(default) };
+    let trimmed = text.trim();
+    let digits = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits);
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" | "k" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => return Err(format!("{text:?} is not a size (\"512MiB\", \"2GiB\")")),
+    };
+    let bytes = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{text:?} is not a size (\"512MiB\", \"2GiB\")"))?;
+    if bytes < floor {
+        return Err(format!("{text:?} is below the smallest useful size, {} MiB", floor >> 20));
+    }
+    Ok(bytes)
+}
+
+/// The daemon's private places, for `Config::private`: its state and runtime directories, the
+/// service manager's credentials, this file, the store and its journals, its sockets, its TLS
+/// and OAuth files, and every secret file the text names.
+pub(crate) fn private_places(config: &super::Config, text: &str) -> Vec<PathBuf> {
+    let mut places = vec![super::places::state_dir(), super::places::runtime_dir(), config.source.clone()];
+    places.extend(std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from));
+    let store = &config.store.path;
+    places.push(store.clone());
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut name = store.as_os_str().to_owned();
+        name.push(suffix);
+        places.push(PathBuf::from(name));
+    }
+    for listener in config.grpc.listen.iter().chain(&config.mcp.listen) {
+        if let super::ListenAddr::Unix(path) = &listener.addr {
+            places.push(path.clone());
+        }
+        if let Some(tls) = &listener.tls {
+            places.extend([tls.cert.clone(), tls.key.clone()]);
+        }
+    }
+    for server in config.servers.values() {
+        if let super::Transport::Http(http) = &server.transport
+            && let Some(super::auth::AuthSpec::OAuth(oauth)) = &http.auth
+        {
+            places.push(oauth.token_file.clone());
+        }
+    }
+    places.extend(secret_files(text));
+    places.sort();
+    places.dedup();
+    places
+}
+
+/// Every `${file:PATH}` the configuration text refers to: another server's secret.
+pub(crate) fn secret_files(text: &str) -> Vec<PathBuf> {
+    text.match_indices("${file:")
+        .filter_map(|(at, marker)| {
+            let rest = &text[at + marker.len()..];
+            rest.find('}').map(|end| PathBuf::from(&rest[..end]))
+        })
+        .filter(|path| path.is_absolute())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(size(Some("512MiB"), 0, 0), Ok(512 << 20));
+        assert_eq!(size(Some("2G"), 0, 0), Ok(2 << 30));
+        assert_eq!(size(None, 7, 0), Ok(7));
+        assert!(size(Some("lots"), 0, 0).is_err());
+        assert!(size(Some("99999999999999999999G"), 0, 0).is_err());
+        assert!(size(Some("1K"), 0, 1 << 20).unwrap_err().contains("smallest"));
+    }
+
+    #[test]
+    fn secret_file_references_are_found_anywhere() {
+        let text = "a = \"${file:/run/secrets/a}\"\nb = \"Bearer ${file:/etc/t} x\"\nc = \"${file:relative}\"\nd = \"${file:/unterminated";
+        assert_eq!(secret_files(text), vec![PathBuf::from("/run/secrets/a"), PathBuf::from("/etc/t")]);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let raw = |network| RawSandbox { mode: None, read: &[], write: &[], network, limits: None };
+        assert_eq!(validate(Path::new("/etc"), &raw(Some("wifi"))).unwrap_err().0, "network");
+        assert_eq!(validate(Path::new("/etc"), &raw(Some("loopback"))).unwrap().network, Network::Loopback);
+        assert_eq!(validate(Path::new("/etc"), &raw(None)).unwrap(), SandboxSpec::default());
+    }
+}

@@ -1,0 +1,124 @@
+//! PID 1 of a sandbox: builds and confines it, runs the server, reaps every process in the
+//! namespace, and stops them all when a limit is crossed or the server exits.
+
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork};
+
+use super::helper::Reporter;
+use super::{LimitKind, Limits, Plan, Report};
+
+/// How often the init looks at what the sandbox uses.
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// The init's exit code when it stopped the sandbox at a limit.
+const STOPPED_AT_LIMIT: i32 = 137;
+
+pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
+    if let Err(error) = super::root::build(plan) {
+        reporter.fail("cannot build the server's filesystem view", error);
+    }
+    if let Err(error) = super::confine::apply(plan) {
+        reporter.fail("cannot confine the server", error);
+    }
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    if let Err(errno) = chld.thread_block() {
+        reporter.fail("cannot block SIGCHLD", errno.desc());
+    }
+    // SAFETY: the init is single-threaded.
+    let server = match unsafe { fork() } {
+        Err(errno) => reporter.fail("cannot fork the server", errno.desc()),
+        Ok(ForkResult::Child) => exec_server(plan, &chld, reporter),
+        Ok(ForkResult::Parent { child }) => child,
+    };
+    reporter.send(&Report::Ready);
+    loop {
+        wait_for_child(&chld);
+        if let Some(code) = reap(server, reporter) {
+            stop_all();
+            std::process::exit(code);
+        }
+        if let Some((kind, detail)) = over_limit(&plan.limits) {
+            reporter.send(&Report::Limit { kind, detail });
+            stop_all();
+            std::process::exit(STOPPED_AT_LIMIT);
+        }
+    }
+}
+
+fn exec_server(plan: &Plan, chld: &SigSet, reporter: &mut Reporter) -> ! {
+    let _ = chld.thread_unblock();
+    let error = std::process::Command::new(&plan.command).args(&plan.args).exec();
+    reporter.send(&Report::Error(format!("cannot run {}: {error}", plan.command.display())));
+    std::process::exit(127)
+}
+
+/// Sleeps until a child changes state or the next sample is due.
+fn wait_for_child(chld: &SigSet) {
+    let timeout = nix::libc::timespec { tv_sec: 0, tv_nsec: SAMPLE_EVERY.as_nanos() as nix::libc::c_long };
+    // SAFETY: a valid signal set and timeout; the siginfo is not wanted.
+    unsafe { nix::libc::sigtimedwait(chld.as_ref(), std::ptr::null_mut(), &timeout) };
+}
+
+/// Reaps every exited process. `Some(code)`: the server itself exited, and the init should end
+/// with this code (128 + signal for a killed server, as a shell reports it).
+fn reap(server: Pid, reporter: &mut Reporter) -> Option<i32> {
+    let mut ended = None;
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == server => ended = Some(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) => {
+                if signal == Signal::SIGXCPU {
+                    reporter.send(&Report::Limit { kind: LimitKind::Cpu, detail: "a process used up its CPU time".to_owned() });
+                    stop_all();
+                    std::process::exit(STOPPED_AT_LIMIT);
+                }
+                if pid == server {
+                    ended = Some(128 + signal as i32);
+                }
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return ended,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Kills every other process in the namespace and reaps them.
+fn stop_all() {
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+}
+
+/// Reads what the namespace's processes use (`/proc` shows only them) against the limits.
+fn over_limit(limits: &Limits) -> Option<(LimitKind, String)> {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
+    let (mut tasks, mut resident) = (0u64, 0u64);
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        if pid == 1 {
+            continue;
+        }
+        let dir = entry.path();
+        tasks += std::fs::read_dir(dir.join("task")).map_or(1, |tasks| tasks.count() as u64);
+        if let Some(pages) = std::fs::read_to_string(dir.join("statm")).ok().and_then(|statm| statm.split(' ').nth(1)?.parse::<u64>().ok())
+        {
+            resident = resident.saturating_add(pages.saturating_mul(page));
+        }
+        let files = std::fs::read_dir(dir.join("fd")).map_or(0, |fds| fds.count() as u64);
+        if files >= u64::from(limits.open_files) {
+            return Some((LimitKind::OpenFiles, format!("a process held {files} open files of {}", limits.open_files)));
+        }
+    }
+    if resident > limits.memory_bytes {
+        return Some((LimitKind::Memory, format!("{} MiB resident of {} MiB", resident >> 20, limits.memory_bytes >> 20)));
+    }
+    if tasks >= u64::from(limits.processes) {
+        return Some((LimitKind::Processes, format!("{tasks} processes and threads of {}", limits.processes)));
+    }
+    None
+}

@@ -1,0 +1,228 @@
+//! The stdio servers' sandbox: what a server process can reach, and the helper that confines it.
+//!
+//! The daemon never runs a sandboxed server directly. It runs itself as `toolhost __sandbox
+//! PLAN` (the [`Plan`] as JSON), and that helper, a fresh single-threaded process, does what a
+//! multi-threaded daemon cannot do between `fork` and `exec`:
+//!
+//! 1. `helper`: new user, mount, PID, IPC and UTS namespaces (and a network namespace unless the
+//!    plan says `all`), its own uid mapped to itself; then it forks the namespace's init and
+//!    waits for it, relaying its exit status. It ignores SIGTERM so that the server's own
+//!    graceful exit is not cut short; SIGKILL takes it, and the init with it (`PDEATHSIG`).
+//! 2. `root`: the init builds a new root from nothing (a tmpfs): the system directories
+//!    read-only, the plan's grants, a private `/tmp` and `/dev`, a `/proc` of its own namespace,
+//!    and every private place of the daemon's that lies inside a grant masked; then `pivot_root`.
+//! 3. `confine`: limits (rlimits, nice), the loopback interface (`network = "loopback"`), no
+//!    capabilities (bounding and inheritable sets emptied, `SECBIT_NOROOT`), Landlock (reads
+//!    everywhere it can see, writes only in its grants; signals and abstract sockets scoped to
+//!    the sandbox), then a seccomp filter of what a tool server never needs.
+//! 4. `init`: forks and execs the server, reaps everything in the namespace, and stops the whole
+//!    sandbox when a limit is crossed, saying which on the report channel (fd 3).
+//!
+//! Report lines (fd 3, to the daemon): `ready`, `limit KIND DETAIL`, `error STAGE: MESSAGE`.
+//! The server itself never holds fd 3, so it cannot write a report.
+
+// The one place that needs `unsafe` (the crate denies it elsewhere): fork, prctl, capset,
+// ioctl and the report descriptor. Every block says why it is sound.
+#[allow(unsafe_code)]
+mod confine;
+#[allow(unsafe_code)]
+mod helper;
+#[allow(unsafe_code)]
+mod init;
+#[allow(unsafe_code)]
+pub mod report;
+mod root;
+pub mod servers;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use helper::run;
+
+/// The file descriptor the helper reports on.
+pub const REPORT_FD: i32 = 3;
+/// The hidden subcommand that runs the helper.
+pub const HELPER_COMMAND: &str = "__sandbox";
+
+/// Directories every sandbox sees read-only (those that exist; symbolic links such as a merged
+/// `/usr`'s `/lib` are recreated as links).
+pub const SYSTEM_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
+
+/// Everything the helper needs to start one server; built by the daemon for each start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The program and its arguments (`argv[0]` is the program as configured).
+    pub command: PathBuf,
+    pub args: Vec<String>,
+    /// Where it starts (absolute; visible read-only inside); without one, its private `/tmp`.
+    pub cwd: Option<PathBuf>,
+    /// Visible read-only, besides [`SYSTEM_PATHS`] (absolute, canonical, existing).
+    pub read: Vec<PathBuf>,
+    /// Visible and writable (absolute, canonical, existing).
+    pub write: Vec<PathBuf>,
+    /// The daemon's private places: directories and files never shown, masked where a grant
+    /// would show them.
+    pub hidden: Vec<PathBuf>,
+    pub network: Network,
+    pub limits: Limits,
+}
+
+/// What a sandboxed server may reach over the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Its own network namespace with no interface up: no sockets beyond Unix ones it makes.
+    None,
+    /// Its own network namespace with its own loopback: its processes talk to each other, never
+    /// to the host's services (the daemon's listeners included).
+    Loopback,
+    /// The host's network.
+    All,
+}
+
+impl Network {
+    pub fn label(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Loopback => "loopback",
+            Network::All => "all",
+        }
+    }
+}
+
+/// Bounds on one sandbox, all processes together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Resident memory of all its processes, in bytes (and twice this per process as the
+    /// kernel's hard bound on data).
+    pub memory_bytes: u64,
+    /// Processes and threads.
+    pub processes: u32,
+    /// Open files per process.
+    pub open_files: u32,
+    /// CPU time per process, in seconds.
+    pub cpu_seconds: u64,
+    /// Size of its private `/tmp` (memory), in bytes.
+    pub tmp_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { memory_bytes: 1 << 30, processes: 256, open_files: 1024, cpu_seconds: 24 * 3600, tmp_bytes: 256 << 20 }
+    }
+}
+
+/// Which limit stopped a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Memory,
+    Processes,
+    OpenFiles,
+    Cpu,
+}
+
+impl LimitKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitKind::Memory => "memory",
+            LimitKind::Processes => "processes",
+            LimitKind::OpenFiles => "open_files",
+            LimitKind::Cpu => "cpu",
+        }
+    }
+
+    fn parse(word: &str) -> Option<LimitKind> {
+        [LimitKind::Memory, LimitKind::Processes, LimitKind::OpenFiles, LimitKind::Cpu].into_iter().find(|kind| kind.label() == word)
+    }
+}
+
+/// One line the helper reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// The sandbox is built and the server is starting.
+    Ready,
+    /// A limit was crossed and the sandbox stopped.
+    Limit { kind: LimitKind, detail: String },
+    /// The sandbox could not be built (the server never ran), or the server could not be run.
+    Error(String),
+}
+
+impl Report {
+    /// Longest report line the daemon reads.
+    pub const MAX_LINE: usize = 1024;
+
+    pub fn parse(line: &str) -> Option<Report> {
+        let line = line.trim_end();
+        if line == "ready" {
+            return Some(Report::Ready);
+        }
+        if let Some(rest) = line.strip_prefix("limit ") {
+            let (kind, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+            return Some(Report::Limit { kind: LimitKind::parse(kind)?, detail: detail.to_owned() });
+        }
+        line.strip_prefix("error ").map(|message| Report::Error(message.to_owned()))
+    }
+
+    /// What the operator reads as the server's last error.
+    pub fn describe(&self) -> String {
+        match self {
+            Report::Ready => "the sandbox is ready".to_owned(),
+            Report::Limit { kind, detail } => format!("stopped by its sandbox: the {} limit was reached ({detail})", kind.label()),
+            Report::Error(message) => format!("sandbox: {message}"),
+        }
+    }
+
+    fn line(&self) -> String {
+        match self {
+            Report::Ready => "ready\n".to_owned(),
+            Report::Limit { kind, detail } => format!("limit {} {detail}\n", kind.label()),
+            Report::Error(message) => format!("error {}\n", message.replace('\n', " ")),
+        }
+    }
+}
+
+/// What this kernel offers a sandbox, checked by `check-config` and at each server's start.
+///
+/// # Errors
+/// What is missing, in words an operator can act on.
+pub fn kernel_support() -> Result<(), String> {
+    let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").ok().and_then(|text| text.trim().parse::<u64>().ok());
+    if max == Some(0) {
+        return Err("user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0)".to_owned());
+    }
+    if std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone").is_ok_and(|text| text.trim() == "0")
+        && !nix::unistd::geteuid().is_root()
+    {
+        return Err("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)".to_owned());
+    }
+    if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").is_ok_and(|text| text.trim() == "1")
+        && !nix::unistd::geteuid().is_root()
+    {
+        return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_lines_round_trip() {
+        for report in [
+            Report::Ready,
+            Report::Limit { kind: LimitKind::Memory, detail: "1.1 GiB of 1 GiB".to_owned() },
+            Report::Error("mount /usr: Operation not permitted".to_owned()),
+        ] {
+            assert_eq!(Report::parse(&report.line()), Some(report));
+        }
+        assert_eq!(Report::parse("limit bananas 3"), None);
+        assert_eq!(Report::parse("hello"), None);
+    }
+
+    #[test]
+    fn an_error_with_a_newline_stays_one_line() {
+        assert_eq!(Report::Error("a\nb".to_owned()).line(), "error a b\n");
+    }
+}

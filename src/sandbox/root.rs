@@ -1,0 +1,257 @@
+//! The server's filesystem: a new root built from nothing, holding only what the plan grants.
+//!
+//! The host's root is first moved aside (`pivot_root` onto a scratch tmpfs, the host's at
+//! `/oldroot`), so that every grant is bound from its real path, `/tmp` included; the view is
+//! assembled at `/newroot` and becomes `/` at the end, the host's root detached for good.
+
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::statvfs::{FsFlags, statvfs};
+use nix::unistd::{chdir, pivot_root};
+
+use super::{Plan, SYSTEM_PATHS};
+
+const OLD: &str = "/oldroot";
+const NEW: &str = "/newroot";
+/// Devices a server may open (bound from the host's `/dev`).
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Builds the view and makes it the root.
+pub(super) fn build(plan: &Plan) -> Result<(), String> {
+    // Nothing mounted here propagates back to the host.
+    mount_ctx(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None, "make the mount namespace private")?;
+    mount_ctx(
+        Some(Path::new("tmpfs")),
+        "/tmp",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755,size=1m"),
+        "mount the scratch root",
+    )?;
+    for dir in ["/tmp/oldroot", "/tmp/newroot"] {
+        std::fs::create_dir(dir).map_err(|error| format!("create {dir}: {error}"))?;
+    }
+    pivot_root("/tmp", "/tmp/oldroot").map_err(|errno| format!("pivot_root to the scratch root: {}", errno.desc()))?;
+    chdir("/").map_err(|errno| format!("chdir /: {}", errno.desc()))?;
+    mount_ctx(
+        Some(Path::new("tmpfs")),
+        NEW,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755,size=1m"),
+        "mount the new root",
+    )?;
+
+    // The private places first: a grant below /tmp is bound on top of the private /tmp.
+    private_tmp(plan)?;
+    private_dev()?;
+    let mut binds: Vec<(PathBuf, bool)> = SYSTEM_PATHS.iter().map(|path| (PathBuf::from(path), false)).collect();
+    binds.extend(plan.read.iter().map(|path| (path.clone(), false)));
+    binds.extend(plan.cwd.iter().map(|path| (path.clone(), false)));
+    binds.extend(plan.write.iter().map(|path| (path.clone(), true)));
+    // Shallow before deep (a grant inside another lands on top of it); a path granted both
+    // ways is bound writable, once.
+    binds.sort_by(|(a, a_writable), (b, b_writable)| depth(a).cmp(&depth(b)).then(a.cmp(b)).then(b_writable.cmp(a_writable)));
+    binds.dedup_by(|later, earlier| later.0 == earlier.0);
+    for (path, writable) in &binds {
+        bind(path, *writable)?;
+    }
+    for hidden in &plan.hidden {
+        mask(hidden)?;
+    }
+    let proc_dir = inside(Path::new("/proc"));
+    mkdir_all(&proc_dir)?;
+    mount_ctx(
+        Some(Path::new("proc")),
+        &proc_dir,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None,
+        "mount /proc",
+    )?;
+    // The skeleton itself is read-only: a server writes only where it was granted.
+    mount_ctx(
+        None,
+        NEW,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None,
+        "seal the new root",
+    )?;
+    chdir(NEW).map_err(|errno| format!("chdir {NEW}: {}", errno.desc()))?;
+    pivot_root(".", ".").map_err(|errno| format!("pivot_root to the new root: {}", errno.desc()))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|errno| format!("detach the host's root: {}", errno.desc()))?;
+    let cwd = plan.cwd.as_deref().unwrap_or(Path::new("/tmp"));
+    chdir(cwd).map_err(|errno| format!("chdir {}: {}", cwd.display(), errno.desc()))?;
+    Ok(())
+}
+
+fn private_tmp(plan: &Plan) -> Result<(), String> {
+    let tmp = inside(Path::new("/tmp"));
+    mkdir_all(&tmp)?;
+    let options = format!("mode=1777,size={}", plan.limits.tmp_bytes);
+    mount_ctx(
+        Some(Path::new("tmpfs")),
+        &tmp,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(&options),
+        "mount the private /tmp",
+    )
+}
+
+fn private_dev() -> Result<(), String> {
+    let dev = inside(Path::new("/dev"));
+    mkdir_all(&dev)?;
+    mount_ctx(
+        Some(Path::new("tmpfs")),
+        &dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+        "mount /dev",
+    )?;
+    for device in DEVICES {
+        let host = Path::new(OLD).join("dev").join(device);
+        if !host.exists() {
+            continue;
+        }
+        let node = dev.join(device);
+        std::fs::File::create(&node).map_err(|error| format!("create {}: {error}", node.display()))?;
+        mount_ctx(Some(host.as_path()), &node, None, MsFlags::MS_BIND, None, "bind a device")?;
+    }
+    for (link, target) in
+        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
+    {
+        symlink(target, dev.join(link)).map_err(|error| format!("link /dev/{link}: {error}"))?;
+    }
+    let shm = dev.join("shm");
+    mkdir_all(&shm)?;
+    mount_ctx(
+        Some(Path::new("tmpfs")),
+        &shm,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777,size=64m"),
+        "mount /dev/shm",
+    )?;
+    mount_ctx(
+        None,
+        &dev,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        None,
+        "seal /dev",
+    )
+}
+
+/// Shows `path` (as the host has it) at the same place in the view.
+fn bind(path: &Path, writable: bool) -> Result<(), String> {
+    let host = outside(path);
+    let Ok(meta) = std::fs::symlink_metadata(&host) else { return Ok(()) };
+    let view = inside(path);
+    if meta.file_type().is_symlink() {
+        // A merged /usr's /lib -> usr/lib: the same link, pointing into the view.
+        let target = std::fs::read_link(&host).map_err(|error| format!("read the link {}: {error}", path.display()))?;
+        if std::fs::symlink_metadata(&view).is_err() {
+            if let Some(parent) = view.parent() {
+                mkdir_all(parent)?;
+            }
+            symlink(&target, &view).map_err(|error| format!("link {}: {error}", path.display()))?;
+        }
+        return Ok(());
+    }
+    if std::fs::symlink_metadata(&view).is_err() {
+        if let Some(parent) = view.parent() {
+            mkdir_all(parent)?;
+        }
+        if meta.is_dir() {
+            mkdir_all(&view)?;
+        } else {
+            std::fs::File::create(&view).map_err(|error| format!("create the mount point {}: {error}", path.display()))?;
+        }
+    }
+    mount_ctx(Some(host.as_path()), &view, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &format!("bind {}", path.display()))?;
+    if !writable {
+        read_only(&view, path)?;
+    }
+    Ok(())
+}
+
+/// Remounts a bind read-only, keeping the flags the kernel locks for an unprivileged mount.
+fn read_only(view: &Path, path: &Path) -> Result<(), String> {
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
+    if let Ok(stat) = statvfs(view) {
+        let kept = stat.flags();
+        for (fs_flag, ms_flag) in [
+            (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+            (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+            (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+            (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+            (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+            (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        ] {
+            if kept.contains(fs_flag) {
+                flags |= ms_flag;
+            }
+        }
+    }
+    mount_ctx(None, view, None, flags, None, &format!("make {} read-only", path.display()))
+}
+
+/// Hides a private place of the daemon's that a grant would show: an empty read-only tmpfs on
+/// a directory, the null device on anything else.
+fn mask(path: &Path) -> Result<(), String> {
+    let view = inside(path);
+    let Ok(meta) = std::fs::symlink_metadata(&view) else { return Ok(()) };
+    if meta.is_dir() {
+        mount_ctx(
+            Some(Path::new("tmpfs")),
+            &view,
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0000,size=4k"),
+            &format!("hide {}", path.display()),
+        )
+    } else {
+        let null = Path::new(OLD).join("dev/null");
+        mount_ctx(Some(null.as_path()), &view, None, MsFlags::MS_BIND, None, &format!("hide {}", path.display()))?;
+        mount_ctx(
+            None,
+            &view,
+            None,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            None,
+            &format!("seal {}", path.display()),
+        )
+    }
+}
+
+fn outside(path: &Path) -> PathBuf {
+    Path::new(OLD).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn inside(path: &Path) -> PathBuf {
+    Path::new(NEW).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn depth(path: &Path) -> usize {
+    path.components().filter(|component| matches!(component, Component::Normal(_))).count()
+}
+
+fn mkdir_all(dir: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|error| format!("create {}: {error}", dir.display()))
+}
+
+fn mount_ctx(
+    source: Option<&Path>,
+    target: impl AsRef<Path>,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+    what: &str,
+) -> Result<(), String> {
+    mount(source, target.as_ref(), fstype, flags, data).map_err(|errno| format!("{what}: {}", errno.desc()))
+}

@@ -1,0 +1,125 @@
+//! Which processes are supervised servers, so that a server is never taken for a caller.
+//!
+//! Every stdio server is started as the leader of its own process group, and registered here
+//! by that leader's pid until it is reaped. A process belongs to a server when it or one of its
+//! ancestors is a leader, or when its process group is one: a sandboxed server's processes can
+//! never leave its PID namespace (whose init is the leader's child), and a server without a
+//! sandbox that forks keeps its group unless it makes a new session on purpose.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
+
+/// How far up the process tree a lookup walks (init is rarely more than a dozen away).
+const MAX_ANCESTORS: usize = 64;
+/// How many processes of one server a socket lookup looks at.
+const MAX_PROCESSES: usize = 4096;
+
+static LEADERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+pub fn register(leader: i32) {
+    LEADERS.lock().unwrap_or_else(PoisonError::into_inner).insert(leader);
+}
+
+pub fn unregister(leader: i32) {
+    LEADERS.lock().unwrap_or_else(PoisonError::into_inner).remove(&leader);
+}
+
+fn leaders() -> BTreeSet<i32> {
+    LEADERS.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+/// Whether `pid` (as this daemon's PID namespace numbers it) belongs to a supervised server.
+/// Reads `/proc`: call it once per connection, off the async threads.
+pub fn owns_pid(pid: i32) -> bool {
+    let leaders = leaders();
+    if leaders.is_empty() {
+        return false;
+    }
+    let mut current = pid;
+    for _ in 0..MAX_ANCESTORS {
+        if leaders.contains(&current) {
+            return true;
+        }
+        let Some((parent, group)) = stat(current) else { return false };
+        if leaders.contains(&group) {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        current = parent;
+    }
+    false
+}
+
+/// Whether a process of a supervised server holds the socket with this inode (the peer of a
+/// loopback TCP connection, which names no pid). Walks each server's process tree.
+pub fn owns_socket(inode: u64) -> bool {
+    let wanted = format!("socket:[{inode}]");
+    let mut seen = 0;
+    for leader in leaders() {
+        let mut stack = vec![leader];
+        while let Some(pid) = stack.pop() {
+            seen += 1;
+            if seen > MAX_PROCESSES {
+                return false;
+            }
+            if holds(pid, &wanted) {
+                return true;
+            }
+            stack.extend(children(pid));
+        }
+    }
+    false
+}
+
+/// The parent and the process group of `pid`, from `/proc/PID/stat` (after the command name,
+/// which may itself hold spaces and parentheses).
+fn stat(pid: i32) -> Option<(i32, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = text.get(text.rfind(')')? + 2..)?.split(' ');
+    let _state = fields.next()?;
+    let parent = fields.next()?.parse().ok()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((parent, group))
+}
+
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().filter_map(|child| child.parse().ok()).collect::<Vec<i32>>())
+        .collect()
+}
+
+fn holds(pid: i32, wanted: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    #[test]
+    fn a_child_of_a_registered_leader_is_a_server_and_this_process_is_not() {
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+        let pid = child.id() as i32;
+        assert!(!owns_pid(pid));
+        register(pid);
+        assert!(owns_pid(pid));
+        assert!(!owns_pid(std::process::id() as i32));
+        unregister(pid);
+        assert!(!owns_pid(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn a_command_name_with_spaces_and_parentheses_is_skipped() {
+        assert_eq!(stat(std::process::id() as i32).map(|(parent, _)| parent), Some(nix::unistd::getppid().as_raw()));
+    }
+}

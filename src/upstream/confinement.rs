@@ -1,0 +1,159 @@
+//! From a stdio server's configuration to its sandbox [`Plan`]: what it may see, resolved
+//! against the filesystem as it is at this start.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::StdioSpec;
+use crate::sandbox::Plan;
+
+/// The plan for one start of a sandboxed server.
+///
+/// Besides the system and the entry's `read` and `write`, a server sees its `cwd`, its program
+/// (and the program's installation: the directory above a `bin/` it lies in, such as a virtual
+/// environment or a language runtime, both as configured and behind symbolic links), a script's
+/// interpreter named by its `#!` line, and the files and directories its arguments name.
+///
+/// # Errors
+/// The program cannot be found, or a grant lies inside one of the daemon's private places.
+pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, String> {
+    let sandbox = &spec.sandbox;
+    let hidden: Vec<PathBuf> = sandbox.hidden.iter().map(|path| canonical(path).unwrap_or_else(|| path.clone())).collect();
+    let program = find_program(&spec.command, spec.cwd.as_deref())
+        .ok_or_else(|| format!("cannot find the program {} (on PATH, or as a path)", spec.command.display()))?;
+    let mut read = Vec::new();
+    for path in installation(&program) {
+        read.push(path);
+    }
+    if let Some(interpreter) = interpreter(&program) {
+        read.extend(installation(&interpreter));
+    }
+    let base = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
+    for arg in &spec.args {
+        let candidate = base.join(arg);
+        if arg.starts_with('-') || !candidate.exists() {
+            continue;
+        }
+        read.extend(canonical(&candidate));
+    }
+    read.extend(sandbox.read.iter().filter_map(|path| canonical(path)));
+    let write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
+    let cwd =
+        spec.cwd.as_deref().map(|cwd| canonical(cwd).ok_or_else(|| format!("the cwd {} does not exist", cwd.display()))).transpose()?;
+    for grant in read.iter().chain(&write).chain(cwd.iter()) {
+        if let Some(place) = hidden.iter().find(|place| grant.starts_with(place)) {
+            return Err(format!(
+                "{} lies inside {}, one of the daemon's private places, which no server may see",
+                grant.display(),
+                place.display()
+            ));
+        }
+    }
+    read.sort();
+    read.dedup();
+    Ok(Plan {
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        cwd,
+        read,
+        write,
+        hidden,
+        network: sandbox.network,
+        limits: sandbox.limits,
+    })
+}
+
+/// The program as the server's own PATH (the daemon's) finds it.
+fn find_program(command: &Path, cwd: Option<&Path>) -> Option<PathBuf> {
+    if command.components().count() > 1 {
+        let path = match cwd {
+            Some(cwd) if command.is_relative() => cwd.join(command),
+            _ => command.to_path_buf(),
+        };
+        return path.is_file().then_some(path);
+    }
+    let search = std::env::var_os("PATH")?;
+    std::env::split_paths(&search).map(|dir| dir.join(command)).find(|path| is_executable(path))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The program and its installation, as found and behind its symbolic links.
+fn installation(program: &Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    let resolved = canonical(program);
+    for path in std::iter::once(program.to_path_buf()).chain(resolved) {
+        let Some(dir) = path.parent() else { continue };
+        let root = if dir.file_name().is_some_and(|name| name == "bin") { dir.parent() } else { None };
+        match root {
+            // `/usr/bin/node`'s installation is `/usr`; that is the system, shown anyway.
+            Some(root) if root != Path::new("/") => paths.extend(canonical(root)),
+            _ => paths.extend(canonical(&path)),
+        }
+    }
+    paths
+}
+
+/// A script's interpreter, from its `#!` line (not `/usr/bin/env`, which is the system's).
+fn interpreter(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n')?];
+    let first = std::str::from_utf8(line).ok()?.split_whitespace().next()?;
+    Some(PathBuf::from(first))
+}
+
+fn canonical(path: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(path).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(command: &str, args: &[&str]) -> StdioSpec {
+        StdioSpec {
+            command: PathBuf::from(command),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: Default::default(),
+            inherit_env: Vec::new(),
+            cwd: None,
+            sandbox: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_virtual_environment_is_shown_whole_and_arguments_that_name_files_are_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let python = bin.join("python");
+        std::fs::write(&python, "#!/bin/sh\n").unwrap();
+        let script = dir.path().join("server.py");
+        std::fs::write(&script, "").unwrap();
+        let plan = plan_for(&spec(python.to_str().unwrap(), &[script.to_str().unwrap(), "--flag", "stdio"])).unwrap();
+        let venv = std::fs::canonicalize(dir.path().join("venv")).unwrap();
+        assert!(plan.read.contains(&venv), "{:?}", plan.read);
+        assert!(plan.read.contains(&std::fs::canonicalize(&script).unwrap()), "{:?}", plan.read);
+        assert!(plan.read.iter().all(|path| !path.ends_with("stdio")));
+    }
+
+    #[test]
+    fn a_grant_inside_a_private_place_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec("sh", &[]);
+        spec.sandbox.read = vec![dir.path().join(".")];
+        spec.sandbox.hidden = vec![dir.path().to_path_buf()];
+        let problem = plan_for(&spec).unwrap_err();
+        assert!(problem.contains("private"), "{problem}");
+    }
+
+    #[test]
+    fn a_program_that_is_nowhere_is_named() {
+        assert!(plan_for(&spec("no-such-program-xyz", &[])).unwrap_err().contains("no-such-program-xyz"));
+    }
+}
