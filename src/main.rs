@@ -313,6 +313,7 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
         Ok(config) => config,
         Err(error) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
     };
+    toolhost::sandbox::protect_daemon();
     let format = match log_format {
         LogFormat::Text => toolhost::telemetry::LogFormat::Text,
         LogFormat::Json => toolhost::telemetry::LogFormat::Json,

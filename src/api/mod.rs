@@ -8,6 +8,7 @@ mod access;
 pub(crate) mod authority;
 mod convert;
 mod fleet;
+mod gate;
 mod integrity;
 pub(crate) mod login;
 mod search;
@@ -25,7 +26,6 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::server::TcpIncoming;
 
 use crate::catalog::store::Store;
 use crate::config::{ListenAddr, Listener, SocketAccess};
@@ -183,7 +183,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         let shutdown = cancel.clone().cancelled_owned();
         match listener {
             Bound::Tcp(listener, None) => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let incoming = gate::incoming(listener, tracker, cancel.clone());
                 tracker.spawn(async move {
                     if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
                         tracing::error!(%error, "the gRPC server on a TCP listener stopped");

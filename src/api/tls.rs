@@ -90,6 +90,9 @@ pub(crate) fn incoming(
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             handshakes.spawn(async move {
                 let _permit = permit;
+                if super::gate::from_a_server(&stream).await {
+                    return;
+                }
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => {
                         let subject = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).and_then(subject_of);

@@ -71,6 +71,12 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
         if let Some(line) = oauth_status(name, spec) {
             report.note(Some(name), line);
         }
+        if let crate::config::Transport::Stdio(stdio) = &spec.transport {
+            match crate::upstream::sandbox_check(stdio) {
+                Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
+                Ok(line) | Err(line) => report.warn(Some(name), line),
+            }
+        }
     }
     if let Some(fleet) = &config.fleet {
         // The fleet store is checked too: the connection, the credentials, the schema version.

@@ -14,12 +14,18 @@ use super::{Limits, Network, Plan};
 /// How much lower than the daemon a server's processes are scheduled.
 const NICE: libc::c_int = 10;
 
-pub(super) fn apply(plan: &Plan) -> Result<(), String> {
+/// What needs the namespace's capabilities: limits, the loopback interface, and emptying the
+/// bounding and inheritable sets (with `SECBIT_NOROOT`, uid 0 gains nothing at exec).
+pub(super) fn privileged(plan: &Plan) -> Result<(), String> {
     limits(&plan.limits)?;
     if plan.network == Network::Loopback {
         loopback_up()?;
     }
-    drop_capabilities()?;
+    drop_capabilities()
+}
+
+/// What the sandbox's user does to itself last: Landlock, no new privileges, the filter.
+pub(super) fn seal(plan: &Plan) -> Result<(), String> {
     landlock(plan)?;
     // SAFETY: prctl with integer arguments. Required for the filter; also keeps setuid
     // programs from granting anything.
@@ -77,18 +83,18 @@ fn loopback_up() -> Result<(), String> {
 }
 
 /// Leaves the server no capability, even as uid 0: `SECBIT_NOROOT`, an empty bounding set and
-/// an empty inheritable set (the ambient set follows).
+/// an empty inheritable set (the ambient set follows). The fix-up that clears the capabilities
+/// when root of the namespace becomes another user stays on (and locked).
 fn drop_capabilities() -> Result<(), String> {
     const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
-    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    // Not SECBIT_NO_SETUID_FIXUP: leaving root of the namespace must clear the capabilities.
     const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
     const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
     const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
     const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
     let bits = SECBIT_NOROOT
         | SECBIT_NOROOT_LOCKED
-        | SECBIT_NO_SETUID_FIXUP
         | SECBIT_NO_SETUID_FIXUP_LOCKED
         | SECBIT_KEEP_CAPS_LOCKED
         | SECBIT_NO_CAP_AMBIENT_RAISE

@@ -4,10 +4,11 @@
 use std::io::Write;
 use std::os::fd::FromRawFd;
 
-use nix::sched::{CloneFlags, unshare};
+use nix::fcntl::OFlag;
+use nix::sched::{CloneFlags, clone};
 use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork, getgid, getpid, getuid};
+use nix::unistd::{Gid, Pid, Uid, getgid, getpid, getuid, pipe2, setgroups};
 
 use super::{Network, Plan, REPORT_FD, Report};
 
@@ -47,6 +48,18 @@ impl Reporter {
     }
 }
 
+/// The uid and gid a sandbox's processes run as outside it (and inside: the map is one to one):
+/// the daemon's own, or `nobody`'s for a daemon run as root, so that no server is ever root on
+/// the host (root's processes are exempt from the process limit, and root reads what nobody
+/// else may).
+pub(super) fn sandbox_ids() -> (Uid, Gid) {
+    if getuid().is_root() { (Uid::from_raw(NOBODY), Gid::from_raw(NOBODY)) } else { (getuid(), getgid()) }
+}
+
+const NOBODY: u32 = 65534;
+/// The init's stack (it runs the filesystem setup and Landlock's and seccomp's builders).
+const INIT_STACK: usize = 8 << 20;
+
 /// The helper's main: never returns.
 pub fn run(plan_json: &str) -> ! {
     let mut reporter = Reporter::from_fd();
@@ -60,7 +73,12 @@ pub fn run(plan_json: &str) -> ! {
         // SAFETY: setting a disposition to SIG_IGN installs no handler code.
         let _ = unsafe { signal(ignored, SigHandler::SigIgn) };
     }
-    let (uid, gid) = (getuid(), getgid());
+    if getuid().is_root() {
+        // Root's supplementary groups must not reach the sandbox.
+        if let Err(errno) = setgroups(&[]) {
+            reporter.fail("cannot drop the supplementary groups", errno.desc());
+        }
+    }
     let mut flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
@@ -69,36 +87,53 @@ pub fn run(plan_json: &str) -> ! {
     if plan.network != Network::All {
         flags |= CloneFlags::CLONE_NEWNET;
     }
-    if let Err(errno) = unshare(flags) {
-        reporter.fail("cannot create the namespaces (user namespaces unavailable?)", errno.desc());
-    }
-    // The same ids inside as outside: files keep their owners, and nothing maps to anyone else.
-    let maps = [
-        ("/proc/self/setgroups", "deny".to_owned()),
-        ("/proc/self/uid_map", format!("{uid} {uid} 1")),
-        ("/proc/self/gid_map", format!("{gid} {gid} 1")),
-    ];
-    for (file, content) in maps {
-        if let Err(error) = std::fs::write(file, content) {
-            reporter.fail(&format!("cannot write {file}"), error);
+    let (go_read, go_write) = match pipe2(OFlag::O_CLOEXEC) {
+        Ok(pipe) => pipe,
+        Err(errno) => reporter.fail("cannot make a pipe", errno.desc()),
+    };
+    let mut stack = vec![0u8; INIT_STACK];
+    let init_main = Box::new(|| -> isize {
+        // The init dies with this helper, and the whole namespace with the init.
+        // SAFETY: prctl with integer arguments.
+        unsafe { nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL as nix::libc::c_ulong, 0, 0, 0) };
+        // Wait until the helper has written the id maps (a closed pipe without a byte: it failed).
+        let mut byte = [0u8; 1];
+        if !matches!(nix::unistd::read(&go_read, &mut byte), Ok(1)) {
+            std::process::exit(SETUP_FAILED);
         }
+        super::init::run(&plan, &mut reporter)
+    });
+    // SAFETY: this process is single-threaded (the daemon exec'd it and nothing here starts a
+    // thread); the child runs on its own copy of the memory (no CLONE_VM), on `stack`.
+    let init = match unsafe { clone(init_main, &mut stack, flags, Some(Signal::SIGCHLD as i32)) } {
+        Ok(init) => init,
+        Err(errno) => reporter.fail("cannot create the namespaces (user namespaces unavailable?)", errno.desc()),
+    };
+    if let Err(error) = write_maps(init) {
+        let _ = kill(init, Signal::SIGKILL);
+        reporter.fail("cannot map the sandbox's user", error);
     }
-    // SAFETY: this process is single-threaded (the daemon exec'd it; nothing here spawns threads).
-    match unsafe { fork() } {
-        Err(errno) => reporter.fail("cannot fork the sandbox's init", errno.desc()),
-        Ok(ForkResult::Child) => {
-            // The init dies with this helper, and the whole namespace with the init.
-            // SAFETY: prctl with integer arguments.
-            // (Should the helper die before this line, the server still ends at the end of its
-            // input, which was the daemon's; getppid() cannot tell, it is 0 across namespaces.)
-            unsafe { nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL as nix::libc::c_ulong, 0, 0, 0) };
-            super::init::run(&plan, &mut reporter)
-        }
-        Ok(ForkResult::Parent { child }) => {
-            drop(reporter);
-            relay(child)
-        }
-    }
+    let _ = nix::unistd::write(&go_write, b"1");
+    drop(go_write);
+    // The init reports from here on, on its own copy of the descriptor.
+    drop(reporter);
+    relay(init)
+}
+
+/// The init's uid and gid maps, written from outside (where the helper may map `nobody` when
+/// it is root, or only itself otherwise): one id inside, the same number outside.
+fn write_maps(init: Pid) -> std::io::Result<()> {
+    let (uid, gid) = sandbox_ids();
+    // A root helper maps root as well: the init builds the view as root of the namespace
+    // (creating mount points needs its own id mapped), then becomes `nobody`.
+    let (uid_map, gid_map) = if getuid().is_root() {
+        (format!("0 0 1\n{uid} {uid} 1\n"), format!("0 0 1\n{gid} {gid} 1\n"))
+    } else {
+        (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"))
+    };
+    std::fs::write(format!("/proc/{init}/setgroups"), "deny")?;
+    std::fs::write(format!("/proc/{init}/uid_map"), uid_map)?;
+    std::fs::write(format!("/proc/{init}/gid_map"), gid_map)
 }
 
 /// Waits for the init and ends the same way: the same exit code, or the same signal.

@@ -20,7 +20,17 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
     if let Err(error) = super::root::build(plan) {
         reporter.fail("cannot build the server's filesystem view", error);
     }
-    if let Err(error) = super::confine::apply(plan) {
+    if let Err(error) = super::confine::privileged(plan) {
+        reporter.fail("cannot confine the server", error);
+    }
+    // The view was built with the helper's credentials (which may reach a grant below a
+    // directory only root may enter); from here on, the sandbox's own user. Leaving root of
+    // the namespace also clears what capabilities were left.
+    let (uid, gid) = super::helper::sandbox_ids();
+    if let Err(errno) = nix::unistd::setresgid(gid, gid, gid).and_then(|()| nix::unistd::setresuid(uid, uid, uid)) {
+        reporter.fail("cannot switch to the sandbox's user", errno.desc());
+    }
+    if let Err(error) = super::confine::seal(plan) {
         reporter.fail("cannot confine the server", error);
     }
     let mut chld = SigSet::empty();
@@ -95,7 +105,7 @@ fn stop_all() {
 /// Reads what the namespace's processes use (`/proc` shows only them) against the limits.
 fn over_limit(limits: &Limits) -> Option<(LimitKind, String)> {
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
-    let (mut tasks, mut resident) = (0u64, 0u64);
+    let (mut tasks, mut memory) = (0u64, 0u64);
     let entries = std::fs::read_dir("/proc").ok()?;
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -105,20 +115,33 @@ fn over_limit(limits: &Limits) -> Option<(LimitKind, String)> {
         }
         let dir = entry.path();
         tasks += std::fs::read_dir(dir.join("task")).map_or(1, |tasks| tasks.count() as u64);
-        if let Some(pages) = std::fs::read_to_string(dir.join("statm")).ok().and_then(|statm| statm.split(' ').nth(1)?.parse::<u64>().ok())
-        {
-            resident = resident.saturating_add(pages.saturating_mul(page));
-        }
+        memory = memory.saturating_add(proportional_memory(&dir).unwrap_or_else(|| resident_memory(&dir, page)));
         let files = std::fs::read_dir(dir.join("fd")).map_or(0, |fds| fds.count() as u64);
         if files >= u64::from(limits.open_files) {
             return Some((LimitKind::OpenFiles, format!("a process held {files} open files of {}", limits.open_files)));
         }
     }
-    if resident > limits.memory_bytes {
-        return Some((LimitKind::Memory, format!("{} MiB resident of {} MiB", resident >> 20, limits.memory_bytes >> 20)));
-    }
     if tasks >= u64::from(limits.processes) {
         return Some((LimitKind::Processes, format!("{tasks} processes and threads of {}", limits.processes)));
     }
+    if memory > limits.memory_bytes {
+        return Some((LimitKind::Memory, format!("{} MiB in use of {} MiB", memory >> 20, limits.memory_bytes >> 20)));
+    }
     None
+}
+
+/// A process's proportional share of the memory it has in RAM (`Pss`: pages it shares with
+/// its forks count once across them, not once in each).
+fn proportional_memory(dir: &std::path::Path) -> Option<u64> {
+    let rollup = std::fs::read_to_string(dir.join("smaps_rollup")).ok()?;
+    let kib: u64 = rollup.lines().find_map(|line| line.strip_prefix("Pss:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// Its resident set, where the kernel has no `smaps_rollup`.
+fn resident_memory(dir: &std::path::Path, page: u64) -> u64 {
+    std::fs::read_to_string(dir.join("statm"))
+        .ok()
+        .and_then(|statm| statm.split(' ').nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages.saturating_mul(page))
 }

@@ -182,6 +182,14 @@ impl Report {
     }
 }
 
+/// Makes the daemon non-dumpable: processes of its own uid (a server without a sandbox, an
+/// agent) can then neither read its memory and environment through `/proc` nor trace it.
+pub fn protect_daemon() {
+    if let Err(errno) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %errno, "cannot make the daemon non-dumpable");
+    }
+}
+
 /// What this kernel offers a sandbox, checked by `check-config` and at each server's start.
 ///
 /// # Errors

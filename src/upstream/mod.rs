@@ -57,6 +57,29 @@ pub enum UpstreamError {
     Sandbox(String),
 }
 
+/// What `check-config` says of a stdio server's sandbox: `Ok` with what it will see, or `Err`
+/// with why the server would not start. A server with its sandbox off gets `Ok` with a warning.
+///
+/// # Errors
+/// The kernel cannot build the sandbox, or the plan cannot be made (see `confinement`).
+pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> {
+    let sandbox = &spec.sandbox;
+    if !sandbox.enabled {
+        return Ok("sandbox = \"off\": this server can reach everything toolhost's user can".to_owned());
+    }
+    crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
+    let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
+    Ok(format!(
+        "sandbox: network {}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}",
+        sandbox.network.label(),
+        sandbox.limits.memory_bytes >> 20,
+        sandbox.limits.processes,
+        sandbox.limits.open_files,
+        plan.read.len() + plan.cwd.iter().count(),
+        if plan.write.is_empty() { "only its private /tmp".to_owned() } else { format!("{} paths and its private /tmp", plan.write.len()) }
+    ))
+}
+
 /// Timeouts and limits that apply to one server's sessions.
 #[derive(Clone)]
 pub struct SessionSettings {

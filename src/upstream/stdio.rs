@@ -56,6 +56,17 @@ pub(crate) fn spawn(
         let Some(helper) = reaper.program() else {
             return Err(UpstreamError::Sandbox("toolhost runs embedded, without its own program to run the sandbox".to_owned()));
         };
+        // Fail closed: a kernel that cannot build the sandbox does not get an unconfined server.
+        let support = if crate::faults::fire("sandbox.kernel", server) {
+            Err("user namespaces are disabled (simulated)".to_owned())
+        } else {
+            crate::sandbox::kernel_support()
+        };
+        support.map_err(|missing| {
+            UpstreamError::Sandbox(format!(
+                "this kernel cannot sandbox the server: {missing}; it does not start (sandbox = \"off\" runs it unconfined)"
+            ))
+        })?;
         let plan = confinement::plan_for(spec).map_err(UpstreamError::Sandbox)?;
         let plan = serde_json::to_string(&plan).map_err(|error| UpstreamError::Sandbox(error.to_string()))?;
         let mut command = Command::new(helper);

@@ -20,8 +20,12 @@ pub struct TestDir {
 }
 
 impl TestDir {
+    /// Open to every user: a daemon run as root runs its sandboxed servers as `nobody`, and
+    /// the scripted server writes its log and pid files here.
     pub fn new() -> TestDir {
-        TestDir { dir: tempfile::tempdir().expect("a temporary directory") }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        open_to_all(dir.path());
+        TestDir { dir }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -32,6 +36,7 @@ impl TestDir {
     pub fn script(&self, name: &str, mut script: Value) -> PathBuf {
         let state_dir = self.path(&format!("{name}-state"));
         std::fs::create_dir_all(&state_dir).expect("state dir");
+        open_to_all(&state_dir);
         script["log_file"] = json!(self.path(&format!("{name}.log")));
         script["pid_file"] = json!(self.path(&format!("{name}.pids")));
         script["state_dir"] = json!(state_dir);
@@ -85,6 +90,12 @@ impl TestDir {
     pub fn db_path(&self) -> PathBuf {
         self.path("catalog.db")
     }
+}
+
+/// Mode 0777 (sticky, as /tmp is): any user may write in it.
+pub fn open_to_all(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).expect("open the directory to all");
 }
 
 /// The path of the scripted MCP server binary that cargo built for these tests.

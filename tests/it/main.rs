@@ -27,6 +27,7 @@ mod modern;
 mod mrtr;
 mod oauth;
 mod restart;
+mod sandbox;
 mod search;
 mod store_faults;
 mod telemetry;

@@ -1,0 +1,65 @@
+//! The TCP listeners' gate: a loopback connection from a process of a supervised server is
+//! closed before anything is read from it. Servers are never callers (a Unix socket's peer is
+//! refused by `Access::admit`, which sees its pid); over TCP the kernel names no pid, so the
+//! socket's owner is looked up once per connection, off the async threads.
+
+use std::io;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::access::UnixPeer;
+use crate::telemetry::throttle::Throttle;
+
+/// Connections being looked up at once; more wait in the listener's backlog.
+const MAX_PENDING: usize = 256;
+
+/// Whether the other end of `stream` is a process of a supervised server (then it is refused,
+/// and said so at WARN, at most once a second).
+pub(crate) async fn from_a_server(stream: &TcpStream) -> bool {
+    let (Ok(local), Ok(remote)) = (stream.local_addr(), stream.peer_addr()) else { return false };
+    if !remote.ip().is_loopback() {
+        return false;
+    }
+    let peer = tokio::task::spawn_blocking(move || UnixPeer::of_loopback(local, remote)).await.ok().flatten();
+    let refused = peer.is_some_and(|peer| peer.server);
+    if refused {
+        static WARNINGS: std::sync::OnceLock<Throttle> = std::sync::OnceLock::new();
+        if WARNINGS.get_or_init(|| Throttle::new(1)).admit().is_some() {
+            tracing::warn!(%remote, "refused a gRPC connection from a process of a supervised server: servers are never callers");
+        }
+    }
+    refused
+}
+
+/// Accepts plain TCP connections and hands over those that pass the gate.
+pub(crate) fn incoming(
+    listener: TcpListener,
+    tracker: &TaskTracker,
+    cancel: CancellationToken,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    let checks = tracker.clone();
+    tracker.spawn(async move {
+        let pending = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
+        loop {
+            let accepted = tokio::select! {
+                () = cancel.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            let _ = stream.set_nodelay(true);
+            let Ok(permit) = pending.clone().acquire_owned().await else { return };
+            let tx = tx.clone();
+            checks.spawn(async move {
+                let _permit = permit;
+                if !from_a_server(&stream).await {
+                    let _ = tx.send(Ok(stream)).await;
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

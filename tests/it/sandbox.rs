@@ -1,0 +1,347 @@
+//! The servers' sandbox, tried as an attacker would: a hostile stdio server (a real Python
+//! process) probes at call time, from itself and from a child it forks, everything a package
+//! turned malicious would try against toolhost, its store, its sockets and a sibling server with
+//! secrets; every attempt must fail while both servers keep answering. Then the limits: a leak,
+//! a fork bomb and a descriptor leak are each stopped alone. Runs as root in CI; the same
+//! probes against a daemon run as an unprivileged user.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::supervisor::registry::ServerState;
+
+use crate::harness::*;
+
+fn hostile_script() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hostile_server.py")
+}
+
+const PYTHON: &str = "/usr/bin/python3";
+const TOOLHOST: &str = env!("CARGO_BIN_EXE_toolhost");
+
+/// A `[servers.NAME]` table for the hostile server, started directly; toolhost's own program
+/// is an argument, so that the server can run the CLI against the daemon.
+fn hostile_table(name: &str, extra: &str) -> String {
+    format!(
+        "[servers.{name}]\ncommand = {PYTHON:?}\nargs = [{:?}, {TOOLHOST:?}]\nrequest_timeout = \"30s\"\n\
+         restart = {{ initial_backoff = \"50ms\", max_backoff = \"200ms\" }}\n{extra}\n",
+        hostile_script()
+    )
+}
+
+/// The same server started through `sh -c`: the script and the CLI are granted by name.
+fn hostile_through_a_shell(name: &str) -> String {
+    let inner = format!("exec {PYTHON} {} {TOOLHOST}", hostile_script());
+    format!(
+        "[servers.{name}]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {inner:?}]\nread = [{:?}, {TOOLHOST:?}]\nrequest_timeout = \"30s\"\n",
+        hostile_script()
+    )
+}
+
+/// Calls a hostile server's `attack` and returns every probe's result, from the server's own
+/// process and from the child it forked.
+async fn attack(app: &toolhost::app::App, server: &str, targets: &Value) -> BTreeMap<String, String> {
+    let mut client = client(app).await;
+    let reply = client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: format!("{server}__attack"),
+            arguments_json: targets.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{server}'s attack: {status:?}"))
+        .into_inner();
+    let content: Value = serde_json::from_str(&reply.content_json).unwrap();
+    let report: Value = serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap();
+    let mut results = BTreeMap::new();
+    for side in ["process", "child"] {
+        for (probe, result) in report[side].as_object().unwrap_or_else(|| panic!("no {side} results: {report}")) {
+            results.insert(format!("{side}: {probe}"), result.as_str().unwrap().to_owned());
+        }
+    }
+    results
+}
+
+fn assert_all_blocked(server: &str, results: &BTreeMap<String, String>, expected: usize) {
+    let reached: Vec<_> = results.iter().filter(|(_, result)| !result.starts_with("blocked")).collect();
+    assert!(reached.is_empty(), "{server} reached: {reached:#?}");
+    assert_eq!(results.len(), expected, "every probe ran from both processes: {results:#?}");
+}
+
+fn text_of(reply: &pb::CallToolResponse) -> String {
+    serde_json::from_str::<Value>(&reply.content_json).unwrap()[0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_server_reaches_nothing_and_every_server_keeps_working() {
+    let dir = TestDir::new();
+    let secret_file = dir.path("sibling.secret");
+    std::fs::write(&secret_file, "file-secret-of-the-sibling").unwrap();
+    let token_file = dir.path("remote.oauth.json");
+    std::fs::write(&token_file, r#"{"refresh_token":"a-refresh-token"}"#).unwrap();
+    let sibling = dir.script("sibling", json!({"tools": tools("echo", 1)}));
+    let servers = [
+        server_table(
+            "sibling",
+            &sibling,
+            &format!(
+                "audit_arguments = \"full\"\nenv = {{ SIBLING_FILE = \"${{file:{}}}\", SIBLING_ENV = \"env-secret-of-the-sibling\" }}",
+                secret_file.display()
+            ),
+        ),
+        hostile_table("hostile", ""),
+        hostile_through_a_shell("shell"),
+        format!(
+            "[servers.remote]\nurl = \"http://127.0.0.1:9/mcp\"\nauth = {{ grant = \"client_credentials\", client_id = \"c\", \
+             client_secret = \"s\", token_file = {:?} }}\n",
+            token_file.display().to_string()
+        ),
+    ];
+    let access = "[access]\n[[access.agents]]\nname = \"operator\"\nuids = [0]\nallow = [\"*\"]\nadmin = true\n";
+    let config = dir.config_with(access, &servers.join("\n"));
+    let app = start(config).await;
+    for name in ["sibling", "hostile", "shell"] {
+        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    // The sibling has served a call whose arguments the audit trail keeps.
+    let mut client = client(&app).await;
+    client
+        .call_tool(pb::CallToolRequest {
+            qualified_name: "sibling__echo0".into(),
+            arguments_json: r#"{"recorded":"audit-secret-argument"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let sibling_pid = dir.pids("sibling")[0];
+    let daemon_pid = std::process::id();
+    let unix = dir.path("toolhost.sock");
+    let tcp = tcp_addr(&app).to_string();
+    let db = dir.db_path();
+    let config_file = dir.path("toolhost.toml");
+    let wal = PathBuf::from(format!("{}-wal", db.display()));
+    let targets = json!({
+        "read": [
+            format!("/proc/{daemon_pid}/environ"), format!("/proc/{daemon_pid}/mem"), format!("/proc/{daemon_pid}/cmdline"),
+            format!("/proc/{sibling_pid}/environ"), format!("/proc/{sibling_pid}/mem"),
+            secret_file, token_file, db, wal, config_file, "/etc/shadow",
+        ],
+        "write": [db, dir.path("catalog.db-shm"), config_file, secret_file, "/usr/lib/toolhost-was-here", "/etc/passwd"],
+        "unix": [unix],
+        "tcp": [tcp],
+        "signal": [daemon_pid, sibling_pid],
+        "ptrace": true,
+        "run": [
+            [TOOLHOST, "approve", "hostile", "--all", "--addr", format!("unix:{}", unix.display())],
+            [TOOLHOST, "servers", "--addr", tcp],
+        ],
+    });
+    // 11 reads, 6 writes, 1 + 1 connects, 2 signals, ptrace, 2 commands: 24, from both processes.
+    for server in ["hostile", "shell"] {
+        let results = attack(&app, server, &targets).await;
+        assert_all_blocked(server, &results, 48);
+    }
+    // Nothing a probe tried changed the daemon's state or the sibling.
+    let echoed = client
+        .call_tool(pb::CallToolRequest { qualified_name: "sibling__echo0".into(), arguments_json: "{}".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!echoed.is_error);
+    let who = client
+        .call_tool(pb::CallToolRequest { qualified_name: "hostile__whoami".into(), arguments_json: "{}".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    let who: Value = serde_json::from_str(&text_of(&who)).unwrap();
+    assert!(who["pid"].as_i64().unwrap() < 10, "the server is a low pid in its own PID namespace: {who}");
+    assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), "file-secret-of-the-sibling");
+    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let hostile = servers.iter().find(|s| s.name == "hostile").unwrap();
+    let sandbox = hostile.sandbox.as_ref().expect("a stdio server shows its sandbox");
+    assert!(sandbox.enabled);
+    assert_eq!(sandbox.network, "none");
+    assert!(servers.iter().find(|s| s.name == "remote").unwrap().sandbox.is_none(), "an HTTP server has none");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_open() {
+    let dir = TestDir::new();
+    // The operator's token: the servers are given it too, so that only their being servers
+    // can refuse them.
+    let token = "operator-token-0123456789abcdef";
+    let token_file = dir.path("operator.token");
+    std::fs::write(&token_file, token).unwrap();
+    let servers = [hostile_table("unconfined", "sandbox = \"off\""), hostile_table("networked", "network = \"all\"")];
+    let access = format!(
+        "[access]\n[[access.agents]]\nname = \"operator\"\nuids = [0]\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\nadmin = true\n",
+        token_file.display()
+    );
+    let app = start(dir.config_with(&access, &servers.join("\n"))).await;
+    for name in ["unconfined", "networked"] {
+        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    let unix = format!("unix:{}", dir.path("toolhost.sock").display());
+    let tcp = tcp_addr(&app).to_string();
+    let approve = |addr: &str| {
+        vec![
+            TOOLHOST.to_owned(),
+            "approve".into(),
+            "unconfined".into(),
+            "--all".into(),
+            "--addr".into(),
+            addr.to_owned(),
+            "--token".into(),
+            token.into(),
+        ]
+    };
+    // The test itself, the same user with the same token, is an operator over both listeners.
+    for addr in [&unix, &tcp] {
+        let argv = approve(addr);
+        let ours = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+        assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    }
+    for (server, addr) in [("unconfined", &unix), ("unconfined", &tcp), ("networked", &tcp)] {
+        let results = attack(&app, server, &json!({"run": [approve(addr)]})).await;
+        assert_eq!(results.len(), 2);
+        for (probe, result) in &results {
+            assert!(result.starts_with("blocked"), "{server} through {addr}: {probe}: {result}");
+            // On a Unix socket the refusal names its reason; over TCP the connection is closed
+            // before a byte is read.
+            if addr == &unix {
+                assert!(result.contains("SERVER_PROCESS"), "{server} through {addr}: {probe}: {result}");
+            }
+        }
+    }
+    let servers = client(&app).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let unconfined = servers.iter().find(|s| s.name == "unconfined").unwrap().sandbox.clone().unwrap();
+    assert!(!unconfined.enabled, "sandbox = \"off\" is shown");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
+    let dir = TestDir::new();
+    let limits =
+        "limits = { memory = \"64MiB\", processes = 16, open_files = 64 }\nrestart = { initial_backoff = \"2s\", max_backoff = \"2s\" }";
+    let steady = dir.script("steady", json!({"tools": tools("echo", 1)}));
+    let servers = [
+        hostile_table("leak", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
+        hostile_table("bomb", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
+        hostile_table("files", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
+        server_table("steady", &steady, ""),
+    ];
+    let app = start(dir.config(&servers.join("\n"))).await;
+    for name in ["leak", "bomb", "files", "steady"] {
+        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    for (server, kind) in [("leak", "memory"), ("bomb", "processes"), ("files", "open_files")] {
+        let mut client = client(&app).await;
+        let call = client.call_tool(pb::CallToolRequest {
+            qualified_name: format!("{server}__runaway"),
+            arguments_json: json!({"kind": kind}).to_string(),
+            ..Default::default()
+        });
+        let failed = call.await.expect_err("the runaway call never completes: its server is stopped");
+        assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{server}: {failed:?}");
+        let view = wait_for_server(app.registry(), server, "stopped at its limit", |v| {
+            v.state == ServerState::Failed && v.last_error.as_deref().is_some_and(|e| e.contains(&format!("the {kind} limit")))
+        })
+        .await;
+        assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some(kind));
+        // The others answer all the while.
+        let echoed = client
+            .call_tool(pb::CallToolRequest { qualified_name: "steady__echo0".into(), arguments_json: "{}".into(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!echoed.is_error);
+        // And the server comes back by the usual backoff.
+        wait_for_server(app.registry(), server, "restarted", |v| v.state == ServerState::Ready).await;
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_that_cannot_sandbox_fails_the_server_closed_and_says_why() {
+    let dir = TestDir::new();
+    let script = dir.script("closed", json!({"tools": tools("t", 1)}));
+    toolhost::faults::arm("sandbox.kernel", "closed");
+    let app = start(dir.config(&server_table("closed", &script, ""))).await;
+    let view = wait_for_server(app.registry(), "closed", "failed", |v| v.state == ServerState::Failed).await;
+    let error = view.last_error.clone().unwrap_or_default();
+    assert!(error.contains("cannot sandbox") && error.contains("sandbox = \"off\""), "{error}");
+    assert!(dir.pids("closed").is_empty(), "the server never ran unconfined");
+    // The next start (the fault fired once) runs it in its sandbox.
+    wait_for_server(app.registry(), "closed", "ready", |v| v.state == ServerState::Ready).await;
+    app.shutdown().await;
+}
+
+/// The daemon as an unprivileged user, as the shipped unit runs it: the sandbox needs no
+/// capability, and the hostile server reaches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
+    if !is_root() {
+        return skipped("skipped: switching to an unprivileged user needs root");
+    }
+    const NOBODY: u32 = 65534;
+    let dir = TestDir::new();
+    let home = dir.path("home");
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let config = home.join("toolhost.toml");
+    let secret = home.join("secret");
+    std::fs::write(&secret, "unprivileged-secret").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{}\nenv = {{ S = \"${{file:{}}}\" }}\n",
+            hostile_table("hostile", ""),
+            secret.display()
+        ),
+    )
+    .unwrap();
+    chown_tree(&dir.path(""), NOBODY);
+    let mut daemon = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", TOOLHOST, "serve", "--config"])
+        .arg(&config)
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let socket = home.join("toolhost.sock");
+    let log = || std::fs::read_to_string(dir.path("daemon.log")).unwrap_or_default();
+    eventually("the unprivileged daemon's server is ready", || {
+        let output = cli_as_blocking(NOBODY, None, &socket, &["servers", "--json"]);
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.contains("\"state\":\"ready\"").then_some(())
+    })
+    .await;
+    let targets = json!({
+        "read": [config, secret, home.join("catalog.db")],
+        "write": [home.join("catalog.db"), config],
+        "unix": [socket],
+        "signal": [daemon.id()],
+        "ptrace": true,
+    });
+    let output = cli_as(NOBODY, None, &socket, &["call", "hostile__attack", "--args", &targets.to_string(), "--json"]).await;
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("blocked") && !stdout.contains("reached"), "{stdout}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    let _ = std::os::unix::fs::chown(path, Some(uid), Some(uid));
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            chown_tree(&entry.path(), uid);
+        }
+    }
+}
