@@ -34,7 +34,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search"];
+    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -51,6 +51,7 @@ fn main() {
                 "scale" => scenarios::scale().await,
                 "policy" => scenarios::policy().await,
                 "search" => search_bench::search().await,
+                "sandbox" => scenarios::sandbox().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });

@@ -23,13 +23,14 @@ async fn direct_session(tools: usize) -> Connection {
     direct_session_with(tools, None).await
 }
 
-/// [`direct_session`] with the server pinned to one CPU.
+/// [`direct_session`] with the server pinned to one CPU. The baseline is a plain child process:
+/// no sandbox.
 pub(crate) async fn direct_session_with(tools: usize, cpu: Option<usize>) -> Connection {
-    let mut text = daemon::servers(&["direct".to_owned()], tools, "");
+    let mut text = daemon::servers(&["direct".to_owned()], tools, "sandbox = \"off\"");
     if let Some(cpu) = cpu {
         let exe = std::env::current_exe().expect("the bench binary's path");
         text = format!(
-            "[servers.direct]\ncommand = \"taskset\"\nargs = [\"-c\", \"{cpu}\", {:?}, \"--serve-mcp\", \"{tools}\"]\n",
+            "[servers.direct]\ncommand = \"taskset\"\nargs = [\"-c\", \"{cpu}\", {:?}, \"--serve-mcp\", \"{tools}\"]\nsandbox = \"off\"\n",
             exe.display().to_string()
         );
     }
@@ -441,4 +442,75 @@ pub async fn policy() {
         let per_call = started.elapsed() / u32::try_from(rounds * names.len()).unwrap_or(u32::MAX);
         println!("| {label} (admit + decide) | {} ns | allowed {allowed} |", per_call.as_nanos());
     }
+}
+
+/// What the sandbox costs a server's start (spawn to the end of the handshake) and a call, on
+/// a direct session, sandboxed and not, interleaved.
+pub async fn sandbox() {
+    const STARTS: usize = 40;
+    const ROUNDS: usize = 10;
+    const PER_ROUND: usize = 2000;
+    let reaper = Arc::new(Reaper::spawn(std::path::Path::new(env!("CARGO_BIN_EXE_toolhost"))).expect("the orphan guard"));
+    let settings = SessionSettings {
+        request_timeout: Duration::from_secs(30),
+        max_message_bytes: 64 << 20,
+        shutdown_grace: Duration::from_secs(1),
+        reaper: reaper.clone(),
+        authorizer: None,
+    };
+    let connect = |sandboxed: bool| {
+        let extra = if sandboxed { "" } else { "sandbox = \"off\"" };
+        let text = daemon::servers(&["direct".to_owned()], 10, extra);
+        let config = Config::parse(std::path::Path::new("/bench/direct.toml"), &text).expect("bench config");
+        let spec = config.servers["direct"].clone();
+        let settings = settings.clone();
+        async move {
+            upstream::connect(&"direct".into(), &spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("a session")
+        }
+    };
+    let (mut plain_starts, mut sandboxed_starts) = (Vec::new(), Vec::new());
+    for i in 0..STARTS * 2 {
+        let sandboxed = i % 2 == 1;
+        let started = Instant::now();
+        let connection = connect(sandboxed).await;
+        let took = started.elapsed();
+        if sandboxed {
+            sandboxed_starts.push(took)
+        } else {
+            plain_starts.push(took)
+        }
+        connection.shutdown().await;
+    }
+    plain_starts.sort();
+    sandboxed_starts.sort();
+    let (plain, sandboxed) = (connect(false).await, connect(true).await);
+    let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
+    let (mut plain_calls, mut sandboxed_calls) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS * 2 {
+        let (session, times) = if round % 2 == 0 { (plain.handle(), &mut plain_calls) } else { (sandboxed.handle(), &mut sandboxed_calls) };
+        for _ in 0..PER_ROUND {
+            let started = Instant::now();
+            session.request("tools/call", Some(&params), Duration::from_secs(10), true).await.expect("a call");
+            times.push(started.elapsed());
+        }
+    }
+    plain_calls.sort();
+    sandboxed_calls.sort();
+    println!("{STARTS} starts each (spawn to the end of `initialize`), {} calls each, interleaved.\n", ROUNDS * PER_ROUND);
+    println!("| | start p50 ms | start p90 ms | call p50 µs | call p99 µs |");
+    println!("|---|---:|---:|---:|---:|");
+    for (label, starts, calls) in
+        [("plain child process", &plain_starts, &plain_calls), ("in its sandbox", &sandboxed_starts, &sandboxed_calls)]
+    {
+        println!(
+            "| {label} | {} | {} | {} | {} |",
+            millis(percentile(starts, 0.5)),
+            millis(percentile(starts, 0.9)),
+            micros(percentile(calls, 0.5)),
+            micros(percentile(calls, 0.99))
+        );
+    }
+    plain.shutdown().await;
+    sandboxed.shutdown().await;
+    reaper.stop().await;
 }

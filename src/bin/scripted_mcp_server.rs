@@ -135,10 +135,11 @@ fn main() {
             .append(true)
             .open(path)
             .unwrap_or_else(|err| fail(&format!("cannot open {path}: {err}")));
-        // In a sandbox the pid is the PID namespace's: the line names the namespace too, so that
-        // a test can find the process as the host numbers it.
+        // In a sandbox the pid is the PID namespace's: the line names the namespace and the
+        // process's start time too (namespace numbers are reused), so that a test can find the
+        // process as the host numbers it.
         let namespace = std::fs::read_link("/proc/self/ns/pid").map(|link| link.display().to_string()).unwrap_or_default();
-        let _ = writeln!(file, "{namespace} {}", std::process::id());
+        let _ = writeln!(file, "{namespace} {} {}", std::process::id(), start_time(std::process::id()));
         if script.spawn_grandchild {
             let grandchild = std::process::Command::new("sleep")
                 .arg("600")
@@ -146,7 +147,7 @@ fn main() {
                 .stdout(std::process::Stdio::null())
                 .spawn();
             if let Ok(grandchild) = grandchild {
-                let _ = writeln!(file, "{namespace} {}", grandchild.id());
+                let _ = writeln!(file, "{namespace} {} {}", grandchild.id(), start_time(grandchild.id()));
             }
         }
     }
@@ -584,4 +585,11 @@ fn demo_tools() -> Vec<Value> {
 fn fail(message: &str) -> ! {
     eprintln!("scripted-mcp-server: {message}");
     std::process::exit(2);
+}
+
+/// A process's start time (clock ticks since boot, the same in every PID namespace), field 22
+/// of `/proc/PID/stat`.
+fn start_time(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|end| stat[end + 2..].split(' ').nth(19)).unwrap_or("0").to_owned()
 }

@@ -65,13 +65,18 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
     let mut report = Report { ok: true, lines: Vec::new() };
     report.note(None, format!("{}: ok, {} servers", config.source.display(), config.servers.len()));
     for (name, spec) in &config.servers {
-        if let Some(problem) = missing_program(spec) {
+        let missing = missing_program(spec);
+        let program_found = missing.is_none();
+        if let Some(problem) = missing {
             report.warn(Some(name), problem);
         }
         if let Some(line) = oauth_status(name, spec) {
             report.note(Some(name), line);
         }
-        if let crate::config::Transport::Stdio(stdio) = &spec.transport {
+        // (A program found nowhere is said once, above: its sandbox cannot be planned either.)
+        if let crate::config::Transport::Stdio(stdio) = &spec.transport
+            && program_found
+        {
             match crate::upstream::sandbox_check(stdio) {
                 Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
                 Ok(line) | Err(line) => report.warn(Some(name), line),

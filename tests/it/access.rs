@@ -49,7 +49,7 @@ async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_au
         return;
     }
     let dir = TestDir::new();
-    std::fs::set_permissions(dir.path(""), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    open_to_all(&dir.path(""));
     let script = dir.script("demo", json!({}));
     let config_path = dir.path("toolhost.toml");
     std::fs::write(

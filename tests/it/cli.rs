@@ -157,7 +157,8 @@ fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
     let said = stdout(&checked);
     assert!(said.contains("warning: typo: command \"no-such-program-xyz\" is on none of the directories of PATH"), "{said}");
     assert!(said.contains("warning: missing: command") && said.contains("bin/absent is not an executable file"), "{said}");
-    assert!(!said.contains("fine:"), "{said}");
+    assert!(!said.contains("warning: fine"), "{said}");
+    assert!(said.contains("fine: sandbox: network none"), "what its sandbox will hold: {said}");
     let json = toolhost(&["check-config", "--json", "--config", config.to_str().unwrap()]);
     let report: Value = serde_json::from_str(stdout(&json).trim()).expect("JSON");
     assert_eq!(report["ok"], true);

@@ -65,9 +65,9 @@ impl TestDir {
         let ours = std::fs::read_link("/proc/self/ns/pid").map(|link| link.display().to_string()).unwrap_or_default();
         text.lines()
             .filter_map(|line| {
-                let (namespace, pid) = line.trim().split_once(' ')?;
-                let pid: i32 = pid.parse().ok()?;
-                Some(if namespace == ours { pid } else { host_pid(namespace, pid).unwrap_or(GONE) })
+                let mut fields = line.split_whitespace();
+                let (namespace, pid, started) = (fields.next()?, fields.next()?.parse::<i32>().ok()?, fields.next()?);
+                Some(if namespace == ours { pid } else { host_pid(namespace, pid, started).unwrap_or(GONE) })
             })
             .collect()
     }
@@ -178,8 +178,8 @@ pub fn tools(prefix: &str, n: usize) -> Vec<Value> {
 const GONE: i32 = i32::MAX;
 
 /// The host's pid of the process that is `pid` in the PID namespace `namespace` (as
-/// `/proc/PID/ns/pid` names it): its `NSpid` line ends with that pid.
-fn host_pid(namespace: &str, pid: i32) -> Option<i32> {
+/// `/proc/PID/ns/pid` names it) and started at `started`: its `NSpid` line ends with that pid.
+fn host_pid(namespace: &str, pid: i32, started: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
         let host: i32 = entry.file_name().to_str()?.parse().ok()?;
         let link = std::fs::read_link(entry.path().join("ns/pid")).ok()?;
@@ -188,7 +188,9 @@ fn host_pid(namespace: &str, pid: i32) -> Option<i32> {
         }
         let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
         let inner = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse::<i32>().ok()?;
-        (inner == pid).then_some(host)
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let start = stat.get(stat.rfind(')')? + 2..)?.split(' ').nth(19)?;
+        (inner == pid && start == started).then_some(host)
     })
 }
 

@@ -82,7 +82,7 @@ async fn the_socket_admits_its_group_and_refuses_other_users_by_name() {
     }
     let dir = TestDir::new();
     // Other users must be able to reach the socket's directory.
-    std::fs::set_permissions(dir.path(""), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    open_to_all(&dir.path(""));
     let script = dir.script("demo", json!({}));
     let config_path = dir.path("toolhost.toml");
     let text = format!(
