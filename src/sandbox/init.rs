@@ -61,7 +61,7 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
 
 fn exec_server(plan: &Plan, chld: &SigSet, reporter: &mut Reporter) -> ! {
     let _ = chld.thread_unblock();
-    let error = std::process::Command::new(&plan.command).args(&plan.args).exec();
+    let error = std::process::Command::new(&plan.program).arg0(&plan.command).args(&plan.args).exec();
     reporter.send(&Report::Error(format!("cannot run {}: {error}", plan.command.display())));
     std::process::exit(127)
 }

@@ -52,7 +52,10 @@ pub const SYSTEM_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "
 /// Everything the helper needs to start one server; built by the daemon for each start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
-    /// The program and its arguments (`argv[0]` is the program as configured).
+    /// The program to run: the configured one as found, behind its symbolic links (the view
+    /// shows it at that path).
+    pub program: PathBuf,
+    /// The program as configured, which the server gets as `argv[0]`, and its arguments.
     pub command: PathBuf,
     pub args: Vec<String>,
     /// Where it starts (absolute; visible read-only inside); without one, its private `/tmp`.

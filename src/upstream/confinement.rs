@@ -51,6 +51,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, String> {
     read.sort();
     read.dedup();
     Ok(Plan {
+        program: canonical(&program).unwrap_or(program),
         command: spec.command.clone(),
         args: spec.args.clone(),
         cwd,
@@ -135,7 +136,12 @@ mod tests {
         std::fs::write(&python, "#!/bin/sh\n").unwrap();
         let script = dir.path().join("server.py");
         std::fs::write(&script, "").unwrap();
-        let plan = plan_for(&spec(python.to_str().unwrap(), &[script.to_str().unwrap(), "--flag", "stdio"])).unwrap();
+        // Written with a `..`, as a path relative to a configuration file often is: the view has
+        // no directory the `..` could climb out of, so the program runs by its real path.
+        let roundabout = dir.path().join("venv/bin/../bin/python");
+        let plan = plan_for(&spec(roundabout.to_str().unwrap(), &[script.to_str().unwrap(), "--flag", "stdio"])).unwrap();
+        assert_eq!(plan.program, std::fs::canonicalize(&python).unwrap());
+        assert_eq!(plan.command, roundabout, "argv[0] stays as configured");
         let venv = std::fs::canonicalize(dir.path().join("venv")).unwrap();
         assert!(plan.read.contains(&venv), "{:?}", plan.read);
         assert!(plan.read.contains(&std::fs::canonicalize(&script).unwrap()), "{:?}", plan.read);

@@ -265,6 +265,7 @@ async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
     app.shutdown().await;
 }
 
+#[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kernel_that_cannot_sandbox_fails_the_server_closed_and_says_why() {
     let dir = TestDir::new();
