@@ -113,7 +113,27 @@ impl Door {
     /// # Errors
     /// The [`Refusal`] that turns the caller away.
     pub fn admit(&self, identity: Identity) -> Result<Caller, Refusal> {
-        self.access.admit(identity)
+        let transport = identity.transport;
+        let admitted = self.access.admit(identity);
+        // A server's process knocking is an attack, or a server misconfigured to call back:
+        // either way the operator reads it in the audit trail.
+        if let Err(Refusal::ServerProcess { identity }) = &admitted {
+            self.auditor.record(AuditRecord {
+                at_ms: crate::catalog::record::now_ms(),
+                agent: Arc::from("(a server's process)"),
+                caller: identity.clone(),
+                transport,
+                qualified_name: String::new(),
+                server: String::new(),
+                tool: String::new(),
+                generation: 0,
+                definition_hash: String::new(),
+                outcome: "server_process".to_owned(),
+                duration_us: 0,
+                arguments: None,
+            });
+        }
+        admitted
     }
 
     /// Calls a tool for `caller`: refused (and audited as refused) when its policy excludes the

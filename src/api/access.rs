@@ -15,7 +15,7 @@ use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.
     pub(crate) fn admit<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
-        self.access.admit(Identity::of_request(request)).map_err(Status::from)
+        self.door.admit(Identity::of_request(request)).map_err(Status::from)
     }
 
     /// The caller, if it is an operator.

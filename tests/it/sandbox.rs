@@ -219,7 +219,13 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
     let servers = client(&app).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
     let unconfined = servers.iter().find(|s| s.name == "unconfined").unwrap().sandbox.clone().unwrap();
     assert!(!unconfined.enabled, "sandbox = \"off\" is shown");
+    // Audited as such: the trail is written behind the call path and drained by the stop.
     app.shutdown().await;
+    let store = toolhost::catalog::store::Store::open(&dir.db_path(), 50).await.unwrap();
+    let records = store.query_audit(0, None, 100).await.unwrap();
+    let refused: Vec<_> = records.iter().filter(|record| record.outcome == "server_process").collect();
+    assert_eq!(refused.len(), 2, "the two attempts on the Unix socket: {records:?}");
+    assert!(refused.iter().all(|record| record.agent.as_ref() == "(a server's process)" && record.caller.contains("pid")), "{refused:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
