@@ -340,6 +340,16 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
     assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("blocked") && !stdout.contains("reached"), "{stdout}");
+    // Non-dumpable: another process of the daemon's own user (an unconfined server, an agent)
+    // cannot read its environment or memory.
+    for file in ["environ", "mem"] {
+        let read = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "cat"])
+            .arg(format!("/proc/{}/{file}", daemon.id()))
+            .output()
+            .unwrap();
+        assert!(!read.status.success(), "{file} of the daemon was readable by its own user");
+    }
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
     assert!(daemon.wait().unwrap().success(), "{}", log());
 }
