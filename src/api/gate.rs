@@ -40,10 +40,27 @@ pub(crate) fn incoming(
     tracker: &TaskTracker,
     cancel: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TcpStream>> {
+    accept_each(listener, tracker, cancel, MAX_PENDING, |stream| async move { (!from_a_server(&stream).await).then_some(stream) })
+}
+
+/// The accept loop of a TCP listener: each connection passes `admit` on a task of its own (at
+/// most `at_once` at a time; more wait in the backlog), and what it gives is handed over.
+pub(crate) fn accept_each<T, F, Fut>(
+    listener: TcpListener,
+    tracker: &TaskTracker,
+    cancel: CancellationToken,
+    at_once: usize,
+    admit: F,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<T>>
+where
+    T: Send + 'static,
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Option<T>> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(64);
-    let checks = tracker.clone();
+    let tasks = tracker.clone();
     tracker.spawn(async move {
-        let pending = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
+        let pending = std::sync::Arc::new(tokio::sync::Semaphore::new(at_once));
         loop {
             let accepted = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -52,11 +69,11 @@ pub(crate) fn incoming(
             let Ok((stream, _)) = accepted else { continue };
             let _ = stream.set_nodelay(true);
             let Ok(permit) = pending.clone().acquire_owned().await else { return };
-            let tx = tx.clone();
-            checks.spawn(async move {
+            let (admitted, tx) = (admit(stream), tx.clone());
+            tasks.spawn(async move {
                 let _permit = permit;
-                if !from_a_server(&stream).await {
-                    let _ = tx.send(Ok(stream)).await;
+                if let Some(connection) = admitted.await {
+                    let _ = tx.send(Ok(connection)).await;
                 }
             });
         }

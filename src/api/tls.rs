@@ -15,7 +15,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
@@ -74,37 +73,29 @@ pub(crate) fn incoming(
     tracker: &TaskTracker,
     cancel: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConnection>> {
-    let (tx, rx) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
-    let handshakes = tracker.clone();
-    tracker.spawn(async move {
-        let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-        loop {
-            let accepted = tokio::select! {
-                () = cancel.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let Ok((stream, _)) = accepted else { continue };
-            let _ = stream.set_nodelay(true);
-            let Ok(permit) = permits.clone().acquire_owned().await else { return };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            handshakes.spawn(async move {
-                let _permit = permit;
-                if super::gate::from_a_server(&stream).await {
-                    return;
+    super::gate::accept_each(listener, tracker, cancel, MAX_HANDSHAKES, move |stream| {
+        let acceptor = acceptor.clone();
+        async move {
+            if super::gate::from_a_server(&stream).await {
+                return None;
+            }
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let subject = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).and_then(subject_of);
+                    Some(TlsConnection { stream, subject })
                 }
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => {
-                        let subject = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).and_then(subject_of);
-                        let _ = tx.send(Ok(TlsConnection { stream, subject })).await;
-                    }
-                    Ok(Err(error)) => tracing::debug!(%error, "a TLS handshake failed"),
-                    Err(_) => tracing::debug!("a TLS handshake timed out"),
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "a TLS handshake failed");
+                    None
                 }
-            });
+                Err(_) => {
+                    tracing::debug!("a TLS handshake timed out");
+                    None
+                }
+            }
         }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    })
 }
 
 /// A certificate's subject in RFC 4514 form (`CN=bot,O=Example`).
