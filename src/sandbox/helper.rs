@@ -49,14 +49,17 @@ impl Reporter {
 }
 
 /// The uid and gid a sandbox's processes run as outside it (and inside: the map is one to one):
-/// the daemon's own, or `nobody`'s for a daemon run as root, so that no server is ever root on
-/// the host (root's processes are exempt from the process limit, and root reads what nobody
+/// the daemon's own, or for a daemon run as root [`SANDBOX_ID`], so that no server is ever root
+/// on the host (root's processes are exempt from the process limit, and root reads what nobody
 /// else may).
 pub(super) fn sandbox_ids() -> (Uid, Gid) {
-    if getuid().is_root() { (Uid::from_raw(NOBODY), Gid::from_raw(NOBODY)) } else { (getuid(), getgid()) }
+    if getuid().is_root() { (Uid::from_raw(SANDBOX_ID), Gid::from_raw(SANDBOX_ID)) } else { (getuid(), getgid()) }
 }
 
-const NOBODY: u32 = 65534;
+/// An id no account has: not `nobody`, which other services run as and which could then trace
+/// a server's processes (same uid) and read its secrets. Files a root daemon's server must read
+/// need to be readable by others, as for `nobody`.
+pub const SANDBOX_ID: u32 = 2_140_000_000;
 /// The init's stack (it runs the filesystem setup and Landlock's and seccomp's builders).
 const INIT_STACK: usize = 8 << 20;
 
@@ -120,12 +123,12 @@ pub fn run(plan_json: &str) -> ! {
     relay(init)
 }
 
-/// The init's uid and gid maps, written from outside (where the helper may map `nobody` when
-/// it is root, or only itself otherwise): one id inside, the same number outside.
+/// The init's uid and gid maps, written from outside (where a root helper may map any id, and
+/// an unprivileged one only itself): one id inside, the same number outside.
 fn write_maps(init: Pid) -> std::io::Result<()> {
     let (uid, gid) = sandbox_ids();
     // A root helper maps root as well: the init builds the view as root of the namespace
-    // (creating mount points needs its own id mapped), then becomes `nobody`.
+    // (creating mount points needs its own id mapped), then becomes the sandbox's id.
     let (uid_map, gid_map) = if getuid().is_root() {
         (format!("0 0 1\n{uid} {uid} 1\n"), format!("0 0 1\n{gid} {gid} 1\n"))
     } else {

@@ -38,7 +38,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use helper::run;
+pub use helper::{SANDBOX_ID, run};
 
 /// The file descriptor the helper reports on.
 pub const REPORT_FD: i32 = 3;

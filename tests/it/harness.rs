@@ -20,7 +20,8 @@ pub struct TestDir {
 }
 
 impl TestDir {
-    /// Open to every user: a daemon run as root runs its sandboxed servers as `nobody`, and
+    /// Open to every user: a daemon run as root runs its sandboxed servers as an id of
+    /// their own, and
     /// the scripted server writes its log and pid files here.
     pub fn new() -> TestDir {
         let dir = tempfile::tempdir().expect("a temporary directory");
