@@ -53,7 +53,7 @@ impl UnixPeer {
             Some(found) => found,
             None => (database_groups(cred.uid(), cred.gid()), None),
         };
-        let server = pid.is_some_and(crate::sandbox::servers::owns_pid);
+        let server = crate::sandbox::servers::may_be_a_server(cred.uid()) && pid.is_some_and(crate::sandbox::servers::owns_pid);
         Some(UnixPeer { uid: cred.uid(), gid: cred.gid(), pid, groups, unit, server })
     }
 
@@ -76,7 +76,7 @@ impl UnixPeer {
         let (uid, inode) =
             std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok).find_map(|line| socket_owner(&line, &local, &remote))?;
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
-        let server = crate::sandbox::servers::owns_socket(inode);
+        let server = crate::sandbox::servers::may_be_a_server(uid) && crate::sandbox::servers::owns_socket(inode);
         Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None, server })
     }
 

@@ -24,6 +24,12 @@ pub fn unregister(leader: i32) {
     LEADERS.lock().unwrap_or_else(PoisonError::into_inner).remove(&leader);
 }
 
+/// Whether a process of `uid` could be a server's: servers run as the daemon's user, or, under
+/// a root daemon, as the sandbox's id. Anyone else is not looked up at all.
+pub fn may_be_a_server(uid: u32) -> bool {
+    uid == nix::unistd::getuid().as_raw() || uid == super::SANDBOX_ID
+}
+
 fn leaders() -> BTreeSet<i32> {
     LEADERS.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
