@@ -47,6 +47,8 @@ pub enum ToolRef {
 #[derive(Debug)]
 pub struct CallRequest<'a> {
     pub tool: ToolRef,
+    /// Whose line the call waits in when the server's slots are taken: the agent entry.
+    pub queue_as: Arc<str>,
     /// A JSON object as text; `None` means `{}`.
     pub arguments: Option<&'a str>,
     pub expected_hash: Option<&'a str>,
@@ -217,10 +219,10 @@ impl Calls {
             generation: generation.number,
             after: timeout,
         };
-        // Calls beyond the server's limit wait here; the wait counts against the caller's deadline.
-        let permit = match tokio::time::timeout_at(deadline, view.shared.call_permits.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
+        // Calls beyond the server's limit wait here, in their agent's line (served round-robin);
+        // the wait counts against the caller's deadline.
+        let permit = match tokio::time::timeout_at(deadline, view.shared.call_queue.acquire(&request.queue_as)).await {
+            Ok(slot) => slot,
             Err(_) => return Err(expired()),
         };
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -32,6 +32,8 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             changed_since_listed: races.changed_since_listed.load(Ordering::Relaxed),
             upstream_unknown_tool: races.upstream_unknown_tool.load(Ordering::Relaxed),
         }),
+        calls_in_flight: u32::try_from(view.shared.call_queue.in_use()).unwrap_or(u32::MAX),
+        calls_waiting: u32::try_from(view.shared.call_queue.waiting()).unwrap_or(u32::MAX),
         sandbox: view.sandbox.as_ref().map(|sandbox| pb::Sandbox {
             enabled: sandbox.enabled,
             network: sandbox.network.label().to_owned(),

@@ -274,6 +274,7 @@ impl ToolHostService {
         };
         let call = CallRequest {
             tool,
+            queue_as: caller.agent.name.clone(),
             arguments: Some(request.arguments_json.as_str()),
             expected_hash: Some(request.expected_definition_hash.as_str()),
             expected_revision: Some(request.expected_catalog_revision),

@@ -35,6 +35,7 @@ impl Printer {
                         "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
                         "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
                         "store": degraded.as_deref().unwrap_or("ok"),
+                        "calls_in_flight": s.calls_in_flight, "calls_waiting": s.calls_waiting,
                         "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
                             "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit})),
                     })
@@ -55,12 +56,13 @@ impl Printer {
                     s.protocol_version.clone(),
                     s.restarts.to_string(),
                     race_total.to_string(),
+                    format!("{}/{}", s.calls_in_flight, s.calls_waiting),
                     sandbox_summary(s.sandbox.as_ref()),
                     s.last_error.clone(),
                 ]
             })
             .collect();
-        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "SANDBOX", "LAST ERROR"], &rows)?;
+        self.table(&["SERVER", "STATE", "GEN", "TOOLS", "PROTOCOL", "RESTARTS", "RACES", "CALLS", "SANDBOX", "LAST ERROR"], &rows)?;
         match degraded {
             Some(degraded) => writeln!(self.out, "\nstore: {degraded} (the stored catalog is served; changes wait for room)"),
             None => Ok(()),

@@ -229,6 +229,7 @@ impl Endpoint {
         for _ in 0..=MAX_INPUT_ROUNDS {
             let request = CallRequest {
                 tool: tool.clone(),
+                queue_as: view.caller.agent.name.clone(),
                 arguments: arguments.map(RawValue::get),
                 expected_hash: expected_hash.as_deref(),
                 expected_revision: None,

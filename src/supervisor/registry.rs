@@ -109,8 +109,8 @@ pub struct SandboxView {
 /// Per-server state shared by every snapshot of that server.
 #[derive(Debug)]
 pub struct ServerShared {
-    /// Limits calls in flight; callers beyond it wait in line.
-    pub call_permits: Arc<Semaphore>,
+    /// Limits calls in flight; callers beyond it wait in line, served round-robin by agent.
+    pub call_queue: Arc<crate::upstream::queue::CallQueue>,
     /// The call timeout when the caller sets no deadline.
     pub request_timeout: Duration,
     /// What the audit trail keeps of this server's call arguments.
@@ -260,7 +260,7 @@ impl ServerView {
             num_restarts: 0,
             num_worker_panics: 0,
             shared: Arc::new(ServerShared {
-                call_permits: Arc::new(Semaphore::new(permits)),
+                call_queue: crate::upstream::queue::CallQueue::new(permits),
                 request_timeout,
                 audit_arguments,
                 policy,

@@ -7,6 +7,7 @@ mod confinement;
 pub(crate) mod http;
 pub(crate) mod lines;
 pub mod oauth;
+pub mod queue;
 pub mod reaper;
 pub mod session;
 mod stdio;

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::upstream::queue::Slot as CallSlot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +82,7 @@ struct Shared {
     pending: Mutex<HashMap<RequestId, Slot>>,
     /// Requests whose caller gave up, holding their concurrency slot until the server answers
     /// or [`ABANDONED_GRACE`] ends.
-    abandoned: Mutex<HashMap<RequestId, (OwnedSemaphorePermit, Instant)>>,
+    abandoned: Mutex<HashMap<RequestId, (CallSlot, Instant)>>,
     abandoned_added: Notify,
     next_id: AtomicU64,
     outgoing: mpsc::Sender<String>,
@@ -123,7 +125,7 @@ struct Slot {
     reply: oneshot::Sender<Reply>,
     /// The caller's concurrency slot, released when the response arrives (or, if the caller
     /// gives up first, after the grace).
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<CallSlot>,
     /// Cancelled when the caller stops waiting: a transport stops working on the request.
     caller_gone: CancellationToken,
 }
@@ -280,7 +282,7 @@ impl SessionHandle {
         method: &str,
         params: Option<&RawValue>,
         timeout: Duration,
-        permit: OwnedSemaphorePermit,
+        permit: CallSlot,
     ) -> Result<Box<RawValue>, UpstreamError> {
         self.request_observed(method, params, timeout, true, Some(permit), |_| {}).await
     }
@@ -292,7 +294,7 @@ impl SessionHandle {
         params: Option<&RawValue>,
         timeout: Duration,
         cancellable: bool,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Option<CallSlot>,
         on_id: impl FnOnce(RequestId),
     ) -> Result<Box<RawValue>, UpstreamError> {
         if self.shared.closed.is_cancelled() {
@@ -436,7 +438,7 @@ impl Shared {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock_abandoned(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, (OwnedSemaphorePermit, Instant)>> {
+    fn lock_abandoned(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, (CallSlot, Instant)>> {
         self.abandoned.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

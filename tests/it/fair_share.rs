@@ -84,3 +84,56 @@ async fn a_flooding_caller_evicts_only_its_own_sessions_and_watch_streams() {
     assert!(event.is_some(), "the newest stream still carries events");
     app.shutdown().await;
 }
+
+/// A server's slots are shared round-robin by agent: an agent that queues twenty slow calls on
+/// a one-slot server does not make another agent's single call wait behind all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_calls_are_served_round_robin_across_agents() {
+    let dir = TestDir::new();
+    let (flood, polite) = ("flooding-agent-token-0123456789", "polite-agent-token-01234567890");
+    std::fs::write(dir.path("flood.token"), flood).unwrap();
+    std::fs::write(dir.path("polite.token"), polite).unwrap();
+    let access = format!(
+        "[access]\n[[access.agents]]\nname = \"flood\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         [[access.agents]]\nname = \"polite\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n",
+        dir.path("flood.token").display(),
+        dir.path("polite.token").display()
+    );
+    let script = dir.script("slow", json!({}));
+    let app = start(dir.config_with(&access, &server_table("slow", &script, "max_concurrent_calls = 1"))).await;
+    wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
+    let sleep = |ms: u64| pb::CallToolRequest {
+        qualified_name: "slow__sleep".into(),
+        arguments_json: json!({"ms": ms}).to_string(),
+        ..Default::default()
+    };
+    let finished = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let queue = app.registry().server("slow").unwrap().shared.call_queue.clone();
+    let mut floods = Vec::new();
+    // The flood's first call holds the one slot for a while; nineteen more queue behind it.
+    for index in 0..20 {
+        let (mut client, finished) = (agent_client(&app, flood).await, finished.clone());
+        let request = sleep(if index == 0 { 1500 } else { 20 });
+        floods.push(tokio::spawn(async move {
+            client.call_tool(request).await.unwrap();
+            finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        if index == 0 {
+            eventually("the first call holds the slot", || (queue.in_use() == 1).then_some(())).await;
+        }
+    }
+    eventually("the flood queued", || (queue.waiting() == 19).then_some(())).await;
+    let shown = agent_client(&app, polite).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    assert_eq!((shown[0].calls_in_flight, shown[0].calls_waiting), (1, 19), "ListServers shows the queue");
+    let mut client = agent_client(&app, polite).await;
+    client.call_tool(sleep(1)).await.unwrap();
+    let before_polite = finished.load(std::sync::atomic::Ordering::SeqCst);
+    // Round-robin: the polite call went in after the call at the server and at most one more
+    // of the flood's, never after the nineteen that were waiting before it.
+    assert!(before_polite <= 2, "{before_polite} flood calls finished before the polite one");
+    for task in floods {
+        task.await.unwrap();
+    }
+    assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), 20, "every flood call was served in the end");
+    app.shutdown().await;
+}
