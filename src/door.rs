@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::access::{Access, Caller, Identity, Refusal};
+use crate::access::{Access, Caller, Identity, Limited, Refusal};
 use crate::audit::{AuditRecord, Auditor};
 use crate::calls::{CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
 use crate::catalog::integrity::Hold;
@@ -152,10 +152,17 @@ impl Door {
             return refused;
         }
         // One agent's flood waits behind no one but itself.
-        let Some(_in_flight) = caller.agent.begin_call() else {
-            let busy = Err(CallError::CallerBusy { agent: caller.agent.name.to_string(), limit: crate::access::CALLS_IN_FLIGHT_PER_AGENT });
-            self.audit_call(caller, &target, arguments, started, &busy, false);
-            return busy;
+        let _in_flight = match caller.agent.begin_call() {
+            Ok(in_flight) => in_flight,
+            Err(limited) => {
+                let agent = caller.agent.name.to_string();
+                let refused = Err(match limited {
+                    Limited::Concurrency { limit } => CallError::CallerBusy { agent, limit },
+                    Limited::Rate { calls, per, retry_after } => CallError::RateLimited { agent, calls, per, retry_after },
+                });
+                self.audit_call(caller, &target, arguments, started, &refused, false);
+                return refused;
+            }
         };
         let answer = request.answer;
         let resumed = match answer {

@@ -418,6 +418,8 @@ pub async fn policy() {
             allow: vec![format!("srv{i}__*"), "shared__read_*".to_owned(), "*__search".to_owned()],
             deny: vec!["*__delete_*".to_owned(), format!("srv{i}__admin_*")],
             admin: false,
+            concurrency: toolhost::config::DEFAULT_CONCURRENCY,
+            rate: None,
         })
         .collect();
     let access = Access::new(&AccessConfig {

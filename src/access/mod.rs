@@ -9,6 +9,7 @@
 //! new requests and for open watch streams, which read it per event.
 
 pub mod identity;
+pub mod limits;
 pub mod share;
 
 use std::collections::HashMap;
@@ -56,11 +57,21 @@ pub struct Agent {
     decisions: RwLock<HashMap<Box<str>, bool>>,
     /// Calls of this entry's callers in flight, across both doors and every server.
     in_flight: AtomicUsize,
+    /// `concurrency`: past this many in flight, its next call is refused at once, so one
+    /// agent's flood queues behind no one but itself.
+    pub concurrency: usize,
+    /// `rate`, when set.
+    pub rate: Option<limits::Gcra>,
 }
 
-/// Calls one agent entry may have in flight at once: past this, its next call is refused at
-/// once, so one agent's flood queues behind no one but itself.
-pub const CALLS_IN_FLIGHT_PER_AGENT: usize = 1024;
+/// Why an agent entry's call was refused before it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limited {
+    /// `concurrency` calls are in flight.
+    Concurrency { limit: usize },
+    /// The `rate` is used up; a call may start after `retry_after`.
+    Rate { calls: u32, per: std::time::Duration, retry_after: std::time::Duration },
+}
 
 /// One call counted against its agent entry's in-flight share; dropping it ends the call.
 pub struct InFlight {
@@ -162,6 +173,8 @@ fn allowing_everything(name: String) -> AgentConfig {
         allow: vec!["*".to_owned()],
         deny: Vec::new(),
         admin: false,
+        concurrency: crate::config::DEFAULT_CONCURRENCY,
+        rate: None,
     }
 }
 
@@ -216,18 +229,36 @@ impl Agent {
             allows_everything: config.allow.iter().any(|pattern| pattern == "*") && config.deny.is_empty(),
             decisions: RwLock::default(),
             in_flight: AtomicUsize::new(0),
+            concurrency: usize::try_from(config.concurrency).unwrap_or(usize::MAX),
+            rate: config.rate.map(limits::Gcra::new),
         }
     }
 
-    /// Counts a call against this entry's share ([`CALLS_IN_FLIGHT_PER_AGENT`]); `None` when the
-    /// share is taken. No lock, no allocation: it is on the call path.
-    pub fn begin_call(self: &Arc<Agent>) -> Option<InFlight> {
+    /// Counts a call against this entry's limits: its `rate` (a refused call uses none of it)
+    /// and its `concurrency`. No lock, no allocation: it is on the call path.
+    ///
+    /// # Errors
+    /// [`Limited`]: which limit, and for a rate when to retry.
+    pub fn begin_call(self: &Arc<Agent>) -> Result<InFlight, Limited> {
         let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if taken >= CALLS_IN_FLIGHT_PER_AGENT {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
+        // From here the slot is held: dropping `in_flight` gives it back on every path.
+        let in_flight = InFlight { agent: self.clone() };
+        if taken >= self.concurrency {
+            return Err(Limited::Concurrency { limit: self.concurrency });
         }
-        Some(InFlight { agent: self.clone() })
+        if let Some(rate) = &self.rate {
+            rate.take(std::time::Instant::now()).map_err(|retry_after| Limited::Rate {
+                calls: rate.limit.calls,
+                per: rate.limit.per,
+                retry_after,
+            })?;
+        }
+        Ok(in_flight)
+    }
+
+    /// Calls in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
     }
 
     /// An agent entry that allows everything, for tests of what is bound to a caller.
@@ -283,12 +314,13 @@ mod tests {
     fn an_agent_has_at_most_its_share_of_calls_in_flight() {
         let agent = Arc::new(Agent::named_for_tests("busy"));
         let other = Arc::new(Agent::named_for_tests("quiet"));
-        let held: Vec<InFlight> = (0..CALLS_IN_FLIGHT_PER_AGENT).map(|_| agent.begin_call().expect("within the share")).collect();
-        assert!(agent.begin_call().is_none(), "past its share");
-        assert!(other.begin_call().is_some(), "another agent is not affected");
+        let held: Vec<InFlight> = (0..agent.concurrency).map(|_| agent.begin_call().expect("within the share")).collect();
+        assert_eq!(agent.begin_call().err(), Some(Limited::Concurrency { limit: 1024 }), "past its share");
+        assert_eq!(agent.in_flight(), 1024, "a refused call holds nothing");
+        assert!(other.begin_call().is_ok(), "another agent is not affected");
         drop(held);
-        assert!(agent.begin_call().is_some(), "calls that ended give their place back");
-        assert_eq!(agent.in_flight.load(Ordering::Acquire), 0);
+        assert!(agent.begin_call().is_ok(), "calls that ended give their place back");
+        assert_eq!(agent.in_flight(), 0);
     }
 
     fn agent(name: &str, allow: &[&str], deny: &[&str]) -> AgentConfig {
@@ -302,6 +334,8 @@ mod tests {
             allow: allow.iter().map(|s| (*s).to_owned()).collect(),
             deny: deny.iter().map(|s| (*s).to_owned()).collect(),
             admin: false,
+            concurrency: crate::config::DEFAULT_CONCURRENCY,
+            rate: None,
         }
     }
 

@@ -56,6 +56,7 @@ impl ToolHostService {
             visible_tools,
             callable_tools,
             visible_servers,
+            limits: Some(agent_limits(&caller.agent)),
         })
     }
 
@@ -134,5 +135,18 @@ fn audit_message(record: AuditRecord) -> pb::AuditRecord {
         duration_us: record.duration_us,
         arguments: record.arguments.unwrap_or_default(),
         host_id: String::new(),
+    }
+}
+
+/// An agent entry's limits as `WhoAmI` tells them.
+fn agent_limits(agent: &crate::access::Agent) -> pb::AgentLimits {
+    let rate = agent.rate.as_ref();
+    pb::AgentLimits {
+        concurrency: u32::try_from(agent.concurrency).unwrap_or(u32::MAX),
+        in_flight: u32::try_from(agent.in_flight()).unwrap_or(u32::MAX),
+        rate_calls: rate.map_or(0, |rate| rate.limit.calls),
+        rate_per_ms: rate.map_or(0, |rate| u64::try_from(rate.limit.per.as_millis()).unwrap_or(u64::MAX)),
+        rate_burst: rate.map_or(0, |rate| rate.limit.burst),
+        rate_available: rate.map_or(0, |rate| rate.available(std::time::Instant::now())),
     }
 }

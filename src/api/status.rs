@@ -133,7 +133,7 @@ impl From<CallError> for Status {
                 Code::FailedPrecondition
             }
             CallError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            CallError::Overloaded { .. } | CallError::CallerBusy { .. } => Code::ResourceExhausted,
+            CallError::Overloaded { .. } | CallError::CallerBusy { .. } | CallError::RateLimited { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
             CallError::NotAllowed { .. } => Code::PermissionDenied,
             CallError::Continuation(problem) => match problem {
@@ -146,7 +146,14 @@ impl From<CallError> for Status {
             CallError::Store(detail) => return internal(detail),
         };
         let explained = error.explain();
-        status(code, error.to_string(), explained.reason, explained.details)
+        let mut status = status(code, error.to_string(), explained.reason, explained.details);
+        if let CallError::RateLimited { retry_after, .. } = &error {
+            // RetryInfo beside the ErrorInfo: what gRPC clients' retry policies read.
+            let mut details = status.get_error_details();
+            details.set_retry_info(Some(*retry_after));
+            status = Status::with_error_details(status.code(), status.message().to_owned(), details);
+        }
+        status
     }
 }
 

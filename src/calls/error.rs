@@ -53,6 +53,8 @@ pub enum CallError {
     Overloaded { server: String, tool: String },
     #[error("agent {agent:?} has {limit} calls in flight, its share: try again when some have ended")]
     CallerBusy { agent: String, limit: usize },
+    #[error("agent {agent:?} may start {calls} calls per {per:?} and has: try again in {retry_after:?}")]
+    RateLimited { agent: String, calls: u32, per: Duration, retry_after: Duration },
     #[error("{server}/{tool} rejected the arguments: {message}")]
     UpstreamInvalidParams { server: String, tool: String, generation: u64, message: String },
     #[error("{server}/{tool} failed with JSON-RPC error {code}: {message}")]
@@ -101,6 +103,7 @@ impl CallError {
             CallError::SessionLost { .. } => "session_lost",
             CallError::Overloaded { .. } => "overloaded",
             CallError::CallerBusy { .. } => "concurrency_limited",
+            CallError::RateLimited { .. } => "rate_limited",
             CallError::UpstreamInvalidParams { .. } => "invalid_params",
             CallError::Upstream { .. } => "upstream_error",
             CallError::InvalidResult { .. } => "invalid_result",
@@ -133,6 +136,7 @@ impl CallError {
             | CallError::Store(_)
             | CallError::NotAllowed { .. }
             | CallError::CallerBusy { .. }
+            | CallError::RateLimited { .. }
             | CallError::Continuation(_) => None,
         }
     }
@@ -206,6 +210,14 @@ impl CallError {
             CallError::SessionLost { server, tool, generation, .. } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
             CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
             CallError::CallerBusy { agent, limit } => ("CONCURRENCY_LIMITED", vec![("agent", agent.clone()), ("limit", limit.to_string())]),
+            CallError::RateLimited { agent, calls, per, retry_after } => (
+                "RATE_LIMITED",
+                vec![
+                    ("agent", agent.clone()),
+                    ("limit", format!("{calls} per {}", humantime::format_duration(*per))),
+                    ("retry_after_ms", retry_after.as_millis().max(1).to_string()),
+                ],
+            ),
             CallError::UpstreamInvalidParams { server, tool, generation, .. } => ("UPSTREAM_INVALID_PARAMS", at(server, tool, *generation)),
             CallError::Upstream { server, tool, generation, code, .. } => {
                 let mut details = at(server, tool, *generation);

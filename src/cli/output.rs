@@ -300,6 +300,8 @@ impl Printer {
             "transport": who.transport, "uid": who.uid, "gid": who.gid, "pid": who.pid, "groups": who.groups, "unit": who.unit,
             "token_presented": who.token_presented, "agent": who.agent, "admin": who.admin,
             "visible_servers": who.visible_servers, "visible_tools": who.visible_tools, "callable_tools": who.callable_tools,
+            "limits": who.limits.as_ref().map(|l| json!({"concurrency": l.concurrency, "in_flight": l.in_flight,
+                "rate": (l.rate_calls > 0).then(|| json!({"calls": l.rate_calls, "per_ms": l.rate_per_ms, "burst": l.rate_burst, "available": l.rate_available}))})),
         });
         if self.json {
             return self.json_line(&value);
@@ -317,7 +319,22 @@ impl Printer {
         let token = if who.token_presented { " with a bearer token" } else { "" };
         writeln!(self.out, "caller:  {caller}{token}")?;
         writeln!(self.out, "agent:   {}{}", who.agent, if who.admin { " (operator)" } else { "" })?;
-        writeln!(self.out, "tools:   {} visible on {} servers, {} callable now", who.visible_tools, who.visible_servers, who.callable_tools)
+        writeln!(
+            self.out,
+            "tools:   {} visible on {} servers, {} callable now",
+            who.visible_tools, who.visible_servers, who.callable_tools
+        )?;
+        let Some(limits) = &who.limits else { return Ok(()) };
+        let rate = match limits.rate_calls {
+            0 => "no rate limit".to_owned(),
+            calls => format!(
+                "{calls} calls per {} (burst {}), {} could start now",
+                humantime::format_duration(std::time::Duration::from_millis(limits.rate_per_ms)),
+                limits.rate_burst,
+                limits.rate_available
+            ),
+        };
+        writeln!(self.out, "limits:  {} of {} calls in flight; {rate}", limits.in_flight, limits.concurrency)
     }
 
     pub(crate) fn audit(&mut self, records: &[pb::AuditRecord]) -> std::io::Result<()> {

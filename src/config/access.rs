@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::raw::{RawAccess, RawAgent};
-use super::{AccessConfig, AgentConfig, KeyProblem, ServerSpec, parse_duration, resolve_group};
+use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, RateLimit, ServerSpec, parse_duration, resolve_group};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -78,8 +78,31 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
             return Err(("subjects".into(), format!("{subject:?} is not a certificate subject like \"CN=bot,O=Example\"")));
         }
     }
+    let concurrency = match raw.concurrency {
+        None => DEFAULT_CONCURRENCY,
+        Some(0) => return Err(("concurrency".into(), "must be at least 1".into())),
+        Some(limit) => limit,
+    };
+    let rate = raw
+        .rate
+        .map(|rate| {
+            let per = humantime::parse_duration(&rate.per).ok().filter(|per| !per.is_zero() && *per <= DAY).ok_or_else(|| {
+                ("rate.per".to_owned(), format!("{:?} is not a duration between 1ms and a day (\"1s\", \"1m\")", rate.per))
+            })?;
+            if rate.calls == 0 {
+                return Err(("rate.calls".to_owned(), "must be at least 1".to_owned()));
+            }
+            let burst = rate.burst.unwrap_or(rate.calls);
+            if burst == 0 {
+                return Err(("rate.burst".to_owned(), "must be at least 1".to_owned()));
+            }
+            Ok(RateLimit { calls: rate.calls, per, burst })
+        })
+        .transpose()?;
     Ok(AgentConfig {
         name: raw.name,
+        concurrency,
+        rate,
         uids,
         gids,
         units: raw.units,

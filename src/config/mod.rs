@@ -90,7 +90,23 @@ pub struct AgentConfig {
     /// May use the operator RPCs (refresh, restart, audit) and gets real errors for tools it
     /// may not use, instead of "unknown tool".
     pub admin: bool,
+    /// Calls in flight at once, across both doors and every server.
+    pub concurrency: u32,
+    /// Calls started per period, with a burst; `None`: no rate limit.
+    pub rate: Option<RateLimit>,
 }
+
+/// `rate = { calls = 10, per = "1s", burst = 20 }`: on average `calls` per `per`, at most
+/// `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub calls: u32,
+    pub per: Duration,
+    pub burst: u32,
+}
+
+/// An agent entry's calls in flight when it sets no `concurrency`.
+pub const DEFAULT_CONCURRENCY: u32 = 1024;
 
 /// What the audit trail keeps of a call's arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -74,6 +74,18 @@ pub(crate) struct RawAgent {
     pub(crate) deny: Vec<String>,
     #[serde(default)]
     pub(crate) admin: bool,
+    /// Calls in flight at once across every server (default 1024).
+    pub(crate) concurrency: Option<u32>,
+    /// `{ calls = 10, per = "1s", burst = 20 }`.
+    pub(crate) rate: Option<RawRate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRate {
+    pub(crate) calls: u32,
+    pub(crate) per: String,
+    pub(crate) burst: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, Default)]

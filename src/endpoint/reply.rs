@@ -65,11 +65,13 @@ pub(super) fn reason_data(reason: &str, facts: &[(&str, String)]) -> Box<RawValu
     data.insert("domain".into(), Value::from("toolhost"));
     for (key, value) in facts {
         let clean = crate::door::truncate(crate::secrets::redact_owned(value.clone()), 256);
-        let value = match (key.ends_with("generation"), clean.parse::<u64>()) {
+        let value = match (key.ends_with("generation") || *key == "retry_after_ms", clean.parse::<u64>()) {
             (true, Ok(number)) => Value::from(number),
             _ => Value::from(clean),
         };
-        data.insert((*key).to_owned(), value);
+        // When to retry, under the name MCP clients look for.
+        let key = if *key == "retry_after_ms" { "retryAfterMs" } else { key };
+        data.insert(key.to_owned(), value);
     }
     RawValue::from_string(Value::Object(data).to_string()).unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())
 }
@@ -97,6 +99,7 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::SessionLost { .. }
         | CallError::Overloaded { .. }
         | CallError::CallerBusy { .. }
+        | CallError::RateLimited { .. }
         | CallError::InvalidResult { .. }
         | CallError::TaskRequired { .. }
         | CallError::DefinitionHeld { .. } => SERVER_ERROR,

@@ -137,3 +137,79 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
     assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), 20, "every flood call was served in the end");
     app.shutdown().await;
 }
+
+/// An agent entry's `rate` and `concurrency`: past them a call is refused at once, typed, with
+/// when to retry, on both doors, audited; `whoami` tells what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry() {
+    let dir = TestDir::new();
+    let (limited, narrow) = ("rate-limited-agent-token-012345", "narrow-agent-token-0123456789ab");
+    std::fs::write(dir.path("limited.token"), limited).unwrap();
+    std::fs::write(dir.path("narrow.token"), narrow).unwrap();
+    let access = format!(
+        "[access]\n[[access.agents]]\nname = \"limited\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         rate = {{ calls = 3, per = \"1h\", burst = 3 }}\n\
+         [[access.agents]]\nname = \"narrow\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\nconcurrency = 1\n",
+        dir.path("limited.token").display(),
+        dir.path("narrow.token").display()
+    );
+    let script = dir.script("demo", json!({"calls_file": dir.path("calls.log")}));
+    let app = start(dir.config_with(&format!("{}\n{access}", mcp_section("")), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let echo =
+        || pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: r#"{"text":"hi"}"#.into(), ..Default::default() };
+
+    let mut client = agent_client(&app, limited).await;
+    let who = client.who_am_i(pb::WhoAmIRequest {}).await.unwrap().into_inner().limits.unwrap();
+    assert_eq!((who.rate_calls, who.rate_burst, who.rate_available), (3, 3, 3));
+    for _ in 0..3 {
+        client.call_tool(echo()).await.unwrap();
+    }
+    let refused = client.call_tool(echo()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let (reason, metadata) = error_info(&refused);
+    assert_eq!(reason, "RATE_LIMITED");
+    let retry_ms: u64 = metadata["retry_after_ms"].parse().unwrap();
+    assert!((1_000_000..=1_200_000).contains(&retry_ms), "one interval (20 min) until the next call: {retry_ms}");
+    use tonic_types::StatusExt;
+    let retry = refused.get_details_retry_info().expect("RetryInfo").retry_delay.unwrap();
+    assert_eq!(retry.as_millis() as u64 / 1000, retry_ms / 1000);
+    assert_eq!(client.who_am_i(pb::WhoAmIRequest {}).await.unwrap().into_inner().limits.unwrap().rate_available, 0);
+
+    // The same agent over MCP: a JSON-RPC error with the reason and retryAfterMs.
+    let auth = format!("Bearer {limited}");
+    let headers = [
+        JSON_HEADERS[0],
+        JSON_HEADERS[1],
+        ("Authorization", auth.as_str()),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "demo__echo"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (_, _, answer) = http(mcp_http(&app), "POST", "/mcp", &headers, &body.to_string()).await;
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_else(|_| panic!("{answer}"));
+    assert_eq!(answer["error"]["data"]["reason"], "RATE_LIMITED", "{answer}");
+    assert!(answer["error"]["data"]["retryAfterMs"].as_u64().is_some_and(|ms| ms > 1_000_000), "{answer}");
+
+    // concurrency = 1: a second call while one is in flight is refused at once.
+    let mut narrow_client = agent_client(&app, narrow).await;
+    let slow = pb::CallToolRequest { qualified_name: "demo__sleep".into(), arguments_json: r#"{"ms":1500}"#.into(), ..Default::default() };
+    let mut first = agent_client(&app, narrow).await;
+    let running = tokio::spawn(async move { first.call_tool(slow).await });
+    let calls = dir.path("calls.log");
+    eventually("the first call is at the server", || std::fs::read_to_string(&calls).ok().filter(|log| log.contains("start")).map(|_| ()))
+        .await;
+    let busy = narrow_client.call_tool(echo()).await.unwrap_err();
+    assert_eq!(error_info(&busy).0, "CONCURRENCY_LIMITED");
+    running.await.unwrap().unwrap();
+    narrow_client.call_tool(echo()).await.unwrap();
+
+    app.shutdown().await;
+    let store = toolhost::catalog::store::Store::open(&dir.db_path(), 50).await.unwrap();
+    let outcomes: Vec<String> = store.query_audit(0, None, 100).await.unwrap().into_iter().map(|record| record.outcome).collect();
+    assert_eq!(outcomes.iter().filter(|outcome| *outcome == "rate_limited").count(), 2, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|outcome| *outcome == "concurrency_limited").count(), 1, "{outcomes:?}");
+}
