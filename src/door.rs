@@ -136,6 +136,32 @@ impl Door {
         admitted
     }
 
+    /// Counts the call against every quota of the caller's entry that covers the tool, in the
+    /// store; fails closed when the count cannot be written.
+    async fn take_quotas(&self, caller: &Caller, target: &ToolRef) -> Result<(), CallError> {
+        if caller.agent.quotas.is_empty() {
+            return Ok(());
+        }
+        let qualified = qualified_target(target);
+        for quota in caller.agent.quotas.iter().filter(|quota| quota.applies_to(&qualified)) {
+            let now = crate::catalog::record::now_ms();
+            let (window, ends_at) = quota.window(now);
+            let taken = self.store.take_quota(&caller.agent.name, &quota.key, window, quota.calls).await.map_err(|error| {
+                CallError::Store(format!("cannot count the call against agent {:?}'s quota: {error}", caller.agent.name))
+            })?;
+            if !taken {
+                return Err(CallError::QuotaExhausted {
+                    agent: caller.agent.name.to_string(),
+                    tool: qualified.into_owned(),
+                    calls: quota.calls,
+                    per: quota.per,
+                    retry_after: std::time::Duration::from_millis(u64::try_from(ends_at.saturating_sub(now)).unwrap_or(0)),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Calls a tool for `caller`: refused (and audited as refused) when its policy excludes the
     /// tool, else routed through [`Calls`] and audited with its outcome.
     ///
@@ -164,6 +190,11 @@ impl Door {
                 return refused;
             }
         };
+        if let Err(exhausted) = self.take_quotas(caller, &target).await {
+            let refused = Err(exhausted);
+            self.audit_call(caller, &target, arguments, started, &refused, false);
+            return refused;
+        }
         let answer = request.answer;
         let resumed = match answer {
             Some(answer) => {

@@ -420,6 +420,7 @@ pub async fn policy() {
             admin: false,
             concurrency: toolhost::config::DEFAULT_CONCURRENCY,
             rate: None,
+            quotas: Vec::new(),
         })
         .collect();
     let access = Access::new(&AccessConfig {

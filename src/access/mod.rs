@@ -62,6 +62,30 @@ pub struct Agent {
     pub concurrency: usize,
     /// `rate`, when set.
     pub rate: Option<limits::Gcra>,
+    /// `quota`s, counted in the store.
+    pub quotas: Vec<CompiledQuota>,
+}
+
+/// One quota of an agent entry.
+pub struct CompiledQuota {
+    tools: Vec<WildMatch>,
+    pub calls: u32,
+    pub per: std::time::Duration,
+    /// What the store counts it under: its definition, so that a changed quota starts afresh.
+    pub key: String,
+}
+
+impl CompiledQuota {
+    pub fn applies_to(&self, qualified: &str) -> bool {
+        self.tools.iter().any(|glob| glob.matches(qualified))
+    }
+
+    /// The fixed window (aligned to the Unix epoch) that `now_ms` falls in, and when it ends.
+    pub fn window(&self, now_ms: i64) -> (u64, i64) {
+        let per = i64::try_from(self.per.as_millis()).unwrap_or(i64::MAX).max(1);
+        let index = now_ms.max(0) / per;
+        (u64::try_from(index).unwrap_or(0), index.saturating_add(1).saturating_mul(per))
+    }
 }
 
 /// Why an agent entry's call was refused before it started.
@@ -175,6 +199,7 @@ fn allowing_everything(name: String) -> AgentConfig {
         admin: false,
         concurrency: crate::config::DEFAULT_CONCURRENCY,
         rate: None,
+        quotas: Vec::new(),
     }
 }
 
@@ -231,6 +256,16 @@ impl Agent {
             in_flight: AtomicUsize::new(0),
             concurrency: usize::try_from(config.concurrency).unwrap_or(usize::MAX),
             rate: config.rate.map(limits::Gcra::new),
+            quotas: config
+                .quotas
+                .iter()
+                .map(|quota| CompiledQuota {
+                    tools: globs(&quota.tools),
+                    calls: quota.calls,
+                    per: quota.per,
+                    key: format!("{} per {}ms", quota.tools.join(","), quota.per.as_millis()),
+                })
+                .collect(),
         }
     }
 
@@ -336,6 +371,7 @@ mod tests {
             admin: false,
             concurrency: crate::config::DEFAULT_CONCURRENCY,
             rate: None,
+            quotas: Vec::new(),
         }
     }
 

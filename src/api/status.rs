@@ -133,7 +133,10 @@ impl From<CallError> for Status {
                 Code::FailedPrecondition
             }
             CallError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            CallError::Overloaded { .. } | CallError::CallerBusy { .. } | CallError::RateLimited { .. } => Code::ResourceExhausted,
+            CallError::Overloaded { .. }
+            | CallError::CallerBusy { .. }
+            | CallError::RateLimited { .. }
+            | CallError::QuotaExhausted { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
             CallError::NotAllowed { .. } => Code::PermissionDenied,
             CallError::Continuation(problem) => match problem {
@@ -147,7 +150,7 @@ impl From<CallError> for Status {
         };
         let explained = error.explain();
         let mut status = status(code, error.to_string(), explained.reason, explained.details);
-        if let CallError::RateLimited { retry_after, .. } = &error {
+        if let CallError::RateLimited { retry_after, .. } | CallError::QuotaExhausted { retry_after, .. } = &error {
             // RetryInfo beside the ErrorInfo: what gRPC clients' retry policies read.
             let mut details = status.get_error_details();
             details.set_retry_info(Some(*retry_after));

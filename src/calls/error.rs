@@ -55,6 +55,8 @@ pub enum CallError {
     CallerBusy { agent: String, limit: usize },
     #[error("agent {agent:?} may start {calls} calls per {per:?} and has: try again in {retry_after:?}")]
     RateLimited { agent: String, calls: u32, per: Duration, retry_after: Duration },
+    #[error("agent {agent:?} may call {tool:?} {calls} times per {per:?} and has: the quota renews in {retry_after:?}")]
+    QuotaExhausted { agent: String, tool: String, calls: u32, per: Duration, retry_after: Duration },
     #[error("{server}/{tool} rejected the arguments: {message}")]
     UpstreamInvalidParams { server: String, tool: String, generation: u64, message: String },
     #[error("{server}/{tool} failed with JSON-RPC error {code}: {message}")]
@@ -104,6 +106,7 @@ impl CallError {
             CallError::Overloaded { .. } => "overloaded",
             CallError::CallerBusy { .. } => "concurrency_limited",
             CallError::RateLimited { .. } => "rate_limited",
+            CallError::QuotaExhausted { .. } => "quota_exhausted",
             CallError::UpstreamInvalidParams { .. } => "invalid_params",
             CallError::Upstream { .. } => "upstream_error",
             CallError::InvalidResult { .. } => "invalid_result",
@@ -137,6 +140,7 @@ impl CallError {
             | CallError::NotAllowed { .. }
             | CallError::CallerBusy { .. }
             | CallError::RateLimited { .. }
+            | CallError::QuotaExhausted { .. }
             | CallError::Continuation(_) => None,
         }
     }
@@ -210,6 +214,15 @@ impl CallError {
             CallError::SessionLost { server, tool, generation, .. } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
             CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
             CallError::CallerBusy { agent, limit } => ("CONCURRENCY_LIMITED", vec![("agent", agent.clone()), ("limit", limit.to_string())]),
+            CallError::QuotaExhausted { agent, tool, calls, per, retry_after } => (
+                "QUOTA_EXHAUSTED",
+                vec![
+                    ("agent", agent.clone()),
+                    ("tool", tool.clone()),
+                    ("limit", format!("{calls} per {}", humantime::format_duration(*per))),
+                    ("retry_after_ms", retry_after.as_millis().max(1).to_string()),
+                ],
+            ),
             CallError::RateLimited { agent, calls, per, retry_after } => (
                 "RATE_LIMITED",
                 vec![

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::raw::{RawAccess, RawAgent};
-use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, RateLimit, ServerSpec, parse_duration, resolve_group};
+use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerSpec, parse_duration, resolve_group};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -99,10 +99,33 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
             Ok(RateLimit { calls: rate.calls, per, burst })
         })
         .transpose()?;
+    let raw_quotas = match raw.quota {
+        None => Vec::new(),
+        Some(super::raw::RawQuotas::One(quota)) => vec![quota],
+        Some(super::raw::RawQuotas::Many(quotas)) => quotas,
+    };
+    let mut quotas = Vec::with_capacity(raw_quotas.len());
+    for quota in raw_quotas {
+        if quota.tools.is_empty() {
+            return Err(("quota.tools".into(), "name at least one tool glob".into()));
+        }
+        for pattern in &quota.tools {
+            check_tool_pattern(pattern, servers).map_err(|problem| ("quota.tools".to_owned(), problem))?;
+        }
+        if quota.calls == 0 {
+            return Err(("quota.calls".into(), "must be at least 1 (deny the tools instead)".into()));
+        }
+        let per = humantime::parse_duration(&quota.per)
+            .ok()
+            .filter(|per| *per >= Duration::from_secs(1) && *per <= 366 * DAY)
+            .ok_or_else(|| ("quota.per".to_owned(), format!("{:?} is not a period between 1s and a year (\"1h\", \"1d\")", quota.per)))?;
+        quotas.push(Quota { tools: quota.tools, calls: quota.calls, per });
+    }
     Ok(AgentConfig {
         name: raw.name,
         concurrency,
         rate,
+        quotas,
         uids,
         gids,
         units: raw.units,

@@ -94,6 +94,16 @@ pub struct AgentConfig {
     pub concurrency: u32,
     /// Calls started per period, with a burst; `None`: no rate limit.
     pub rate: Option<RateLimit>,
+    /// Calls per fixed window to the tools some globs match, counted in the store.
+    pub quotas: Vec<Quota>,
+}
+
+/// `quota = { tools = ["billing__*"], calls = 10, per = "1d" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    pub tools: Vec<String>,
+    pub calls: u32,
+    pub per: Duration,
 }
 
 /// `rate = { calls = 10, per = "1s", burst = 20 }`: on average `calls` per `per`, at most

@@ -78,6 +78,23 @@ pub(crate) struct RawAgent {
     pub(crate) concurrency: Option<u32>,
     /// `{ calls = 10, per = "1s", burst = 20 }`.
     pub(crate) rate: Option<RawRate>,
+    /// `{ tools = ["billing__*"], calls = 10, per = "1d" }`, or a list of them.
+    pub(crate) quota: Option<RawQuotas>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawQuotas {
+    One(RawQuota),
+    Many(Vec<RawQuota>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuota {
+    pub(crate) tools: Vec<String>,
+    pub(crate) calls: u32,
+    pub(crate) per: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -100,6 +100,7 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::Overloaded { .. }
         | CallError::CallerBusy { .. }
         | CallError::RateLimited { .. }
+        | CallError::QuotaExhausted { .. }
         | CallError::InvalidResult { .. }
         | CallError::TaskRequired { .. }
         | CallError::DefinitionHeld { .. } => SERVER_ERROR,

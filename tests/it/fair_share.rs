@@ -213,3 +213,45 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
     assert_eq!(outcomes.iter().filter(|outcome| *outcome == "rate_limited").count(), 2, "{outcomes:?}");
     assert_eq!(outcomes.iter().filter(|outcome| *outcome == "concurrency_limited").count(), 1, "{outcomes:?}");
 }
+
+/// A quota on some tools holds across a restart (it is counted in the store) and leaves the
+/// agent's other tools alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_holds_across_a_restart() {
+    let dir = TestDir::new();
+    let token = "quota-agent-token-0123456789abcd";
+    std::fs::write(dir.path("quota.token"), token).unwrap();
+    let access = format!(
+        "[access]\n[[access.agents]]\nname = \"metered\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         quota = {{ tools = [\"demo__echo\"], calls = 2, per = \"1d\" }}\n",
+        dir.path("quota.token").display()
+    );
+    let script = dir.script("demo", json!({}));
+    let config = dir.config_with(&access, &server_table("demo", &script, ""));
+    let call = |name: &str| pb::CallToolRequest {
+        qualified_name: name.into(),
+        arguments_json: r#"{"text":"hi","a":1,"b":2}"#.into(),
+        ..Default::default()
+    };
+    let app = start(config.clone()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = agent_client(&app, token).await;
+    for _ in 0..2 {
+        client.call_tool(call("demo__echo")).await.unwrap();
+    }
+    let refused = client.call_tool(call("demo__echo")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let (reason, metadata) = error_info(&refused);
+    assert_eq!(reason, "QUOTA_EXHAUSTED");
+    assert_eq!(metadata["limit"], "2 per 1day");
+    assert!(metadata["retry_after_ms"].parse::<u64>().unwrap() <= 24 * 3600 * 1000);
+    client.call_tool(call("demo__add")).await.expect("a tool the quota does not cover");
+    app.shutdown().await;
+
+    let app = start(config).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = agent_client(&app, token).await;
+    let still = client.call_tool(call("demo__echo")).await.unwrap_err();
+    assert_eq!(error_info(&still).0, "QUOTA_EXHAUSTED", "the count survived the restart");
+    app.shutdown().await;
+}

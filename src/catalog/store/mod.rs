@@ -27,6 +27,7 @@ pub mod approvals;
 mod audit;
 mod degraded;
 pub mod fleet;
+mod quotas;
 mod search;
 mod snapshot;
 mod writer;
