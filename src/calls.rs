@@ -105,6 +105,10 @@ impl Calls {
         Calls { registry, store, refresher, metrics }
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Calls a tool. The current span (the API's call span) gets the attributes the trace
     /// needs: the server, the generation and definition hash the call ran against, what the
     /// caller had listed, and a `toolhost.stale_tool` event for a race.

@@ -136,6 +136,21 @@ impl Door {
         admitted
     }
 
+    /// A call refused at one of its agent entry's limits: audited and counted.
+    fn limited(
+        &self,
+        caller: &Caller,
+        target: &ToolRef,
+        arguments: &str,
+        started: (i64, Instant),
+        refused: &Result<CallResult, CallError>,
+    ) {
+        if let Err(error @ (CallError::CallerBusy { .. } | CallError::RateLimited { .. } | CallError::QuotaExhausted { .. })) = refused {
+            self.calls.metrics().record_limited(&caller.agent.name, error.kind());
+        }
+        self.audit_call(caller, target, arguments, started, refused, false);
+    }
+
     /// Counts the call against every quota of the caller's entry that covers the tool, in the
     /// store; fails closed when the count cannot be written.
     async fn take_quotas(&self, caller: &Caller, target: &ToolRef) -> Result<(), CallError> {
@@ -186,13 +201,13 @@ impl Door {
                     Limited::Concurrency { limit } => CallError::CallerBusy { agent, limit },
                     Limited::Rate { calls, per, retry_after } => CallError::RateLimited { agent, calls, per, retry_after },
                 });
-                self.audit_call(caller, &target, arguments, started, &refused, false);
+                self.limited(caller, &target, arguments, started, &refused);
                 return refused;
             }
         };
         if let Err(exhausted) = self.take_quotas(caller, &target).await {
             let refused = Err(exhausted);
-            self.audit_call(caller, &target, arguments, started, &refused, false);
+            self.limited(caller, &target, arguments, started, &refused);
             return refused;
         }
         let answer = request.answer;

@@ -22,6 +22,7 @@ pub struct Metrics {
     worker_panics: Counter<u64>,
     fleet_drift: Counter<u64>,
     oauth_tokens: Counter<u64>,
+    refusals: Counter<u64>,
 }
 
 /// The fleet store's gauges; dropping them unregisters the callbacks.
@@ -106,6 +107,10 @@ impl Metrics {
                 .u64_counter("toolhost.oauth.token_requests")
                 .with_description("Token requests to authorization servers, by grant and outcome")
                 .build(),
+            refusals: meter
+                .u64_counter("toolhost.agent.limited")
+                .with_description("Calls refused before they started because an agent entry was over a limit, by agent and reason")
+                .build(),
         }
     }
 
@@ -121,6 +126,12 @@ impl Metrics {
         }
         self.operation_duration.record(duration.as_secs_f64(), &attributes);
         self.calls.add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.call.outcome", outcome)]);
+    }
+
+    /// A call refused at an agent entry's limit (`concurrency_limited`, `rate_limited`,
+    /// `quota_exhausted`).
+    pub fn record_limited(&self, agent: &str, reason: &'static str) {
+        self.refusals.add(1, &[KeyValue::new("toolhost.agent", agent.to_owned()), KeyValue::new("toolhost.limit.reason", reason)]);
     }
 
     pub fn record_enumeration(&self, server: &str, reason: &'static str, outcome: &'static str, duration: Duration) {

@@ -426,6 +426,7 @@ fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
         "toolhost_tools",
         "toolhost_tools_held",
         "toolhost_server_restarts_total",
+        "toolhost_agent_limited_total",
     ] {
         assert!(text.contains(name), "the dashboard does not chart {name}");
     }
