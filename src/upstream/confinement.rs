@@ -36,6 +36,11 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, String> {
         read.extend(canonical(&candidate));
     }
     read.extend(sandbox.read.iter().filter_map(|path| canonical(path)));
+    if sandbox.network == crate::sandbox::Network::All {
+        // Name resolution: /etc is shown, but its resolv.conf is often a link into /run
+        // (systemd-resolved), which is not.
+        read.extend(canonical(Path::new("/etc/resolv.conf")));
+    }
     let write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
     let cwd =
         spec.cwd.as_deref().map(|cwd| canonical(cwd).ok_or_else(|| format!("the cwd {} does not exist", cwd.display()))).transpose()?;
