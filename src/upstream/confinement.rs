@@ -164,6 +164,15 @@ mod tests {
     }
 
     #[test]
+    fn a_networked_server_sees_where_resolv_conf_links_to() {
+        let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf") else { return };
+        let mut networked = spec("sh", &[]);
+        networked.sandbox.network = crate::sandbox::Network::All;
+        assert!(plan_for(&networked).unwrap().read.contains(&resolv));
+        assert!(!plan_for(&spec("sh", &[])).unwrap().read.contains(&resolv) || resolv.starts_with("/etc"));
+    }
+
+    #[test]
     fn a_program_that_is_nowhere_is_named() {
         assert!(plan_for(&spec("no-such-program-xyz", &[])).unwrap_err().contains("no-such-program-xyz"));
     }
