@@ -202,7 +202,7 @@ fn read_only(view: &Path, path: &Path) -> Result<(), String> {
 }
 
 /// Hides a private place of the daemon's that a grant would show: an empty read-only tmpfs on
-/// a directory, the null device on anything else.
+/// a directory, an empty read-only file on anything else.
 fn mask(path: &Path) -> Result<(), String> {
     let view = inside(path);
     let Ok(meta) = std::fs::symlink_metadata(&view) else { return Ok(()) };
@@ -216,8 +216,13 @@ fn mask(path: &Path) -> Result<(), String> {
             &format!("hide {}", path.display()),
         )
     } else {
-        let null = Path::new(OLD).join("dev/null");
-        mount_ctx(Some(null.as_path()), &view, None, MsFlags::MS_BIND, None, &format!("hide {}", path.display()))?;
+        // An empty regular file on the scratch root, read-only: reads find nothing and writes
+        // fail (the null device would take writes and say they worked).
+        let empty = Path::new("/masked");
+        if !empty.exists() {
+            std::fs::File::create(empty).map_err(|error| format!("create the mask file: {error}"))?;
+        }
+        mount_ctx(Some(empty), &view, None, MsFlags::MS_BIND, None, &format!("hide {}", path.display()))?;
         mount_ctx(
             None,
             &view,

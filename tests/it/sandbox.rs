@@ -301,11 +301,19 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
     let config = home.join("toolhost.toml");
     let secret = home.join("secret");
     std::fs::write(&secret, "unprivileged-secret").unwrap();
+    // A systemd credential, as LoadCredential= gives one.
+    let credentials = home.join("credentials");
+    std::fs::create_dir_all(&credentials).unwrap();
+    std::fs::write(credentials.join("token"), "credential-secret").unwrap();
+    // The server may read the whole home directory: everything private in it is masked.
+    let granted = format!("read = [{:?}]", home.display().to_string());
+    let public = home.join("public.txt");
+    std::fs::write(&public, "anyone may read this").unwrap();
     std::fs::write(
         &config,
         format!(
-            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{}\nenv = {{ S = \"${{file:{}}}\" }}\n",
-            hostile_table("hostile", ""),
+            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{}\nenv = {{ S = \"${{file:{}}}\", C = \"${{cred:token}}\" }}\n",
+            hostile_table("hostile", &granted),
             secret.display()
         ),
     )
@@ -316,6 +324,7 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
         .arg(&config)
         .env("HOME", &home)
         .env("XDG_RUNTIME_DIR", home.join("run"))
+        .env("CREDENTIALS_DIRECTORY", &credentials)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.path("daemon.log")).unwrap())
@@ -330,7 +339,7 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
     })
     .await;
     let targets = json!({
-        "read": [config, secret, home.join("catalog.db")],
+        "read": [public, config, secret, home.join("catalog.db"), credentials.join("token"), home.join("run/toolhost")],
         "write": [home.join("catalog.db"), config],
         "unix": [socket],
         "signal": [daemon.id()],
@@ -339,7 +348,11 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
     let output = cli_as(NOBODY, None, &socket, &["call", "hostile__attack", "--args", &targets.to_string(), "--json"]).await;
     assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("blocked") && !stdout.contains("reached"), "{stdout}");
+    // Only the one file the grant shows and nothing private is reached, from both processes.
+    let reached: Vec<&str> = stdout.match_indices("reached").map(|(at, _)| &stdout[at.saturating_sub(120)..at]).collect();
+    assert_eq!(reached.len(), 2, "{stdout}");
+    assert!(reached.iter().all(|before| before.contains("public.txt")), "{stdout}");
+    assert!(stdout.contains("blocked"), "{stdout}");
     // Non-dumpable: another process of the daemon's own user (an unconfined server, an agent)
     // cannot read its environment or memory.
     for file in ["environ", "mem"] {
