@@ -214,23 +214,12 @@ impl CallError {
             CallError::SessionLost { server, tool, generation, .. } => ("OUTCOME_UNKNOWN", at(server, tool, *generation)),
             CallError::Overloaded { server, tool } => ("SERVER_OVERLOADED", vec![("server", server.clone()), ("tool", tool.clone())]),
             CallError::CallerBusy { agent, limit } => ("CONCURRENCY_LIMITED", vec![("agent", agent.clone()), ("limit", limit.to_string())]),
-            CallError::QuotaExhausted { agent, tool, calls, per, retry_after } => (
-                "QUOTA_EXHAUSTED",
-                vec![
-                    ("agent", agent.clone()),
-                    ("tool", tool.clone()),
-                    ("limit", format!("{calls} per {}", humantime::format_duration(*per))),
-                    ("retry_after_ms", retry_after.as_millis().max(1).to_string()),
-                ],
-            ),
-            CallError::RateLimited { agent, calls, per, retry_after } => (
-                "RATE_LIMITED",
-                vec![
-                    ("agent", agent.clone()),
-                    ("limit", format!("{calls} per {}", humantime::format_duration(*per))),
-                    ("retry_after_ms", retry_after.as_millis().max(1).to_string()),
-                ],
-            ),
+            CallError::QuotaExhausted { agent, tool, calls, per, retry_after } => {
+                let mut details = over_limit(agent, *calls, *per, *retry_after);
+                details.insert(1, ("tool", tool.clone()));
+                ("QUOTA_EXHAUSTED", details)
+            }
+            CallError::RateLimited { agent, calls, per, retry_after } => ("RATE_LIMITED", over_limit(agent, *calls, *per, *retry_after)),
             CallError::UpstreamInvalidParams { server, tool, generation, .. } => ("UPSTREAM_INVALID_PARAMS", at(server, tool, *generation)),
             CallError::Upstream { server, tool, generation, code, .. } => {
                 let mut details = at(server, tool, *generation);
@@ -251,4 +240,13 @@ impl CallError {
         };
         Explained { reason, details }
     }
+}
+
+/// What a refusal at an agent's rate or quota tells: whose, the limit, and when to retry.
+fn over_limit(agent: &str, calls: u32, per: Duration, retry_after: Duration) -> Vec<(&'static str, String)> {
+    vec![
+        ("agent", agent.to_owned()),
+        ("limit", format!("{calls} per {}", humantime::format_duration(per))),
+        ("retry_after_ms", retry_after.as_millis().max(1).to_string()),
+    ]
 }

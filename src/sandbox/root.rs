@@ -22,27 +22,13 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 pub(super) fn build(plan: &Plan) -> Result<(), String> {
     // Nothing mounted here propagates back to the host.
     mount_ctx(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None, "make the mount namespace private")?;
-    mount_ctx(
-        Some(Path::new("tmpfs")),
-        "/tmp",
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755,size=1m"),
-        "mount the scratch root",
-    )?;
+    mount_tmpfs("/tmp", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=1m", "mount the scratch root")?;
     for dir in ["/tmp/oldroot", "/tmp/newroot"] {
         std::fs::create_dir(dir).map_err(|error| format!("create {dir}: {error}"))?;
     }
     pivot_root("/tmp", "/tmp/oldroot").map_err(|errno| format!("pivot_root to the scratch root: {}", errno.desc()))?;
     chdir("/").map_err(|errno| format!("chdir /: {}", errno.desc()))?;
-    mount_ctx(
-        Some(Path::new("tmpfs")),
-        NEW,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755,size=1m"),
-        "mount the new root",
-    )?;
+    mount_tmpfs(NEW, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=1m", "mount the new root")?;
 
     // The private places first: a grant below /tmp is bound on top of the private /tmp.
     private_tmp(plan)?;
@@ -92,27 +78,13 @@ fn private_tmp(plan: &Plan) -> Result<(), String> {
     let tmp = inside(Path::new("/tmp"));
     mkdir_all(&tmp)?;
     let options = format!("mode=1777,size={}", plan.limits.tmp_bytes);
-    mount_ctx(
-        Some(Path::new("tmpfs")),
-        &tmp,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(&options),
-        "mount the private /tmp",
-    )
+    mount_tmpfs(&tmp, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, &options, "mount the private /tmp")
 }
 
 fn private_dev() -> Result<(), String> {
     let dev = inside(Path::new("/dev"));
     mkdir_all(&dev)?;
-    mount_ctx(
-        Some(Path::new("tmpfs")),
-        &dev,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("mode=0755,size=64k"),
-        "mount /dev",
-    )?;
+    mount_tmpfs(&dev, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, "mode=0755,size=64k", "mount /dev")?;
     for device in DEVICES {
         let host = Path::new(OLD).join("dev").join(device);
         if !host.exists() {
@@ -129,14 +101,7 @@ fn private_dev() -> Result<(), String> {
     }
     let shm = dev.join("shm");
     mkdir_all(&shm)?;
-    mount_ctx(
-        Some(Path::new("tmpfs")),
-        &shm,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=1777,size=64m"),
-        "mount /dev/shm",
-    )?;
+    mount_tmpfs(&shm, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=1777,size=64m", "mount /dev/shm")?;
     mount_ctx(
         None,
         &dev,
@@ -207,12 +172,10 @@ fn mask(path: &Path) -> Result<(), String> {
     let view = inside(path);
     let Ok(meta) = std::fs::symlink_metadata(&view) else { return Ok(()) };
     if meta.is_dir() {
-        mount_ctx(
-            Some(Path::new("tmpfs")),
+        mount_tmpfs(
             &view,
-            Some("tmpfs"),
             MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some("mode=0000,size=4k"),
+            "mode=0000,size=4k",
             &format!("hide {}", path.display()),
         )
     } else {
@@ -259,4 +222,9 @@ fn mount_ctx(
     what: &str,
 ) -> Result<(), String> {
     mount(source, target.as_ref(), fstype, flags, data).map_err(|errno| format!("{what}: {}", errno.desc()))
+}
+
+/// A fresh tmpfs on `target`, with `options` (mode, size).
+fn mount_tmpfs(target: impl AsRef<Path>, flags: MsFlags, options: &str, what: &str) -> Result<(), String> {
+    mount_ctx(Some(Path::new("tmpfs")), target, Some("tmpfs"), flags, Some(options), what)
 }

@@ -52,7 +52,9 @@ pub(crate) fn spawn(
     spec: &StdioSpec,
     reaper: Arc<Reaper>,
 ) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
-    let mut command = if spec.sandbox.enabled {
+    // The sandbox helper in place of the server (it execs the server inside), with its report
+    // pipe; or, with `sandbox = "off"`, the server itself in its `cwd`.
+    let (mut command, report_pipe) = if spec.sandbox.enabled {
         let Some(helper) = reaper.program() else {
             return Err(UpstreamError::Sandbox("toolhost runs embedded, without its own program to run the sandbox".to_owned()));
         };
@@ -71,12 +73,17 @@ pub(crate) fn spawn(
         let plan = serde_json::to_string(&plan).map_err(|error| UpstreamError::Sandbox(error.to_string()))?;
         let mut command = Command::new(helper);
         command.arg(crate::sandbox::HELPER_COMMAND).arg(plan);
-        command
+        let pipe = crate::sandbox::report::attach(&mut command)
+            .map_err(|error| UpstreamError::Sandbox(format!("cannot make its report pipe: {error}")))?;
+        (command, Some(pipe))
     } else {
         warn_unconfined(server);
         let mut command = Command::new(&spec.command);
         command.args(&spec.args);
-        command
+        if let Some(cwd) = &spec.cwd {
+            command.current_dir(cwd);
+        }
+        (command, None)
     };
     // A clean environment: a server never sees another's credentials, nor the service
     // manager's variables (NOTIFY_SOCKET and the like), only the base set, what it inherits by
@@ -93,19 +100,6 @@ pub(crate) fn spawn(
         .process_group(0)
         // If toolhost's owner drops the handle without the shutdown sequence, the child still dies.
         .kill_on_drop(true);
-    if let Some(cwd) = &spec.cwd
-        && !spec.sandbox.enabled
-    {
-        command.current_dir(cwd);
-    }
-    let report_pipe = if spec.sandbox.enabled {
-        Some(
-            crate::sandbox::report::attach(&mut command)
-                .map_err(|error| UpstreamError::Sandbox(format!("cannot make its report pipe: {error}")))?,
-        )
-    } else {
-        None
-    };
     let mut child = command.spawn().map_err(|source| UpstreamError::Spawn { command: spec.command.display().to_string(), source })?;
     let reports = report_pipe.map(|pipe| {
         drop(pipe.sender);
