@@ -9,7 +9,7 @@ mod error;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use serde_json::value::RawValue;
@@ -116,7 +116,6 @@ impl Calls {
     /// # Errors
     /// [`CallError`]; a tool's own failure is an `Ok` result with `is_error` set.
     pub async fn call(&self, request: CallRequest<'_>, resumed: Option<&Pending>) -> Result<CallResult, CallError> {
-        let started = Instant::now();
         let span = tracing::Span::current();
         if let Some(hash) = request.expected_hash.filter(|h| !h.is_empty()) {
             // A real hash is 64 characters; anything longer is a caller's noise, cut short.
@@ -126,15 +125,13 @@ impl Calls {
             span.set_attribute("toolhost.listed.catalog_revision", revision as i64);
         }
         let result = self.call_inner(request, resumed).await;
-        let (outcome, error_type) = match &result {
-            Ok(result) if result.outcome.input_required.is_some() => ("input_required", None),
-            Ok(result) if result.outcome.is_error => ("tool_error", Some("tool_error")),
-            Ok(_) => ("ok", None),
-            Err(error) => ("error", Some(error.kind())),
+        // The door's span gets `error.type` from the door ([`crate::door::observe_call`]).
+        let outcome = match &result {
+            Ok(result) if result.outcome.input_required.is_some() => "input_required",
+            Ok(result) if result.outcome.is_error => "tool_error",
+            Ok(_) => "ok",
+            Err(_) => "error",
         };
-        if let Some(error_type) = error_type {
-            span.set_attribute("error.type", error_type);
-        }
         // Metric attributes name configured servers only: a caller's made-up name must not
         // create a new time series.
         let server = match &result {
@@ -142,7 +139,7 @@ impl Calls {
             Err(CallError::UnknownServer(_) | CallError::UnknownTool { .. }) => String::new(),
             Err(error) => error.server().unwrap_or_default().to_owned(),
         };
-        self.metrics.record_call(&server, started.elapsed(), outcome, error_type);
+        self.metrics.record_call(&server, outcome);
         result
     }
 
@@ -192,29 +189,11 @@ impl Calls {
         let Some(session) = view.session.clone() else {
             return Err(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason: None });
         };
-        let upstream_span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", tool.name), otel.kind = "client");
-        upstream_span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
-        upstream_span.set_attribute("gen_ai.tool.name", tool.name.clone());
-        upstream_span.set_attribute("network.transport", crate::telemetry::network_transport(view.transport));
-        upstream_span.set_attribute("toolhost.server", view.name.to_string());
-        upstream_span.set_attribute("toolhost.generation", generation.number as i64);
-        if let Some(hello) = &view.hello {
-            upstream_span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
-        }
-        let trace_meta = upstream_span.in_scope(propagation::current_meta);
-        let progress = request.progress.map(|sink| session.route_progress(sink));
-        let modern = view.hello.as_ref().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
-        let extra = CallExtras {
-            progress_token: progress.as_ref().map(|route| route.token),
-            // Only a 2026-07-28 server reads capabilities per request.
-            capabilities: request.client_capabilities.filter(|_| modern),
-            responses: match request.answer {
-                Some(answer) => Some(continuation::check_responses(answer.responses)?),
-                None => None,
-            },
-            state: resumed.and_then(|pending| pending.request_state.as_deref()),
+        let arguments = check_arguments(request.arguments)?;
+        let responses = match request.answer {
+            Some(answer) => Some(continuation::check_responses(answer.responses)?),
+            None => None,
         };
-        let params = call_params(&tool.name, request.arguments, &trace_meta, &extra)?;
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
         let deadline = crate::deadline::after(timeout);
         let expired = || CallError::DeadlineExceeded {
@@ -234,13 +213,25 @@ impl Calls {
         if remaining < MIN_FORWARD_BUDGET {
             return Err(expired());
         }
+        // From here the request goes to the server: its client span and duration start.
+        let mut operation = session.operation(METHOD_TOOLS_CALL, Some(&tool.name));
+        operation.tool(&tool.name);
+        let upstream_span = operation.span().clone();
+        upstream_span.set_attribute("toolhost.generation", generation.number as i64);
+        let trace_meta = upstream_span.in_scope(propagation::current_meta);
+        let progress = request.progress.map(|sink| session.route_progress(sink));
+        let modern = view.hello.as_ref().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
+        let extra = CallExtras {
+            progress_token: progress.as_ref().map(|route| route.token),
+            // Only a 2026-07-28 server reads capabilities per request.
+            capabilities: request.client_capabilities.filter(|_| modern),
+            responses,
+            state: resumed.and_then(|pending| pending.request_state.as_deref()),
+        };
+        let params = call_params(&tool.name, arguments, &trace_meta, &extra)?;
         // The slot stays taken until the server answers, even if the caller gives up first.
         let result = session.request_holding(METHOD_TOOLS_CALL, Some(&params), remaining, permit).instrument(upstream_span.clone()).await;
-        match &result {
-            Ok(_) => {}
-            Err(UpstreamError::Rpc(error)) => upstream_span.set_attribute("rpc.response.status_code", error.code.to_string()),
-            Err(error) => upstream_span.set_attribute("error.type", upstream_error_type(error)),
-        }
+        crate::upstream::session::judge(&mut operation, &result);
         let at = |server: &ServerView| (server.name.to_string(), tool.name.clone(), generation.number);
         match result {
             Ok(result) => {
@@ -249,7 +240,7 @@ impl Calls {
                     CallError::InvalidResult { server, tool, generation, message }
                 })?;
                 if outcome.is_error {
-                    upstream_span.set_attribute("error.type", "tool_error");
+                    operation.tool_error();
                 }
                 if outcome.input_required.is_some() {
                     upstream_span.set_attribute("mcp.result_type", "input_required");
@@ -267,7 +258,7 @@ impl Calls {
             Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message, &tool.name) => {
                 view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
                 self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
-                upstream_span.set_attribute("error.type", "stale_tool");
+                upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
                 // The server knows better than the catalog: look again, at once. The enumeration
                 // that follows links back to this call.
                 self.refresher.refresh_linked(
@@ -426,16 +417,6 @@ impl Calls {
     }
 }
 
-fn upstream_error_type(error: &UpstreamError) -> &'static str {
-    match error {
-        UpstreamError::Timeout { .. } => "timeout",
-        UpstreamError::Closed | UpstreamError::Lost(_) => "session_lost",
-        UpstreamError::NotSent(_) => "not_sent",
-        UpstreamError::Overloaded => "overloaded",
-        _ => "upstream_error",
-    }
-}
-
 fn unknown(tool: &ToolRef) -> CallError {
     match tool {
         ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
@@ -459,18 +440,18 @@ struct CallExtras<'a> {
 /// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
 /// trace context when a trace is recorded. A retry of an `input_required` call adds
 /// `inputResponses` and (only when the server sent one) `requestState`.
-fn call_params(
-    name: &str,
-    arguments: Option<&str>,
-    meta: &HashMap<String, String>,
-    extra: &CallExtras<'_>,
-) -> Result<Box<RawValue>, CallError> {
-    let progress_token = extra.progress_token;
+/// The call's arguments as the JSON object text they must be (`{}` when none were given).
+fn check_arguments(arguments: Option<&str>) -> Result<&RawValue, CallError> {
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     if !raw.get().starts_with('{') {
         return Err(CallError::InvalidArguments("expected an object, like {\"key\": \"value\"}".to_owned()));
     }
+    Ok(raw)
+}
+
+fn call_params(name: &str, raw: &RawValue, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
+    let progress_token = extra.progress_token;
     let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     let mut params = format!(r#"{{"name":{name},"arguments":{}"#, raw.get());
     if let Some(responses) = extra.responses {
@@ -521,25 +502,29 @@ fn is_unknown_tool(code: i64, message: &str, tool: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn params_of(arguments: Option<&str>, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
+        call_params("t", check_arguments(arguments)?, meta, extra)
+    }
+
     #[test]
     fn arguments_must_be_one_json_object_and_are_forwarded_verbatim() {
         let none = HashMap::new();
-        assert_eq!(call_params("t", None, &none, &CallExtras::default()).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
+        assert_eq!(params_of(None, &none, &CallExtras::default()).unwrap().get(), r#"{"name":"t","arguments":{}}"#);
         let meta = HashMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]);
         assert_eq!(
-            call_params("t", None, &meta, &CallExtras::default()).unwrap().get(),
+            params_of(None, &meta, &CallExtras::default()).unwrap().get(),
             r#"{"name":"t","arguments":{},"_meta":{"traceparent":"00-abc-def-01"}}"#
         );
         assert_eq!(
-            call_params("t", None, &meta, &CallExtras { progress_token: Some(7), ..CallExtras::default() }).unwrap().get(),
+            params_of(None, &meta, &CallExtras { progress_token: Some(7), ..CallExtras::default() }).unwrap().get(),
             r#"{"name":"t","arguments":{},"_meta":{"progressToken":7,"traceparent":"00-abc-def-01"}}"#
         );
         assert_eq!(
-            call_params("t", Some(r#"{"big": 12345678901234567890}"#), &none, &CallExtras::default()).unwrap().get(),
+            params_of(Some(r#"{"big": 12345678901234567890}"#), &none, &CallExtras::default()).unwrap().get(),
             r#"{"name":"t","arguments":{"big": 12345678901234567890}}"#
         );
         for bad in ["[1]", "\"x\"", "{", "{} {}", "null"] {
-            assert!(matches!(call_params("t", Some(bad), &none, &CallExtras::default()), Err(CallError::InvalidArguments(_))), "{bad}");
+            assert!(matches!(params_of(Some(bad), &none, &CallExtras::default()), Err(CallError::InvalidArguments(_))), "{bad}");
         }
     }
 
@@ -551,11 +536,11 @@ mod tests {
         let extra =
             CallExtras { responses: Some(&responses), state: Some(&state), capabilities: Some(&capabilities), ..CallExtras::default() };
         assert_eq!(
-            call_params("t", None, &HashMap::new(), &extra).unwrap().get(),
+            params_of(None, &HashMap::new(), &extra).unwrap().get(),
             r#"{"name":"t","arguments":{},"inputResponses":{"q":{"action":"accept"}},"requestState":"opaque \u00e9","_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}"#
         );
         let without_state = CallExtras { responses: Some(&responses), ..CallExtras::default() };
-        assert!(!call_params("t", None, &HashMap::new(), &without_state).unwrap().get().contains("requestState"));
+        assert!(!params_of(None, &HashMap::new(), &without_state).unwrap().get().contains("requestState"));
     }
 
     #[test]

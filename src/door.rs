@@ -14,6 +14,8 @@ use crate::catalog::integrity::Hold;
 use crate::catalog::names;
 use crate::catalog::store::Store;
 use crate::config::AuditArguments;
+use crate::telemetry::mcp::Operation;
+use opentelemetry::KeyValue;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Search hits fetched beyond the limit, for those the caller's policy then hides.
@@ -106,6 +108,10 @@ impl Door {
 
     pub fn access(&self) -> &Arc<Access> {
         &self.access
+    }
+
+    pub fn metrics(&self) -> &crate::telemetry::metrics::Metrics {
+        self.calls.metrics()
     }
 
     /// The agent entry that admits `identity`.
@@ -314,6 +320,27 @@ impl Door {
             duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
             arguments,
         });
+    }
+}
+
+/// Marks a door's server operation (its span and `mcp.server.operation.duration`) with what the
+/// call came to: the tool, only once the call reached a real one (a made-up name never becomes a
+/// time series), a tool's own failure, and toolhost's outcome. The door adds its protocol's
+/// error code.
+pub fn observe_call(operation: &mut Operation, result: &Result<CallResult, CallError>) {
+    match result {
+        Ok(done) => {
+            operation.tool(&names::qualify(&done.server, &done.name));
+            if done.outcome.is_error {
+                operation.tool_error();
+            }
+        }
+        Err(error) => {
+            if let Some((server, tool)) = error.resolved_tool() {
+                operation.tool(&names::qualify(server, tool));
+            }
+            operation.attribute(KeyValue::new("toolhost.outcome", error.kind()));
+        }
     }
 }
 

@@ -19,6 +19,8 @@ use crate::door::{Door, Presentation, qualified_target, refused_tool, server_vis
 use crate::supervisor::Refresher;
 use crate::supervisor::integrity::Approver;
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
+use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
+use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::propagation;
 use serde_json::value::RawValue;
 use tracing::Instrument;
@@ -176,16 +178,34 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             r => format!("{}/{}", r.server, r.name),
         };
         let target = super::status::truncate(target, MAX_ECHOED_NAME_BYTES);
-        // The gRPC server span of the call, continuing the agent's trace if it sent one.
-        let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {target}"), otel.kind = "server");
+        // The call's server span (the MCP conventions: toolhost answers a tools/call, here over
+        // gRPC), continuing the agent's trace if it sent one.
+        let wire = match request.remote_addr() {
+            Some(addr) => Wire::http(Some(Arc::from(addr.ip().to_string())), Some(addr.port())),
+            None => Wire::unix(Some("http")),
+        };
+        let histogram = &self.door.metrics().server_operation_duration;
+        let mut operation = Operation::start(Side::Server, histogram, METHOD_TOOLS_CALL, Some(&target), &wire);
+        operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "grpc"));
+        let span = operation.span().clone();
         propagation::continue_from(&span, request.metadata());
-        span.set_attribute("mcp.method.name", "tools/call");
-        span.set_attribute("gen_ai.tool.name", target);
         span.set_attribute("rpc.system", "grpc");
         span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
-        let caller = self.admit(&request)?;
-        span.set_attribute("toolhost.agent", caller.agent.name.to_string());
-        self.call_tool_in(request, caller).instrument(span).await
+        let answered = async {
+            let caller = self.admit(&request)?;
+            span.set_attribute("toolhost.agent", caller.agent.name.to_string());
+            self.call_tool_in(request, caller, &mut operation).await
+        }
+        .instrument(span.clone())
+        .await;
+        let code = answered.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+        span.set_attribute("rpc.response.status_code", super::status::code_name(code));
+        if let Err(status) = &answered {
+            // Refusals before the call (admission, a malformed request) fail here; a call's own
+            // failure was already named by its kind.
+            operation.failed(super::status::code_name(code), status.message());
+        }
+        answered
     }
 
     async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
@@ -248,7 +268,12 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 }
 
 impl ToolHostService {
-    async fn call_tool_in(&self, request: Request<pb::CallToolRequest>, caller: Caller) -> Result<Response<pb::CallToolResponse>, Status> {
+    async fn call_tool_in(
+        &self,
+        request: Request<pb::CallToolRequest>,
+        caller: Caller,
+        operation: &mut Operation,
+    ) -> Result<Response<pb::CallToolResponse>, Status> {
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
         let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
@@ -284,6 +309,10 @@ impl ToolHostService {
             client_capabilities: capabilities,
         };
         let result = self.door.call(&caller, call).await;
+        crate::door::observe_call(operation, &result);
+        if let Err(error) = &result {
+            operation.failed(error.kind(), &error.to_string());
+        }
         let result = result?;
         let input_required = match (result.outcome.input_required, result.continuation) {
             (Some(input), Some((token, expires_at_unix_ms))) => Some(pb::InputRequired {

@@ -118,6 +118,23 @@ impl CallError {
         }
     }
 
+    /// The server and tool (its upstream name) of a call that was resolved to a real tool
+    /// before it failed; `None` for a refusal or a name nothing answers to.
+    pub fn resolved_tool(&self) -> Option<(&str, &str)> {
+        match self {
+            CallError::Unavailable { server, tool, .. }
+            | CallError::DeadlineExceeded { server, tool, .. }
+            | CallError::SessionLost { server, tool, .. }
+            | CallError::Overloaded { server, tool }
+            | CallError::UpstreamInvalidParams { server, tool, .. }
+            | CallError::Upstream { server, tool, .. }
+            | CallError::InvalidResult { server, tool, .. }
+            | CallError::TaskRequired { server, tool }
+            | CallError::DefinitionHeld { server, tool, .. } => Some((server, tool)),
+            _ => None,
+        }
+    }
+
     /// The server the error concerns, when it is known.
     pub fn server(&self) -> Option<&str> {
         match self {

@@ -40,6 +40,7 @@ pub async fn run(url: &str) -> Result<(), String> {
         shutdown_grace: Duration::from_secs(2),
         reaper: Arc::new(Reaper::disabled()),
         authorizer,
+        operations: crate::telemetry::metrics::Metrics::global().client_operation_duration,
     };
     let connection = upstream::connect(&name, spec, &settings, None).await.map_err(|err| err.to_string())?;
     let session = connection.handle().clone();

@@ -26,7 +26,8 @@ use tokio_util::task::TaskTracker;
 
 use super::message::{self, Message, Params};
 use super::sessions::{Session, Sessions};
-use super::{Admission, ChangeWatch, Endpoint, Era, View, reply};
+use super::{Admission, ChangeWatch, Endpoint, Era, Origin, View, reply};
+use crate::telemetry::mcp::Wire;
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
@@ -68,7 +69,9 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
             // with a huge table slows this connection's start, not everyone's.
             let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
             let peer = lookup.await.ok().flatten();
-            let front = Arc::new(Front { endpoint, sessions, peer, admission: std::sync::Mutex::new(None), cancel: cancel.clone() });
+            let origin = Arc::new(Origin { wire: Wire::http(Some(Arc::from(remote.ip().to_string())), Some(remote.port())), session: None, version: None });
+            let front =
+                Arc::new(Front { endpoint, sessions, peer, origin, admission: std::sync::Mutex::new(None), cancel: cancel.clone() });
             let service = hyper::service::service_fn(move |request| {
                 let front = front.clone();
                 async move { Ok::<_, Infallible>(front.handle(request).await) }
@@ -96,6 +99,8 @@ struct Front {
     sessions: Arc<Sessions>,
     /// The connection's owner, when it is on loopback and the kernel said.
     peer: Option<UnixPeer>,
+    /// The connection's address, for its requests' spans.
+    origin: Arc<Origin>,
     /// The last token presented on this connection, with its admission.
     admission: std::sync::Mutex<Option<(Option<Vec<u8>>, Admission)>>,
     cancel: CancellationToken,
@@ -155,7 +160,7 @@ impl Front {
         let trace = header_text(request.headers(), "traceparent")
             .filter(|parent| parent.len() <= 128)
             .map(|parent| (parent.to_owned(), header_text(request.headers(), "tracestate").filter(|s| s.len() <= 512).map(str::to_owned)));
-        let view = View { caller, profile, trace, client: None };
+        let view = View { caller, profile, trace, client: None, origin: self.origin.clone() };
         match *request.method() {
             Method::POST => self.post(request, view).await,
             Method::GET => self.get(request.headers(), &view),
@@ -246,7 +251,9 @@ impl Front {
             && request.method == METHOD_INITIALIZE
         {
             let line = self.endpoint.answer(&view, request, None).await;
-            let session = self.sessions.open(&view);
+            let requested = Params::read(request.params).ok().and_then(|params| params.protocol_version);
+            let version = super::agreed_version(requested.as_deref());
+            let session = self.sessions.open(&view, version, &self.endpoint.door.metrics().server_session_duration);
             let Some(session) = session else {
                 return rpc_error(StatusCode::SERVICE_UNAVAILABLE, reply::SERVER_ERROR, "too many MCP sessions are open; try again later");
             };
@@ -263,7 +270,13 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, &view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller, profile: session.profile(), trace: view.trace, client: Some(session.client.clone()) };
+        let view = View {
+            caller: view.caller,
+            profile: session.profile(),
+            trace: view.trace,
+            client: Some(session.client.clone()),
+            origin: session.origin(),
+        };
         let request = match message {
             Message::Response { id, result, error } => {
                 session.client.on_response(*id, *result, *error);
@@ -369,7 +382,7 @@ impl Front {
         let Some(session) = self.sessions.get(session_id, view) else {
             return rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session: initialize a new one");
         };
-        let view = View { caller: view.caller.clone(), profile: session.profile(), trace: None, client: None };
+        let view = View { caller: view.caller.clone(), profile: session.profile(), trace: None, client: None, origin: session.origin() };
         let (tx, rx) = mpsc::channel::<String>(8);
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();

@@ -40,6 +40,7 @@ use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
 use crate::supervisor::registry::ServerView;
+use crate::telemetry::mcp::{Operation, Side, Wire};
 
 pub use http::serve_http;
 use listing::ChangeWatch;
@@ -103,6 +104,17 @@ pub struct View {
     pub trace: Option<(String, Option<String>)>,
     /// The session's channel for questions to a 2025 client, where the transport has one.
     pub client: Option<Arc<asking::ClientLink>>,
+    /// Where the request came from, as the telemetry describes it.
+    pub origin: Arc<Origin>,
+}
+
+/// Where a request came from, for its span and metrics (the MCP conventions): the transport,
+/// and for a 2025 session its id and the protocol version agreed at `initialize`.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub wire: Wire,
+    pub session: Option<Arc<str>>,
+    pub version: Option<Arc<str>>,
 }
 
 /// A request's identity as the transport knows it, admitted afresh when the policy changes.
@@ -149,15 +161,59 @@ impl Endpoint {
     }
 
     /// Answers one request (not `subscriptions/listen`, which the transports stream) with its
-    /// response line. `out`, where the transport has a channel to the client while the request
+    /// response line, inside the request's server span (the MCP conventions), whose duration
+    /// it records. `out`, where the transport has a channel to the client while the request
     /// runs, carries a call's `notifications/progress` lines and toolhost's questions to a
     /// 2025 client.
     async fn answer(&self, view: &View, request: &message::Request<'_>, out: Option<&mpsc::Sender<String>>) -> String {
         let id = request.id;
-        let params = match Params::read(request.params) {
-            Ok(params) => params,
-            Err(problem) => return reply::error(id, INVALID_PARAMS, &format!("invalid params: {problem}"), None),
+        let params = Params::read(request.params);
+        let target = match (&*request.method, &params) {
+            (METHOD_TOOLS_CALL, Ok(params)) => params.name.as_deref().map(reply::clip),
+            _ => None,
         };
+        let histogram = &self.door.metrics().server_operation_duration;
+        let mut operation = Operation::start(Side::Server, histogram, &request.method, target, &view.origin.wire);
+        let span = operation.span().clone();
+        let continued = params.as_ref().is_ok_and(|params| params.continue_trace(&span));
+        if !continued && let Some((parent, state)) = &view.trace {
+            crate::telemetry::propagation::continue_from_pairs(&span, parent, state.as_deref());
+        }
+        span.set_attribute(crate::telemetry::mcp::REQUEST_ID, reply::clip(id.get()).to_owned());
+        span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
+        operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "mcp"));
+        if let Some(session) = &view.origin.session {
+            operation.session(session);
+        }
+        let line = match params {
+            Ok(params) => {
+                let version = match params.era() {
+                    Era::Modern => params.meta.as_ref().and_then(|meta| meta.protocol_version.as_deref()).map(reply::clip),
+                    Era::Legacy if request.method == METHOD_INITIALIZE => Some(agreed_version(params.protocol_version.as_deref())),
+                    Era::Legacy => view.origin.version.as_deref(),
+                };
+                if let Some(version) = version {
+                    operation.protocol_version(version);
+                }
+                self.answer_with(view, request, &params, out, &mut operation).instrument(span).await
+            }
+            Err(problem) => reply::error(id, INVALID_PARAMS, &format!("invalid params: {problem}"), None),
+        };
+        if let Some((code, message)) = reply::error_of(&line, id) {
+            operation.rpc_error(code, &message);
+        }
+        line
+    }
+
+    async fn answer_with(
+        &self,
+        view: &View,
+        request: &message::Request<'_>,
+        params: &Params<'_>,
+        out: Option<&mpsc::Sender<String>>,
+        operation: &mut Operation,
+    ) -> String {
+        let id = request.id;
         let era = params.era();
         if era == Era::Modern
             && let Err(line) = params.check_modern(id)
@@ -165,8 +221,8 @@ impl Endpoint {
             return line;
         }
         match &*request.method {
-            METHOD_TOOLS_CALL => self.call(view, id, &params, era, out).await,
-            METHOD_TOOLS_LIST => self.list(view, id, &params, era),
+            METHOD_TOOLS_CALL => self.call(view, id, params, era, out, operation).await,
+            METHOD_TOOLS_LIST => self.list(view, id, params, era),
             METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
             METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
             METHOD_DISCOVER => reply::result(id, &discover_result()),
@@ -189,7 +245,15 @@ impl Endpoint {
     /// first (`input_required`), a 2026 client gets the questions with toolhost's continuation
     /// token as `requestState`; a 2025 client that declared the capabilities is asked them on
     /// its session, and toolhost retries the call with its answers.
-    async fn call(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era, out: Option<&mpsc::Sender<String>>) -> String {
+    async fn call(
+        &self,
+        view: &View,
+        id: &RawValue,
+        params: &Params<'_>,
+        era: Era,
+        out: Option<&mpsc::Sender<String>>,
+        operation: &mut Operation,
+    ) -> String {
         let Some(name) = params.name.as_deref() else {
             return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
         };
@@ -198,16 +262,6 @@ impl Endpoint {
             lazy::Target::Call { tool, arguments, definition_hash } => (Some(tool), arguments, definition_hash),
             lazy::Target::NotLazy => (view.tool_ref(name), params.arguments, params.definition_hash.clone()),
         };
-        let span = tracing::info_span!("tools/call", otel.name = %format!("tools/call {}", reply::clip(name)), otel.kind = "server");
-        if !params.continue_trace(&span)
-            && let Some((parent, state)) = &view.trace
-        {
-            crate::telemetry::propagation::continue_from_pairs(&span, parent, state.as_deref());
-        }
-        span.set_attribute("mcp.method.name", METHOD_TOOLS_CALL);
-        span.set_attribute("gen_ai.tool.name", reply::clip(name).to_owned());
-        span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
-        span.set_attribute("toolhost.front_door", "mcp");
         let Some(tool) = tool else {
             return reply::call_error(id, &CallError::UnknownTool { server: None, tool: name.to_owned() });
         };
@@ -238,7 +292,9 @@ impl Endpoint {
                 answer: answer.as_ref().map(|(token, responses)| Answer { token, responses }),
                 client_capabilities: capabilities,
             };
-            let done = match self.call_once(view, request, params.progress_token, out).instrument(span.clone()).await {
+            let result = self.call_once(view, request, params.progress_token, out).await;
+            crate::door::observe_call(operation, &result);
+            let done = match result {
                 Ok(done) => done,
                 Err(error) => return reply::call_error(id, &error),
             };
@@ -401,10 +457,15 @@ impl Admission {
     }
 }
 
-/// The `initialize` result: the version the client asked for if toolhost speaks it, else the
-/// newest legacy one; tools with `listChanged`, nothing else.
+/// The version `initialize` agrees to: the one the client asked for if toolhost speaks it, else
+/// the newest legacy one.
+pub(super) fn agreed_version(requested: Option<&str>) -> &'static str {
+    requested.and_then(|asked| LEGACY_VERSIONS.iter().find(|known| **known == asked)).copied().unwrap_or(LATEST_LEGACY)
+}
+
+/// The `initialize` result: the agreed version; tools with `listChanged`, nothing else.
 fn initialize_result(requested: Option<&str>) -> String {
-    let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LATEST_LEGACY);
+    let version = agreed_version(requested);
     format!(
         r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}}}},"serverInfo":{},"instructions":{}}}"#,
         server_info(),

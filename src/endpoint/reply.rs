@@ -48,6 +48,20 @@ pub(super) fn error(id: &RawValue, code: i64, message: &str, data: Option<&RawVa
     line
 }
 
+/// The code and message of an error line [`error`] made for request `id`; `None` for any other
+/// line. Read only on the error path, for the request's span.
+pub(super) fn error_of(line: &str, id: &RawValue) -> Option<(i64, String)> {
+    #[derive(serde::Deserialize)]
+    struct ErrorObject {
+        code: i64,
+        message: String,
+    }
+    let object = line.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?.strip_prefix(id.get())?.strip_prefix(r#","error":"#)?;
+    let object = object.trim_end().strip_suffix('}')?;
+    let error: ErrorObject = serde_json::from_str(object).ok()?;
+    Some((error.code, error.message))
+}
+
 /// An error answered to a message whose id could not be read.
 pub(super) fn unreadable(code: i64, message: &str) -> String {
     let null = RawValue::from_string("null".to_owned()).ok();

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::{Profile, View};
+use super::{Origin, Profile, View};
+use crate::telemetry::mcp::{SessionLife, Side};
+use opentelemetry::metrics::Histogram;
 use crate::access::share;
 
 /// Sessions open at once; past this, the least recently used session of the caller holding
@@ -45,13 +47,20 @@ pub(super) struct Session {
     stream: Mutex<CancellationToken>,
     /// Questions to the client (on a call's SSE response) and its answers (POSTed responses).
     pub(super) client: Arc<super::asking::ClientLink>,
+    /// Its id and agreed version, for its requests' spans.
+    origin: Arc<Origin>,
+    /// Recorded in `mcp.server.session.duration` when the last reference goes: after it ended
+    /// and its last request finished.
+    _life: SessionLife,
 }
 
 impl Sessions {
     /// A new session for `view`'s caller, making room in its share (or, in a full table, in
     /// the biggest holder's); `None` only when no session id can be made.
-    pub(super) fn open(&self, view: &View) -> Option<Arc<Session>> {
+    pub(super) fn open(&self, view: &View, version: &str, durations: &Histogram<f64>) -> Option<Arc<Session>> {
         let id = session_id()?;
+        let origin = Origin { wire: view.origin.wire.clone(), session: Some(Arc::from(id.as_str())), version: Some(Arc::from(version)) };
+        let life = SessionLife::start(durations, version, &origin.wire, Side::Server);
         let session = Arc::new(Session {
             id: id.clone(),
             owner: owner(view),
@@ -61,6 +70,8 @@ impl Sessions {
             ended: CancellationToken::new(),
             stream: Mutex::new(CancellationToken::new()),
             client: Arc::default(),
+            origin: Arc::new(origin),
+            _life: life,
         });
         let mut open = self.lock();
         let entries =
@@ -124,6 +135,10 @@ impl Sessions {
 impl Session {
     pub(super) fn id(&self) -> &str {
         &self.id
+    }
+
+    pub(super) fn origin(&self) -> Arc<Origin> {
+        self.origin.clone()
     }
 
     pub(super) fn profile(&self) -> Option<Arc<Profile>> {

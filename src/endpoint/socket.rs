@@ -23,7 +23,8 @@ use tokio_util::task::TaskTracker;
 
 use super::asking::ClientLink;
 use super::message::{self, Message, Request};
-use super::{Admission, ChangeWatch, Endpoint, View, reply};
+use super::{Admission, ChangeWatch, Endpoint, Origin, View, reply};
+use crate::telemetry::mcp::{SessionLife, Side, Wire};
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::METHOD_LISTEN;
@@ -84,6 +85,12 @@ struct Connection {
     serving: bool,
     /// Questions to the client and its answers (2025 clients, for servers that need input).
     client: Arc<ClientLink>,
+    /// Where requests come from, for their spans: a Unix socket, and the version `initialize`
+    /// agreed to.
+    origin: Arc<Origin>,
+    /// The 2025 session `initialize` began, recorded in `mcp.server.session.duration` when the
+    /// connection ends.
+    session: Option<SessionLife>,
 }
 
 /// What a connection runs on tasks: calls, which end by themselves, and streams (subscriptions,
@@ -118,6 +125,8 @@ impl Connection {
             announcing: false,
             serving: false,
             client: Arc::default(),
+            origin: Arc::new(Origin { wire: Wire::unix(None), session: None, version: None }),
+            session: None,
         }
     }
 
@@ -198,8 +207,15 @@ impl Connection {
         };
         if request.method == METHOD_INITIALIZE {
             self.client.declare(request.params);
+            // A 2025 session on this connection: its version, and its life in the session metric.
+            let requested = message::Params::read(request.params).ok().and_then(|params| params.protocol_version);
+            let version = super::agreed_version(requested.as_deref());
+            self.origin = Arc::new(Origin { wire: Wire::unix(None), session: None, version: Some(Arc::from(version)) });
+            let histogram = &self.endpoint.door.metrics().server_session_duration;
+            self.session = Some(SessionLife::start(histogram, version, &self.origin.wire, Side::Server));
         }
-        let view = View { caller, profile: self.profile.clone(), trace: None, client: Some(self.client.clone()) };
+        let view =
+            View { caller, profile: self.profile.clone(), trace: None, client: Some(self.client.clone()), origin: self.origin.clone() };
         let key: Box<str> = request.id.get().into();
         match &*request.method {
             METHOD_TOOLS_CALL | METHOD_LISTEN => {

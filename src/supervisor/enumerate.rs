@@ -13,9 +13,9 @@ use crate::config::EnumerationLimits;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
 use crate::mcp::tools::{list_params, parse_list_page, peek_page};
-use crate::supervisor::trace;
 use crate::upstream::{SessionHandle, UpstreamError};
 use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// One page's entries, each defined or with the reason it was skipped.
 type DefinedPage = Vec<Result<ToolDef, String>>;
@@ -63,7 +63,6 @@ pub(crate) enum PassEnd {
 
 /// What the pass needs to know about its server.
 pub(crate) struct PassSettings<'a> {
-    pub(crate) server: &'a str,
     pub(crate) limits: &'a EnumerationLimits,
     pub(crate) request_timeout: Duration,
     pub(crate) enumeration_timeout: Duration,
@@ -96,14 +95,21 @@ pub(crate) async fn enumerate(
         }
         let params = list_params(cursor.as_deref());
         let page_number = stats.pages + 1;
-        let request = session
-            .request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true)
-            .instrument(trace::page(settings.server, page_number));
+        let mut operation = session.operation(METHOD_TOOLS_LIST, None);
+        // Which page, never the cursor's value (opaque, and the server's to change).
+        operation.span().set_attribute("toolhost.page", i64::from(page_number));
+        let request =
+            session.request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true).instrument(operation.span().clone());
         let result = tokio::select! {
             biased;
-            Ok(()) = changes.changed() => return Err(PassEnd::Superseded),
+            Ok(()) = changes.changed() => {
+                operation.failed("superseded", "a newer list_changed superseded this listing");
+                return Err(PassEnd::Superseded);
+            }
             result = request => result,
         };
+        crate::upstream::session::judge(&mut operation, &result);
+        drop(operation);
         let result = match result {
             Ok(result) => result,
             Err(UpstreamError::Rpc(error)) if cursor.is_some() && error.code == INVALID_PARAMS && restarts < INVALID_CURSOR_RESTARTS => {

@@ -1,7 +1,7 @@
 //! The spans of a server's life, so that a trace shows the chain from a notification to the
 //! published generation: `notifications/tools/list_changed SERVER` (received, coalesced) →
-//! `tools/list SERVER` per pass → `tools/list page N` per page → `toolhost.commit SERVER`
-//! (diff, commit, watchers told). Refreshes are trace roots linked to their session's span (a
+//! `toolhost.enumerate SERVER` per pass → a `tools/list` client span per page (the MCP
+//! conventions, [`crate::telemetry::mcp`]) → `toolhost.commit SERVER` (diff, commit, watchers told). Refreshes are trace roots linked to their session's span (a
 //! session can last for days) and, for a stale-tool refresh, to the call that triggered it.
 
 use opentelemetry::trace::SpanContext;
@@ -9,12 +9,12 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::catalog::record::EnumerationReason;
-use crate::mcp::lifecycle::{METHOD_TOOLS_LIST, METHOD_TOOLS_LIST_CHANGED, ServerHello};
+use crate::mcp::lifecycle::{METHOD_TOOLS_LIST_CHANGED, ServerHello};
 use crate::supervisor::enumerate::PassStats;
 
 /// One span for a session's whole life.
 pub(crate) fn session(server: &str, hello: &ServerHello, transport: &crate::config::Transport) -> Span {
-    let span = tracing::info_span!(parent: None, "mcp.session", otel.name = %format!("mcp.session {server}"), otel.kind = "client");
+    let span = tracing::info_span!(parent: None, "toolhost.session", otel.name = %format!("toolhost.session {server}"), otel.kind = "internal");
     span.set_attribute("toolhost.server", server.to_owned());
     span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
     span.set_attribute("network.transport", crate::telemetry::network_transport(transport.label()));
@@ -44,8 +44,7 @@ pub(crate) fn refresh(server: &str, reason: EnumerationReason, session: Option<S
 
 /// One enumeration pass, a child of the current (refresh) span.
 pub(crate) fn pass(server: &str, reason: EnumerationReason) -> Span {
-    let span = tracing::info_span!("tools/list", otel.name = %format!("{METHOD_TOOLS_LIST} {server}"), otel.kind = "client");
-    span.set_attribute("mcp.method.name", METHOD_TOOLS_LIST);
+    let span = tracing::info_span!("toolhost.enumerate", otel.name = %format!("toolhost.enumerate {server}"), otel.kind = "internal");
     span.set_attribute("toolhost.server", server.to_owned());
     span.set_attribute("toolhost.enumeration.reason", reason.as_str());
     span
@@ -60,14 +59,6 @@ pub(crate) fn finish_pass(span: &Span, outcome: &'static str, stats: &PassStats,
         span.set_attribute("error.type", if outcome == "superseded" { "superseded" } else { "enumeration_failed" });
         span.set_attribute("toolhost.error", error.to_owned());
     }
-}
-
-/// One page of a pass (never the cursor's value).
-pub(crate) fn page(server: &str, page: u32) -> Span {
-    let span = tracing::info_span!("tools/list", otel.name = %format!("{METHOD_TOOLS_LIST} {server} page {page}"), otel.kind = "client");
-    span.set_attribute("mcp.method.name", METHOD_TOOLS_LIST);
-    span.set_attribute("toolhost.page", i64::from(page));
-    span
 }
 
 /// The diff and commit of a complete listing.

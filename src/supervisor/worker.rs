@@ -22,6 +22,7 @@ use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassClock, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::trace;
+use crate::telemetry::mcp::{SessionLife, Side};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::span_context;
 use crate::telemetry::throttle::Throttle;
@@ -111,6 +112,7 @@ impl Worker {
                     return;
                 }
             },
+            operations: self.metrics.client_operation_duration.clone(),
         };
         let authorizer = settings.authorizer.clone();
         self.registry.update(&self.name, |view| view.authorizer = authorizer);
@@ -237,6 +239,11 @@ impl Worker {
         }
         let session_span = trace::session(&self.name, &hello, &self.spec.transport);
         let session_context = span_context(&session_span);
+        // A 2026-07-28 server has no session to measure: only a 2025 one's life is recorded.
+        let life = (hello.era == Era::Legacy).then(|| {
+            SessionLife::start(&self.metrics.client_session_duration, &hello.protocol_version, handle.wire(), Side::Client)
+                .with(opentelemetry::KeyValue::new("toolhost.server", self.name.to_string()))
+        });
         // Modern servers announce changes only on a subscriptions/listen stream.
         let wants_listen = hello.era == Era::Modern && hello.has_tools && hello.tools_list_changed;
         let listen_handle = handle.clone();
@@ -348,6 +355,14 @@ impl Worker {
             }
         });
         let ended = connection.shutdown().await;
+        if let Some(life) = life {
+            let error_type = match (&ended.sandbox, &end) {
+                (Some(_), _) => Some("sandbox_limit"),
+                (None, SessionEnd::Closed) => Some("session_closed"),
+                (None, SessionEnd::Cancelled | SessionEnd::Restart) => None,
+            };
+            life.end(error_type);
+        }
         if let Some(report) = ended.sandbox {
             let text = report.describe();
             tracing::warn!(server = %self.name, error = %text, "the server's sandbox stopped it");
@@ -414,7 +429,6 @@ impl Worker {
         changes: &mut watch::Receiver<u64>,
     ) -> Result<bool, SessionEnd> {
         let settings = PassSettings {
-            server: &self.name,
             limits: &self.spec.limits,
             request_timeout: self.spec.request_timeout,
             enumeration_timeout: self.spec.enumeration_timeout,

@@ -9,11 +9,21 @@ use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
 
 use crate::supervisor::registry::{Registry, ServerState};
 
+/// Operation buckets, seconds: from a fast local server's answer to a slow tool's.
+const OPERATION_BUCKETS: [f64; 17] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// Session buckets, seconds: from a failed start to a day.
+const SESSION_BUCKETS: [f64; 10] = [0.1, 1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 43200.0, 86400.0];
+
 /// Every instrument, created once and shared.
 #[derive(Clone)]
 pub struct Metrics {
-    /// `mcp.client.operation.duration` (semantic conventions): upstream request durations.
-    operation_duration: Histogram<f64>,
+    /// The MCP semantic conventions' histograms ([`super::mcp`]): each request toolhost sends
+    /// to a server, each it answers for an agent, and the 2025-era sessions on either side.
+    pub client_operation_duration: Histogram<f64>,
+    pub server_operation_duration: Histogram<f64>,
+    pub client_session_duration: Histogram<f64>,
+    pub server_session_duration: Histogram<f64>,
+    enumeration_duration: Histogram<f64>,
     calls: Counter<u64>,
     enumerations: Counter<u64>,
     propagation: Histogram<f64>,
@@ -77,13 +87,35 @@ pub fn register_store_gauge(meter: &Meter, degraded: tokio::sync::watch::Receive
 impl Metrics {
     pub fn new(meter: &Meter) -> Metrics {
         Metrics {
-            operation_duration: meter
+            client_operation_duration: meter
                 .f64_histogram("mcp.client.operation.duration")
                 .with_unit("s")
-                .with_description("Duration of MCP requests toolhost sent upstream")
-                .with_boundaries(vec![
-                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                ])
+                .with_description("MCP requests toolhost sent to its servers, from sent to answered")
+                .with_boundaries(OPERATION_BUCKETS.to_vec())
+                .build(),
+            server_operation_duration: meter
+                .f64_histogram("mcp.server.operation.duration")
+                .with_unit("s")
+                .with_description("MCP requests toolhost answered for agents, from received to answered")
+                .with_boundaries(OPERATION_BUCKETS.to_vec())
+                .build(),
+            client_session_duration: meter
+                .f64_histogram("mcp.client.session.duration")
+                .with_unit("s")
+                .with_description("2025-era MCP sessions toolhost held with its servers")
+                .with_boundaries(SESSION_BUCKETS.to_vec())
+                .build(),
+            server_session_duration: meter
+                .f64_histogram("mcp.server.session.duration")
+                .with_unit("s")
+                .with_description("2025-era MCP sessions agents held with toolhost")
+                .with_boundaries(SESSION_BUCKETS.to_vec())
+                .build(),
+            enumeration_duration: meter
+                .f64_histogram("toolhost.enumeration.duration")
+                .with_unit("s")
+                .with_description("Complete enumerations of a server's tools, every page, by reason and outcome")
+                .with_boundaries(OPERATION_BUCKETS.to_vec())
                 .build(),
             calls: meter.u64_counter("toolhost.calls").with_description("Tool calls by outcome").build(),
             enumerations: meter.u64_counter("toolhost.enumerations").with_description("Enumerations by reason and outcome").build(),
@@ -119,12 +151,8 @@ impl Metrics {
         Metrics::new(&opentelemetry::global::meter(super::SCOPE))
     }
 
-    pub fn record_call(&self, server: &str, duration: Duration, outcome: &'static str, error_type: Option<&'static str>) {
-        let mut attributes = vec![KeyValue::new("mcp.method.name", "tools/call"), KeyValue::new("toolhost.server", server.to_owned())];
-        if let Some(error_type) = error_type {
-            attributes.push(KeyValue::new("error.type", error_type));
-        }
-        self.operation_duration.record(duration.as_secs_f64(), &attributes);
+    /// A call as an agent made it, by outcome; its time is in the operation histograms.
+    pub fn record_call(&self, server: &str, outcome: &'static str) {
         self.calls.add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.call.outcome", outcome)]);
     }
 
@@ -141,10 +169,7 @@ impl Metrics {
             KeyValue::new("toolhost.enumeration.outcome", outcome),
         ];
         self.enumerations.add(1, &attributes);
-        self.operation_duration.record(
-            duration.as_secs_f64(),
-            &[KeyValue::new("mcp.method.name", "tools/list"), KeyValue::new("toolhost.server", server.to_owned())],
-        );
+        self.enumeration_duration.record(duration.as_secs_f64(), &attributes);
     }
 
     pub fn record_propagation(&self, server: &str, duration: Duration) {

@@ -6,6 +6,7 @@
 //! its own thread that drops when full) and metrics through a periodic reader, both with an
 //! export timeout. A collector that is down costs a failed export every interval, nothing more.
 
+pub mod mcp;
 pub mod metrics;
 pub mod propagation;
 pub mod throttle;

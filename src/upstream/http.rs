@@ -97,6 +97,7 @@ struct State {
 /// [`UpstreamError::Protocol`] for a URL or a header that cannot be used.
 pub(crate) fn start(
     server: &Arc<str>,
+    observed: session::Observed,
     spec: &HttpSpec,
     max_message_bytes: usize,
     request_timeout: Duration,
@@ -118,7 +119,7 @@ pub(crate) fn start(
         headers.push((AUTHORIZATION, value));
     }
     let client = client(spec, request_timeout)?;
-    let (handle, core, outgoing) = session::start_core(server.clone());
+    let (handle, core, outgoing) = session::start_core(server.clone(), observed);
     let state = Arc::new(State {
         server: server.clone(),
         client,
@@ -522,6 +523,7 @@ async fn receive(
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         *lock(&state.session_id) = Some(id.to_owned());
+        state.core.session_started(id);
     }
     match status {
         StatusCode::NOT_FOUND if session_id.is_some() => return state.ended(Failure::SessionExpired),

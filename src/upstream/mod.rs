@@ -21,7 +21,9 @@ use crate::mcp::jsonrpc::RpcError;
 use crate::mcp::lifecycle::Era;
 use crate::mcp::lifecycle::{self, HandshakeError, ServerHello};
 use crate::mcp::modern;
+use crate::telemetry::mcp::Wire;
 pub use session::SessionHandle;
+use tracing::Instrument;
 
 /// Everything that can go wrong talking to an upstream server.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,24 @@ pub enum UpstreamError {
     Sandbox(String),
 }
 
+impl UpstreamError {
+    /// A low-cardinality name for the failure (`error.type` in telemetry).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Closed | UpstreamError::Lost(_) => "session_lost",
+            UpstreamError::NotSent(_) => "not_sent",
+            UpstreamError::Overloaded => "overloaded",
+            UpstreamError::Rpc(_) => "rpc_error",
+            UpstreamError::Spawn { .. } => "spawn_failed",
+            UpstreamError::Handshake(_) => "handshake_failed",
+            UpstreamError::Protocol(_) | UpstreamError::UnsupportedTransport(_) => "protocol_error",
+            UpstreamError::AuthFailed(_) | UpstreamError::AuthRequired(_) => "auth_failed",
+            UpstreamError::Sandbox(_) => "sandbox",
+        }
+    }
+}
+
 /// What `check-config` says of a stdio server's sandbox: `Ok` with what it will see, or `Err`
 /// with why the server would not start. A server with its sandbox off gets `Ok` with a warning.
 ///
@@ -92,6 +112,8 @@ pub struct SessionSettings {
     pub reaper: Arc<reaper::Reaper>,
     /// An OAuth server's authorization, shared by all its sessions.
     pub authorizer: Option<Arc<oauth::authorizer::Authorizer>>,
+    /// `mcp.client.operation.duration`: where each request's duration goes.
+    pub operations: opentelemetry::metrics::Histogram<f64>,
 }
 
 /// The OAuth authorizer of an HTTP server configured with an OAuth grant; `None` otherwise.
@@ -148,7 +170,8 @@ pub async fn connect(
     match &spec.transport {
         Transport::Stdio(stdio_spec) => {
             let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
-            let (handle, tasks) = session::start(server.clone(), stdout, stdin, settings.max_message_bytes);
+            let observed = session::Observed { wire: Wire::pipe(), operations: settings.operations.clone() };
+            let (handle, tasks) = session::start(server.clone(), observed, stdout, stdin, settings.max_message_bytes);
             let era = probe_for(spec.protocol, era_hint);
             // A legacy server may complain on stderr about the probe: that stays at DEBUG.
             process.quiet_stderr(era == Probe::Optional);
@@ -175,8 +198,9 @@ pub async fn connect(
             }
         }
         Transport::Http(http_spec) => {
+            let observed = session::Observed { wire: Wire::of_url(&http_spec.url), operations: settings.operations.clone() };
             let (handle, link) =
-                http::start(server, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
+                http::start(server, observed, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
             let probe = probe_for(spec.protocol, era_hint);
             if probe != Probe::Skip {
                 link.modern(modern::VERSION);
@@ -243,9 +267,15 @@ async fn discover(handle: &SessionHandle, settings: &SessionSettings, probe: Pro
     for _attempt in 0..2 {
         let params = modern::with_meta(None, &modern::request_meta(&version))
             .ok_or_else(|| UpstreamError::Protocol("cannot build discover params".into()))?;
-        match handle.request(modern::METHOD_DISCOVER, Some(&params), timeout, true).await {
+        let mut operation = handle.operation(modern::METHOD_DISCOVER, None);
+        operation.protocol_version(&version);
+        let result = handle.request(modern::METHOD_DISCOVER, Some(&params), timeout, true).instrument(operation.span().clone()).await;
+        session::judge(&mut operation, &result);
+        drop(operation);
+        match result {
             Ok(result) => match modern::check_discover_result(&result) {
                 Ok(hello) => {
+                    handle.agreed_version(&hello.protocol_version);
                     handle.set_request_meta(modern::request_meta(&hello.protocol_version));
                     return Ok(Some(hello));
                 }
@@ -287,8 +317,16 @@ async fn handshake(
     let params =
         serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;
     // `initialize` must not be cancelled (lifecycle spec), so a timeout just ends the session.
-    let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).await?;
-    let hello = lifecycle::check_initialize_result(&result)?;
+    let mut operation = handle.operation(lifecycle::METHOD_INITIALIZE, None);
+    let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).instrument(operation.span().clone()).await;
+    session::judge(&mut operation, &result);
+    let hello = lifecycle::check_initialize_result(&result?);
+    if let Ok(hello) = &hello {
+        operation.protocol_version(&hello.protocol_version);
+        handle.agreed_version(&hello.protocol_version);
+    }
+    drop(operation);
+    let hello = hello?;
     on_hello(&hello);
     handle.notify(lifecycle::METHOD_INITIALIZED, None)?;
     Ok(hello)

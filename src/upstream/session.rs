@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_PROGRESS, METHOD_TOOLS_LIST_CHANGED};
+use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::lines::{self, Line};
@@ -79,6 +80,12 @@ pub struct SessionHandle {
 
 struct Shared {
     server: Arc<str>,
+    /// How the server is reached, and where each request's duration goes (the MCP conventions).
+    observed: Observed,
+    /// The protocol version the server agreed to, once it has.
+    protocol_version: OnceLock<Arc<str>>,
+    /// A 2025-era Streamable HTTP server's `Mcp-Session-Id`, once it gave one.
+    session_id: OnceLock<Arc<str>>,
     pending: Mutex<HashMap<RequestId, Slot>>,
     /// Requests whose caller gave up, holding their concurrency slot until the server answers
     /// or [`ABANDONED_GRACE`] ends.
@@ -136,6 +143,14 @@ struct Subscriptions {
     acknowledged: Option<watch::Sender<u64>>,
 }
 
+/// What a session's telemetry needs to know of it.
+#[derive(Clone)]
+pub struct Observed {
+    pub wire: Wire,
+    /// `mcp.client.operation.duration`.
+    pub operations: opentelemetry::metrics::Histogram<f64>,
+}
+
 /// The owning side of a session: its I/O tasks.
 pub(crate) struct SessionTasks {
     /// Tells the writer to flush what is queued and close the server's input.
@@ -146,12 +161,12 @@ pub(crate) struct SessionTasks {
 }
 
 /// Starts the reader and writer tasks over `output` (what the server writes) and `input`.
-pub(crate) fn start<R, W>(server: Arc<str>, output: R, input: W, max_message_bytes: usize) -> (SessionHandle, SessionTasks)
+pub(crate) fn start<R, W>(server: Arc<str>, observed: Observed, output: R, input: W, max_message_bytes: usize) -> (SessionHandle, SessionTasks)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (handle, core, outgoing_rx) = start_core(server);
+    let (handle, core, outgoing_rx) = start_core(server, observed);
     let shared = core.shared;
     let close_input = CancellationToken::new();
     let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
@@ -169,10 +184,13 @@ pub(crate) struct Core {
 }
 
 /// A session without I/O tasks; see [`Core`].
-pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiver<String>) {
+pub(crate) fn start_core(server: Arc<str>, observed: Observed) -> (SessionHandle, Core, mpsc::Receiver<String>) {
     let (outgoing_tx, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
     let shared = Arc::new(Shared {
         server,
+        observed,
+        protocol_version: OnceLock::new(),
+        session_id: OnceLock::new(),
         pending: Mutex::new(HashMap::new()),
         abandoned: Mutex::new(HashMap::new()),
         abandoned_added: Notify::new(),
@@ -192,6 +210,12 @@ pub(crate) fn start_core(server: Arc<str>) -> (SessionHandle, Core, mpsc::Receiv
 }
 
 impl Core {
+    /// The server's `Mcp-Session-Id` (2025 era), for the telemetry; the transport keeps and
+    /// sends its own copy.
+    pub(crate) fn session_started(&self, id: &str) {
+        let _ = self.shared.session_id.set(Arc::from(id));
+    }
+
     /// Delivers one message the server sent.
     pub(crate) fn route(&self, message: &[u8]) {
         self.shared.route(message);
@@ -339,6 +363,31 @@ impl SessionHandle {
         ProgressRoute { shared: self.shared.clone(), token }
     }
 
+    /// The span and duration of one request toolhost is about to send on this session, as the MCP
+    /// semantic conventions describe it; send the request inside [`Operation::span`] (its id
+    /// lands there) and [`judge`] the result.
+    pub fn operation(&self, method: &str, target: Option<&str>) -> Operation {
+        let mut operation = Operation::start(Side::Client, &self.shared.observed.operations, method, target, &self.shared.observed.wire);
+        operation.attribute(opentelemetry::KeyValue::new("toolhost.server", self.shared.server.to_string()));
+        if let Some(version) = self.shared.protocol_version.get() {
+            operation.protocol_version(version);
+        }
+        if let Some(id) = self.shared.session_id.get() {
+            operation.session(id);
+        }
+        operation
+    }
+
+    /// The protocol version the server agreed to; later operations carry it.
+    pub fn agreed_version(&self, version: &str) {
+        let _ = self.shared.protocol_version.set(Arc::from(version));
+    }
+
+    /// How the server is reached.
+    pub fn wire(&self) -> &Wire {
+        &self.shared.observed.wire
+    }
+
     /// Modern era: every later request carries these `_meta` keys.
     pub fn set_request_meta(&self, meta: serde_json::Map<String, serde_json::Value>) {
         let _ = self.shared.request_meta.set(meta);
@@ -397,6 +446,15 @@ impl SessionHandle {
 
     pub fn stats(&self) -> &SessionStats {
         &self.shared.stats
+    }
+}
+
+/// Marks `operation` with how its request ended: the server's JSON-RPC error, or the failure.
+pub fn judge(operation: &mut Operation, result: &Result<Box<RawValue>, UpstreamError>) {
+    match result {
+        Ok(_) => {}
+        Err(UpstreamError::Rpc(error)) => operation.rpc_error(error.code, &error.message),
+        Err(error) => operation.failed(error.kind(), &error.to_string()),
     }
 }
 

@@ -348,7 +348,7 @@ async fn an_agent_admitted_by_its_group_gets_in_where_proc_hides_it() {
         .expect("unshare runs");
     let socket = dir.path("toolhost.sock");
     // Once the daemon listens, the agent's first answer is the verdict.
-    let whoami = eventually("the daemon answers", || {
+    let whoami = eventually("the daemon answers", async || {
         let output = cli_as_blocking(4401, Some("4500"), &socket, &["whoami", "--json"]);
         (output.status.success() || stderr(&output).contains("NO_MATCHING_AGENT")).then_some(output)
     })

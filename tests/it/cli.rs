@@ -194,7 +194,7 @@ async fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
         let tools: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
         tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
     };
-    let output = eventually("the daemon lists the demo server's tools", || {
+    let output = eventually("the daemon lists the demo server's tools", async || {
         let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
             .args(["tools", "--json", "--config"])
             .arg(&desktop)

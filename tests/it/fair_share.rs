@@ -119,10 +119,10 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
             finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }));
         if index == 0 {
-            eventually("the first call holds the slot", || (queue.in_use() == 1).then_some(())).await;
+            eventually("the first call holds the slot", async || (queue.in_use() == 1).then_some(())).await;
         }
     }
-    eventually("the flood queued", || (queue.waiting() == 19).then_some(())).await;
+    eventually("the flood queued", async || (queue.waiting() == 19).then_some(())).await;
     let shown = agent_client(&app, polite).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
     assert_eq!((shown[0].calls_in_flight, shown[0].calls_waiting), (1, 19), "ListServers shows the queue");
     let mut client = agent_client(&app, polite).await;
@@ -200,7 +200,7 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
     let mut first = agent_client(&app, narrow).await;
     let running = tokio::spawn(async move { first.call_tool(slow).await });
     let calls = dir.path("calls.log");
-    eventually("the first call is at the server", || std::fs::read_to_string(&calls).ok().filter(|log| log.contains("start")).map(|_| ()))
+    eventually("the first call is at the server", async || std::fs::read_to_string(&calls).ok().filter(|log| log.contains("start")).map(|_| ()))
         .await;
     let busy = narrow_client.call_tool(echo()).await.unwrap_err();
     assert_eq!(error_info(&busy).0, "CONCURRENCY_LIMITED");

@@ -119,7 +119,7 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     assert_eq!(approved.into_inner().approved.len(), 1);
     let approved_at = Instant::now();
     let registry = b.registry().clone();
-    eventually("host B applies host A's approval", || {
+    eventually("host B applies host A's approval", async || {
         let view = registry.server("files")?;
         let idx = view.generation.as_ref()?.position("list")?;
         view.held(idx).is_none().then_some(())
@@ -135,7 +135,7 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     assert!(call(&b, "files__read").await.is_err(), "read stays held on B");
 
     // B's server describes `read` differently: the fleet shows it as drift, with who sees what.
-    let drift = eventually("the drift is published", || {
+    let drift = eventually("the drift is published", async || {
         let status = cli(&a, &["fleet"]);
         let drift = status["drift"].as_array()?.clone();
         (!drift.is_empty()).then_some((status, drift))
@@ -150,14 +150,14 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     let hosts: Vec<&str> = status["hosts"].as_array().unwrap().iter().filter_map(|h| h["host"].as_str()).collect();
     assert_eq!(hosts, ["host-a", "host-b"], "{status}");
     for app in [&a, &b] {
-        eventually("each host counts its drifting tool", || (cli(app, &["fleet"])["drifted_tools"] == 1).then_some(())).await;
+        eventually("each host counts its drifting tool", async || (cli(app, &["fleet"])["drifted_tools"] == 1).then_some(())).await;
     }
 
     // A host that joins later (or restarts) gets the approvals made before it connected.
     let dir_c = TestDir::new();
     let c = host(&dir_c, &url, "host-c", "Reads a file.").await;
     let registry = c.registry().clone();
-    eventually("host C applies the approval made before it joined", || {
+    eventually("host C applies the approval made before it joined", async || {
         let view = registry.server("files")?;
         let idx = view.generation.as_ref()?.position("list")?;
         view.held(idx).is_none().then_some(())
@@ -167,7 +167,7 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
 
     // Both hosts' calls, in one place.
     call(&a, "files__list").await.unwrap();
-    let records = eventually("both hosts' calls reach the fleet's audit", || {
+    let records = eventually("both hosts' calls reach the fleet's audit", async || {
         let records = cli(&a, &["audit", "--fleet"]);
         let records = records.as_array()?.clone();
         let hosts: std::collections::BTreeSet<&str> =

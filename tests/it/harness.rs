@@ -287,10 +287,10 @@ pub fn cli_as_blocking(uid: u32, groups: Option<&str>, socket: &std::path::Path,
 
 /// Checks until `check` gives something, or fails the test saying `what` after [`WAIT`]: the one
 /// way a test waits for what nothing can tell it (a process starting, another host's work).
-pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
     let started = std::time::Instant::now();
     loop {
-        if let Some(found) = check() {
+        if let Some(found) = check().await {
             return found;
         }
         assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}");

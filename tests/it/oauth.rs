@@ -432,7 +432,7 @@ async fn credentials_go_only_to_the_pinned_authorization_server() {
     // An operator who accepts the move says so in the configuration: then it gets them.
     let accepted = format!("{auth}, issuer = \"{}\"", rogue.base);
     let app = start(config(&dir, &honest.base, &accepted)).await;
-    eventually("the configured issuer gets the token requests", || (rogue.stat("token_requests") > 0).then_some(())).await;
+    eventually("the configured issuer gets the token requests", async || (rogue.stat("token_requests") > 0).then_some(())).await;
     app.shutdown().await;
 
     // A configured issuer that the server does not name gets nothing sent anywhere.

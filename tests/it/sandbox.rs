@@ -332,7 +332,7 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
         .unwrap();
     let socket = home.join("toolhost.sock");
     let log = || std::fs::read_to_string(dir.path("daemon.log")).unwrap_or_default();
-    eventually("the unprivileged daemon's server is ready", || {
+    eventually("the unprivileged daemon's server is ready", async || {
         let output = cli_as_blocking(NOBODY, None, &socket, &["servers", "--json"]);
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         text.contains("\"state\":\"ready\"").then_some(())

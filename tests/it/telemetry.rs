@@ -2,17 +2,18 @@
 //! in-memory exporter, and an end-to-end export to an OTLP/gRPC receiver started by the test.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanKind, TracerProvider as _};
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use toolhost::api::pb;
 use toolhost::supervisor::registry::ServerState;
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::collector::Collector;
 use crate::harness::*;
 
 /// The process-wide in-memory exporter; spans of every test land here, told apart by server name.
@@ -160,13 +161,18 @@ async fn an_enumeration_shows_the_chain_from_notification_to_watchers() {
     assert!(refresh.links.iter().next().is_some(), "the refresh links to its session's span");
     let trace = refresh.span_context.trace_id();
     let all: Vec<SpanData> = exporter().get_finished_spans().unwrap().into_iter().filter(|s| s.span_context.trace_id() == trace).collect();
-    let pass = all.iter().find(|s| s.name == "tools/list chain").expect("a pass span");
+    let pass = all.iter().find(|s| s.name == "toolhost.enumerate chain").expect("a pass span");
     assert_eq!(pass.parent_span_id, refresh.span_context.span_id());
     assert_eq!(attr(pass, "toolhost.enumeration.pages"), Some(&Value::I64(3)));
     assert_eq!(attr_str(pass, "toolhost.enumeration.outcome"), "complete");
-    let pages: Vec<&SpanData> = all.iter().filter(|s| s.name.starts_with("tools/list chain page")).collect();
-    assert_eq!(pages.len(), 3);
-    assert!(pages.iter().all(|p| p.parent_span_id == pass.span_context.span_id() && attr(p, "jsonrpc.request.id").is_some()));
+    let pages: Vec<&SpanData> = all.iter().filter(|s| s.name == "tools/list").collect();
+    assert_eq!(pages.len(), 3, "one client span per page");
+    assert!(pages.iter().all(|p| p.parent_span_id == pass.span_context.span_id()
+        && p.span_kind == SpanKind::Client
+        && attr(p, "jsonrpc.request.id").is_some()
+        && attr_str(p, "toolhost.server") == "chain"));
+    let numbers: Vec<Option<&Value>> = pages.iter().map(|p| attr(p, "toolhost.page")).collect();
+    assert_eq!(numbers, [Some(&Value::I64(1)), Some(&Value::I64(2)), Some(&Value::I64(3))]);
     let commit = all.iter().find(|s| s.name == "toolhost.commit chain").expect("a commit span");
     assert_eq!(commit.parent_span_id, refresh.span_context.span_id());
     assert_eq!((attr(commit, "toolhost.diff.added"), attr(commit, "toolhost.generation")), (Some(&Value::I64(1)), Some(&Value::I64(2))));
@@ -268,72 +274,9 @@ async fn serve(
     (daemon, pb::tool_host_client::ToolHostClient::new(channel))
 }
 
-/// A received span: its name, attributes and the resource's `service.name`.
-type ReceivedSpan = (String, Vec<KeyValue>, String);
-
-/// A minimal OTLP/gRPC receiver: collects what it is sent.
-#[derive(Default, Clone)]
-struct Receiver {
-    spans: std::sync::Arc<Mutex<Vec<ReceivedSpan>>>,
-    metrics: std::sync::Arc<Mutex<Vec<String>>>,
-    /// Every metric received, data points and attributes included, as text.
-    metric_dump: std::sync::Arc<Mutex<String>>,
-}
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>, tonic::Status> {
-        for resource_spans in request.into_inner().resource_spans {
-            let service = resource_spans
-                .resource
-                .iter()
-                .flat_map(|r| r.attributes.iter())
-                .find(|kv| kv.key == "service.name")
-                .and_then(|kv| kv.value.as_ref())
-                .map(|v| format!("{:?}", v.value))
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                for span in scope.spans {
-                    let attributes = span.attributes.iter().map(|kv| KeyValue::new(kv.key.clone(), format!("{:?}", kv.value))).collect();
-                    self.spans.lock().unwrap().push((span.name, attributes, service.clone()));
-                }
-            }
-        }
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse>, tonic::Status> {
-        for resource in request.into_inner().resource_metrics {
-            for scope in resource.scope_metrics {
-                self.metric_dump.lock().unwrap().push_str(&format!("{:?}", scope.metrics));
-                self.metrics.lock().unwrap().extend(scope.metrics.into_iter().map(|m| m.name));
-            }
-        }
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
-    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    let server = tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(receiver.clone()))
-        .add_service(MetricsServiceServer::new(receiver.clone()))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    let collector = tokio::spawn(server);
+    let (receiver, endpoint, collector) = Collector::start().await;
 
     let dir = TestDir::new();
     let script = dir.script("wire", json!({}));
@@ -360,15 +303,15 @@ async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
     // A clean stop flushes both exporters.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(daemon.wait().unwrap().success());
-    let spans = receiver.spans.lock().unwrap().clone();
+    let spans = receiver.spans();
     let call_span = spans
         .iter()
-        .find(|(name, _, _)| name == "tools/call wire__add")
-        .unwrap_or_else(|| panic!("no call span in {:?}", spans.iter().map(|s| &s.0).collect::<Vec<_>>()));
-    assert!(call_span.2.contains("toolhost-e2e"), "service.name from OTEL_SERVICE_NAME: {}", call_span.2);
-    assert!(spans.iter().any(|(name, _, _)| name == "tools/call add"), "the upstream child span arrived");
-    assert!(spans.iter().any(|(name, _, _)| name == "toolhost.commit wire"), "the enumeration's spans arrived");
-    let metrics = receiver.metrics.lock().unwrap().clone();
+        .find(|span| span.name == "tools/call wire__add")
+        .unwrap_or_else(|| panic!("no call span in {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>()));
+    assert_eq!(call_span.service, "toolhost-e2e", "service.name from OTEL_SERVICE_NAME");
+    assert!(spans.iter().any(|span| span.name == "tools/call add"), "the upstream child span arrived");
+    assert!(spans.iter().any(|span| span.name == "toolhost.commit wire"), "the enumeration's spans arrived");
+    let metrics: Vec<String> = receiver.points().into_iter().map(|point| point.metric).collect();
     for name in [
         "mcp.client.operation.duration",
         "toolhost.calls",
@@ -427,6 +370,10 @@ fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
         "toolhost_tools_held",
         "toolhost_server_restarts_total",
         "toolhost_agent_limited_total",
+        "mcp_server_operation_duration_seconds_bucket",
+        "mcp_client_session_duration_seconds_bucket",
+        "mcp_server_session_duration_seconds_bucket",
+        "toolhost_enumeration_duration_seconds_bucket",
     ] {
         assert!(text.contains(name), "the dashboard does not chart {name}");
     }
@@ -435,15 +382,7 @@ fn the_shipped_dashboard_is_valid_json_over_the_metrics_the_daemon_emits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
     use crate::http_server::{HttpMcpServer, Script};
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    let collector = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let (receiver, endpoint, collector) = Collector::start().await;
     let calls_echo = HttpMcpServer::start(Script { tools: tools("t", 2), echo_authorization_on_call: true, ..Script::default() }).await;
     let list_echoes = HttpMcpServer::start(Script { tools: tools("t", 2), echo_authorization_on_list: true, ..Script::default() }).await;
     let dir = TestDir::new();
@@ -508,7 +447,7 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
 
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(daemon.wait().unwrap().success());
-    let exported = format!("{:?}", receiver.spans.lock().unwrap());
+    let exported = format!("{:?}", receiver.spans());
     assert!(exported.contains("tools/call"), "spans were exported");
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("[redacted]"), "the log shows where a secret was");
@@ -524,15 +463,7 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metric_attributes_name_configured_servers_only() {
-    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    let collector = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(MetricsServiceServer::new(receiver.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let (receiver, endpoint, collector) = Collector::start().await;
     let dir = TestDir::new();
     let script = dir.script("labelled", json!({}));
     let config = dir.path("labels.toml");
@@ -558,7 +489,7 @@ async fn metric_attributes_name_configured_servers_only() {
     }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(daemon.wait().unwrap().success());
-    let dump = receiver.metric_dump.lock().unwrap().clone();
+    let dump = format!("{:?}", receiver.points());
     assert!(dump.contains("toolhost.calls") && dump.contains("labelled"), "the calls were measured");
     assert!(!dump.contains("madeupserver"), "a caller's made-up server name became a metric attribute");
     collector.abort();
@@ -581,6 +512,6 @@ async fn a_call_to_an_http_server_is_a_tcp_client_span() {
     assert_eq!(upstream.span_kind, SpanKind::Client);
     assert_eq!(attr_str(&upstream, "network.transport"), "tcp", "an HTTP server is not a pipe");
     app.shutdown().await;
-    let session = spans_named("mcp.session remote_tcp", 1).await.remove(0);
+    let session = spans_named("toolhost.session remote_tcp", 1).await.remove(0);
     assert_eq!(attr_str(&session, "network.transport"), "tcp");
 }
