@@ -1,7 +1,7 @@
 //! The benchmark's MCP server: stdio, protocol 2025-11-25, answers at once. `tools/list` pages
 //! 100 tools at a time (`tool_0` … plus `mutate` and `storm`); calling `mutate` changes tool 0's
 //! description and then sends `notifications/tools/list_changed`; `storm` sends 1,000
-//! list_changed over about one second.
+//! list_changed over about one second; `slow` answers after [`SLOW_CALL`].
 
 use std::io::{BufRead, BufWriter, Write};
 
@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 const PAGE: usize = 100;
+/// How long the `slow` tool works.
+pub const SLOW_CALL: std::time::Duration = std::time::Duration::from_millis(2);
 
 #[derive(Deserialize)]
 struct Message<'a> {
@@ -67,13 +69,17 @@ pub(crate) fn serve(tool_count: usize) {
                     ));
                 }
                 if end == tool_count {
-                    page.push_str(r#",{"name":"mutate","inputSchema":{"type":"object"}},{"name":"storm","inputSchema":{"type":"object"}},{"name":"drizzle","inputSchema":{"type":"object"}}"#);
+                    page.push_str(r#",{"name":"mutate","inputSchema":{"type":"object"}},{"name":"storm","inputSchema":{"type":"object"}},{"name":"drizzle","inputSchema":{"type":"object"}},{"name":"slow","inputSchema":{"type":"object"}}"#);
                 }
                 let next = if end < tool_count { format!(r#","nextCursor":"{end}""#) } else { String::new() };
                 let _ = writeln!(out, r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{page}]{next}}}}}"#);
             }
             "tools/call" => {
                 let name = params.as_ref().and_then(|p| p.name).unwrap_or_default();
+                if name == "slow" {
+                    // A tool that works for a while: what a fair queue shares.
+                    std::thread::sleep(SLOW_CALL);
+                }
                 let _ = writeln!(out, r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}]}}}}"#);
                 if name == "mutate" {
                     version += 1;

@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, unreachable_pub)]
 
 mod daemon;
+mod fair_bench;
 mod fast_server;
 mod mcp_bench;
 mod peers;
@@ -34,7 +35,7 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox"];
+    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox", "fair"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -52,6 +53,7 @@ fn main() {
                 "policy" => scenarios::policy().await,
                 "search" => search_bench::search().await,
                 "sandbox" => scenarios::sandbox().await,
+                "fair" => fair_bench::fair().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });

@@ -69,6 +69,8 @@ pub struct Agent {
 /// One quota of an agent entry.
 pub struct CompiledQuota {
     tools: Vec<WildMatch>,
+    /// The globs as configured, to show.
+    pub patterns: Vec<String>,
     pub calls: u32,
     pub per: std::time::Duration,
     /// What the store counts it under: its definition, so that a changed quota starts afresh.
@@ -261,6 +263,7 @@ impl Agent {
                 .iter()
                 .map(|quota| CompiledQuota {
                     tools: globs(&quota.tools),
+                    patterns: quota.tools.clone(),
                     calls: quota.calls,
                     per: quota.per,
                     key: format!("{} per {}ms", quota.tools.join(","), quota.per.as_millis()),

@@ -24,7 +24,7 @@ impl ToolHostService {
         if caller.agent.admin { Ok(caller) } else { Err(Refusal::NotAdmin { agent: caller.agent.name.to_string() }.into()) }
     }
 
-    pub(crate) fn who_am_i_in(&self, request: &Request<pb::WhoAmIRequest>) -> Result<pb::WhoAmIResponse, Status> {
+    pub(crate) async fn who_am_i_in(&self, request: &Request<pb::WhoAmIRequest>) -> Result<pb::WhoAmIResponse, Status> {
         let caller = self.admit(request)?;
         let snapshot = self.registry.snapshot();
         let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
@@ -41,6 +41,19 @@ impl ToolHostService {
                 callable_tools = callable_tools.saturating_add(count(Presentation::Callable));
             }
         }
+        let mut limits = agent_limits(&caller.agent);
+        let now = crate::catalog::record::now_ms();
+        for quota in &caller.agent.quotas {
+            let (window, ends_at) = quota.window(now);
+            let used = self.store.quota_used(&caller.agent.name, &quota.key, window).await.map_err(ApiError::from)?;
+            limits.quotas.push(pb::QuotaStatus {
+                tools: quota.patterns.clone(),
+                calls: quota.calls,
+                per_ms: u64::try_from(quota.per.as_millis()).unwrap_or(u64::MAX),
+                used,
+                resets_at_unix_ms: ends_at,
+            });
+        }
         let peer = caller.identity.peer();
         Ok(pb::WhoAmIResponse {
             transport: caller.identity.transport.to_owned(),
@@ -56,7 +69,7 @@ impl ToolHostService {
             visible_tools,
             callable_tools,
             visible_servers,
-            limits: Some(agent_limits(&caller.agent)),
+            limits: Some(limits),
         })
     }
 
@@ -148,5 +161,6 @@ fn agent_limits(agent: &crate::access::Agent) -> pb::AgentLimits {
         rate_per_ms: rate.map_or(0, |rate| u64::try_from(rate.limit.per.as_millis()).unwrap_or(u64::MAX)),
         rate_burst: rate.map_or(0, |rate| rate.limit.burst),
         rate_available: rate.map_or(0, |rate| rate.available(std::time::Instant::now())),
+        quotas: Vec::new(),
     }
 }

@@ -231,7 +231,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     }
 
     async fn who_am_i(&self, request: Request<pb::WhoAmIRequest>) -> Result<Response<pb::WhoAmIResponse>, Status> {
-        self.who_am_i_in(&request).map(Response::new)
+        self.who_am_i_in(&request).await.map(Response::new)
     }
 
     async fn query_audit(&self, request: Request<pb::QueryAuditRequest>) -> Result<Response<pb::QueryAuditResponse>, Status> {

@@ -301,7 +301,9 @@ impl Printer {
             "token_presented": who.token_presented, "agent": who.agent, "admin": who.admin,
             "visible_servers": who.visible_servers, "visible_tools": who.visible_tools, "callable_tools": who.callable_tools,
             "limits": who.limits.as_ref().map(|l| json!({"concurrency": l.concurrency, "in_flight": l.in_flight,
-                "rate": (l.rate_calls > 0).then(|| json!({"calls": l.rate_calls, "per_ms": l.rate_per_ms, "burst": l.rate_burst, "available": l.rate_available}))})),
+                "rate": (l.rate_calls > 0).then(|| json!({"calls": l.rate_calls, "per_ms": l.rate_per_ms, "burst": l.rate_burst, "available": l.rate_available})),
+                "quotas": l.quotas.iter().map(|q| json!({"tools": q.tools, "calls": q.calls, "per_ms": q.per_ms, "used": q.used,
+                    "left": q.calls.saturating_sub(q.used), "resets_at_unix_ms": q.resets_at_unix_ms})).collect::<Vec<_>>()})),
         });
         if self.json {
             return self.json_line(&value);
@@ -334,7 +336,19 @@ impl Printer {
                 limits.rate_available
             ),
         };
-        writeln!(self.out, "limits:  {} of {} calls in flight; {rate}", limits.in_flight, limits.concurrency)
+        writeln!(self.out, "limits:  {} of {} calls in flight; {rate}", limits.in_flight, limits.concurrency)?;
+        for quota in &limits.quotas {
+            writeln!(
+                self.out,
+                "quota:   {} of {} calls per {} to {} used, {} left",
+                quota.used,
+                quota.calls,
+                humantime::format_duration(std::time::Duration::from_millis(quota.per_ms)),
+                quota.tools.join(", "),
+                quota.calls.saturating_sub(quota.used)
+            )?;
+        }
+        Ok(())
     }
 
     pub(crate) fn audit(&mut self, records: &[pb::AuditRecord]) -> std::io::Result<()> {

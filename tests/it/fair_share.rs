@@ -253,5 +253,13 @@ async fn a_quota_holds_across_a_restart() {
     let mut client = agent_client(&app, token).await;
     let still = client.call_tool(call("demo__echo")).await.unwrap_err();
     assert_eq!(error_info(&still).0, "QUOTA_EXHAUSTED", "the count survived the restart");
+    // WhoAmI tells the agent what it has used and when the window starts afresh.
+    let limits = client.who_am_i(pb::WhoAmIRequest {}).await.unwrap().into_inner().limits.unwrap();
+    let quota = &limits.quotas[..];
+    assert_eq!(quota.len(), 1);
+    assert_eq!((quota[0].tools.as_slice(), quota[0].calls, quota[0].used), (&["demo__echo".to_owned()][..], 2, 2));
+    assert_eq!(quota[0].per_ms, 24 * 3600 * 1000);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    assert!(quota[0].resets_at_unix_ms > now && quota[0].resets_at_unix_ms <= now + 24 * 3600 * 1000);
     app.shutdown().await;
 }
