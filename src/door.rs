@@ -14,9 +14,9 @@ use crate::catalog::integrity::Hold;
 use crate::catalog::names;
 use crate::catalog::store::Store;
 use crate::config::AuditArguments;
+use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::telemetry::mcp::Operation;
 use opentelemetry::KeyValue;
-use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Search hits fetched beyond the limit, for those the caller's policy then hides.
 const SEARCH_OVERFETCH: usize = 4;

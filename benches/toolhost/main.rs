@@ -35,7 +35,8 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all = ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox", "fair"];
+    let all =
+        ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox", "fair"];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {

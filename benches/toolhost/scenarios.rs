@@ -42,6 +42,7 @@ pub(crate) async fn direct_session_with(tools: usize, cpu: Option<usize>) -> Con
         shutdown_grace: Duration::from_secs(1),
         reaper: Arc::new(Reaper::disabled()),
         authorizer: None,
+        operations: toolhost::telemetry::metrics::Metrics::global().client_operation_duration,
     };
     upstream::connect(&"direct".into(), spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("direct session")
 }
@@ -460,6 +461,7 @@ pub async fn sandbox() {
         shutdown_grace: Duration::from_secs(1),
         reaper: reaper.clone(),
         authorizer: None,
+        operations: toolhost::telemetry::metrics::Metrics::global().client_operation_duration,
     };
     let connect = |sandboxed: bool| {
         let extra = if sandboxed { "" } else { "sandbox = \"off\"" };

@@ -180,23 +180,6 @@ fn internal(error: &dyn std::fmt::Display) -> Status {
     status(Code::Internal, "internal error in toolhost (see its log)".to_owned(), "INTERNAL", vec![])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn echoed_input_is_cut_to_a_bound() {
-        let status = Status::from(CallError::UnknownTool { server: None, tool: "é".repeat(500_000) });
-        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
-        let (_, metadata) = {
-            let info = status.get_details_error_info().unwrap();
-            (info.reason, info.metadata)
-        };
-        assert!(metadata["tool"].len() <= MAX_METADATA_VALUE_BYTES && metadata["tool"].ends_with('…'));
-        assert_eq!(truncate("short".to_owned(), 10), "short");
-    }
-}
-
 /// A gRPC status code as the RPC conventions name it in `rpc.response.status_code`.
 pub(super) fn code_name(code: Code) -> &'static str {
     match code {
@@ -217,5 +200,22 @@ pub(super) fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "UNAVAILABLE",
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_input_is_cut_to_a_bound() {
+        let status = Status::from(CallError::UnknownTool { server: None, tool: "é".repeat(500_000) });
+        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
+        let (_, metadata) = {
+            let info = status.get_details_error_info().unwrap();
+            (info.reason, info.metadata)
+        };
+        assert!(metadata["tool"].len() <= MAX_METADATA_VALUE_BYTES && metadata["tool"].ends_with('…'));
+        assert_eq!(truncate("short".to_owned(), 10), "short");
     }
 }

@@ -27,10 +27,10 @@ use tokio_util::task::TaskTracker;
 use super::message::{self, Message, Params};
 use super::sessions::{Session, Sessions};
 use super::{Admission, ChangeWatch, Endpoint, Era, Origin, View, reply};
-use crate::telemetry::mcp::Wire;
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
+use crate::telemetry::mcp::Wire;
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -69,7 +69,11 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
             // with a huge table slows this connection's start, not everyone's.
             let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
             let peer = lookup.await.ok().flatten();
-            let origin = Arc::new(Origin { wire: Wire::http(Some(Arc::from(remote.ip().to_string())), Some(remote.port())), session: None, version: None });
+            let origin = Arc::new(Origin {
+                wire: Wire::http(Some(Arc::from(remote.ip().to_string())), Some(remote.port())),
+                session: None,
+                version: None,
+            });
             let front =
                 Arc::new(Front { endpoint, sessions, peer, origin, admission: std::sync::Mutex::new(None), cancel: cancel.clone() });
             let service = hyper::service::service_fn(move |request| {

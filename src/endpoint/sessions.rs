@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::{Origin, Profile, View};
+use crate::access::share;
 use crate::telemetry::mcp::{SessionLife, Side};
 use opentelemetry::metrics::Histogram;
-use crate::access::share;
 
 /// Sessions open at once; past this, the least recently used session of the caller holding
 /// the most makes room.

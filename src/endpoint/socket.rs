@@ -24,10 +24,10 @@ use tokio_util::task::TaskTracker;
 use super::asking::ClientLink;
 use super::message::{self, Message, Request};
 use super::{Admission, ChangeWatch, Endpoint, Origin, View, reply};
-use crate::telemetry::mcp::{SessionLife, Side, Wire};
 use crate::access::{Identity, UnixPeer};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::METHOD_LISTEN;
+use crate::telemetry::mcp::{SessionLife, Side, Wire};
 use crate::upstream::lines::{self, Line};
 
 /// A toolhost notification a client sends first to be served one profile (`toolhost mcp

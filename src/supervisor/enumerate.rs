@@ -98,8 +98,9 @@ pub(crate) async fn enumerate(
         let mut operation = session.operation(METHOD_TOOLS_LIST, None);
         // Which page, never the cursor's value (opaque, and the server's to change).
         operation.span().set_attribute("toolhost.page", i64::from(page_number));
-        let request =
-            session.request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true).instrument(operation.span().clone());
+        let request = session
+            .request(METHOD_TOOLS_LIST, params.as_deref(), settings.request_timeout.min(remaining), true)
+            .instrument(operation.span().clone());
         let result = tokio::select! {
             biased;
             Ok(()) = changes.changed() => {

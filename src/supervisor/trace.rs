@@ -14,7 +14,8 @@ use crate::supervisor::enumerate::PassStats;
 
 /// One span for a session's whole life.
 pub(crate) fn session(server: &str, hello: &ServerHello, transport: &crate::config::Transport) -> Span {
-    let span = tracing::info_span!(parent: None, "toolhost.session", otel.name = %format!("toolhost.session {server}"), otel.kind = "internal");
+    let span =
+        tracing::info_span!(parent: None, "toolhost.session", otel.name = %format!("toolhost.session {server}"), otel.kind = "internal");
     span.set_attribute("toolhost.server", server.to_owned());
     span.set_attribute("mcp.protocol.version", hello.protocol_version.clone());
     span.set_attribute("network.transport", crate::telemetry::network_transport(transport.label()));

@@ -10,7 +10,8 @@ use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
 use crate::supervisor::registry::{Registry, ServerState};
 
 /// Operation buckets, seconds: from a fast local server's answer to a slow tool's.
-const OPERATION_BUCKETS: [f64; 17] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const OPERATION_BUCKETS: [f64; 17] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 /// Session buckets, seconds: from a failed start to a day.
 const SESSION_BUCKETS: [f64; 10] = [0.1, 1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 43200.0, 86400.0];
 

@@ -199,8 +199,14 @@ pub async fn connect(
         }
         Transport::Http(http_spec) => {
             let observed = session::Observed { wire: Wire::of_url(&http_spec.url), operations: settings.operations.clone() };
-            let (handle, link) =
-                http::start(server, observed, http_spec, settings.max_message_bytes, settings.request_timeout, settings.authorizer.clone())?;
+            let (handle, link) = http::start(
+                server,
+                observed,
+                http_spec,
+                settings.max_message_bytes,
+                settings.request_timeout,
+                settings.authorizer.clone(),
+            )?;
             let probe = probe_for(spec.protocol, era_hint);
             if probe != Probe::Skip {
                 link.modern(modern::VERSION);
@@ -318,7 +324,10 @@ async fn handshake(
         serde_json::value::RawValue::from_string(lifecycle::initialize_params()).map_err(|err| UpstreamError::Protocol(err.to_string()))?;
     // `initialize` must not be cancelled (lifecycle spec), so a timeout just ends the session.
     let mut operation = handle.operation(lifecycle::METHOD_INITIALIZE, None);
-    let result = handle.request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false).instrument(operation.span().clone()).await;
+    let result = handle
+        .request(lifecycle::METHOD_INITIALIZE, Some(&params), settings.request_timeout, false)
+        .instrument(operation.span().clone())
+        .await;
     session::judge(&mut operation, &result);
     let hello = lifecycle::check_initialize_result(&result?);
     if let Ok(hello) = &hello {

@@ -161,7 +161,13 @@ pub(crate) struct SessionTasks {
 }
 
 /// Starts the reader and writer tasks over `output` (what the server writes) and `input`.
-pub(crate) fn start<R, W>(server: Arc<str>, observed: Observed, output: R, input: W, max_message_bytes: usize) -> (SessionHandle, SessionTasks)
+pub(crate) fn start<R, W>(
+    server: Arc<str>,
+    observed: Observed,
+    output: R,
+    input: W,
+    max_message_bytes: usize,
+) -> (SessionHandle, SessionTasks)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,

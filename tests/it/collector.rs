@@ -96,7 +96,10 @@ fn attributes(pairs: &[KeyValue]) -> BTreeMap<String, String> {
 
 #[tonic::async_trait]
 impl TraceService for Collector {
-    async fn export(&self, request: tonic::Request<ExportTraceServiceRequest>) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         for resource_spans in request.into_inner().resource_spans {
             let resource = resource_spans.resource.as_ref().map(|resource| attributes(&resource.attributes)).unwrap_or_default();
             let service = resource.get("service.name").cloned().unwrap_or_default();
@@ -128,7 +131,9 @@ impl MetricsService for Collector {
             for scope in resource.scope_metrics {
                 for metric in scope.metrics {
                     let sets: Vec<BTreeMap<String, String>> = match &metric.data {
-                        Some(metric::Data::Histogram(histogram)) => histogram.data_points.iter().map(|p| attributes(&p.attributes)).collect(),
+                        Some(metric::Data::Histogram(histogram)) => {
+                            histogram.data_points.iter().map(|p| attributes(&p.attributes)).collect()
+                        }
                         Some(metric::Data::Sum(sum)) => sum.data_points.iter().map(|p| attributes(&p.attributes)).collect(),
                         Some(metric::Data::Gauge(gauge)) => gauge.data_points.iter().map(|p| attributes(&p.attributes)).collect(),
                         _ => vec![BTreeMap::new()],

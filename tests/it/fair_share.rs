@@ -200,8 +200,10 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
     let mut first = agent_client(&app, narrow).await;
     let running = tokio::spawn(async move { first.call_tool(slow).await });
     let calls = dir.path("calls.log");
-    eventually("the first call is at the server", async || std::fs::read_to_string(&calls).ok().filter(|log| log.contains("start")).map(|_| ()))
-        .await;
+    eventually("the first call is at the server", async || {
+        std::fs::read_to_string(&calls).ok().filter(|log| log.contains("start")).map(|_| ())
+    })
+    .await;
     let busy = narrow_client.call_tool(echo()).await.unwrap_err();
     assert_eq!(error_info(&busy).0, "CONCURRENCY_LIMITED");
     running.await.unwrap().unwrap();

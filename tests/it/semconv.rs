@@ -105,7 +105,9 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
 
     // MCP over the Unix socket, 2025 era: initialize, then a call.
     let mut line = Line::connect(&dir.path("semconv-mcp.sock")).await;
-    let init = line.request(1, "initialize", json!({"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+    let init = line
+        .request(1, "initialize", json!({"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .await;
     assert_eq!(init["result"]["protocolVersion"], LEGACY);
     assert!(line.request(7, "tools/call", json!({"name": "piped_modern__echo", "arguments": {"text": "x"}})).await["result"].is_object());
     assert!(line.request(8, "tools/call", json!({"name": "nosuch__tool", "arguments": {}})).await["error"].is_object());
@@ -253,7 +255,8 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     has(stateless, &[("mcp.protocol.version", Some(MODERN)), ("mcp.session.id", None), ("jsonrpc.request.id", Some("\"m-3\""))]);
 
     // --- The histograms, in seconds, with the conventions' attributes.
-    for name in ["mcp.client.operation.duration", "mcp.server.operation.duration", "mcp.client.session.duration", "mcp.server.session.duration"]
+    for name in
+        ["mcp.client.operation.duration", "mcp.server.operation.duration", "mcp.client.session.duration", "mcp.server.session.duration"]
     {
         let of: Vec<&Point> = points.iter().filter(|p| p.metric == name).collect();
         assert!(!of.is_empty(), "{name} was not exported");
@@ -284,7 +287,12 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     point(&points, client_ops, &[("mcp.method.name", "initialize"), ("toolhost.server", "piped")], &[]);
     point(&points, client_ops, &[("mcp.method.name", "server/discover"), ("toolhost.server", "piped_modern")], &[]);
     let server_ops = "mcp.server.operation.duration";
-    point(&points, server_ops, &[("toolhost.front_door", "grpc"), ("gen_ai.tool.name", "piped__echo"), ("network.transport", "unix")], &["error.type"]);
+    point(
+        &points,
+        server_ops,
+        &[("toolhost.front_door", "grpc"), ("gen_ai.tool.name", "piped__echo"), ("network.transport", "unix")],
+        &["error.type"],
+    );
     point(&points, server_ops, &[("toolhost.front_door", "grpc"), ("gen_ai.tool.name", "piped__fail"), ("error.type", "tool_error")], &[]);
     point(
         &points,
@@ -292,7 +300,12 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
         &[("toolhost.front_door", "mcp"), ("gen_ai.tool.name", "piped_modern__echo"), ("mcp.protocol.version", LEGACY)],
         &["error.type", "client.address"],
     );
-    point(&points, server_ops, &[("toolhost.front_door", "mcp"), ("rpc.response.status_code", "-32602")], &["error.type", "gen_ai.tool.name"]);
+    point(
+        &points,
+        server_ops,
+        &[("toolhost.front_door", "mcp"), ("rpc.response.status_code", "-32602")],
+        &["error.type", "gen_ai.tool.name"],
+    );
     point(&points, server_ops, &[("mcp.method.name", "_OTHER")], &[]);
     let dump = format!("{points:?}");
     for made_up in ["madeup__tool", "nosuch__tool", "x/made-up"] {
@@ -300,7 +313,12 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     }
     // Sessions: only the 2025 ones, on both sides.
     let client_sessions = collector.points_of("mcp.client.session.duration");
-    point(&client_sessions, "mcp.client.session.duration", &[("toolhost.server", "piped"), ("mcp.protocol.version", LEGACY)], &["error.type"]);
+    point(
+        &client_sessions,
+        "mcp.client.session.duration",
+        &[("toolhost.server", "piped"), ("mcp.protocol.version", LEGACY)],
+        &["error.type"],
+    );
     point(&client_sessions, "mcp.client.session.duration", &[("toolhost.server", "remote"), ("server.address", "127.0.0.1")], &[]);
     assert!(
         client_sessions.iter().all(|p| !p.attributes.values().any(|v| v == "piped_modern" || v == "remote_modern")),

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry::Value;
+use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use toolhost::api::pb;
