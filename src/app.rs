@@ -73,9 +73,9 @@ pub struct App {
     /// This daemon's hold on the store, released last.
     _instance: InstanceLock,
     /// Keeps the registry gauges' callbacks registered.
-    _gauges: metrics::RegistryGauges,
+    _gauges: crate::supervisor::gauges::RegistryGauges,
     _store_gauge: opentelemetry::metrics::ObservableGauge<u64>,
-    _fleet_gauges: Option<metrics::FleetGauges>,
+    _fleet_gauges: Option<crate::fleet::gauges::FleetGauges>,
 }
 
 // === impl App ===
@@ -109,7 +109,7 @@ impl App {
         });
         let registry = Arc::new(Registry::with_event_log(config.grpc.watch_backlog));
         let metrics = Metrics::global();
-        let gauges = metrics::register_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), registry.clone());
+        let gauges = crate::supervisor::gauges::register(&opentelemetry::global::meter(crate::telemetry::SCOPE), registry.clone());
         let store_gauge = metrics::register_store_gauge(&opentelemetry::global::meter(crate::telemetry::SCOPE), store.watch_degraded());
         let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone(), metrics.clone()).await?;
         let snapshot = registry.snapshot();
@@ -137,7 +137,7 @@ impl App {
         let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));
         let fleet_gauges = fleet
             .as_ref()
-            .map(|fleet| metrics::register_fleet_gauges(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
+            .map(|fleet| crate::fleet::gauges::register(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
         if let Some(fleet) = &fleet {
             let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
             background.spawn(fleet.clone().run(parts, background_cancel.clone()));

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::catalog::record::AuditRecord;
 use crate::catalog::store::Store;
 use crate::telemetry::throttle::Throttle;
 
@@ -23,24 +24,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// After the first record of a burst, the writer gathers for this long: a busy daemon pays one
 /// transaction (one fsync) per burst, not one per call.
 const GATHER: Duration = Duration::from_millis(100);
-
-/// One audited call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditRecord {
-    pub at_ms: i64,
-    pub agent: Arc<str>,
-    /// The caller as the kernel or its token identified it (never the token).
-    pub caller: String,
-    pub transport: &'static str,
-    pub qualified_name: String,
-    pub server: String,
-    pub tool: String,
-    pub generation: u64,
-    pub definition_hash: String,
-    pub outcome: String,
-    pub duration_us: u64,
-    pub arguments: Option<String>,
-}
 
 /// The call path's side: cheap to clone, never blocks.
 #[derive(Clone)]

@@ -26,6 +26,7 @@ pub mod fleet;
 mod fuzz;
 pub mod instance;
 pub mod mcp;
+pub mod oauth_core;
 pub mod sandbox;
 pub mod secrets;
 pub mod signals;

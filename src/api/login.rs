@@ -9,19 +9,9 @@ use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
+use crate::api::status::LoginError;
 use crate::config::auth::Grant;
-use crate::upstream::oauth::authorizer::{AuthError, Authorizer, LOGIN_TIMEOUT};
-
-/// Why a login through the daemon cannot go on.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum LoginError {
-    #[error("no server named {0:?}")]
-    UnknownServer(String),
-    #[error("{0} does not use the authorization code grant: there is no login for it")]
-    NotApplicable(String),
-    #[error("{server}: {error}")]
-    Auth { server: String, error: AuthError },
-}
+use crate::upstream::oauth::authorizer::{Authorizer, LOGIN_TIMEOUT};
 
 impl ToolHostService {
     pub(crate) async fn begin_login_in(&self, request: Request<pb::BeginLoginRequest>) -> Result<pb::BeginLoginResponse, Status> {

@@ -35,6 +35,17 @@ pub(crate) enum ApiError {
     Store(#[from] StoreError),
 }
 
+/// Why a login through the daemon cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoginError {
+    #[error("no server named {0:?}")]
+    UnknownServer(String),
+    #[error("{0} does not use the authorization code grant: there is no login for it")]
+    NotApplicable(String),
+    #[error("{server}: {error}")]
+    Auth { server: String, error: crate::upstream::oauth::authorizer::AuthError },
+}
+
 impl From<ApiError> for Status {
     fn from(error: ApiError) -> Status {
         let message = error.to_string();
@@ -88,9 +99,8 @@ impl From<ApproveError> for Status {
     }
 }
 
-impl From<crate::api::login::LoginError> for Status {
-    fn from(error: crate::api::login::LoginError) -> Status {
-        use crate::api::login::LoginError;
+impl From<LoginError> for Status {
+    fn from(error: LoginError) -> Status {
         use crate::upstream::oauth::authorizer::AuthError;
         let message = error.to_string();
         let (code, reason, metadata) = match error {

@@ -129,3 +129,21 @@ impl EnumerationOutcome {
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// One audited call, as the store keeps it ([`crate::audit`] records them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub at_ms: i64,
+    pub agent: std::sync::Arc<str>,
+    /// The caller as the kernel or its token identified it (never the token).
+    pub caller: String,
+    pub transport: &'static str,
+    pub qualified_name: String,
+    pub server: String,
+    pub tool: String,
+    pub generation: u64,
+    pub definition_hash: String,
+    pub outcome: String,
+    pub duration_us: u64,
+    pub arguments: Option<String>,
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{KeyProblem, MINUTE, optional_duration};
+pub use crate::oauth_core::jwt::SigningAlgorithm;
 use crate::secrets::Resolved;
 
 /// How an HTTP server's requests are authorized.
@@ -85,21 +86,6 @@ impl TokenEndpointAuth {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SigningAlgorithm {
-    Es256,
-    Rs256,
-}
-
-impl SigningAlgorithm {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SigningAlgorithm::Es256 => "ES256",
-            SigningAlgorithm::Rs256 => "RS256",
-        }
-    }
-}
-
 /// The default loopback redirect of `toolhost login` (RFC 8252 §7.3).
 pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:33418/callback";
 
@@ -139,7 +125,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         check_header_value(token.expose()).map_err(at("token"))?;
         return Ok(AuthSpec::Bearer(token.marked_secret()));
     }
-    if !crate::upstream::oauth::discovery::is_secure(url) {
+    if !crate::oauth_core::urls::is_secure(url) {
         return Err(("url".into(), "OAuth tokens are sent over HTTPS only (or to a loopback address): use an https:// URL".into()));
     }
     let grant = match raw.grant.as_deref() {
@@ -159,7 +145,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         Some(other) => return Err(at("signing_algorithm")(format!("{other:?} is not \"ES256\" or \"RS256\""))),
     };
     if let Some(key) = &private_key {
-        crate::upstream::oauth::jwt::Signer::new(key.expose(), signing_algorithm).map_err(at("private_key"))?;
+        crate::oauth_core::jwt::Signer::new(key.expose(), signing_algorithm).map_err(at("private_key"))?;
     }
     let token_endpoint_auth = raw
         .token_endpoint_auth
@@ -219,7 +205,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         None => state_dir.join(format!("{server}.oauth.json")),
     };
     if let Some(issuer) = &raw.issuer
-        && !crate::upstream::oauth::discovery::is_secure(issuer)
+        && !crate::oauth_core::urls::is_secure(issuer)
     {
         return Err(at("issuer")(format!("{issuer:?} is not an https:// URL (or a loopback http:// one)")));
     }

@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
+use super::reply;
+
 /// How long a client has to answer one question (a person may be answering it).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 /// Questions one session may have unanswered at once.
@@ -144,7 +146,7 @@ impl ClientLink {
             "elicitation/create" => "elicitation",
             "sampling/createMessage" => "sampling",
             "roots/list" => "roots",
-            _ => return Err(AskError::NotCapable { method: super::reply::clip(method).to_owned(), capability: "none known" }),
+            _ => return Err(AskError::NotCapable { method: reply::clip(method).to_owned(), capability: "none known" }),
         };
         let declared = self.declared.lock().unwrap_or_else(PoisonError::into_inner);
         let has = declared.as_ref().is_some_and(|d| match capability {
@@ -174,9 +176,7 @@ impl ClientLink {
             Err(_) => Err(AskError::Gone),
             Ok(()) => match tokio::time::timeout(ANSWER_TIMEOUT, rx).await {
                 Ok(Ok(Ok(result))) => Ok(result),
-                Ok(Ok(Err(error))) => {
-                    Err(AskError::Refused { method: method.to_owned(), error: super::reply::clip(error.get()).to_owned() })
-                }
+                Ok(Ok(Err(error))) => Err(AskError::Refused { method: method.to_owned(), error: reply::clip(error.get()).to_owned() }),
                 Ok(Err(_)) => Err(AskError::Gone),
                 Err(_) => Err(AskError::Timeout(method.to_owned())),
             },
@@ -196,6 +196,15 @@ impl ClientLink {
         };
         let _ = waiting.send(answer);
     }
+}
+
+/// The error for a call whose server needs input the client could not give.
+pub(super) fn ask_error(id: &RawValue, problem: &AskError) -> String {
+    let reason = match problem {
+        AskError::NotCapable { .. } | AskError::NoChannel => "INPUT_REQUIRED_UNSUPPORTED",
+        _ => "INPUT_REQUIRED_UNANSWERED",
+    };
+    reply::error(id, reply::SERVER_ERROR, &problem.to_string(), Some(&reply::reason_data(reason, &[])))
 }
 
 #[cfg(test)]

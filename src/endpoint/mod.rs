@@ -304,10 +304,10 @@ impl Endpoint {
             if era == Era::Modern {
                 return reply::input_required(id, &input.requests, token);
             }
-            let Some(client) = &view.client else { return reply::ask_error(id, &asking::AskError::NoChannel) };
+            let Some(client) = &view.client else { return asking::ask_error(id, &asking::AskError::NoChannel) };
             match client.ask_all(out, &input.requests).await {
                 Ok(responses) => answer = Some((token.clone(), responses)),
-                Err(problem) => return reply::ask_error(id, &problem),
+                Err(problem) => return asking::ask_error(id, &problem),
             }
         }
         reply::error(id, reply::SERVER_ERROR, &format!("the server still needed input after {MAX_INPUT_ROUNDS} rounds of answers"), None)

@@ -188,15 +188,6 @@ pub(super) fn input_required(id: &RawValue, requests: &RawValue, token: &str) ->
     result(id, &format!(r#"{{"resultType":"input_required","inputRequests":{},"requestState":"{token}"}}"#, requests.get()))
 }
 
-/// The error for a call whose server needs input the client could not give.
-pub(super) fn ask_error(id: &RawValue, problem: &super::asking::AskError) -> String {
-    let reason = match problem {
-        super::asking::AskError::NotCapable { .. } | super::asking::AskError::NoChannel => "INPUT_REQUIRED_UNSUPPORTED",
-        _ => "INPUT_REQUIRED_UNANSWERED",
-    };
-    error(id, SERVER_ERROR, &problem.to_string(), Some(&reason_data(reason, &[])))
-}
-
 /// A notification line with raw params.
 pub(super) fn notification(method: &str, params: Option<&str>) -> String {
     match params {

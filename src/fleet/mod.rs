@@ -10,6 +10,7 @@
 //! published with its drift (`publish`); `query` answers `toolhost fleet` and `audit --fleet`.
 
 mod approvals;
+pub mod gauges;
 mod publish;
 pub mod query;
 pub mod schema;

@@ -12,7 +12,6 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::FleetError;
 use crate::supervisor::registry::CatalogSnapshot;
-use crate::telemetry::metrics::state_name;
 
 /// What was last published, per server, and the drift last seen.
 #[derive(Default)]
@@ -58,7 +57,7 @@ impl Published {
         }
         for view in snapshot.servers.values() {
             let Some(identity) = identities.get(&*view.name) else { continue };
-            let current = (identity.clone(), state_name(view.state), view.generation_number());
+            let current = (identity.clone(), view.state.name(), view.generation_number());
             if self.servers.get(&*view.name) == Some(&current) {
                 continue;
             }

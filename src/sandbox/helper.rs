@@ -1,65 +1,15 @@
 //! `toolhost __sandbox PLAN`: the process the daemon starts and supervises for a sandboxed
 //! server. It makes the namespaces, forks their init, and exits as the init does.
 
-use std::io::Write;
-use std::os::fd::FromRawFd;
-
 use nix::fcntl::OFlag;
 use nix::sched::{CloneFlags, clone};
 use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{Gid, Pid, Uid, getgid, getpid, getuid, pipe2, setgroups};
+use nix::unistd::{Pid, getpid, getuid, pipe2, setgroups};
 
-use super::{Network, Plan, REPORT_FD, Report};
+use super::reporter::{Reporter, SETUP_FAILED};
+use super::{Network, Plan, sandbox_ids};
 
-/// The exit code when the sandbox could not be built (the server never ran).
-pub(super) const SETUP_FAILED: i32 = 125;
-
-/// Where the helper and the init say how things went: fd 3, or nowhere when the daemon did
-/// not give one (a person running the helper by hand).
-pub(super) struct Reporter(Option<std::fs::File>);
-
-impl Reporter {
-    fn from_fd() -> Reporter {
-        // Only ours if it is open; then close-on-exec, so that the server never holds it.
-        let open = nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(REPORT_FD) }, nix::fcntl::FcntlArg::F_GETFD).is_ok();
-        if !open {
-            return Reporter(None);
-        }
-        // SAFETY: fd 3 is open (checked above) and nothing else in this process owns it.
-        let file = unsafe { std::fs::File::from_raw_fd(REPORT_FD) };
-        let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
-        Reporter(Some(file))
-    }
-
-    pub(super) fn send(&mut self, report: &Report) {
-        if let Some(file) = &mut self.0 {
-            let _ = file.write_all(report.line().as_bytes());
-        }
-    }
-
-    /// Reports a failure to build the sandbox and exits. Also on stderr, which the daemon
-    /// logs, for a person running the helper by hand.
-    #[allow(clippy::print_stderr)]
-    pub(super) fn fail(&mut self, stage: &str, error: impl std::fmt::Display) -> ! {
-        self.send(&Report::Error(format!("{stage}: {error}")));
-        eprintln!("toolhost sandbox: {stage}: {error}");
-        std::process::exit(SETUP_FAILED)
-    }
-}
-
-/// The uid and gid a sandbox's processes run as outside it (and inside: the map is one to one):
-/// the daemon's own, or for a daemon run as root [`SANDBOX_ID`], so that no server is ever root
-/// on the host (root's processes are exempt from the process limit, and root reads what nobody
-/// else may).
-pub(super) fn sandbox_ids() -> (Uid, Gid) {
-    if getuid().is_root() { (Uid::from_raw(SANDBOX_ID), Gid::from_raw(SANDBOX_ID)) } else { (getuid(), getgid()) }
-}
-
-/// An id no account has: not `nobody`, which other services run as and which could then trace
-/// a server's processes (same uid) and read its secrets. Files a root daemon's server must read
-/// need to be readable by others, as for `nobody`.
-pub const SANDBOX_ID: u32 = 2_140_000_000;
 /// The init's stack (it runs the filesystem setup and Landlock's and seccomp's builders).
 const INIT_STACK: usize = 8 << 20;
 

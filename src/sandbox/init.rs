@@ -8,7 +8,7 @@ use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
-use super::helper::Reporter;
+use super::reporter::Reporter;
 use super::{LimitKind, Limits, Plan, Report};
 
 /// How often the init looks at what the sandbox uses.
@@ -26,7 +26,7 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
     // The view was built with the helper's credentials (which may reach a grant below a
     // directory only root may enter); from here on, the sandbox's own user. Leaving root of
     // the namespace also clears what capabilities were left.
-    let (uid, gid) = super::helper::sandbox_ids();
+    let (uid, gid) = super::sandbox_ids();
     if let Err(errno) = nix::unistd::setresgid(gid, gid, gid).and_then(|()| nix::unistd::setresuid(uid, uid, uid)) {
         reporter.fail("cannot switch to the sandbox's user", errno.desc());
     }

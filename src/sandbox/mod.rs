@@ -31,6 +31,8 @@ mod helper;
 mod init;
 #[allow(unsafe_code)]
 pub mod report;
+#[allow(unsafe_code)]
+mod reporter;
 mod root;
 pub mod servers;
 
@@ -38,8 +40,21 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use helper::{SANDBOX_ID, run};
+pub use helper::run;
 
+/// The uid and gid a sandbox's processes run as outside it (and inside: the map is one to one):
+/// the daemon's own, or for a daemon run as root [`SANDBOX_ID`], so that no server is ever root
+/// on the host (root's processes are exempt from the process limit, and root reads what nobody
+/// else may).
+pub(crate) fn sandbox_ids() -> (nix::unistd::Uid, nix::unistd::Gid) {
+    use nix::unistd::{Gid, Uid, getgid, getuid};
+    if getuid().is_root() { (Uid::from_raw(SANDBOX_ID), Gid::from_raw(SANDBOX_ID)) } else { (getuid(), getgid()) }
+}
+
+/// An id no account has: not `nobody`, which other services run as and which could then trace
+/// a server's processes (same uid) and read its secrets. Files a root daemon's server must read
+/// need to be readable by others, as for `nobody`.
+pub const SANDBOX_ID: u32 = 2_140_000_000;
 /// The file descriptor the helper reports on.
 pub const REPORT_FD: i32 = 3;
 /// The hidden subcommand that runs the helper.

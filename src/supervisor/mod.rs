@@ -4,6 +4,7 @@
 mod backoff;
 mod commit;
 mod enumerate;
+pub mod gauges;
 mod guard;
 pub mod integrity;
 pub mod registry;

@@ -60,6 +60,39 @@ pub enum ServerState {
     AuthRequired,
 }
 
+impl ServerState {
+    pub const ALL: [ServerState; 11] = [
+        ServerState::Disabled,
+        ServerState::Starting,
+        ServerState::Ready,
+        ServerState::NoTools,
+        ServerState::Reconnecting,
+        ServerState::Backoff,
+        ServerState::CrashLoop,
+        ServerState::Failed,
+        ServerState::Stopped,
+        ServerState::AuthFailed,
+        ServerState::AuthRequired,
+    ];
+
+    /// The lowercase name of the state, as metrics and the fleet show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerState::Disabled => "disabled",
+            ServerState::Starting => "starting",
+            ServerState::Ready => "ready",
+            ServerState::NoTools => "no_tools",
+            ServerState::Reconnecting => "reconnecting",
+            ServerState::Backoff => "backoff",
+            ServerState::CrashLoop => "crash_loop",
+            ServerState::Failed => "failed",
+            ServerState::Stopped => "stopped",
+            ServerState::AuthFailed => "auth_failed",
+            ServerState::AuthRequired => "auth_required",
+        }
+    }
+}
+
 /// One server as the rest of toolhost sees it.
 #[derive(Debug, Clone)]
 pub struct ServerView {

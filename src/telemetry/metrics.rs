@@ -7,8 +7,6 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
 
-use crate::supervisor::registry::{Registry, ServerState};
-
 /// Operation buckets, seconds: from a fast local server's answer to a slow tool's.
 const OPERATION_BUCKETS: [f64; 17] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -34,43 +32,6 @@ pub struct Metrics {
     fleet_drift: Counter<u64>,
     oauth_tokens: Counter<u64>,
     refusals: Counter<u64>,
-}
-
-/// The fleet store's gauges; dropping them unregisters the callbacks.
-pub struct FleetGauges {
-    _connected: ObservableGauge<u64>,
-    _pending: ObservableGauge<u64>,
-    _drift: ObservableGauge<u64>,
-}
-
-/// `toolhost.fleet.connected` (0 or 1), `toolhost.fleet.audit.pending` (records in this host's
-/// spool) and `toolhost.fleet.drift.tools` (this host's tools another host sees differently).
-pub fn register_fleet_gauges(meter: &Meter, fleet: crate::fleet::Fleet) -> FleetGauges {
-    let (a, b, c) = (fleet.clone(), fleet.clone(), fleet);
-    FleetGauges {
-        _connected: meter
-            .u64_observable_gauge("toolhost.fleet.connected")
-            .with_description("Whether the link to the fleet store is up")
-            .with_callback(move |observer| observer.observe(u64::from(a.is_connected()), &[]))
-            .build(),
-        _pending: meter
-            .u64_observable_gauge("toolhost.fleet.audit.pending")
-            .with_description("Audit records waiting in this host's spool for the fleet store")
-            .with_callback(move |observer| observer.observe(b.audit_pending(), &[]))
-            .build(),
-        _drift: meter
-            .u64_observable_gauge("toolhost.fleet.drift.tools")
-            .with_description("Tools of this host's servers that another host sees with a different definition")
-            .with_callback(move |observer| observer.observe(c.drifted_tools(), &[]))
-            .build(),
-    }
-}
-
-/// Gauges read from the registry at each collection; dropping them unregisters the callbacks.
-pub struct RegistryGauges {
-    _sessions: ObservableGauge<u64>,
-    _tools: ObservableGauge<u64>,
-    _held: ObservableGauge<u64>,
 }
 
 /// `toolhost.store.degraded`: 1 while the catalog store is degraded (its filesystem full), else
@@ -204,80 +165,5 @@ impl Metrics {
 
     pub fn record_worker_panic(&self, server: &str) {
         self.worker_panics.add(1, &[KeyValue::new("toolhost.server", server.to_owned())]);
-    }
-}
-
-/// Registers `toolhost.sessions` (servers by state) and `toolhost.tools` (tools per server).
-pub fn register_gauges(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges {
-    let for_sessions = registry.clone();
-    let sessions = meter
-        .u64_observable_gauge("toolhost.sessions")
-        .with_description("Servers by state")
-        .with_callback(move |observer| {
-            let snapshot = for_sessions.snapshot();
-            for state in ALL_STATES {
-                let count = snapshot.servers.values().filter(|view| view.state == state).count() as u64;
-                observer.observe(count, &[KeyValue::new("toolhost.server.state", state_name(state))]);
-            }
-        })
-        .build();
-    let for_held = registry.clone();
-    let held = meter
-        .u64_observable_gauge("toolhost.tools.held")
-        .with_description("Tools whose offered definition is not the approved one (not callable until approved)")
-        .with_callback(move |observer| {
-            for view in for_held.snapshot().servers.values() {
-                let count = view.integrity.iter().filter(|state| state.held.is_some()).count() as u64;
-                observer.observe(count, &[KeyValue::new("toolhost.server", view.name.to_string())]);
-            }
-        })
-        .build();
-    let tools = meter
-        .u64_observable_gauge("toolhost.tools")
-        .with_description("Tools in each server's current generation")
-        .with_callback(move |observer| {
-            for view in registry.snapshot().servers.values() {
-                let count = view.generation.as_ref().map_or(0, |g| g.tools.len() as u64);
-                observer.observe(
-                    count,
-                    &[
-                        KeyValue::new("toolhost.server", view.name.to_string()),
-                        KeyValue::new("toolhost.server.available", view.is_available()),
-                    ],
-                );
-            }
-        })
-        .build();
-    RegistryGauges { _sessions: sessions, _tools: tools, _held: held }
-}
-
-const ALL_STATES: [ServerState; 11] = [
-    ServerState::Disabled,
-    ServerState::Starting,
-    ServerState::Ready,
-    ServerState::NoTools,
-    ServerState::Reconnecting,
-    ServerState::Backoff,
-    ServerState::CrashLoop,
-    ServerState::Failed,
-    ServerState::Stopped,
-    ServerState::AuthFailed,
-    ServerState::AuthRequired,
-];
-
-/// The lowercase name of a state, as the API and the metrics show it.
-pub fn state_name(state: ServerState) -> &'static str {
-    match state {
-        ServerState::Disabled => "disabled",
-        ServerState::Starting => "starting",
-        ServerState::Ready => "ready",
-        ServerState::NoTools => "no_tools",
-        ServerState::Reconnecting => "reconnecting",
-        ServerState::Backoff => "backoff",
-        ServerState::CrashLoop => "crash_loop",
-        ServerState::Failed => "failed",
-        ServerState::Stopped => "stopped",
-        ServerState::AuthFailed => "auth_failed",
-        ServerState::AuthRequired => "auth_required",
     }
 }

@@ -11,6 +11,7 @@ pub mod queue;
 pub mod reaper;
 pub mod session;
 mod stdio;
+pub(crate) mod web;
 
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -128,7 +129,7 @@ pub fn authorizer_for(
 ) -> Result<Option<Arc<oauth::authorizer::Authorizer>>, UpstreamError> {
     let Transport::Http(http_spec) = &spec.transport else { return Ok(None) };
     let Some(crate::config::auth::AuthSpec::OAuth(oauth_spec)) = &http_spec.auth else { return Ok(None) };
-    let web = oauth::flow::Web::new(http::client(http_spec, spec.request_timeout)?, spec.request_timeout);
+    let web = oauth::flow::Web::new(web::client(http_spec, spec.request_timeout)?, spec.request_timeout);
     oauth::authorizer::Authorizer::new(server.clone(), &http_spec.url, oauth_spec, web, interaction, metrics)
         .map(|authorizer| Some(Arc::new(authorizer)))
         .map_err(UpstreamError::AuthRequired)

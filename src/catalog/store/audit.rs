@@ -9,7 +9,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure; none of the batch is stored then.
-    pub async fn append_audit(&self, records: &[crate::audit::AuditRecord]) -> Result<(), StoreError> {
+    pub async fn append_audit(&self, records: &[crate::catalog::record::AuditRecord]) -> Result<(), StoreError> {
         // The whole batch travels as one JSON array and is inserted by one statement: a row
         // costs SQLite's work, not a round trip to the database thread each.
         let rows: Vec<serde_json::Value> = records
@@ -69,7 +69,12 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn query_audit(&self, since_ms: i64, agent: Option<&str>, limit: u32) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
+    pub async fn query_audit(
+        &self,
+        since_ms: i64,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments \
              FROM audit WHERE at_ms >= ?1 AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
@@ -84,9 +89,9 @@ impl Store {
 }
 
 /// An audit row, its columns in the order `query_audit` selects them.
-pub(super) fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<crate::audit::AuditRecord, StoreError> {
+pub(super) fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<crate::catalog::record::AuditRecord, StoreError> {
     let transport: String = row.try_get(3)?;
-    Ok(crate::audit::AuditRecord {
+    Ok(crate::catalog::record::AuditRecord {
         at_ms: row.try_get(0)?,
         agent: row.try_get::<String, _>(1)?.into(),
         caller: row.try_get(2)?,

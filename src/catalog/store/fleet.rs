@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::audit::audit_record;
 use super::{Store, StoreError};
-use crate::audit::AuditRecord;
+use crate::catalog::record::AuditRecord;
 
 /// The cursor of shipped audit records; while it exists, unshipped records outlive retention.
 pub const AUDIT_CURSOR: &str = "fleet.audit";

@@ -9,8 +9,9 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use serde::Deserialize;
 
-use super::flow::{FlowError, Web};
+use super::exchange::{FlowError, Web};
 use super::{Challenge, authorization_server_urls, protected_resource_urls};
+use crate::oauth_core::urls::{host_of, is_secure};
 
 /// What the MCP server says to a request without a token: the `401`'s challenge, or `None` when
 /// it gave none (or did not refuse). `toolhost login` starts from it.
@@ -28,7 +29,7 @@ pub async fn probe(web: &Web, server_url: &str) -> Result<Option<Challenge>, Flo
         .map_err(|err| FlowError::Required(format!("{server_url} is not a usable URL: {err}")))?;
     let response = match tokio::time::timeout(web.timeout, web.client.request(request)).await {
         Ok(Ok(response)) => response,
-        Ok(Err(err)) => return Err(FlowError::Unavailable(format!("{server_url}: {}", crate::upstream::http::error_chain(&err)))),
+        Ok(Err(err)) => return Err(FlowError::Unavailable(format!("{server_url}: {}", crate::upstream::web::error_chain(&err)))),
         Err(_) => return Err(FlowError::Unavailable(format!("{server_url}: no answer within {:?}", web.timeout))),
     };
     if response.status() != StatusCode::UNAUTHORIZED {
@@ -202,21 +203,6 @@ impl Fence {
     }
 }
 
-/// The host of an `http(s)://` URL, without brackets; `None` for anything else, or an authority
-/// with user information (`https://127.0.0.1@evil.example/` is not the host it looks like).
-fn host_of(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.contains('@') {
-        return None;
-    }
-    let host = match authority.strip_prefix('[') {
-        Some(bracketed) => bracketed.split_once(']')?.0,
-        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
-    };
-    (!host.is_empty()).then_some(host)
-}
-
 /// Whether `host` is, or resolves to, an address on this machine or a private network. A name
 /// that does not resolve is left to the fetch to fail.
 async fn is_internal_host(host: &str) -> bool {
@@ -264,16 +250,6 @@ fn check_endpoints(metadata: &ServerMetadata) -> Result<(), FlowError> {
         ))),
         None => Ok(()),
     }
-}
-
-/// HTTPS, or plain HTTP to a loopback address.
-pub fn is_secure(url: &str) -> bool {
-    if url.starts_with("https://") {
-        return true;
-    }
-    // `host_of` refuses user information: `http://127.0.0.1:80@evil.example/` goes to evil.example.
-    url.starts_with("http://")
-        && host_of(url).is_some_and(|host| host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
 /// The server URL as a resource indicator: no fragment, no query (RFC 8707 §2).
@@ -376,7 +352,7 @@ mod tests {
         // server's address is a documentation address that is never contacted).
         let spec = crate::config::HttpSpec { url: String::new(), headers: Default::default(), ca_file: None, auth: None };
         let web =
-            Web::new(crate::upstream::http::client(&spec, std::time::Duration::from_secs(1)).unwrap(), std::time::Duration::from_secs(1));
+            Web::new(crate::upstream::web::client(&spec, std::time::Duration::from_secs(1)).unwrap(), std::time::Duration::from_secs(1));
         for target in [
             "http://127.0.0.1:9/.well-known/oauth-protected-resource",
             "http://169.254.169.254/latest/meta-data",

@@ -7,8 +7,8 @@
 
 pub mod authorizer;
 pub mod discovery;
+mod exchange;
 pub mod flow;
-pub mod jwt;
 pub mod tokens;
 
 use base64::Engine;

@@ -26,9 +26,9 @@ use tracing::Instrument;
 use super::Challenge;
 use super::discovery::{self, Discovery};
 use super::flow::{self, ClientAuth, FlowError, Granted, Web};
-use super::jwt::Signer;
 use super::tokens::{self, Stored};
 use crate::config::auth::{Grant, OAuthSpec, TokenEndpointAuth};
+use crate::oauth_core::jwt::Signer;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 

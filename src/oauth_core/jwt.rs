@@ -9,7 +9,21 @@ use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, RSA_PKCS1_S
 use rustls::pki_types::PrivatePkcs8KeyDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::config::auth::SigningAlgorithm;
+/// How a client assertion is signed (`signing_algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigningAlgorithm {
+    Es256,
+    Rs256,
+}
+
+impl SigningAlgorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigningAlgorithm::Es256 => "ES256",
+            SigningAlgorithm::Rs256 => "RS256",
+        }
+    }
+}
 
 /// How long an assertion is valid: enough for one token request.
 const ASSERTION_LIFETIME_SECS: u64 = 60;
