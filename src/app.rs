@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access::Access;
-use crate::api::{self, ApiParts, ApiStartError, BoundAddr};
+use crate::api::{self, ApiParts, ApiStartError};
 use crate::audit::{Auditor, Retention};
 use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
@@ -19,6 +19,7 @@ use crate::door::Door;
 use crate::endpoint::{self, Endpoint};
 use crate::fleet::{Fleet, FleetParts};
 use crate::instance::{InstanceError, InstanceLock};
+use crate::listen::BoundAddr;
 use crate::signals::{Event, Signals};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::{ReloadSummary, Supervisor};
@@ -38,6 +39,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Api(#[from] ApiStartError),
+    #[error(transparent)]
+    Listen(#[from] crate::listen::BindError),
     #[error("cannot start the orphan guard: {0}")]
     Reaper(std::io::Error),
     #[error("cannot install signal handlers: {0}")]

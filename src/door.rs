@@ -165,18 +165,16 @@ impl Door {
         }
         let qualified = qualified_target(target);
         for quota in caller.agent.quotas.iter().filter(|quota| quota.applies_to(&qualified)) {
-            let now = crate::catalog::record::now_ms();
-            let (window, ends_at) = quota.window(now);
-            let taken = self.store.take_quota(&caller.agent.name, &quota.key, window, quota.calls).await.map_err(|error| {
+            let taken = quota.take(&self.store, &caller.agent.name, crate::catalog::record::now_ms()).await.map_err(|error| {
                 CallError::Store(format!("cannot count the call against agent {:?}'s quota: {error}", caller.agent.name))
             })?;
-            if !taken {
+            if let Some(retry_after) = taken {
                 return Err(CallError::QuotaExhausted {
                     agent: caller.agent.name.to_string(),
                     tool: qualified.into_owned(),
                     calls: quota.calls,
                     per: quota.per,
-                    retry_after: std::time::Duration::from_millis(u64::try_from(ends_at.saturating_sub(now)).unwrap_or(0)),
+                    retry_after,
                 });
             }
         }

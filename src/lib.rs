@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod deadline;
+pub mod digest;
 pub mod door;
 pub mod endpoint;
 pub mod faults;
@@ -25,6 +26,7 @@ pub mod fleet;
 #[cfg(test)]
 mod fuzz;
 pub mod instance;
+pub mod listen;
 pub mod mcp;
 pub mod oauth_core;
 pub mod sandbox;

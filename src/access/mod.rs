@@ -75,11 +75,61 @@ pub struct CompiledQuota {
     pub per: std::time::Duration,
     /// What the store counts it under: its definition, so that a changed quota starts afresh.
     pub key: String,
+    /// Calls already counted in the store and not yet made, in one window: counted a block at a
+    /// time ([`CompiledQuota::block`]) so that most calls write nothing. A crash forfeits what
+    /// is left of the block (the agent loses those calls, never gains any).
+    lease: tokio::sync::Mutex<Lease>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Lease {
+    window: u64,
+    left: u32,
 }
 
 impl CompiledQuota {
     pub fn applies_to(&self, qualified: &str) -> bool {
         self.tools.iter().any(|glob| glob.matches(qualified))
+    }
+
+    /// Calls one store write counts ahead: one for a small quota (exact to the call), at most
+    /// 1 % of a large one, and never more than 64.
+    fn block(&self) -> u32 {
+        (self.calls / 100).clamp(1, 64)
+    }
+
+    /// Counts one call at `now_ms` against this quota of agent `agent`: from what this daemon
+    /// already counted, else by counting a block in the store. `Ok(None)`: the call may go;
+    /// `Ok(Some(wait))`: the quota is used up until its window ends, `wait` from now.
+    ///
+    /// # Errors
+    /// The count cannot be written: the quota fails closed.
+    pub async fn take(
+        &self,
+        store: &crate::catalog::store::Store,
+        agent: &str,
+        now_ms: i64,
+    ) -> Result<Option<std::time::Duration>, crate::catalog::store::StoreError> {
+        let (window, ends_at) = self.window(now_ms);
+        // Held across the store's write: takers of one quota count ahead one at a time, so
+        // that what one counted is never stranded while another is refused.
+        let mut lease = self.lease.lock().await;
+        if lease.window == window && lease.left > 0 {
+            lease.left -= 1;
+            return Ok(None);
+        }
+        let granted = store.take_quota(agent, &self.key, window, self.calls, self.block()).await?;
+        *lease = Lease { window, left: granted.saturating_sub(1) };
+        if granted > 0 {
+            return Ok(None);
+        }
+        Ok(Some(std::time::Duration::from_millis(u64::try_from(ends_at.saturating_sub(now_ms)).unwrap_or(0))))
+    }
+
+    /// Calls counted for `window` but not yet made.
+    pub async fn leased(&self, window: u64) -> u32 {
+        let lease = self.lease.lock().await;
+        if lease.window == window { lease.left } else { 0 }
     }
 
     /// The fixed window (aligned to the Unix epoch) that `now_ms` falls in, and when it ends.
@@ -267,6 +317,7 @@ impl Agent {
                     calls: quota.calls,
                     per: quota.per,
                     key: format!("{} per {}ms", quota.tools.join(","), quota.per.as_millis()),
+                    lease: tokio::sync::Mutex::default(),
                 })
                 .collect(),
         }
@@ -347,6 +398,51 @@ impl Agent {
 mod tests {
     use super::*;
     use crate::config::AccessConfig;
+
+    fn quota(calls: u32) -> CompiledQuota {
+        CompiledQuota {
+            tools: vec![WildMatch::new("*")],
+            patterns: vec!["*".to_owned()],
+            calls,
+            per: std::time::Duration::from_secs(86_400),
+            key: format!("* {calls}"),
+            lease: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Concurrent callers of one daemon get exactly the quota; after a restart (a fresh entry,
+    /// the same store) the total never exceeds it, whatever the first daemon counted ahead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_quota_is_exact_under_concurrency_and_never_exceeded_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::catalog::store::Store::open(&dir.path().join("quota.db"), 10).await.unwrap();
+        let now = 1_700_000_000_000;
+        for calls in [1, 7, 250, 2_000] {
+            let agent = format!("agent-{calls}");
+            let first = Arc::new(quota(calls));
+            let attempts = (calls as usize * 2).min(600);
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..attempts {
+                let (first, store, agent) = (first.clone(), store.clone(), agent.clone());
+                tasks.spawn(async move { first.take(&store, &agent, now).await.unwrap().is_none() });
+            }
+            let mut passed = 0;
+            while let Some(done) = tasks.join_next().await {
+                passed += u32::from(done.unwrap());
+            }
+            assert_eq!(passed, (attempts as u32).min(calls), "quota {calls}: exact within one daemon");
+            let restarted = quota(calls);
+            let mut after = 0;
+            while restarted.take(&store, &agent, now).await.unwrap().is_none() {
+                after += 1;
+            }
+            assert!(passed + after <= calls, "quota {calls}: {passed} + {after} across a restart");
+            // What a restart forfeits is at most one block: 1 % of the quota.
+            assert!(calls - passed - after <= (calls / 100).max(1), "quota {calls}: forfeited {}", calls - passed - after);
+            let wait = restarted.take(&store, &agent, now).await.unwrap().expect("used up");
+            assert!(wait <= std::time::Duration::from_secs(86_400));
+        }
+    }
 
     #[test]
     fn an_agent_has_at_most_its_share_of_calls_in_flight() {

@@ -45,7 +45,9 @@ impl ToolHostService {
         let now = crate::catalog::record::now_ms();
         for quota in &caller.agent.quotas {
             let (window, ends_at) = quota.window(now);
-            let used = self.store.quota_used(&caller.agent.name, &quota.key, window).await.map_err(ApiError::from)?;
+            // Counted in the store, less what this daemon counted ahead and has not used.
+            let counted = self.store.quota_used(&caller.agent.name, &quota.key, window).await.map_err(ApiError::from)?;
+            let used = counted.saturating_sub(quota.leased(window).await);
             limits.quotas.push(pb::QuotaStatus {
                 tools: quota.patterns.clone(),
                 calls: quota.calls,

@@ -17,7 +17,6 @@ mod status;
 mod tls;
 mod watch;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::catalog::store::Store;
-use crate::config::{ListenAddr, Listener, SocketAccess};
+use crate::config::{ListenAddr, Listener};
 use crate::door::Door;
+use crate::listen::{self, BindError, BoundAddr};
 use crate::supervisor::Refresher;
 use crate::supervisor::registry::{Registry, ServerState};
 
@@ -42,19 +42,12 @@ pub mod pb {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiStartError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    #[error(transparent)]
+    Bind(#[from] BindError),
     #[error("cannot build the reflection service: {0}")]
     Reflection(String),
     #[error("TLS for {addr}: {problem}")]
     Tls { addr: String, problem: String },
-}
-
-/// An address the API actually listens on (a TCP port 0 resolved to the real port).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BoundAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
 }
 
 enum Bound {
@@ -89,16 +82,12 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
                     .map(tls::server_config)
                     .transpose()
                     .map_err(|problem| ApiStartError::Tls { addr: socket.to_string(), problem })?;
-                let listener =
-                    TcpListener::bind(socket).await.map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
-                let local = listener.local_addr().map_err(|source| ApiStartError::Bind { addr: socket.to_string(), source })?;
+                let (listener, local) = listen::bind_tcp(*socket).await?;
                 bound.push(BoundAddr::Tcp(local));
                 listeners.push(Bound::Tcp(listener, tls));
             }
             ListenAddr::Unix(path) => {
-                let listener = bind_unix(path, socket)
-                    .await
-                    .map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                let listener = listen::bind_unix(path, socket).await?;
                 bound.push(BoundAddr::Unix(path.clone()));
                 listeners.push(Bound::Unix(listener, path.clone()));
             }
@@ -109,40 +98,6 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
 
 /// Listeners bound by [`bind`], waiting for [`serve`].
 pub struct BoundListeners(Vec<Bound>);
-
-/// How long a process already listening on a socket path has to accept a probe connection.
-const SOCKET_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-
-pub(crate) async fn bind_unix(path: &std::path::Path, access: &SocketAccess) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    // A fresh machine may not have the socket's directory yet (systemd's RuntimeDirectory makes
-    // /run/toolhost; a hand-run daemon may have nothing).
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
-    }
-    // A socket left by a previous run would make bind fail and is replaced; one that somebody
-    // still listens on is theirs and stays; anything else at that path is kept.
-    if let Ok(metadata) = std::fs::symlink_metadata(path)
-        && metadata.file_type().is_socket()
-    {
-        match tokio::time::timeout(SOCKET_PROBE_TIMEOUT, tokio::net::UnixStream::connect(path)).await {
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)?,
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Ok(Err(error)) => return Err(error),
-            Ok(Ok(_)) | Err(_) => {
-                return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another process is listening on this socket"));
-            }
-        }
-    }
-    let listener = UnixListener::bind(path)?;
-    // The kernel checks these on every connect: by default owner and group only, so membership
-    // of the socket's group is what lets an agent in.
-    if let Some(group) = &access.group {
-        std::os::unix::fs::chown(path, None, Some(group.gid))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))?;
-    Ok(listener)
-}
 
 /// Serves the API on every listener until `cancel` fires, then lets RPCs in flight finish.
 /// Every task goes into `tracker`.

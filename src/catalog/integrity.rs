@@ -4,23 +4,13 @@
 //! review must not change what agents do silently. No I/O; `store::approvals` persists
 //! approvals, the supervisor evaluates and publishes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde_json::Value;
 
 use crate::catalog::model::ToolDef;
 
-/// A server's integrity policy, from its configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Policy {
-    /// `changes = "hold"`: a definition that differs from the approved one is held.
-    pub hold_changes: bool,
-    /// `new_tools = "hold"`: a tool never approved is held (under both, first sight of a server
-    /// holds everything until approved).
-    pub hold_new: bool,
-    /// `pins = { TOOL = "sha256:…" }`: the only definition of that tool that may be called.
-    pub pins: BTreeMap<String, String>,
-}
+pub use crate::config::IntegrityPolicy as Policy;
 
 /// One approval of one definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +216,8 @@ fn shown(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use serde_json::json;
 
     use super::*;

@@ -6,7 +6,6 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
 /// Skipped entries described one by one in a listing; past that they are only counted, so a
 /// server that sends a hundred thousand bad entries costs one line, not a hundred thousand.
@@ -326,16 +325,7 @@ pub fn canonical_json(value: &Value) -> String {
     serde_json_canonicalizer::to_string(value).unwrap_or_default()
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    hex
-}
+pub use crate::digest::sha256_hex;
 
 #[cfg(test)]
 mod tests {

@@ -106,6 +106,18 @@ pub struct Quota {
     pub per: Duration,
 }
 
+/// A server's integrity policy, from its configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntegrityPolicy {
+    /// `changes = "hold"`: a definition that differs from the approved one is held.
+    pub hold_changes: bool,
+    /// `new_tools = "hold"`: a tool never approved is held (under both, first sight of a server
+    /// holds everything until approved).
+    pub hold_new: bool,
+    /// `pins = { TOOL = "sha256:…" }`: the only definition of that tool that may be called.
+    pub pins: std::collections::BTreeMap<String, String>,
+}
+
 /// `rate = { calls = 10, per = "1s", burst = 20 }`: on average `calls` per `per`, at most
 /// `burst` at once after a quiet spell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +263,7 @@ pub struct ServerSpec {
     pub protocol: ProtocolChoice,
     pub audit_arguments: AuditArguments,
     /// `changes`, `new_tools` and `pins`: which definitions may be called.
-    pub integrity: crate::catalog::integrity::Policy,
+    pub integrity: IntegrityPolicy,
     /// `fleet_identity`, when the operator names it.
     pub fleet_identity: Option<String>,
 }
@@ -327,7 +339,7 @@ impl ServerSpec {
                 }
             }
         }
-        crate::catalog::model::sha256_hex(material.as_bytes())
+        crate::digest::sha256_hex(material.as_bytes())
     }
 }
 
@@ -778,7 +790,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
                 return Err(("audit_arguments".into(), format!("{other:?} is not one of \"none\", \"hash\", \"full\"")));
             }
         },
-        integrity: crate::catalog::integrity::Policy {
+        integrity: IntegrityPolicy {
             hold_changes: hold_or_accept(raw.changes.as_deref()).map_err(at("changes"))?,
             hold_new: hold_or_accept(raw.new_tools.as_deref()).map_err(at("new_tools"))?,
             pins: raw

@@ -31,11 +31,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access::{Caller, Identity, Refusal};
-use crate::api::{ApiStartError, BoundAddr};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
 use crate::catalog::names;
 use crate::config::{ListenAddr, McpConfig};
 use crate::door::Door;
+use crate::listen::{self, BindError, BoundAddr};
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
@@ -521,22 +521,19 @@ enum Bound {
 /// Binds every `[mcp]` listener, so that a bad address fails the start.
 ///
 /// # Errors
-/// [`ApiStartError::Bind`] naming the address.
-pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), ApiStartError> {
+/// [`BindError`] naming the address.
+pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
     let mut addrs = Vec::new();
     let mut bound = Vec::new();
     for listener in listeners {
         match &listener.addr {
             ListenAddr::Tcp(socket) => {
-                let bind_error = |source| ApiStartError::Bind { addr: socket.to_string(), source };
-                let tcp = tokio::net::TcpListener::bind(socket).await.map_err(bind_error)?;
-                addrs.push(BoundAddr::Tcp(tcp.local_addr().map_err(bind_error)?));
+                let (tcp, local) = listen::bind_tcp(*socket).await?;
+                addrs.push(BoundAddr::Tcp(local));
                 bound.push(Bound::Http(tcp));
             }
             ListenAddr::Unix(path) => {
-                let unix = crate::api::bind_unix(path, &listener.socket)
-                    .await
-                    .map_err(|source| ApiStartError::Bind { addr: format!("unix:{}", path.display()), source })?;
+                let unix = listen::bind_unix(path, &listener.socket).await?;
                 addrs.push(BoundAddr::Unix(path.clone()));
                 bound.push(Bound::Unix(unix, path.clone()));
             }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolhost::api::BoundAddr;
 use toolhost::api::pb::tool_host_client::ToolHostClient;
 use toolhost::app::App;
 use toolhost::config::{Config, ListenAddr};
+use toolhost::listen::BoundAddr;
 use toolhost::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// How long any wait in a test may take before it fails. Generous: CI machines are busy.

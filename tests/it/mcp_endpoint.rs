@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use toolhost::api::BoundAddr;
 use toolhost::app::App;
+use toolhost::listen::BoundAddr;
 use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;

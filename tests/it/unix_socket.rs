@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
-use toolhost::api::BoundAddr;
+use toolhost::listen::BoundAddr;
 use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;

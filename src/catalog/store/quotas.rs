@@ -3,31 +3,38 @@
 use super::{Store, StoreError, to_i64};
 
 impl Store {
-    /// Counts one call against a quota in its current `window`, unless `limit` calls already
-    /// used it: `Ok(true)` when the call may go. One statement, so concurrent calls are counted
-    /// exactly (SQLite serializes writers).
+    /// Counts up to `want` calls against a quota in its current `window`, as many as `limit`
+    /// leaves: the number counted (0 when the quota is used up). One write transaction, so
+    /// concurrent takers never count past the limit.
     ///
     /// # Errors
     /// [`StoreError`] when the count cannot be written (a quota then fails closed).
-    pub async fn take_quota(&self, agent: &str, quota: &str, window: u64, limit: u32) -> Result<bool, StoreError> {
+    pub async fn take_quota(&self, agent: &str, quota: &str, window: u64, limit: u32, want: u32) -> Result<u32, StoreError> {
         let mut tx = self.begin().await?;
-        let taken = sqlx::query(
-            "INSERT INTO quota_usage (agent, quota, window_index, used) VALUES (?1, ?2, ?3, 1) \
-             ON CONFLICT (agent, quota) DO UPDATE SET \
-               used = CASE WHEN quota_usage.window_index = excluded.window_index THEN quota_usage.used + 1 ELSE 1 END, \
-               window_index = excluded.window_index \
-             WHERE quota_usage.window_index != excluded.window_index OR quota_usage.used < ?4 \
-             RETURNING used",
-        )
-        .bind(agent)
-        .bind(quota)
-        .bind(to_i64(window))
-        .bind(i64::from(limit))
-        .fetch_optional(tx.conn())
-        .await?
-        .is_some();
+        let stored: Option<(i64, i64)> = sqlx::query_as("SELECT window_index, used FROM quota_usage WHERE agent = ? AND quota = ?")
+            .bind(agent)
+            .bind(quota)
+            .fetch_optional(tx.conn())
+            .await?;
+        let used = match stored {
+            Some((stored_window, used)) if stored_window == to_i64(window) => u32::try_from(used).unwrap_or(u32::MAX),
+            _ => 0,
+        };
+        let granted = want.min(limit.saturating_sub(used));
+        if granted > 0 {
+            sqlx::query(
+                "INSERT INTO quota_usage (agent, quota, window_index, used) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (agent, quota) DO UPDATE SET window_index = excluded.window_index, used = excluded.used",
+            )
+            .bind(agent)
+            .bind(quota)
+            .bind(to_i64(window))
+            .bind(i64::from(used + granted))
+            .execute(tx.conn())
+            .await?;
+        }
         tx.commit().await?;
-        Ok(taken)
+        Ok(granted)
     }
 
     /// Calls used of a quota in `window` (what `whoami` shows).
