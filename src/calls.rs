@@ -149,10 +149,12 @@ impl Calls {
         let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
         let tool = &generation.tools[idx];
         let span = tracing::Span::current();
-        span.set_attribute("toolhost.server", view.name.to_string());
-        span.set_attribute("toolhost.generation", generation.number as i64);
-        span.set_attribute("toolhost.definition_hash", tool.hash.clone());
-        span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
+        if crate::telemetry::traces_exported() {
+            span.set_attribute("toolhost.server", view.name.to_string());
+            span.set_attribute("toolhost.generation", generation.number as i64);
+            span.set_attribute("toolhost.definition_hash", tool.hash.clone());
+            span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
+        }
         // A continuation answers one call of one tool: the same server and name, and the same
         // definition (a tool that changed in between is a stale-tool race like any other).
         let mut expected_hash = request.expected_hash;

@@ -326,6 +326,9 @@ impl Door {
 /// time series), a tool's own failure, and toolhost's outcome. The door adds its protocol's
 /// error code.
 pub fn observe_call(operation: &mut Operation, result: &Result<CallResult, CallError>) {
+    if !operation.observed() {
+        return;
+    }
     match result {
         Ok(done) => {
             operation.tool(&names::qualify(&done.server, &done.name));

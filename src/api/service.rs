@@ -189,17 +189,24 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "grpc"));
         let span = operation.span().clone();
         propagation::continue_from(&span, request.metadata());
-        span.set_attribute("rpc.system", "grpc");
-        span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
+        let traced = crate::telemetry::traces_exported();
+        if traced {
+            span.set_attribute("rpc.system", "grpc");
+            span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
+        }
         let answered = async {
             let caller = self.admit(&request)?;
-            span.set_attribute("toolhost.agent", caller.agent.name.to_string());
+            if traced {
+                span.set_attribute("toolhost.agent", caller.agent.name.to_string());
+            }
             self.call_tool_in(request, caller, &mut operation).await
         }
         .instrument(span.clone())
         .await;
         let code = answered.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-        span.set_attribute("rpc.response.status_code", super::status::code_name(code));
+        if traced {
+            span.set_attribute("rpc.response.status_code", super::status::code_name(code));
+        }
         if let Err(status) = &answered {
             // Refusals before the call (admission, a malformed request) fail here; a call's own
             // failure was already named by its kind.

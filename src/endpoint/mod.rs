@@ -179,9 +179,11 @@ impl Endpoint {
         if !continued && let Some((parent, state)) = &view.trace {
             crate::telemetry::propagation::continue_from_pairs(&span, parent, state.as_deref());
         }
-        span.set_attribute(crate::telemetry::mcp::REQUEST_ID, reply::clip(id.get()).to_owned());
-        span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
-        operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "mcp"));
+        if operation.observed() {
+            span.set_attribute(crate::telemetry::mcp::REQUEST_ID, reply::clip(id.get()).to_owned());
+            span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
+            operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "mcp"));
+        }
         if let Some(session) = &view.origin.session {
             operation.session(session);
         }
@@ -199,7 +201,9 @@ impl Endpoint {
             }
             Err(problem) => reply::error(id, INVALID_PARAMS, &format!("invalid params: {problem}"), None),
         };
-        if let Some((code, message)) = reply::error_of(&line, id) {
+        if operation.observed()
+            && let Some((code, message)) = reply::error_of(&line, id)
+        {
             operation.rpc_error(code, &message);
         }
         line

@@ -129,8 +129,12 @@ impl Worker {
                 self.metrics.record_enumeration(&self.name, reason.as_str(), "store_failed", clock.elapsed());
                 let message = format!("the new tool generation could not be stored, so it was not published: {error}");
                 self.registry.update(&self.name, |view| {
+                    let generation = view.generation.as_ref().map_or(0, |g| g.number);
                     view.state = ServerState::Failed;
-                    view.last_error = Some(message);
+                    view.last_error = Some(message.clone());
+                    // The attempt is shown even though the store could not record it.
+                    view.last_enumeration =
+                        Some(EnumerationRecord { outcome: EnumerationOutcome::Failed, generation, error: Some(message), ..record });
                 });
                 return false;
             }

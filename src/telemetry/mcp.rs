@@ -97,6 +97,9 @@ pub struct Operation {
     histogram: Histogram<f64>,
     /// The metric's attributes, collected as the operation learns them.
     attributes: Vec<KeyValue>,
+    /// Whether the span's attributes and the metric's data point are built at all.
+    traced: bool,
+    measured: bool,
     failed: bool,
     /// Set once: a call answered in several rounds names its tool once.
     tool_named: bool,
@@ -117,45 +120,63 @@ impl Operation {
             Side::Client => tracing::info_span!("mcp", otel.name = %name, otel.kind = "client"),
             Side::Server => tracing::info_span!("mcp", otel.name = %name, otel.kind = "server"),
         };
-        let mut attributes = Vec::with_capacity(8);
-        attributes.push(KeyValue::new(METHOD_NAME, method));
-        attributes.push(KeyValue::new(NETWORK_TRANSPORT, wire.transport));
-        if let Some(protocol) = wire.protocol {
-            attributes.push(KeyValue::new(NETWORK_PROTOCOL, protocol));
-        }
-        let (address_key, port_key) = match side {
-            Side::Client => (SERVER_ADDRESS, SERVER_PORT),
-            Side::Server => (CLIENT_ADDRESS, CLIENT_PORT),
-        };
-        if let Some(address) = &wire.address {
-            span.set_attribute(address_key, address.to_string());
-            if let Some(port) = wire.port {
-                span.set_attribute(port_key, i64::from(port));
-            }
-            // The server's address is one per configured server; a client's would be a series
-            // per connection, so the metric names only the server's.
-            if side == Side::Client {
-                attributes.push(KeyValue::new(SERVER_ADDRESS, address.to_string()));
-                if let Some(port) = wire.port {
-                    attributes.push(KeyValue::new(SERVER_PORT, i64::from(port)));
-                }
-            }
-        }
-        if method == METHOD_TOOLS_CALL {
-            attributes.push(KeyValue::new(OPERATION_NAME, EXECUTE_TOOL));
-        }
-        for attribute in &attributes {
-            span.set_attribute(attribute.key.clone(), attribute.value.clone());
-        }
-        Operation {
+        let mut operation = Operation {
             span,
             side,
             started: Instant::now(),
             histogram: histogram.clone(),
-            attributes,
+            attributes: Vec::new(),
+            traced: super::traces_exported(),
+            measured: super::metrics_exported(),
             failed: false,
             tool_named: false,
             version_named: false,
+        };
+        operation.both(KeyValue::new(METHOD_NAME, method));
+        operation.both(KeyValue::new(NETWORK_TRANSPORT, wire.transport));
+        if let Some(protocol) = wire.protocol {
+            operation.both(KeyValue::new(NETWORK_PROTOCOL, protocol));
+        }
+        if let Some(address) = &wire.address {
+            // The server's address is one per configured server; a client's would be a series
+            // per connection, so the metric names only the server's.
+            let (address_key, port_key) = match side {
+                Side::Client => (SERVER_ADDRESS, SERVER_PORT),
+                Side::Server => (CLIENT_ADDRESS, CLIENT_PORT),
+            };
+            let address = KeyValue::new(address_key, address.to_string());
+            let port = wire.port.map(|port| KeyValue::new(port_key, i64::from(port)));
+            match side {
+                Side::Client => {
+                    operation.both(address);
+                    port.into_iter().for_each(|port| operation.both(port));
+                }
+                Side::Server => {
+                    operation.on_span(address);
+                    port.into_iter().for_each(|port| operation.on_span(port));
+                }
+            }
+        }
+        if method == METHOD_TOOLS_CALL {
+            operation.both(KeyValue::new(OPERATION_NAME, EXECUTE_TOOL));
+        }
+        operation
+    }
+
+    /// An attribute on the span only.
+    fn on_span(&self, attribute: KeyValue) {
+        if self.traced {
+            self.span.set_attribute(attribute.key, attribute.value);
+        }
+    }
+
+    /// An attribute on the span and the metric.
+    fn both(&mut self, attribute: KeyValue) {
+        if self.traced {
+            self.span.set_attribute(attribute.key.clone(), attribute.value.clone());
+        }
+        if self.measured {
+            self.attributes.push(attribute);
         }
     }
 
@@ -163,42 +184,45 @@ impl Operation {
         &self.span
     }
 
+    /// Whether anything reads this operation's attributes (its span or its metric is exported).
+    pub fn observed(&self) -> bool {
+        self.traced || self.measured
+    }
+
     /// The tool the operation is about: `gen_ai.tool.name` on the span and the metric. Only a
     /// tool that exists (a caller's made-up name would be a new time series).
     pub fn tool(&mut self, name: &str) {
-        if std::mem::replace(&mut self.tool_named, true) {
+        if std::mem::replace(&mut self.tool_named, true) || !(self.traced || self.measured) {
             return;
         }
-        self.span.set_attribute(TOOL_NAME, name.to_owned());
-        self.attributes.push(KeyValue::new(TOOL_NAME, name.to_owned()));
+        self.both(KeyValue::new(TOOL_NAME, name.to_owned()));
     }
 
     /// One of toolhost's own attributes (`toolhost.*`), on the span and the metric.
     pub fn attribute(&mut self, attribute: KeyValue) {
-        self.span.set_attribute(attribute.key.clone(), attribute.value.clone());
-        self.attributes.push(attribute);
+        self.both(attribute);
     }
 
     /// `mcp.protocol.version`, on the span and the metric.
     pub fn protocol_version(&mut self, version: &str) {
-        if std::mem::replace(&mut self.version_named, true) {
+        if std::mem::replace(&mut self.version_named, true) || !(self.traced || self.measured) {
             return;
         }
-        self.span.set_attribute(PROTOCOL_VERSION, version.to_owned());
-        self.attributes.push(KeyValue::new(PROTOCOL_VERSION, version.to_owned()));
+        self.both(KeyValue::new(PROTOCOL_VERSION, version.to_owned()));
     }
 
     /// `mcp.session.id`: only where the protocol has a session (2025 era), on the span only.
     pub fn session(&self, id: &str) {
-        self.span.set_attribute(SESSION_ID, id.to_owned());
+        if self.traced {
+            self.span.set_attribute(SESSION_ID, id.to_owned());
+        }
     }
 
     /// The answer was a JSON-RPC error `code`. On the client side every code is an error; on
     /// the server side, those that say the caller asked for something toolhost cannot serve
     /// (parse error, invalid request, unknown method, invalid params, resource not found) are not.
     pub fn rpc_error(&mut self, code: i64, message: &str) {
-        self.span.set_attribute(STATUS_CODE, code.to_string());
-        self.attributes.push(KeyValue::new(STATUS_CODE, code.to_string()));
+        self.both(KeyValue::new(STATUS_CODE, code.to_string()));
         let caller_error = matches!(code, -32700 | -32600 | -32601 | -32602 | -32002);
         if self.side == Side::Client || !caller_error {
             self.fail(code.to_string(), message);
@@ -221,9 +245,10 @@ impl Operation {
             return;
         }
         self.failed = true;
-        self.span.set_attribute(ERROR_TYPE, error_type.clone());
-        self.span.set_status(Status::error(message.to_owned()));
-        self.attributes.push(KeyValue::new(ERROR_TYPE, error_type));
+        if self.traced {
+            self.span.set_status(Status::error(message.to_owned()));
+        }
+        self.both(KeyValue::new(ERROR_TYPE, error_type));
     }
 
     /// Records the duration. Also on drop: a cancelled operation still took its time.
@@ -232,7 +257,9 @@ impl Operation {
 
 impl Drop for Operation {
     fn drop(&mut self) {
-        self.histogram.record(self.started.elapsed().as_secs_f64(), &self.attributes);
+        if self.measured {
+            self.histogram.record(self.started.elapsed().as_secs_f64(), &self.attributes);
+        }
     }
 }
 

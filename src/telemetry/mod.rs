@@ -25,6 +25,20 @@ use crate::config::TelemetryConfig;
 /// The instrumentation scope of every span and instrument toolhost makes.
 pub const SCOPE: &str = "toolhost";
 
+/// Whether span attributes and metric data points are worth building: [`init`] clears them when
+/// nothing is exported, so that a call pays for no attribute nobody reads. Set until then (a
+/// test that installs its own exporter gets everything).
+static TRACES_EXPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+static METRICS_EXPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub fn traces_exported() -> bool {
+    TRACES_EXPORTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub fn metrics_exported() -> bool {
+    METRICS_EXPORTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[error("cannot build the OTLP {signal} exporter: {detail}")]
@@ -55,6 +69,8 @@ pub fn init(config: &TelemetryConfig, format: LogFormat) -> Result<Telemetry, Te
     let resource = resource(config);
     let tracer_provider = if enabled && config.traces { Some(tracer_provider(config, resource.clone())?) } else { None };
     let meter_provider = if enabled && config.metrics { Some(meter_provider(config, resource)?) } else { None };
+    TRACES_EXPORTED.store(tracer_provider.is_some(), std::sync::atomic::Ordering::Relaxed);
+    METRICS_EXPORTED.store(meter_provider.is_some(), std::sync::atomic::Ordering::Relaxed);
     if let Some(provider) = &meter_provider {
         opentelemetry::global::set_meter_provider(provider.clone());
     }

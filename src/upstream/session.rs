@@ -341,7 +341,9 @@ impl SessionHandle {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         on_id(id);
         // The request's span (a page of tools/list, an upstream tools/call) carries its id.
-        tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "jsonrpc.request.id", id.to_string());
+        if crate::telemetry::traces_exported() {
+            tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "jsonrpc.request.id", id.to_string());
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         self.shared.lock_pending().insert(id, Slot { reply: reply_tx, permit, caller_gone: CancellationToken::new() });
         let mut guard = PendingGuard { shared: &self.shared, id, cancellable, done: false };

@@ -108,15 +108,11 @@ async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_au
 /// The audit records once at least `count` are stored (the writer batches off the call path).
 async fn wait_for_audit(app: &toolhost::app::App, count: usize) -> Vec<pb::AuditRecord> {
     let mut client = client(app).await;
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    eventually(&format!("{count} audit records"), async || {
         let records = client.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner().records;
-        if records.len() >= count {
-            return records;
-        }
-        assert!(std::time::Instant::now() < deadline, "only {} audit records: {records:#?}", records.len());
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        if records.len() >= count { Ok(records) } else { Err(format!("{records:#?}")) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

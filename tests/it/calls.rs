@@ -160,19 +160,13 @@ async fn a_cancelled_call_reaches_the_upstream_as_notifications_cancelled() {
     let mut client = client(&app).await;
     let abandoned = tokio::time::timeout(Duration::from_millis(300), client.call_tool(call("demo__sleep", json!({"ms": 10000})))).await;
     assert!(abandoned.is_err(), "the client gave up");
-    let cancelled = tokio::time::timeout(WAIT, async {
-        loop {
-            let received = dir.received("demo");
-            let call_id = received.iter().find(|m| m["method"] == "tools/call").map(|m| m["id"].clone());
-            let cancel = received.iter().find(|m| m["method"] == "notifications/cancelled").cloned();
-            if let (Some(id), Some(cancel)) = (call_id, cancel) {
-                return (id, cancel);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let cancelled = eventually("notifications/cancelled reaches the server", async || {
+        let received = dir.received("demo");
+        let call_id = received.iter().find(|m| m["method"] == "tools/call").map(|m| m["id"].clone());
+        let cancel = received.iter().find(|m| m["method"] == "notifications/cancelled").cloned();
+        call_id.zip(cancel)
     })
-    .await
-    .expect("notifications/cancelled reaches the server");
+    .await;
     assert_eq!(cancelled.1["params"]["requestId"], cancelled.0);
     app.shutdown().await;
 }
@@ -343,17 +337,13 @@ async fn callers_that_time_out_never_push_more_than_the_limit_onto_the_server() 
     let codes: Vec<_> = results.iter().map(|r| r.as_ref().map(|_| ()).map_err(tonic::Status::code)).collect();
     assert!(codes.iter().all(|c| matches!(c, Err(tonic::Code::DeadlineExceeded | tonic::Code::Cancelled))), "{codes:?}");
     // Let every call the server did start finish, then replay its log.
-    let deadline = Instant::now() + WAIT;
-    let log = loop {
+    let log = eventually("the server's calls finish", async || {
         let log = std::fs::read_to_string(&calls_file).unwrap_or_default();
         let starts = log.lines().filter(|l| l.starts_with("start")).count();
         let ends = log.lines().filter(|l| l.starts_with("end")).count();
-        if starts == ends && starts > 0 {
-            break log;
-        }
-        assert!(Instant::now() < deadline, "the server's calls never finished:\n{log}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        if starts == ends && starts > 0 { Ok(log) } else { Err(log) }
+    })
+    .await;
     let (mut running, mut most) = (0i32, 0i32);
     for line in log.lines() {
         running += if line.starts_with("start") { 1 } else { -1 };

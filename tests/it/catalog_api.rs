@@ -187,22 +187,16 @@ async fn health_turns_serving_and_reflection_lists_the_services() {
     let addr = tcp_addr(&app);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-    let serving = tokio::time::timeout(WAIT, async {
-        loop {
-            let status = health
-                .check(tonic_health::pb::HealthCheckRequest { service: "toolhost.v1.ToolHost".into() })
-                .await
-                .unwrap()
-                .into_inner()
-                .status;
-            if status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32 {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    eventually("health turns SERVING", async || {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest { service: "toolhost.v1.ToolHost".into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        (status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32).then_some(())
     })
     .await;
-    assert!(serving.is_ok(), "health never turned SERVING");
 
     use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;

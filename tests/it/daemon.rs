@@ -46,38 +46,33 @@ impl Daemon {
     }
 
     async fn client(&self) -> ToolHostClient<tonic::transport::Channel> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(channel) = toolhost::cli::connect(&ListenAddr::Unix(self.socket.clone())).await {
-                return ToolHostClient::new(channel);
-            }
-            assert!(Instant::now() < deadline, "the daemon never listened; log:\n{}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let addr = ListenAddr::Unix(self.socket.clone());
+        let channel = eventually("the daemon listens", async || {
+            toolhost::cli::connect(&addr).await.map_err(|error| format!("{error}; log:\n{}", self.log_text()))
+        })
+        .await;
+        ToolHostClient::new(channel)
     }
 
     async fn wait_servers(&self, what: &str, condition: impl Fn(&[pb::Server]) -> bool) -> Vec<pb::Server> {
         let mut client = self.client().await;
-        let deadline = Instant::now() + WAIT;
-        loop {
+        eventually(what, async || {
             let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
-            if condition(&servers) {
-                return servers;
+            match condition(&servers) {
+                true => Ok(servers),
+                false => Err(format!("{servers:#?}\nlog:\n{}", self.log_text())),
             }
-            assert!(Instant::now() < deadline, "timed out waiting until {what}: {servers:#?}\nlog:\n{}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        })
+        .await
     }
 
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the daemon did not exit; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let log = self.log.clone();
+        let child = &mut self.child;
+        eventually("the daemon exits", async || {
+            child.try_wait().unwrap().ok_or_else(|| format!("log:\n{}", std::fs::read_to_string(&log).unwrap_or_default()))
+        })
+        .await
     }
 
     fn log_text(&self) -> String {
@@ -143,7 +138,7 @@ async fn readiness_status_watchdog_reload_and_stopping_reach_the_notify_socket()
 
     daemon.signal(Signal::SIGTERM);
     receive_until(&mut messages, "STOPPING=1", &|m| m.iter().any(|m| m == "STOPPING=1"));
-    assert!(daemon.wait_exit().success());
+    assert!(daemon.wait_exit().await.success());
     let server_pid = dir.pids("one")[0];
     assert!(!running(server_pid), "the server stopped with the daemon");
     assert!(!daemon.socket.exists(), "the socket is removed on a clean stop");
@@ -160,20 +155,13 @@ async fn sighup_adds_removes_and_restarts_only_what_changed() {
     // An invalid file is refused and everything keeps running.
     std::fs::write(dir.path("daemon.toml"), "[servers.kept\ncommand = ").unwrap();
     daemon.signal(Signal::SIGHUP);
-    let deadline = Instant::now() + WAIT;
-    while !daemon.log_text().contains("the new configuration is invalid") {
-        assert!(Instant::now() < deadline, "no refusal logged:\n{}", daemon.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the refusal is logged", async || daemon.log_text().contains("the new configuration is invalid").then_some(())).await;
     assert!(daemon.log_text().contains("daemon.toml"), "the refusal names the file");
     daemon.wait_servers("still three", |s| s.len() == 3 && ready(s)).await;
     // So is an empty file (a truncated write), which would otherwise stop every server.
     std::fs::write(dir.path("daemon.toml"), "").unwrap();
     daemon.signal(Signal::SIGHUP);
-    while !daemon.log_text().contains("the file is empty") {
-        assert!(Instant::now() < deadline, "no refusal of the empty file logged:\n{}", daemon.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the empty file's refusal is logged", async || daemon.log_text().contains("the file is empty").then_some(())).await;
     daemon.wait_servers("still three", |s| s.len() == 3 && ready(s)).await;
 
     let after = [
@@ -209,12 +197,11 @@ async fn no_descendant_survives_a_sigkill_of_the_daemon() {
     assert!(pids.iter().all(|pid| running(*pid)));
 
     daemon.signal(Signal::SIGKILL);
-    let deadline = Instant::now() + WAIT;
-    while pids.iter().any(|pid| running(*pid)) {
+    eventually("every descendant is gone", async || {
         let alive: Vec<_> = pids.iter().filter(|pid| running(**pid)).collect();
-        assert!(Instant::now() < deadline, "still running after the daemon was killed: {alive:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if alive.is_empty() { Ok(()) } else { Err(format!("still running: {alive:?}")) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +211,7 @@ async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
     let mut daemon = Daemon::start(&dir, &server_table("s", &script, ""), &[]);
     daemon.wait_servers("ready", ready).await;
     daemon.signal(Signal::SIGTERM);
-    assert!(daemon.wait_exit().success());
+    assert!(daemon.wait_exit().await.success());
     drop(daemon);
 
     // Now the server hangs at initialize: only the store can answer.
@@ -334,23 +321,15 @@ async fn sigterm_during_a_reload_stops_everything_within_the_shutdown_timeout() 
     // A reload that must stop all three (each takes 4 s to die), then SIGTERM at once.
     write_config(&dir, &config("3s"));
     daemon.signal(Signal::SIGHUP);
-    let deadline = Instant::now() + WAIT;
-    while !daemon.log_text().contains("received SIGHUP") {
-        assert!(Instant::now() < deadline, "the reload never started:\n{}", daemon.log_text());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the reload starts", async || daemon.log_text().contains("received SIGHUP").then_some(())).await;
     let stop_sent = Instant::now();
     daemon.signal(Signal::SIGTERM);
-    let status = daemon.wait_exit();
+    let status = daemon.wait_exit().await;
     let took = stop_sent.elapsed();
     assert!(status.success(), "{status:?}\n{}", daemon.log_text());
     // shutdown_timeout is 3 s; a serial reload would have taken 12 s before the stop even began.
     assert!(took < Duration::from_secs(7), "the daemon took {took:?} to stop after SIGTERM:\n{}", daemon.log_text());
-    let deadline = Instant::now() + WAIT;
-    while pids.iter().any(|pid| running(*pid)) {
-        assert!(Instant::now() < deadline, "a server outlived the daemon");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("no server outlives the daemon", async || pids.iter().all(|pid| !running(*pid)).then_some(())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +363,7 @@ async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
             tokio::time::sleep(Duration::from_millis(25 + (round % 4) * 10)).await;
         }
         daemon.signal(Signal::SIGKILL);
-        daemon.wait_exit();
+        daemon.wait_exit().await;
         drop(daemon);
         assert!(highest_seen >= 3, "the stream of commits was real ({highest_seen} generations)");
 

@@ -71,25 +71,20 @@ fn cli(app: &App, args: &[&str]) -> Value {
 /// Waits until `app`'s link to the fleet store is up.
 async fn connected(app: &App) {
     let mut grpc = client(app).await;
-    let started = Instant::now();
-    while !grpc.fleet_status(pb::FleetStatusRequest {}).await.is_ok_and(|s| s.into_inner().connected) {
-        assert!(started.elapsed() < WAIT, "the host did not connect to the fleet store");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the host connects to the fleet store", async || {
+        grpc.fleet_status(pb::FleetStatusRequest {}).await.is_ok_and(|s| s.into_inner().connected).then_some(())
+    })
+    .await;
 }
 
 /// Waits until `app`'s FleetStatus fails with a message containing `expected`; returns it.
 async fn fleet_error(app: &App, expected: &str) -> String {
     let mut grpc = client(app).await;
-    let started = Instant::now();
-    loop {
+    eventually(&format!("FleetStatus says {expected:?}"), async || {
         let status = grpc.fleet_status(pb::FleetStatusRequest {}).await.unwrap_err();
-        if status.message().contains(expected) {
-            return status.message().to_owned();
-        }
-        assert!(started.elapsed() < WAIT, "FleetStatus never said {expected:?}: {status:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if status.message().contains(expected) { Ok(status.message().to_owned()) } else { Err(format!("{status:?}")) }
+    })
+    .await
 }
 
 async fn call(app: &App, tool: &str) -> Result<pb::CallToolResponse, tonic::Status> {

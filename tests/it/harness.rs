@@ -287,14 +287,33 @@ pub fn cli_as_blocking(uid: u32, groups: Option<&str>, socket: &std::path::Path,
 
 /// Checks until `check` gives something, or fails the test saying `what` after [`WAIT`]: the one
 /// way a test waits for what nothing can tell it (a process starting, another host's work).
-pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+/// `check` answers `Option<T>`, or `Result<T, String>` whose last `Err` the failure quotes.
+pub async fn eventually<T, P: Progress<T>>(what: &str, mut check: impl AsyncFnMut() -> P) -> T {
     let started = std::time::Instant::now();
     loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}");
+        let why = match check().await.outcome() {
+            Ok(found) => return found,
+            Err(why) => why,
+        };
+        assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}{}", why.map(|why| format!(": {why}")).unwrap_or_default());
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What one look of [`eventually`] found: the thing, or (perhaps) why not yet.
+pub trait Progress<T> {
+    fn outcome(self) -> Result<T, Option<String>>;
+}
+
+impl<T> Progress<T> for Option<T> {
+    fn outcome(self) -> Result<T, Option<String>> {
+        self.ok_or(None)
+    }
+}
+
+impl<T> Progress<T> for Result<T, String> {
+    fn outcome(self) -> Result<T, Option<String>> {
+        self.map_err(Some)
     }
 }
 

@@ -216,11 +216,11 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
         assert!(call.await.unwrap().is_err(), "no answer ever comes");
     }
     // Every stalled stream is closed by toolhost once its caller is gone, keep-alives or not.
-    let deadline = std::time::Instant::now() + WAIT;
-    while server.stalled_open() > 0 {
-        assert!(std::time::Instant::now() < deadline, "{} exchanges still open after their callers left", server.stalled_open());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("every stalled exchange closes once its caller left", async || match server.stalled_open() {
+        0 => Ok(()),
+        open => Err(format!("{open} still open")),
+    })
+    .await;
     // The session still works for the next caller.
     let view = app.registry().server("stalling").unwrap();
     assert_eq!(view.state, ServerState::Ready);
@@ -230,15 +230,11 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
 /// Waits until the server's subscriptions/listen was acknowledged: toolhost answers the
 /// acknowledgment with a list_changed enumeration, which the store records.
 pub(crate) async fn wait_for_listen_acknowledged(app: &toolhost::app::App, server: &str) {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    eventually("subscriptions/listen is acknowledged", async || {
         let records = app.store().enumerations(server, 200).await.unwrap();
-        if records.iter().any(|r| r.reason == toolhost::catalog::record::EnumerationReason::ListChanged) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "subscriptions/listen was never acknowledged");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        records.iter().any(|r| r.reason == toolhost::catalog::record::EnumerationReason::ListChanged).then_some(())
+    })
+    .await;
 }
 
 /// A remote server that dies in the middle of a call may have run it: the agent is told the

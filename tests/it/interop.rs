@@ -43,15 +43,11 @@ async fn serve_python_http(port: u16) -> (tokio::process::Child, u16) {
     let port_file = dir.path("port");
     let args = [python_server(), "http".to_owned(), port.to_string(), port_file.display().to_string()];
     let mut server = spawn_quiet(python(), &args, &[]);
-    let deadline = Instant::now() + WAIT;
-    let port = loop {
-        if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|text| text.trim().parse().ok()) {
-            break port;
-        }
+    let port = eventually("the Python server says which port it listens on", async || {
         assert!(server.try_wait().unwrap().is_none(), "the Python server exited before it listened");
-        assert!(Instant::now() < deadline, "the Python server never said which port it listens on");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        std::fs::read_to_string(&port_file).ok().and_then(|text| text.trim().parse().ok())
+    })
+    .await;
     wait_listening(port).await;
     (server, port)
 }
@@ -90,11 +86,7 @@ fn spawn_quiet(program: PathBuf, args: &[String], env: &[(&str, String)]) -> tok
 }
 
 async fn wait_listening(port: u16) {
-    let deadline = Instant::now() + WAIT;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on port {port}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(&format!("something listens on port {port}"), async || tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()).await;
 }
 
 pub fn node() -> PathBuf {
@@ -351,20 +343,15 @@ async fn a_python_sdk_server_that_forgets_its_sessions() {
     let mut client = client(&app).await;
     let call =
         pb::CallToolRequest { qualified_name: "pysession__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match client.call_tool(call.clone()).await {
-            Ok(result) => {
-                assert!(result.into_inner().content_json.contains('3'));
-                break;
-            }
-            Err(status) => {
-                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-                assert!(Instant::now() < deadline, "toolhost never reconnected");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+    let result = eventually("toolhost reconnects", async || match client.call_tool(call.clone()).await {
+        Ok(result) => Some(result.into_inner()),
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            None
         }
-    }
+    })
+    .await;
+    assert!(result.content_json.contains('3'));
     let view = app.registry().server("pysession").unwrap();
     assert!(view.num_restarts >= 1, "a new session was started");
     assert_eq!(tool_names(&view), ["add", "greet"]);

@@ -51,18 +51,12 @@ async fn server_requests_toolhost_never_advertised_are_refused_and_ping_answered
     );
     let app = start(dir.config(&server_table("asker", &script, ""))).await;
     wait_for_server(app.registry(), "asker", "ready", |v| v.state == ServerState::Ready).await;
-    let answers = tokio::time::timeout(WAIT, async {
-        loop {
-            let answers: Vec<_> =
-                dir.received("asker").into_iter().filter(|m| m["id"].as_str().is_some_and(|id| id.starts_with("srv-"))).collect();
-            if answers.len() == 4 {
-                return answers;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    let answers = eventually("toolhost answers every server request", async || {
+        let answers: Vec<_> =
+            dir.received("asker").into_iter().filter(|m| m["id"].as_str().is_some_and(|id| id.starts_with("srv-"))).collect();
+        (answers.len() == 4).then_some(answers)
     })
-    .await
-    .expect("toolhost answers every server request");
+    .await;
     for answer in &answers[..3] {
         assert_eq!(answer["error"]["code"], -32601, "{answer}");
     }

@@ -5,7 +5,6 @@
 //! as the agent.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
@@ -236,18 +235,10 @@ async fn the_mrtr_conformance_scenario_passes_with_the_test_as_the_agent() {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let url = tokio::time::timeout(WAIT, async {
-            loop {
-                if let Ok(url) = std::fs::read_to_string(&url_file)
-                    && url.ends_with('\n')
-                {
-                    return url.trim().to_owned();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        let url = eventually("the suite hands over its URL", async || {
+            std::fs::read_to_string(&url_file).ok().filter(|url| url.ends_with('\n')).map(|url| url.trim().to_owned())
         })
-        .await
-        .expect("the suite hands over its URL");
+        .await;
         let table = format!("[servers.mrtr]\nurl = {url:?}\nprotocol = \"modern\"\nrequest_timeout = \"10s\"\n");
         let app = start(dir.config_with(&mcp_section(""), &table)).await;
         wait_for_server(app.registry(), "mrtr", "ready", |v| v.state == ServerState::Ready).await;

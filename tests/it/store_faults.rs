@@ -11,6 +11,7 @@ use toolhost::app::App;
 use toolhost::supervisor::registry::ServerState;
 
 use crate::harness::*;
+use toolhost::catalog::record::EnumerationOutcome;
 
 /// A small tmpfs mounted for one test, unmounted when dropped.
 struct SmallFs {
@@ -93,9 +94,13 @@ async fn a_full_disk_never_publishes_an_unstored_generation_and_the_store_recove
     assert_eq!(view.generation_number(), 1, "a generation the disk did not take is never published");
     assert_eq!(tool_names(&view), ["t0", "t1", "t2"]);
     // Another change while the disk is still full: still nothing published, nothing numbered.
+    let before = view.last_enumeration.as_ref().map_or(0, |record| record.started_at_ms);
     std::fs::write(&tools_file, bulky_tools(2).to_string()).unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(app.registry().server("changing").unwrap().generation_number(), 1);
+    let view = wait_for_server(app.registry(), "changing", "the second change's pass, failed", |v| {
+        v.last_enumeration.as_ref().is_some_and(|record| record.started_at_ms > before && record.outcome == EnumerationOutcome::Failed)
+    })
+    .await;
+    assert_eq!(view.generation_number(), 1);
 
     std::fs::remove_file(&filler).unwrap();
     let view = wait_for_server(app.registry(), "changing", "recovered once space returned", |v| {

@@ -42,19 +42,11 @@ fn attr_str(span: &SpanData, key: &str) -> String {
 
 /// Finished spans whose name mentions `needle`, waiting for them to appear.
 async fn spans_named(needle: &str, at_least: usize) -> Vec<SpanData> {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    eventually(&format!("{at_least} spans named like {needle:?}"), async || {
         let spans: Vec<SpanData> = exporter().get_finished_spans().unwrap().into_iter().filter(|s| s.name.contains(needle)).collect();
-        if spans.len() >= at_least {
-            return spans;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fewer than {at_least} spans named like {needle:?}; have {:?}",
-            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (spans.len() >= at_least).then_some(spans)
+    })
+    .await
 }
 
 fn event<'a>(span: &'a SpanData, name: &str) -> Option<&'a opentelemetry::trace::Event> {
@@ -235,15 +227,10 @@ async fn each_race_is_an_event_linked_to_the_enumeration_behind_it() {
     assert_eq!(attr_str(&kinds["changed_since_listed"], "toolhost.listed.definition_hash"), stays_hash);
     // The upstream race triggered a refresh whose trace links back to the call.
     let ghost_call = &kinds["upstream_unknown_tool"];
-    let deadline = Instant::now() + WAIT;
-    let triggered = loop {
-        let spans = spans_named("toolhost.refresh racing", 1).await;
-        if let Some(span) = spans.into_iter().find(|s| attr_str(s, "toolhost.enumeration.reason") == "stale_tool") {
-            break span;
-        }
-        assert!(Instant::now() < deadline, "no stale_tool refresh span");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let triggered = eventually("a stale_tool refresh span", async || {
+        spans_named("toolhost.refresh racing", 1).await.into_iter().find(|s| attr_str(s, "toolhost.enumeration.reason") == "stale_tool")
+    })
+    .await;
     assert!(triggered.links.iter().any(|l| l.span_context.span_id() == ghost_call.span_context.span_id()), "the refresh links to the call");
     app.shutdown().await;
 }
@@ -263,14 +250,8 @@ async fn serve(
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let channel = loop {
-        if let Ok(channel) = toolhost::cli::connect(&toolhost::config::ListenAddr::Unix(socket.clone())).await {
-            break channel;
-        }
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let addr = toolhost::config::ListenAddr::Unix(socket);
+    let channel = eventually("the daemon listens", async || toolhost::cli::connect(&addr).await.ok()).await;
     (daemon, pb::tool_host_client::ToolHostClient::new(channel))
 }
 
@@ -288,18 +269,13 @@ async fn the_daemon_exports_spans_and_metrics_to_an_otlp_receiver() {
     .unwrap();
     let (mut daemon, mut client) =
         serve(&config, dir.path("wire.sock"), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_SERVICE_NAME", "toolhost-e2e")]).await;
-    let deadline = Instant::now() + WAIT;
     let call = pb::CallToolRequest { qualified_name: "wire__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
-    loop {
-        match client.call_tool(call.clone()).await {
-            Ok(_) => break,
-            Err(status) if status.code() == tonic::Code::Unavailable || status.code() == tonic::Code::NotFound => {
-                assert!(Instant::now() < deadline, "the server never became ready");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(status) => panic!("{status:?}"),
-        }
-    }
+    eventually("the server answers", async || match client.call_tool(call.clone()).await {
+        Ok(_) => Some(()),
+        Err(status) if status.code() == tonic::Code::Unavailable || status.code() == tonic::Code::NotFound => None,
+        Err(status) => panic!("{status:?}"),
+    })
+    .await;
     // A clean stop flushes both exporters.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(daemon.wait().unwrap().success());
@@ -335,17 +311,10 @@ async fn a_collector_that_is_down_neither_blocks_calls_nor_the_stop() {
     let config = dir.path("down.toml");
     std::fs::write(&config, format!("[store]\npath = \"down.db\"\n[grpc]\nlisten = [\"unix:down.sock\"]\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nmetrics_interval = \"100ms\"\n{}", server_table("down", &script, ""))).unwrap();
     let (mut daemon, mut client) = serve(&config, dir.path("down.sock"), &[]).await;
-    let deadline = Instant::now() + WAIT;
     let call = pb::CallToolRequest { qualified_name: "down__echo".into(), arguments_json: "{}".into(), ..Default::default() };
-    let mut done = 0;
-    while done < 50 {
-        match client.call_tool(call.clone()).await {
-            Ok(_) => done += 1,
-            Err(_) => {
-                assert!(Instant::now() < deadline, "calls never succeeded");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+    eventually("the server answers", async || client.call_tool(call.clone()).await.ok()).await;
+    for _ in 0..50 {
+        client.call_tool(call.clone()).await.expect("a call while the collector is down");
     }
     let stopping = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -414,25 +383,17 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let mut client = loop {
-        if let Ok(channel) = toolhost::cli::connect(&toolhost::config::ListenAddr::Unix(dir.path("secret.sock"))).await {
-            break pb::tool_host_client::ToolHostClient::new(channel);
-        }
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let addr = toolhost::config::ListenAddr::Unix(dir.path("secret.sock"));
+    let channel = eventually("the daemon listens", async || toolhost::cli::connect(&addr).await.ok()).await;
+    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
     let mut answers = String::new();
-    let servers = loop {
+    let servers = eventually("echoer ready and lister failed", async || {
         let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
         let ready = servers.iter().any(|s| s.name == "echoer" && s.available);
         let failed = servers.iter().any(|s| s.name == "lister" && !s.last_error.is_empty());
-        if ready && failed {
-            break servers;
-        }
-        assert!(Instant::now() < deadline, "the servers never settled: {servers:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (ready && failed).then_some(servers)
+    })
+    .await;
     answers.push_str(&format!("{servers:?}"));
     let lister = servers.iter().find(|s| s.name == "lister").unwrap();
     assert!(lister.last_error.contains("[redacted]"), "the echo is there, scrubbed: {}", lister.last_error);
@@ -473,13 +434,9 @@ async fn metric_attributes_name_configured_servers_only() {
     )
     .unwrap();
     let (mut daemon, mut client) = serve(&config, dir.path("labels.sock"), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]).await;
-    let deadline = Instant::now() + WAIT;
     let known =
         pb::CallToolRequest { qualified_name: "labelled__echo".into(), arguments_json: r#"{"text":"x"}"#.into(), ..Default::default() };
-    while client.call_tool(known.clone()).await.is_err() {
-        assert!(Instant::now() < deadline, "the server never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the server answers", async || client.call_tool(known.clone()).await.ok()).await;
     // Names a caller makes up: each would be a new time series if it became a label.
     for i in 0..20 {
         let made_up = pb::CallToolRequest { server: format!("madeupserver{i}"), name: "x".into(), ..Default::default() };
