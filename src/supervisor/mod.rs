@@ -7,6 +7,7 @@ mod enumerate;
 pub mod gauges;
 mod guard;
 pub mod integrity;
+mod lifecycle;
 pub mod registry;
 mod trace;
 mod worker;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::lifecycle::{Event, Lifecycle, Next};
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::catalog::store::Store;
@@ -116,10 +117,9 @@ impl Worker {
         };
         let authorizer = settings.authorizer.clone();
         self.registry.update(&self.name, |view| view.authorizer = authorizer);
-        let mut failures: u32 = 0;
-        let mut first = true;
+        let mut life = Lifecycle::new(self.spec.restart.clone());
         loop {
-            self.set_state(if first { ServerState::Starting } else { ServerState::Reconnecting }, None);
+            self.set_state(life.attempt_state(), None);
             // Only so many servers start at once: a boot with a thousand servers must not starve
             // the API (which is already serving the stored catalog) or the machine.
             let permit = tokio::select! {
@@ -130,34 +130,24 @@ impl Worker {
                 () = self.cancel.cancelled() => break,
                 connected = upstream::connect(&self.name, &self.spec, &settings, self.era) => connected,
             };
-            let refused = match connected {
+            let event = match connected {
                 Ok(connection) => {
                     if crate::faults::fire("worker.panic", &self.name) {
                         panic!("injected fault: worker.panic");
                     }
                     let started = Instant::now();
-                    let reason = if first { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
+                    let reason = if life.is_first() { EnumerationReason::Initial } else { EnumerationReason::Reconnect };
                     match self.run_session(connection, reason, permit, settings.authorizer.as_deref()).await {
                         SessionEnd::Cancelled => break,
-                        SessionEnd::Restart => {
-                            // Asked for, not a failure: no backoff, and the failure count stays.
-                            first = false;
-                            self.metrics.record_restart(&self.name);
-                            self.registry.update(&self.name, |view| {
-                                view.num_restarts += 1;
-                                view.state = ServerState::Reconnecting;
-                            });
-                            continue;
+                        SessionEnd::Restart => Event::RestartAsked,
+                        SessionEnd::Closed => {
+                            let refused = if std::mem::take(&mut self.session_stopped_by_sandbox) {
+                                Some(ServerState::Failed)
+                            } else {
+                                self.session_needed_authorization.then_some(ServerState::AuthRequired)
+                            };
+                            Event::SessionEnded { lasted: started.elapsed(), refused }
                         }
-                        SessionEnd::Closed => {}
-                    }
-                    if started.elapsed() >= self.spec.restart.stable_after {
-                        failures = 0;
-                    }
-                    if std::mem::take(&mut self.session_stopped_by_sandbox) {
-                        Some(ServerState::Failed)
-                    } else {
-                        self.session_needed_authorization.then_some(ServerState::AuthRequired)
                     }
                 }
                 Err(error) => {
@@ -175,24 +165,24 @@ impl Worker {
                         _ => None,
                     };
                     self.registry.update(&self.name, |view| view.last_error = Some(text));
-                    refused
+                    Event::StartFailed { refused }
                 }
             };
-            first = false;
-            failures = failures.saturating_add(1);
-            let state = match (refused, failures >= self.spec.restart.crash_loop_after) {
-                (Some(state), _) => state,
-                (None, true) => ServerState::CrashLoop,
-                (None, false) => ServerState::Backoff,
-            };
-            let delay = backoff::delay(&self.spec.restart, failures);
-            tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
             self.metrics.record_restart(&self.name);
+            let (state, delay) = match life.on(event) {
+                // Asked for, not a failure: no backoff.
+                Next::Reconnect => (ServerState::Reconnecting, None),
+                Next::Wait { state, delay, failures } => {
+                    tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
+                    (state, Some(delay))
+                }
+            };
             self.registry.update(&self.name, |view| {
                 view.state = state;
                 view.session = None;
                 view.num_restarts += 1;
             });
+            let Some(delay) = delay else { continue };
             tokio::select! {
                 () = self.cancel.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}

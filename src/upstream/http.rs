@@ -59,6 +59,39 @@ pub(crate) enum Failure {
     NotStreamableHttp(u16),
 }
 
+/// The protocol's shape on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    /// The 2025 shape: `Mcp-Session-Id` once `initialize` gave one, `MCP-Protocol-Version` once
+    /// the handshake agreed one; a GET stream for notifications, resumable responses.
+    Legacy { session: Option<String>, version: Option<String> },
+    /// 2026-07-28: no session, no GET stream, no resumption; every POST carries the version and
+    /// its method (and tool) in headers.
+    Modern { version: String },
+}
+
+impl Default for Mode {
+    fn default() -> Mode {
+        Mode::Legacy { session: None, version: None }
+    }
+}
+
+impl Mode {
+    fn version(&self) -> Option<&str> {
+        match self {
+            Mode::Legacy { version, .. } => version.as_deref(),
+            Mode::Modern { version } => Some(version),
+        }
+    }
+
+    fn session(&self) -> Option<&str> {
+        match self {
+            Mode::Legacy { session, .. } => session.as_deref(),
+            Mode::Modern { .. } => None,
+        }
+    }
+}
+
 /// The running HTTP side of a session.
 pub(crate) struct HttpLink {
     state: Arc<State>,
@@ -74,10 +107,8 @@ struct State {
     headers: Vec<(HeaderName, HeaderValue)>,
     /// OAuth: the server's token, shared by its sessions.
     authorizer: Option<Arc<Authorizer>>,
-    session_id: Mutex<Option<String>>,
-    protocol_version: Mutex<Option<String>>,
-    /// 2026-07-28: no sessions, no GET stream, no resumption; `Mcp-Method` and `Mcp-Name` headers.
-    modern: std::sync::atomic::AtomicBool,
+    /// Which shape of the protocol the link speaks now: one value, changed in one step.
+    mode: Mutex<Mode>,
     failure: Mutex<Option<Failure>>,
     max_message_bytes: usize,
     request_timeout: Duration,
@@ -122,9 +153,7 @@ pub(crate) fn start(
         uri,
         headers,
         authorizer,
-        session_id: Mutex::new(None),
-        protocol_version: Mutex::new(None),
-        modern: std::sync::atomic::AtomicBool::new(false),
+        mode: Mutex::new(Mode::default()),
         failure: Mutex::new(None),
         max_message_bytes,
         request_timeout,
@@ -150,21 +179,21 @@ impl HttpLink {
     /// After the handshake: every later request carries this version, and the GET stream for
     /// server notifications opens.
     pub(crate) fn initialized(&self, protocol_version: &str) {
-        *lock(&self.state.protocol_version) = Some(protocol_version.to_owned());
+        if let Mode::Legacy { version, .. } = &mut *lock(&self.state.mode) {
+            *version = Some(protocol_version.to_owned());
+        }
         self.tasks.spawn(listen(self.state.clone(), self.cancel.clone()));
     }
 
     /// Speak the 2026-07-28 shape (before `server/discover`): every POST carries
     /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`.
     pub(crate) fn modern(&self, protocol_version: &str) {
-        *lock(&self.state.protocol_version) = Some(protocol_version.to_owned());
-        self.state.modern.store(true, std::sync::atomic::Ordering::Relaxed);
+        *lock(&self.state.mode) = Mode::Modern { version: protocol_version.to_owned() };
     }
 
     /// Back to the legacy shape, after a probe that found a legacy server.
     pub(crate) fn legacy(&self) {
-        *lock(&self.state.protocol_version) = None;
-        self.state.modern.store(false, std::sync::atomic::Ordering::Relaxed);
+        *lock(&self.state.mode) = Mode::default();
     }
 
     /// Why the server ended the session, if it did.
@@ -174,7 +203,7 @@ impl HttpLink {
 
     /// Ends the session: DELETE (405 tolerated), then stop every task, at most `grace`.
     pub(crate) async fn shutdown(self, grace: Duration) {
-        let session_id = lock(&self.state.session_id).clone();
+        let session_id = self.state.session_id();
         if let Some(session_id) = session_id
             && !self.state.core.is_closed()
         {
@@ -251,7 +280,11 @@ impl State {
     }
 
     fn is_modern(&self) -> bool {
-        self.modern.load(std::sync::atomic::Ordering::Relaxed)
+        matches!(*lock(&self.mode), Mode::Modern { .. })
+    }
+
+    fn session_id(&self) -> Option<String> {
+        lock(&self.mode).session().map(str::to_owned)
     }
 
     /// A request to the server's URL with the headers `envelope` asks for.
@@ -274,7 +307,7 @@ impl State {
         if let Some(session_id) = session_id {
             builder = builder.header(SESSION_ID, session_id);
         }
-        if let Some(version) = lock(&self.protocol_version).as_deref() {
+        if let Some(version) = lock(&self.mode).version() {
             builder = builder.header(PROTOCOL_VERSION, version);
         }
         if let Some(last_event_id) = last_event_id {
@@ -435,7 +468,7 @@ async fn exchange(
     let is_initialize = outgoing.and_then(|o| o.method.as_deref()) == Some("initialize");
     let modern = state.is_modern();
     // `initialize` starts a new session: it never carries an old id; modern requests have none.
-    let session_id = if is_initialize || modern { None } else { lock(&state.session_id).clone() };
+    let session_id = if is_initialize { None } else { state.session_id() };
     let call = outgoing.filter(|_| modern).and_then(|o| {
         let name = o.params.as_ref().and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
         o.method.as_deref().map(|method| (method, name))
@@ -518,7 +551,9 @@ async fn receive(
 ) -> Result<(), String> {
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
-        *lock(&state.session_id) = Some(id.to_owned());
+        if let Mode::Legacy { session, .. } = &mut *lock(&state.mode) {
+            *session = Some(id.to_owned());
+        }
         state.core.session_started(id);
     }
     match status {
@@ -569,7 +604,7 @@ async fn receive(
         };
         resumes += 1;
         tokio::time::sleep(retry_interval(&decoder, Duration::from_secs(1))).await;
-        let session_id = lock(&state.session_id).clone();
+        let session_id = state.session_id();
         let bearer = state.bearer().await.map_err(|error| format!("cannot resume the response stream: {error}"))?;
         let envelope = Envelope {
             session_id: session_id.as_deref(),
@@ -627,7 +662,7 @@ async fn listen(state: Arc<State>, cancel: CancellationToken) {
     let mut decoder = sse::Decoder::default();
     let mut delay = GET_RETRY_MIN;
     loop {
-        let session_id = lock(&state.session_id).clone();
+        let session_id = state.session_id();
         let bearer = match state.bearer().await {
             Ok(bearer) => bearer,
             Err(AuthError::Required(message)) => return state.end(Failure::AuthRequired(message)),
