@@ -15,11 +15,12 @@ use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
+use crate::door::paging::{self, Position};
 use crate::door::{Door, Presentation, qualified_target, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
 use crate::supervisor::Refresher;
 use crate::supervisor::integrity::Approver;
-use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState};
+use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerState, ServerView};
 use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::propagation;
 use serde_json::value::RawValue;
@@ -69,14 +70,18 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         // Page tokens are bound to the agent too: one agent's token is useless to another.
         let fingerprint = filter_fingerprint(&request, page_size, &caller.agent.name);
         let (snapshot, start) = match request.page_token.as_str() {
-            "" => (self.registry.snapshot(), Position::default()),
+            "" => {
+                let snapshot = self.registry.snapshot();
+                let start = Position::start(&snapshot);
+                (snapshot, start)
+            }
             token => {
-                let (revision, token_fingerprint, position) =
+                let (token_fingerprint, position) =
                     parse_page_token(token).ok_or_else(|| ApiError::InvalidArgument("malformed page_token".into()))?;
                 if token_fingerprint != fingerprint {
                     return Err(ApiError::InvalidArgument("page_token was issued for different filters".into()).into());
                 }
-                (self.registry.snapshot_at(revision).ok_or(ApiError::PageExpired(revision))?, position)
+                (self.registry.snapshot_at(position.revision).ok_or(ApiError::PageExpired(position.revision))?, position)
             }
         };
         for server in &request.servers {
@@ -85,7 +90,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             }
         }
         let (tools, next) = collect_page(&snapshot, &request, start, page_size, &caller);
-        let next_page_token = next.map(|position| page_token(snapshot.revision, &fingerprint, position)).unwrap_or_default();
+        let next_page_token = next.map(|position| page_token(&fingerprint, position)).unwrap_or_default();
         Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision, next_page_token }))
     }
 
@@ -361,15 +366,7 @@ impl ToolHostService {
     }
 }
 
-/// Where a page starts: the index of the server in the snapshot, and of the tool in its generation.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Position {
-    pub(crate) server: usize,
-    pub(crate) tool: usize,
-}
-
-/// Walks the snapshot from `start` and returns one page, plus where the next one starts.
-/// Cost is proportional to the tools walked, never to the offset.
+/// One page of `snapshot` from `start` as the caller may see it, and where the next one starts.
 fn collect_page(
     snapshot: &CatalogSnapshot,
     request: &pb::ListToolsRequest,
@@ -378,33 +375,32 @@ fn collect_page(
     caller: &Caller,
 ) -> (Vec<pb::Tool>, Option<Position>) {
     let mut tools = Vec::new();
-    for (server_idx, view) in snapshot.servers.values().enumerate().skip(start.server) {
-        if !request.servers.is_empty() && !request.servers.iter().any(|s| **s == *view.name) {
-            continue;
+    let servers = |view: &ServerView| {
+        (request.servers.is_empty() || request.servers.iter().any(|s| **s == *view.name))
+            && (!request.available_only || view.is_available())
+    };
+    let include = |view: &ServerView, idx: usize| {
+        let Some(generation) = &view.generation else { return false };
+        shows_tool(caller, view, idx, Presentation::WithState)
+            && (request.name_contains.is_empty()
+                || contains_ignore_case(view.qualified().name(idx), &request.name_contains)
+                || contains_ignore_case(&generation.tools[idx].name, &request.name_contains))
+    };
+    let emit = |view: &ServerView, idx: usize| {
+        if let Some(generation) = &view.generation {
+            let tool = &generation.tools[idx];
+            tools.push(convert::tool(
+                view,
+                view.qualified().name(idx),
+                tool,
+                generation.number,
+                request.with_definitions,
+                view.integrity_at(idx),
+            ));
         }
-        if request.available_only && !view.is_available() {
-            continue;
-        }
-        let Some(generation) = &view.generation else { continue };
-        let first = if server_idx == start.server { start.tool } else { 0 };
-        for (tool_idx, tool) in generation.tools.iter().enumerate().skip(first) {
-            let qualified = view.qualified().name(tool_idx);
-            if !shows_tool(caller, view, tool_idx, Presentation::WithState) {
-                continue;
-            }
-            if !request.name_contains.is_empty()
-                && !contains_ignore_case(qualified, &request.name_contains)
-                && !contains_ignore_case(&tool.name, &request.name_contains)
-            {
-                continue;
-            }
-            if tools.len() == page_size as usize {
-                return (tools, Some(Position { server: server_idx, tool: tool_idx }));
-            }
-            tools.push(convert::tool(view, qualified, tool, generation.number, request.with_definitions, view.integrity_at(tool_idx)));
-        }
-    }
-    (tools, None)
+    };
+    let next = paging::walk(snapshot, start, page_size as usize, servers, include, emit);
+    (tools, next)
 }
 
 fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
@@ -417,17 +413,14 @@ fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32, agent: &st
     sha256_hex(filters.as_bytes())[..12].to_owned()
 }
 
-pub(crate) fn page_token(revision: u64, fingerprint: &str, position: Position) -> String {
-    format!("{revision}.{fingerprint}.{}.{}", position.server, position.tool)
+/// `FINGERPRINT.REVISION.SERVER.TOOL`: bound to the filters and the agent, then the position.
+pub(crate) fn page_token(fingerprint: &str, position: Position) -> String {
+    format!("{fingerprint}.{}", position.encode())
 }
 
-pub(crate) fn parse_page_token(token: &str) -> Option<(u64, String, Position)> {
-    let mut parts = token.split('.');
-    let revision = parts.next()?.parse().ok()?;
-    let fingerprint = parts.next()?.to_owned();
-    let server = parts.next()?.parse().ok()?;
-    let tool = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some((revision, fingerprint, Position { server, tool }))
+pub(crate) fn parse_page_token(token: &str) -> Option<(String, Position)> {
+    let (fingerprint, position) = token.split_once('.')?;
+    Some((fingerprint.to_owned(), Position::decode(position)?))
 }
 
 /// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`, at most eight
@@ -467,8 +460,8 @@ mod tests {
 
     #[test]
     fn page_tokens_round_trip_and_reject_garbage() {
-        let position = Position { server: 3, tool: 17 };
-        assert_eq!(parse_page_token(&page_token(42, "abc", position)), Some((42, "abc".to_owned(), position)));
+        let position = Position { revision: 42, server: 3, tool: 17 };
+        assert_eq!(parse_page_token(&page_token("abc", position)), Some(("abc".to_owned(), position)));
         for bad in ["", "1.2.3", "x.a.1.2", "1.a.1.2.3"] {
             assert_eq!(parse_page_token(bad), None, "{bad}");
         }

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
 use crate::catalog::model::ToolDef;
+use crate::door::paging::{self, Position};
 use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Servers (per naming) whose rendered tools are kept.
@@ -35,14 +36,6 @@ pub(super) struct Cache {
     rendered: Mutex<HashMap<Key, (u64, Entries)>>,
 }
 
-/// Where a page starts: a server's position in the snapshot and a tool's in its generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Position {
-    revision: u64,
-    server: usize,
-    tool: usize,
-}
-
 impl Cache {
     /// One page of what `view` sees, as the `tools/list` result.
     ///
@@ -59,7 +52,7 @@ impl Cache {
         era: Era,
     ) -> Result<String, String> {
         let start = match cursor {
-            None => Position { revision: current.revision, server: 0, tool: 0 },
+            None => Position::start(current),
             Some(cursor) => parse_cursor(cursor).ok_or("the cursor is not one toolhost issued; list again without a cursor")?,
         };
         let snapshot = match start.revision == current.revision {
@@ -71,8 +64,6 @@ impl Cache {
         let original = view.original_names();
         let mut out = String::with_capacity(page_size.min(1000) * 512);
         out.push_str(r#"{"tools":["#);
-        let mut taken = 0usize;
-        let mut next = None;
         let mut written = false;
         // A lazy profile's meta-tools open the first page; they do not count against its size.
         if cursor.is_none() && view.profile.as_ref().is_some_and(|profile| profile.lazy.is_some()) {
@@ -84,34 +75,30 @@ impl Cache {
                 written = true;
             }
         }
-        'servers: for (ordinal, server) in snapshot.servers.values().enumerate().skip(start.server) {
-            if !server.is_available() || !self.in_view(view, server) {
-                continue;
-            }
-            let Some(generation) = &server.generation else { continue };
-            let first = if ordinal == start.server { start.tool } else { 0 };
-            let entries = self.rendered(server, original);
-            for idx in first..generation.tools.len() {
-                // A held tool cannot be called, and an MCP client cannot see a state: not listed.
-                if !view.shows(server, idx) {
-                    continue;
+        let mut rendered: Option<(Arc<str>, Entries)> = None;
+        let next = paging::walk(
+            &snapshot,
+            start,
+            page_size,
+            |server| server.is_available() && self.in_view(view, server),
+            // A held tool cannot be called, and an MCP client cannot see a state: not listed.
+            |server, idx| view.shows(server, idx),
+            |server, idx| {
+                // The server's rendered entries, fetched once per server the page touches.
+                if rendered.as_ref().is_none_or(|(name, _)| !Arc::ptr_eq(name, &server.name)) {
+                    rendered = Some((server.name.clone(), self.rendered(server, original)));
                 }
-                if taken == page_size {
-                    next = Some(Position { revision: snapshot.revision, server: ordinal, tool: idx });
-                    break 'servers;
-                }
-                let Some(entry) = entries.get(idx) else { continue };
+                let Some(entry) = rendered.as_ref().and_then(|(_, entries)| entries.get(idx)) else { return };
                 if written {
                     out.push(',');
                 }
                 out.push_str(entry);
                 written = true;
-                taken += 1;
-            }
-        }
+            },
+        );
         out.push(']');
         if let Some(next) = next {
-            out.push_str(&format!(r#","nextCursor":"{CURSOR_TAG}.{}.{}.{}""#, next.revision, next.server, next.tool));
+            out.push_str(&format!(r#","nextCursor":"{CURSOR_TAG}.{}""#, next.encode()));
         }
         if era == Era::Modern {
             // What a caller sees depends on who it is: never to be shared across callers.
@@ -179,11 +166,7 @@ fn render(server: &str, generation: u64, tool: &ToolDef, shown: &str) -> Box<str
 }
 
 fn parse_cursor(cursor: &str) -> Option<Position> {
-    let mut parts = cursor.strip_prefix(CURSOR_TAG)?.strip_prefix('.')?.split('.');
-    let revision = parts.next()?.parse().ok()?;
-    let server = parts.next()?.parse().ok()?;
-    let tool = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some(Position { revision, server, tool })
+    Position::decode(cursor.strip_prefix(CURSOR_TAG)?.strip_prefix('.')?)
 }
 
 /// What `view` sees of `snapshot`, as one number: the names and definition hashes of the tools

@@ -3,6 +3,8 @@
 //! the audit record; and search over one catalog snapshot under the caller's policy. One
 //! implementation, so that the doors cannot drift apart.
 
+pub mod paging;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
