@@ -126,12 +126,7 @@ impl Calls {
         }
         let result = self.call_inner(request, resumed).await;
         // The door's span gets `error.type` from the door ([`crate::door::observe_call`]).
-        let outcome = match &result {
-            Ok(result) if result.outcome.input_required.is_some() => "input_required",
-            Ok(result) if result.outcome.is_error => "tool_error",
-            Ok(_) => "ok",
-            Err(_) => "error",
-        };
+        let outcome = result.as_ref().map_or("error", |result| result.outcome.label());
         // Metric attributes name configured servers only: a caller's made-up name must not
         // create a new time series.
         let server = match &result {

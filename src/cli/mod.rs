@@ -5,6 +5,7 @@
 
 pub mod bridge;
 pub mod check;
+pub mod command_line;
 pub mod conformance;
 pub mod login;
 mod output;

@@ -284,14 +284,7 @@ impl Door {
             ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
         };
         let (generation, definition_hash, outcome_text) = match outcome {
-            Ok(result) => {
-                let outcome = match (&result.outcome.input_required, result.outcome.is_error) {
-                    (Some(_), _) => "input_required",
-                    (None, true) => "tool_error",
-                    (None, false) => "ok",
-                };
-                (result.generation, result.definition_hash.clone(), outcome.to_owned())
-            }
+            Ok(result) => (result.generation, result.definition_hash.clone(), result.outcome.label().to_owned()),
             Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
             Err(_) if denied => (0, String::new(), "denied".to_owned()),
             Err(error) => (0, String::new(), error.kind().to_owned()),

@@ -95,6 +95,18 @@ pub struct CallOutcome {
     pub input_required: Option<InputRequired>,
 }
 
+impl CallOutcome {
+    /// How the call came out, as the audit trail and the metrics name it: `ok`, `tool_error`
+    /// (`isError`), or `input_required` (not finished yet).
+    pub fn label(&self) -> &'static str {
+        match (&self.input_required, self.is_error) {
+            (Some(_), _) => "input_required",
+            (None, true) => "tool_error",
+            (None, false) => "ok",
+        }
+    }
+}
+
 /// What a server needs before it can finish a call (SEP-2322).
 #[derive(Debug, Clone)]
 pub struct InputRequired {
