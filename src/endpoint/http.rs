@@ -359,17 +359,12 @@ impl Front {
             if tx.send(acknowledged).await.is_err() {
                 return;
             }
-            let mut changes = ChangeWatch::new(&endpoint, &view);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tx.closed() => return,
-                    changed = changes.changed(&endpoint, &view), if wanted => {
-                        if !changed || tx.send(changed_line.clone()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
+            let changes = ChangeWatch::new(&endpoint, &view);
+            tokio::select! {
+                () = stop.cancelled() => {}
+                // Nothing asked for: the stream stays open, silent, until the client closes it.
+                () = tx.closed(), if !wanted => {}
+                () = changes.forward(&endpoint, &view, &changed_line, &tx), if wanted => {}
             }
         };
         sse(rx, Some(Box::pin(task)))
@@ -392,19 +387,13 @@ impl Front {
         let stop = self.cancel.clone();
         let (ended, replaced) = (session.ended(), session.take_stream());
         let task = async move {
-            let mut changes = ChangeWatch::new(&endpoint, &view);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = ended.cancelled() => return,
-                    () = replaced.cancelled() => return,
-                    () = tx.closed() => return,
-                    changed = changes.changed(&endpoint, &view) => {
-                        if !changed || tx.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, None)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
+            let changes = ChangeWatch::new(&endpoint, &view);
+            let line = reply::notification(METHOD_TOOLS_LIST_CHANGED, None);
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = ended.cancelled() => {}
+                () = replaced.cancelled() => {}
+                () = changes.forward(&endpoint, &view, &line, &tx) => {}
             }
         };
         sse(rx, Some(Box::pin(task)))

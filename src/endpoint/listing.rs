@@ -201,8 +201,23 @@ impl ChangeWatch {
         ChangeWatch { revisions, seen: fingerprint(&endpoint.door.registry().snapshot(), view), last_sent: None }
     }
 
+    /// Sends `line` on `out` each time what `view` sees changes, until the registry or `out`
+    /// goes: the one change stream behind every transport's notifications.
+    pub(super) async fn forward(mut self, endpoint: &Endpoint, view: &View, line: &str, out: &tokio::sync::mpsc::Sender<String>) {
+        loop {
+            tokio::select! {
+                () = out.closed() => return,
+                changed = self.changed(endpoint, view) => {
+                    if !changed || out.send(line.to_owned()).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Waits until what `view` sees differs from what it saw; `false` when the registry is gone.
-    pub(super) async fn changed(&mut self, endpoint: &Endpoint, view: &View) -> bool {
+    async fn changed(&mut self, endpoint: &Endpoint, view: &View) -> bool {
         loop {
             if self.revisions.changed().await.is_err() {
                 return false;

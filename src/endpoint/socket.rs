@@ -302,12 +302,7 @@ async fn listen_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mp
         // Nothing to send on it: the subscription stays open, silent, until cancelled.
         std::future::pending::<()>().await;
     }
-    let mut changes = ChangeWatch::new(&endpoint, &view);
-    while changes.changed(&endpoint, &view).await {
-        if out.send(reply::listen_tools_changed(request.id)).await.is_err() {
-            break;
-        }
-    }
+    ChangeWatch::new(&endpoint, &view).forward(&endpoint, &view, &reply::listen_tools_changed(request.id), &out).await;
     Some(key)
 }
 
@@ -319,12 +314,7 @@ fn check_listen(request: &Request<'_>) -> Result<(), String> {
 
 /// Legacy sessions: `notifications/tools/list_changed` whenever the caller's view changes.
 async fn announce_changes(endpoint: Arc<Endpoint>, view: View, out: mpsc::Sender<String>) -> Option<Box<str>> {
-    let mut changes = ChangeWatch::new(&endpoint, &view);
-    while changes.changed(&endpoint, &view).await {
-        if out.send(reply::notification(METHOD_TOOLS_LIST_CHANGED, None)).await.is_err() {
-            break;
-        }
-    }
+    ChangeWatch::new(&endpoint, &view).forward(&endpoint, &view, &reply::notification(METHOD_TOOLS_LIST_CHANGED, None), &out).await;
     // Not a request: nothing to remove from the in-flight map, and the connection goes on.
     std::future::pending::<Option<Box<str>>>().await
 }
