@@ -43,6 +43,38 @@ pub enum ToolRef {
     ServerTool { server: String, name: String },
 }
 
+impl ToolRef {
+    /// A tool named by its qualified name, or by server and name: exactly one of the two.
+    pub fn from_parts(qualified: &str, server: &str, name: &str) -> Option<ToolRef> {
+        match (qualified, server, name) {
+            (qualified, "", "") if !qualified.is_empty() => Some(ToolRef::Qualified(qualified.to_owned())),
+            ("", server, name) if !server.is_empty() && !name.is_empty() => {
+                Some(ToolRef::ServerTool { server: server.to_owned(), name: name.to_owned() })
+            }
+            _ => None,
+        }
+    }
+
+    /// The server the reference names (`None` for a qualified name without a separator).
+    pub fn server(&self) -> Option<&str> {
+        match self {
+            ToolRef::Qualified(qualified) => names::server_of(qualified),
+            ToolRef::ServerTool { server, .. } => Some(server),
+        }
+    }
+}
+
+/// The server and the index of the tool `tool` names in the current generations of `servers`:
+/// the one way a name becomes a tool, for calls and for reads.
+pub fn locate(servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>, tool: &ToolRef) -> Option<(Arc<ServerView>, usize)> {
+    let view = servers.get(tool.server()?)?;
+    let idx = match tool {
+        ToolRef::Qualified(qualified) => view.qualified().position(qualified),
+        ToolRef::ServerTool { name, .. } => view.generation.as_ref()?.position(name),
+    }?;
+    Some((view.clone(), idx))
+}
+
 /// A call as the API hands it over.
 #[derive(Debug)]
 pub struct CallRequest<'a> {
@@ -310,24 +342,16 @@ impl Calls {
         servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>,
         tool: &ToolRef,
     ) -> Result<(Arc<ServerView>, usize), CallError> {
-        let server_name = match tool {
-            ToolRef::Qualified(qualified) => names::server_of(qualified).ok_or_else(|| unknown(tool))?,
-            ToolRef::ServerTool { server, .. } => server.as_str(),
-        };
+        if let Some(found) = locate(servers, tool) {
+            return Ok(found);
+        }
+        let server_name = tool.server().ok_or_else(|| unknown(tool))?;
         let Some(view) = servers.get(server_name).cloned() else {
             return Err(match tool {
                 ToolRef::Qualified(_) => unknown(tool),
                 ToolRef::ServerTool { server, .. } => CallError::UnknownServer(server.clone()),
             });
         };
-        let position = match (tool, &view.generation) {
-            (_, None) => None,
-            (ToolRef::Qualified(qualified), Some(_)) => view.qualified().position(qualified),
-            (ToolRef::ServerTool { name, .. }, Some(generation)) => generation.position(name),
-        };
-        if let Some(idx) = position {
-            return Ok((view, idx));
-        }
         // Not current. If history shows the tool, this is a race, not a typo.
         let original = match tool {
             ToolRef::ServerTool { name, .. } => Some(name.clone()),

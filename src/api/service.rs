@@ -98,11 +98,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
         let snapshot = self.registry.snapshot();
-        let target = match request.qualified_name.as_str() {
-            "" => ToolRef::ServerTool { server: request.server.clone(), name: request.name.clone() },
-            qualified => ToolRef::Qualified(qualified.to_owned()),
-        };
-        let (server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
+        let (target, server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         // A tool held now is hidden from agents in every generation, as it is from every listing.
         if !caller.agent.may_use(&qualified_target(&target))
             || !shows_name(&caller, &snapshot, &names::qualify(&server, &name), Presentation::WithState)
@@ -288,12 +284,8 @@ impl ToolHostService {
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
-        let tool = match (request.qualified_name.as_str(), request.server.as_str(), request.name.as_str()) {
-            (qualified, "", "") if !qualified.is_empty() => ToolRef::Qualified(qualified.to_owned()),
-            ("", server, name) if !server.is_empty() && !name.is_empty() => {
-                ToolRef::ServerTool { server: server.to_owned(), name: name.to_owned() }
-            }
-            _ => return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into()),
+        let Some(tool) = ToolRef::from_parts(&request.qualified_name, &request.server, &request.name) else {
+            return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into());
         };
         let answer = match (request.continuation_token.as_str(), request.input_responses_json.as_str()) {
             ("", "") => None,
@@ -346,23 +338,24 @@ impl ToolHostService {
         }))
     }
 
-    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(String, String), ApiError> {
-        if !qualified.is_empty() {
-            let server =
-                names::server_of(qualified).ok_or_else(|| ApiError::UnknownTool { server: String::new(), tool: qualified.to_owned() })?;
-            let view = self.registry.server(server).ok_or_else(|| ApiError::UnknownServer(server.to_owned()))?;
-            let idx = view
-                .qualified()
-                .position(qualified)
-                .ok_or_else(|| ApiError::UnknownTool { server: server.to_owned(), tool: qualified.to_owned() })?;
-            let generation =
-                view.generation.as_ref().ok_or_else(|| ApiError::UnknownTool { server: server.to_owned(), tool: qualified.to_owned() })?;
-            return Ok((server.to_owned(), generation.tools[idx].name.clone()));
+    /// The server and the tool's own name a GetTool request means: a qualified name is looked
+    /// up in the current generations; a server and name are taken as given (the tool may be in
+    /// an older generation).
+    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(ToolRef, String, String), ApiError> {
+        let tool = ToolRef::from_parts(qualified, server, name)
+            .ok_or_else(|| ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()))?;
+        let ToolRef::Qualified(qualified) = &tool else { return Ok((tool, server.to_owned(), name.to_owned())) };
+        let snapshot = self.registry.snapshot();
+        let unknown = || ApiError::UnknownTool { server: tool.server().unwrap_or_default().to_owned(), tool: qualified.clone() };
+        match tool.server() {
+            Some(server) if !snapshot.servers.contains_key(server) => return Err(ApiError::UnknownServer(server.to_owned())),
+            None => return Err(unknown()),
+            Some(_) => {}
         }
-        if server.is_empty() || name.is_empty() {
-            return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()));
-        }
-        Ok((server.to_owned(), name.to_owned()))
+        let (view, idx) = crate::calls::locate(&snapshot.servers, &tool).ok_or_else(unknown)?;
+        let generation = view.generation.as_ref().ok_or_else(unknown)?;
+        let name = generation.tools[idx].name.clone();
+        Ok((tool, view.name.to_string(), name))
     }
 }
 
