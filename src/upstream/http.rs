@@ -535,7 +535,31 @@ async fn exchange(
             return Ok(());
         }
     };
-    receive(state, response, is_initialize, session_id, request_id, learns, cancel).await.map_err(ExchangeFailure::Lost)
+    receive(state, response, is_initialize, session_id, request_id, learns, cancel)
+        .await
+        .map_err(|broken| ExchangeFailure::Lost(broken.to_string()))
+}
+
+/// How an exchange broke after its request reached the server: the request may have run, so it
+/// is reported as lost ([`ExchangeFailure::Lost`]), never retried.
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    #[error("HTTP {status}: {snippet}")]
+    Status { status: StatusCode, snippet: String },
+    #[error("{0}")]
+    Body(#[from] crate::upstream::web::BodyError),
+    #[error("reading the event stream failed: {0}")]
+    Stream(String),
+    #[error("the response stream ended before the response")]
+    StreamEnded,
+    #[error("the response stream ended before the response and cannot be resumed (no event id)")]
+    NotResumable,
+    #[error("cannot resume the response stream: {0}")]
+    NoToken(AuthError),
+    #[error("resuming the response stream failed: {0}")]
+    Resume(String),
+    #[error("resuming the response stream got no answer within {0:?}")]
+    ResumeTimeout(Duration),
 }
 
 /// What comes back for a request the server received: any failure from here on loses an
@@ -548,7 +572,7 @@ async fn receive(
     request_id: Option<u64>,
     learns: bool,
     cancel: &CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), Broken> {
     let status = response.status();
     if is_initialize && let Some(id) = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         if let Mode::Legacy { session, .. } = &mut *lock(&state.mode) {
@@ -571,7 +595,7 @@ async fn receive(
             return Ok(());
         }
         let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-        return Err(format!("HTTP {status}: {snippet}"));
+        return Err(Broken::Status { status, snippet });
     }
     if status == StatusCode::ACCEPTED {
         return Ok(());
@@ -597,15 +621,15 @@ async fn receive(
         let answered = request_id.is_none_or(|id| !state.core.is_pending(id));
         // 2026-07-28 has no resumption: a broken stream loses the request, which is never replayed.
         if answered || resumes >= MAX_RESUMES || state.is_modern() {
-            return if answered { Ok(()) } else { Err("the response stream ended before the response".to_owned()) };
+            return if answered { Ok(()) } else { Err(Broken::StreamEnded) };
         }
         let Some(last_event_id) = decoder.last_event_id.clone() else {
-            return Err("the response stream ended before the response and cannot be resumed (no event id)".to_owned());
+            return Err(Broken::NotResumable);
         };
         resumes += 1;
         tokio::time::sleep(retry_interval(&decoder, Duration::from_secs(1))).await;
         let session_id = state.session_id();
-        let bearer = state.bearer().await.map_err(|error| format!("cannot resume the response stream: {error}"))?;
+        let bearer = state.bearer().await.map_err(Broken::NoToken)?;
         let envelope = Envelope {
             session_id: session_id.as_deref(),
             last_event_id: Some(&last_event_id),
@@ -620,9 +644,9 @@ async fn receive(
             Ok(Ok(response)) if response.status() == StatusCode::NOT_FOUND && session_id.is_some() => {
                 return state.ended(Failure::SessionExpired);
             }
-            Ok(Ok(response)) => return Err(format!("resuming the response stream failed: HTTP {}", response.status())),
-            Ok(Err(error)) => return Err(format!("resuming the response stream failed: {error}")),
-            Err(_) => return Err(format!("resuming the response stream got no answer within {:?}", state.request_timeout)),
+            Ok(Ok(response)) => return Err(Broken::Resume(format!("HTTP {}", response.status()))),
+            Ok(Err(error)) => return Err(Broken::Resume(error_chain(&error))),
+            Err(_) => return Err(Broken::ResumeTimeout(state.request_timeout)),
         }
     }
 }
@@ -640,11 +664,11 @@ async fn stream_events(
     decoder: &mut sse::Decoder,
     request_id: Option<u64>,
     learns: bool,
-) -> Result<(), String> {
+) -> Result<(), Broken> {
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| format!("reading the event stream failed: {err}"))?;
+        let frame = frame.map_err(|err| Broken::Stream(err.to_string()))?;
         let Ok(data) = frame.into_data() else { continue };
-        for event in decoder.feed(&data, state.max_message_bytes)? {
+        for event in decoder.feed(&data, state.max_message_bytes).map_err(Broken::Stream)? {
             if (event.event.is_empty() || event.event == "message") && !event.data.trim().is_empty() {
                 state.deliver(event.data.as_bytes(), learns);
             }

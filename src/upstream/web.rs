@@ -14,13 +14,23 @@ use crate::upstream::UpstreamError;
 
 pub(crate) type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-pub(crate) async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, String> {
+/// Why a body could not be read whole.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error("reading the HTTP body failed: {0}")]
+    Read(String),
+    #[error("the HTTP body is larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// The whole body, at most `limit` bytes.
+pub(crate) async fn read_body(mut body: hyper::body::Incoming, limit: usize) -> Result<Vec<u8>, BodyError> {
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| format!("reading the HTTP body failed: {err}"))?;
+        let frame = frame.map_err(|err| BodyError::Read(err.to_string()))?;
         if let Ok(data) = frame.into_data() {
             if out.len() + data.len() > limit {
-                return Err(format!("the HTTP body is larger than {limit} bytes"));
+                return Err(BodyError::TooLarge(limit));
             }
             out.extend_from_slice(&data);
         }
