@@ -788,3 +788,110 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let _ = writer.flush().await;
     let _ = writer.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests {
+    //! The session over in-memory streams: the seam between the JSON-RPC core and a transport,
+    //! tested without a process, with paused time.
+
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::*;
+
+    fn observed() -> Observed {
+        Observed { wire: Wire::pipe(), operations: opentelemetry::global::meter("test").f64_histogram("test").build() }
+    }
+
+    /// A session whose server is the returned pair: the lines toolhost wrote, and a writer for
+    /// what the server says.
+    fn session() -> (SessionHandle, SessionTasks, tokio::io::Lines<BufReader<tokio::io::DuplexStream>>, tokio::io::DuplexStream) {
+        let (server_out, toolhost_reads) = tokio::io::duplex(64 * 1024);
+        let (toolhost_writes, server_in) = tokio::io::duplex(64 * 1024);
+        let (handle, tasks) = start("test".into(), observed(), toolhost_reads, toolhost_writes, 1 << 20);
+        (handle, tasks, BufReader::new(server_in).lines(), server_out)
+    }
+
+    #[tokio::test]
+    async fn answers_find_their_requests_whatever_their_order_and_garbage_is_counted() {
+        let (handle, _tasks, mut sent, mut server) = session();
+        let first = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request("tools/call", None, Duration::from_secs(5), true).await }
+        });
+        let second = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request("tools/list", None, Duration::from_secs(5), true).await }
+        });
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let line = sent.next_line().await.unwrap().unwrap();
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            ids.push((message["id"].as_u64().unwrap(), message["method"].as_str().unwrap().to_owned()));
+        }
+        // Garbage, then the answers in the reverse order.
+        server.write_all(b"not json at all\n").await.unwrap();
+        for (id, method) in ids.iter().rev() {
+            server
+                .write_all(format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"for\":\"{method}\"}}}}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        assert_eq!(first.await.unwrap().unwrap().get(), r#"{"for":"tools/call"}"#);
+        assert_eq!(second.await.unwrap().unwrap().get(), r#"{"for":"tools/list"}"#);
+        assert_eq!(handle.stats().num_bad_lines.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_times_out_and_is_cancelled_and_its_late_answer_is_counted() {
+        let (handle, _tasks, mut sent, mut server) = session();
+        let waiting = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request("tools/call", None, Duration::from_secs(30), true).await }
+        });
+        let request: serde_json::Value = serde_json::from_str(&sent.next_line().await.unwrap().unwrap()).unwrap();
+        // The clock jumps: nothing real waits 30 s.
+        let answer = waiting.await.unwrap();
+        assert!(matches!(answer, Err(UpstreamError::Timeout { .. })), "{answer:?}");
+        let cancelled: serde_json::Value = serde_json::from_str(&sent.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(cancelled["method"], "notifications/cancelled");
+        assert_eq!(cancelled["params"]["requestId"], request["id"]);
+        // The server answers anyway: counted, not delivered to anyone.
+        server.write_all(format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{}}}}\n", request["id"]).as_bytes()).await.unwrap();
+        // Lines are read in order: once a later request is answered, the late answer was seen.
+        let ping = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request("ping", None, Duration::from_secs(5), true).await }
+        });
+        let ping_request: serde_json::Value = serde_json::from_str(&sent.next_line().await.unwrap().unwrap()).unwrap();
+        server.write_all(format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{}}}}\n", ping_request["id"]).as_bytes()).await.unwrap();
+        ping.await.unwrap().unwrap();
+        assert_eq!(handle.stats().num_late_responses.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn the_servers_requests_are_refused_and_list_changed_is_counted() {
+        let (handle, _tasks, mut sent, mut server) = session();
+        let mut changes = handle.list_changed();
+        server.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"sampling/createMessage\",\"params\":{}}\n").await.unwrap();
+        server.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n").await.unwrap();
+        let refusal: serde_json::Value = serde_json::from_str(&sent.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!((refusal["id"].as_str(), refusal["error"]["code"].as_i64()), (Some("s1"), Some(-32601)));
+        changes.changed().await.unwrap();
+        assert_eq!(handle.stats().num_list_changed.load(Ordering::Relaxed), 1);
+        assert_eq!(handle.stats().num_refused_requests.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn when_the_server_goes_every_waiting_request_fails_as_closed() {
+        let (handle, _tasks, mut sent, server) = session();
+        let waiting = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request("tools/call", None, Duration::from_secs(5), true).await }
+        });
+        sent.next_line().await.unwrap().unwrap();
+        drop(server);
+        assert!(matches!(waiting.await.unwrap(), Err(UpstreamError::Closed)));
+        handle.closed().await;
+        assert!(matches!(handle.request("ping", None, Duration::from_secs(1), true).await, Err(UpstreamError::Closed)));
+    }
+}
