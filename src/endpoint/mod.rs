@@ -60,14 +60,9 @@ pub const META_GENERATION: &str = "dev.toolhost/generation";
 pub const META_HASH: &str = "dev.toolhost/definitionHash";
 pub const META_NAME: &str = "dev.toolhost/name";
 
-/// Which protocol era a request belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
-    /// Up to 2025-11-25: `initialize`, sessions.
-    Legacy,
-    /// 2026-07-28: every request carries its protocol version in `_meta`.
-    Modern,
-}
+/// Which protocol era a request belongs to: the same two as a server's (a 2026-07-28 request
+/// carries its protocol version in `_meta`).
+pub use crate::mcp::lifecycle::Era;
 
 /// The endpoint's shared state. One per daemon.
 pub struct Endpoint {
