@@ -212,6 +212,11 @@ impl App {
         &self.grpc_addrs
     }
 
+    /// The MCP endpoint, for answering messages without a transport.
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
     /// Where the MCP endpoint listens (with real port numbers).
     pub fn mcp_addrs(&self) -> &[BoundAddr] {
         &self.mcp_addrs

@@ -139,6 +139,28 @@ impl Endpoint {
         self.settings.load().profiles.get(name).cloned()
     }
 
+    /// The protocol without a transport: one message from a caller known as `identity`, answered
+    /// as the Unix socket answers it (no profile, no session, no channel to ask the caller
+    /// anything); `None` for a notification or a response, which get no answer. What the
+    /// transports add is only moving bytes, sessions and streams.
+    pub async fn answer_line(&self, identity: Identity, line: &[u8]) -> Option<String> {
+        let request = match message::read(line) {
+            Ok(message::Message::Request(request)) => request,
+            Ok(_) => return None,
+            Err(unreadable) => return Some(reply::unreadable(unreadable.code, &unreadable.message)),
+        };
+        let caller = match self.admit(&mut Admission::new(identity)) {
+            Ok(caller) => caller,
+            Err(refusal) => return Some(reply::refusal(request.id, &refusal)),
+        };
+        if request.method == modern::METHOD_LISTEN {
+            return Some(reply::error(request.id, reply::SERVER_ERROR, "subscriptions/listen is a stream: open it on a transport", None));
+        }
+        let origin = Arc::new(Origin { wire: Wire::unix(None), session: None, version: None });
+        let view = View { caller, profile: None, trace: None, client: None, origin };
+        Some(self.answer(&view, &request, None).await)
+    }
+
     /// The caller behind `admission`, admitted once per policy.
     ///
     /// # Errors

@@ -550,3 +550,99 @@ async fn a_lazy_profile_shows_few_tools_and_finds_and_calls_the_rest() {
     assert_eq!(bad["error"]["code"], -32602, "no query: {bad}");
     app.shutdown().await;
 }
+
+/// What an answer must satisfy.
+type Check = Box<dyn Fn(&Value) -> bool>;
+
+/// The endpoint's protocol without a transport, one line in, one answer out: the table of what
+/// each kind of message gets, in both eras.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protocol_answers_each_kind_of_message_as_the_table_says() {
+    let dir = TestDir::new();
+    let app = demo_app(&dir, "", json!(tools("t", 3))).await;
+    let me = || {
+        toolhost::access::Identity::unix(toolhost::access::UnixPeer::new(
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+            std::process::id() as i32,
+        ))
+    };
+    let modern_meta = MODERN_META;
+    let table: Vec<(String, Option<&str>, Check)> = vec![
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999-01-01","capabilities":{}}}"#.into(),
+            Some("an unknown version gets the newest legacy one"),
+            Box::new(|a| a["result"]["protocolVersion"] == "2025-11-25"),
+        ),
+        (r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#.into(), Some("a legacy ping"), Box::new(|a| a["result"] == json!({}))),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"_meta":{modern_meta}}}}}"#),
+            Some("a 2026 ping"),
+            Box::new(|a| a["result"]["resultType"] == "complete"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}"#
+                .into(),
+            Some("an unknown 2026-style version"),
+            Box::new(|a| a["error"]["code"] == -32022 && a["error"]["data"]["supported"][0] == "2026-07-28"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"resources/list"}"#.into(),
+            Some("a method toolhost does not serve"),
+            Box::new(|a| a["error"]["code"] == -32601),
+        ),
+        ("not json".into(), Some("garbage"), Box::new(|a| a["error"]["code"] == -32700 && a["id"].is_null())),
+        (r#"[{"jsonrpc":"2.0","id":6,"method":"ping"}]"#.into(), Some("a batch"), Box::new(|a| a["error"]["code"] == -32600)),
+        (r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#.into(), Some("the wrong jsonrpc"), Box::new(|a| a["error"]["code"] == -32600)),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":7}"#.into(),
+            Some("params that are not an object"),
+            Box::new(|a| a["error"]["code"] == -32602),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"nosuch__tool"}}"#.into(),
+            Some("an unknown tool"),
+            Box::new(|a| a["error"]["code"] == -32602 && a["error"]["data"]["reason"] == "UNKNOWN_TOOL"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"demo__add","arguments":{"a":2,"b":40}}}"#.into(),
+            Some("a call"),
+            Box::new(|a| a["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("42"))),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"demo__fail"}}"#.into(),
+            Some("a tool's own failure is a result"),
+            Box::new(|a| a["result"]["isError"] == true),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/list"}"#.into(),
+            Some("a first page with a cursor"),
+            Box::new(|a| a["result"]["tools"].as_array().is_some_and(|t| t.len() == 3) && a["result"]["nextCursor"].is_string()),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":13,"method":"tools/list","params":{"cursor":"made-up"}}"#.into(),
+            Some("a cursor toolhost never issued"),
+            Box::new(|a| a["error"]["code"] == -32602 && a["error"]["data"]["reason"] == "CURSOR_EXPIRED"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":14,"method":"subscriptions/listen"}"#.into(),
+            Some("a stream without a transport"),
+            Box::new(|a| a["error"]["code"] == -32000),
+        ),
+        (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), None, Box::new(|_| true)),
+        (r#"{"jsonrpc":"2.0","id":"x","result":{}}"#.into(), None, Box::new(|_| true)),
+    ];
+    for (line, expected, check) in table {
+        let answer = app.endpoint().answer_line(me(), line.as_bytes()).await;
+        match (expected, answer) {
+            (None, None) => {}
+            (None, Some(answer)) => panic!("{line}: no answer expected, got {answer}"),
+            (Some(what), None) => panic!("{what}: no answer to {line}"),
+            (Some(what), Some(answer)) => {
+                let answer: Value = serde_json::from_str(&answer).unwrap_or_else(|_| panic!("{what}: not JSON: {answer}"));
+                assert!(check(&answer), "{what}: {line} got {answer}");
+            }
+        }
+    }
+    app.shutdown().await;
+}
