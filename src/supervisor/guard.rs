@@ -16,7 +16,7 @@ use crate::config::ServerSpec;
 use crate::mcp::lifecycle::Era;
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::worker::{Worker, WorkerCommand};
-use crate::supervisor::{Senders, WORKER_QUEUE, backoff};
+use crate::supervisor::{Senders, WORKER_QUEUE, lifecycle};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
 
@@ -80,7 +80,7 @@ pub(crate) async fn guard(seed: WorkerSeed, mut commands: mpsc::Receiver<WorkerC
             view.num_worker_panics += 1;
             view.last_error = Some(format!("toolhost's worker for this server panicked ({message}); restarting it"));
         });
-        let delay = backoff::delay(&seed.spec.restart, panics);
+        let delay = lifecycle::backoff(&seed.spec.restart, panics);
         tokio::select! {
             () = seed.cancel.cancelled() => return,
             () = tokio::time::sleep(delay) => {}

@@ -7,8 +7,26 @@
 use std::time::Duration;
 
 use crate::config::RestartPolicy;
-use crate::supervisor::backoff;
 use crate::supervisor::registry::ServerState;
+
+/// Backoff steps for waits that are not a session's failure, named for what they wait after:
+/// a `subscriptions/listen` stream that ended (re-opened soon), one that was never acknowledged
+/// (a little later), a refresh whose listing failed while the session stays up (later still).
+pub(crate) const LISTEN_ENDED: u32 = 1;
+pub(crate) const LISTEN_UNACKNOWLEDGED: u32 = 2;
+pub(crate) const REFRESH_FAILED: u32 = 3;
+
+/// The delay before restart attempt `failures` (1 for the first failure in a row).
+///
+/// Full jitter over the upper half of the window: the delay lies in `[d/2, d]` where
+/// `d = min(initial * 2^(failures-1), max)`, so servers that failed together do not restart
+/// together, and the delay never collapses to zero.
+pub(crate) fn backoff(policy: &RestartPolicy, failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(30);
+    let window = policy.initial_backoff.saturating_mul(1u32 << exponent).min(policy.max_backoff);
+    let half = window / 2;
+    half + half.mul_f64(fastrand::f64())
+}
 
 /// What ended the last attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +93,7 @@ impl Lifecycle {
             None if self.failures >= self.policy.crash_loop_after => ServerState::CrashLoop,
             None => ServerState::Backoff,
         };
-        Next::Wait { state, delay: backoff::delay(&self.policy, self.failures), failures: self.failures }
+        Next::Wait { state, delay: backoff(&self.policy, self.failures), failures: self.failures }
     }
 }
 
@@ -96,6 +114,16 @@ mod tests {
         match next {
             Next::Wait { state, failures, .. } => (state, failures),
             Next::Reconnect => (ServerState::Reconnecting, 0),
+        }
+    }
+
+    #[test]
+    fn grows_exponentially_up_to_the_cap_with_jitter() {
+        for (failures, window_ms) in [(1, 100), (2, 200), (3, 400), (5, 1600), (6, 2000), (40, 2000)] {
+            for _ in 0..50 {
+                let d = backoff(&policy(), failures).as_millis();
+                assert!(d >= window_ms / 2 && d <= window_ms, "failures {failures}: {d} ms outside [{}, {window_ms}]", window_ms / 2);
+            }
         }
     }
 

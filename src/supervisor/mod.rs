@@ -1,13 +1,12 @@
 //! The supervisor owns one worker task per configured server and the live [`Registry`] they
 //! publish into. Only the supervisor starts and stops sessions.
 
-mod backoff;
 mod commit;
 mod enumerate;
 pub mod gauges;
 mod guard;
 pub mod integrity;
-mod lifecycle;
+pub(crate) mod lifecycle;
 pub mod registry;
 mod trace;
 mod worker;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::lifecycle::{Event, Lifecycle, Next};
+use super::lifecycle::{self, Event, Lifecycle, Next};
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::catalog::store::Store;
@@ -19,7 +19,6 @@ use crate::config::ServerSpec;
 use crate::deadline;
 use crate::mcp::lifecycle::{Era, ServerHello};
 use crate::mcp::modern;
-use crate::supervisor::backoff;
 use crate::supervisor::enumerate::{self, PassClock, PassEnd, PassSettings, PassStats};
 use crate::supervisor::registry::{Registry, ServerState};
 use crate::supervisor::trace;
@@ -262,7 +261,7 @@ impl Worker {
                         }
                         ttl_refresh_at = self.last_ttl.take().map(|ttl| deadline::after(ttl_delay(ttl)));
                     }
-                    Ok(false) => retry_at = Some(deadline::after(backoff::delay(&self.spec.restart, 3))),
+                    Ok(false) => retry_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::REFRESH_FAILED))),
                     Err(end) => break end,
                 }
             }
@@ -317,7 +316,7 @@ impl Worker {
                     listen = None;
                     ack_deadline = None;
                     tracing::info!(server = %self.name, result = ?ended, "the subscriptions/listen stream ended; re-opening it");
-                    listen_open_at = Some(deadline::after(backoff::delay(&self.spec.restart, 1)));
+                    listen_open_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_ENDED)));
                 }
                 Ok(()) = ack_rx.changed() => {
                     ack_deadline = None;
@@ -328,7 +327,7 @@ impl Worker {
                     tracing::warn!(server = %self.name, "subscriptions/listen was not acknowledged in time; re-opening it");
                     ack_deadline = None;
                     listen = None;
-                    listen_open_at = Some(deadline::after(backoff::delay(&self.spec.restart, 2)));
+                    listen_open_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_UNACKNOWLEDGED)));
                 }
             }
         };
