@@ -420,8 +420,9 @@ impl Settings {
     }
 }
 
-/// `localhost`, `127.0.0.1` or `[::1]`, with or without a port, and nothing else: an authority
-/// with user info, a path or a second host (`127.0.0.1:80@evil.example`) is not loopback.
+/// A loopback host ([`crate::oauth_core::urls::is_loopback_host`]) with or without a port, and
+/// nothing else: an authority with user info, a path or a second host
+/// (`127.0.0.1:80@evil.example`) is not loopback.
 fn is_loopback_name(authority: &str) -> bool {
     let (host, port) = match authority.strip_prefix('[') {
         Some(bracketed) => match bracketed.split_once(']') {
@@ -434,7 +435,7 @@ fn is_loopback_name(authority: &str) -> bool {
         Some(digits) => !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()),
         None => port.is_empty(),
     };
-    port_ok && matches!(host, "localhost" | "127.0.0.1" | "::1")
+    port_ok && crate::oauth_core::urls::is_loopback_host(host)
 }
 
 // === impl Profile / View ===

@@ -7,8 +7,7 @@ pub fn is_secure(url: &str) -> bool {
         return true;
     }
     // `host_of` refuses user information: `http://127.0.0.1:80@evil.example/` goes to evil.example.
-    url.starts_with("http://")
-        && host_of(url).is_some_and(|host| host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+    url.starts_with("http://") && host_of(url).is_some_and(is_loopback_host)
 }
 
 /// The host of an `http(s)://` URL, without brackets; `None` for anything else, or an authority
@@ -24,4 +23,11 @@ pub fn host_of(url: &str) -> Option<&str> {
         None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
     };
     (!host.is_empty()).then_some(host)
+}
+
+/// `localhost` or a loopback address (`127.0.0.0/8`, `::1`), written without brackets or port:
+/// the one rule for "this machine" wherever a name is checked (token URLs, the endpoint's `Host`
+/// and `Origin`).
+pub fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
