@@ -266,7 +266,7 @@ impl Calls {
             Ok(result) => {
                 let outcome = parse_call_result(&result).map_err(|message| {
                     let (server, tool, generation) = at(&view);
-                    CallError::InvalidResult { server, tool, generation, message }
+                    CallError::InvalidResult { server, tool, generation, message: message.to_string() }
                 })?;
                 if outcome.is_error {
                     operation.tool_error();

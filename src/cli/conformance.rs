@@ -51,7 +51,7 @@ pub async fn run(url: &str) -> Result<(), String> {
             let params = list_params(cursor.as_deref());
             let result =
                 session.request("tools/list", params.as_deref(), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
-            let page = parse_list_page(&result)?;
+            let page = parse_list_page(&result).map_err(|err| err.to_string())?;
             // As the catalog defines them: a tool it would leave out is never called.
             tools.extend(define_entries(page.tools).into_iter().filter_map(Result::ok));
             match page.next_cursor {

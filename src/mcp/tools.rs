@@ -21,12 +21,26 @@ struct RawListPage {
     next_cursor: Option<String>,
 }
 
+/// What is wrong with a server's result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResultError {
+    /// Not the shape the method's result has (the JSON parser's words).
+    #[error("{0}")]
+    Shape(String),
+    #[error("`tools` is not an array")]
+    ToolsNotAnArray,
+    #[error("resultType {0:?} is not one toolhost knows here")]
+    UnknownResultType(String),
+    #[error("input_required without an inputRequests object")]
+    NoInputRequests,
+}
+
 /// Reads a `tools/list` result.
 ///
 /// # Errors
 /// A description of what is wrong when the result is not a `ListToolsResult`.
-pub fn parse_list_page(result: &RawValue) -> Result<ListPage, String> {
-    let page: RawListPage = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+pub fn parse_list_page(result: &RawValue) -> Result<ListPage, ResultError> {
+    let page: RawListPage = serde_json::from_str(result.get()).map_err(|err| ResultError::Shape(err.to_string()))?;
     Ok(ListPage { tools: page.tools, next_cursor: page.next_cursor })
 }
 
@@ -60,14 +74,14 @@ pub struct PagePeek {
 ///
 /// # Errors
 /// A description of what is wrong.
-pub fn peek_page(result: &RawValue) -> Result<PagePeek, String> {
-    let page: ShallowListPage<'_> = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+pub fn peek_page(result: &RawValue) -> Result<PagePeek, ResultError> {
+    let page: ShallowListPage<'_> = serde_json::from_str(result.get()).map_err(|err| ResultError::Shape(err.to_string()))?;
     if !page.tools.get().starts_with('[') {
-        return Err("`tools` is not an array".to_owned());
+        return Err(ResultError::ToolsNotAnArray);
     }
     match page.result_type.as_deref() {
         None | Some("complete") => {}
-        Some(other) => return Err(format!("resultType {other:?} is not a complete listing")),
+        Some(other) => return Err(ResultError::UnknownResultType(other.to_owned())),
     }
     Ok(PagePeek {
         next_cursor: page.next_cursor,
@@ -137,21 +151,20 @@ struct RawCallResult {
 /// `input_required` with its questions and state.
 ///
 /// # Errors
-/// A description of what is wrong when the result is neither.
-pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, String> {
-    let raw: RawCallResult = serde_json::from_str(result.get()).map_err(|err| err.to_string())?;
+/// A [`ResultError`] when the result is neither.
+pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, ResultError> {
+    let raw: RawCallResult = serde_json::from_str(result.get()).map_err(|err| ResultError::Shape(err.to_string()))?;
     let input_required = match raw.result_type.as_deref() {
         None | Some("complete") => None,
         Some("input_required") => {
-            let requests =
-                raw.input_requests.filter(|r| r.get().starts_with('{')).ok_or("input_required without an inputRequests object")?;
+            let requests = raw.input_requests.filter(|r| r.get().starts_with('{')).ok_or(ResultError::NoInputRequests)?;
             Some(InputRequired { requests, request_state: raw.request_state.filter(|state| state.get() != "null") })
         }
-        Some(other) => return Err(format!("unknown resultType {other:?}")),
+        Some(other) => return Err(ResultError::UnknownResultType(other.to_owned())),
     };
     let content = match raw.content {
         Some(content) => content,
-        None => RawValue::from_string("[]".to_owned()).map_err(|err| err.to_string())?,
+        None => RawValue::from_string("[]".to_owned()).map_err(|err| ResultError::Shape(err.to_string()))?,
     };
     Ok(CallOutcome { content, structured_content: raw.structured_content, is_error: raw.is_error.unwrap_or(false), input_required })
 }

@@ -83,7 +83,7 @@ pub(crate) async fn enumerate(
     let mut seen_cursors: HashSet<String> = HashSet::new();
     // Each page is parsed, canonicalised and hashed on the blocking pool while the next page is
     // fetched: on two cores the server's work and toolhost's overlap.
-    let mut pages: Vec<tokio::task::JoinHandle<Result<DefinedPage, String>>> = Vec::new();
+    let mut pages: Vec<tokio::task::JoinHandle<Result<DefinedPage, crate::mcp::tools::ResultError>>> = Vec::new();
     let mut restarts = 0;
     loop {
         if stats.pages >= limits.max_pages {
