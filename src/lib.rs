@@ -29,6 +29,7 @@ pub mod instance;
 pub mod listen;
 pub mod mcp;
 pub mod oauth_core;
+pub mod registry;
 pub mod sandbox;
 pub mod secrets;
 pub mod signals;

@@ -10,7 +10,7 @@ use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
 use crate::door::{Presentation, held_now, server_visible, shows_name, shows_tool};
-use crate::supervisor::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
+use crate::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.

@@ -6,7 +6,7 @@ use crate::api::pb;
 use crate::catalog::integrity::ToolIntegrity;
 use crate::catalog::model::ToolDef;
 use crate::catalog::record::{EnumerationRecord, GenerationSummary};
-use crate::supervisor::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState, ServerView};
+use crate::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState, ServerView};
 
 pub(crate) fn server(view: &ServerView) -> pb::Server {
     let hello = view.hello.as_ref();

@@ -30,8 +30,8 @@ use crate::catalog::store::Store;
 use crate::config::{ListenAddr, Listener};
 use crate::door::Door;
 use crate::listen::{self, BindError, BoundAddr};
+use crate::registry::{Registry, ServerState};
 use crate::supervisor::Refresher;
-use crate::supervisor::registry::{Registry, ServerState};
 
 /// The generated protobuf types.
 #[allow(clippy::all, clippy::pedantic, unreachable_pub, missing_docs)]

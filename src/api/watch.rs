@@ -16,7 +16,7 @@ use crate::api::access::visible_event;
 use crate::api::convert;
 use crate::api::pb;
 use crate::api::status::ApiError;
-use crate::supervisor::registry::{Lagged, Registry};
+use crate::registry::{Lagged, Registry};
 
 /// Events buffered per watcher before it counts as slow.
 const WATCH_BUFFER: usize = 256;

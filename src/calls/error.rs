@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::ContinuationError;
 use crate::catalog::integrity::Hold;
-use crate::supervisor::registry::ServerState;
+use crate::registry::ServerState;
 
 /// The kinds of stale-tool race.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

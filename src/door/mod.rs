@@ -16,7 +16,7 @@ use crate::catalog::integrity::Hold;
 use crate::catalog::names;
 use crate::catalog::store::Store;
 use crate::config::AuditArguments;
-use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::telemetry::mcp::Operation;
 use opentelemetry::KeyValue;
 

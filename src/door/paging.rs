@@ -2,7 +2,7 @@
 //! it was cut from, so that a page never mixes two catalogs) and the walk that fills it. Each
 //! door keeps its own token format (a gRPC page token, an MCP cursor) and its own filters.
 
-use crate::supervisor::registry::{CatalogSnapshot, ServerView};
+use crate::registry::{CatalogSnapshot, ServerView};
 
 /// Where a page starts: the catalog revision it was cut from, a server's index in that
 /// snapshot and a tool's in its generation.

@@ -94,9 +94,7 @@ pub(super) async fn target<'a>(
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
             };
             let limit = args.limit.unwrap_or(DEFAULT_FOUND).clamp(1, MAX_FOUND);
-            let also = |server: &crate::supervisor::registry::ServerView, idx: usize| {
-                server.is_available() && in_scope(server.qualified().name(idx))
-            };
+            let also = |server: &crate::registry::ServerView, idx: usize| server.is_available() && in_scope(server.qualified().name(idx));
             match door.search(&view.caller, &args.query, &[], limit, Presentation::Callable, also).await {
                 Ok((_, hits)) => {
                     let found: Vec<Value> = hits

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
 use crate::catalog::model::ToolDef;
 use crate::door::paging::{self, Position};
-use crate::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+use crate::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Servers (per naming) whose rendered tools are kept.
 const RENDERED_KEPT: usize = 8192;

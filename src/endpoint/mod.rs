@@ -39,7 +39,7 @@ use crate::listen::{self, BindError, BoundAddr};
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
-use crate::supervisor::registry::ServerView;
+use crate::registry::ServerView;
 use crate::telemetry::mcp::{Operation, Side, Wire};
 
 pub use http::serve_http;

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::store::{Store, StoreError};
 use crate::config::{FleetConfig, ServerSpec};
+use crate::registry::Registry;
 use crate::supervisor::integrity::Approver;
-use crate::supervisor::registry::Registry;
 use crate::telemetry::throttle::Throttle;
 
 /// The channel new approvals are announced on (see the PostgreSQL migrations).

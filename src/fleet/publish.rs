@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::FleetError;
-use crate::supervisor::registry::CatalogSnapshot;
+use crate::registry::CatalogSnapshot;
 
 /// What was last published, per server, and the drift last seen.
 #[derive(Default)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableGauge};
 
-use super::registry::{Registry, ServerState};
+use crate::registry::{Registry, ServerState};
 
 /// Gauges read from the registry at each collection; dropping them unregisters the callbacks.
 pub struct RegistryGauges {

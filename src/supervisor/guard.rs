@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::catalog::store::Store;
 use crate::config::ServerSpec;
 use crate::mcp::lifecycle::Era;
-use crate::supervisor::registry::{Registry, ServerState};
+use crate::registry::{Registry, ServerState};
 use crate::supervisor::worker::{Worker, WorkerCommand};
 use crate::supervisor::{Senders, WORKER_QUEUE, lifecycle};
 use crate::telemetry::metrics::Metrics;

@@ -9,7 +9,7 @@ use crate::catalog::integrity::{self, Approval, Policy, ToolIntegrity};
 use crate::catalog::model::{Generation, ToolDef};
 use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
 use crate::catalog::store::{Store, StoreError};
-use crate::supervisor::registry::Registry;
+use crate::registry::Registry;
 
 /// Why an approval was refused.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::config::RestartPolicy;
-use crate::supervisor::registry::ServerState;
+use crate::registry::ServerState;
 
 /// Backoff steps for waits that are not a session's failure, named for what they wait after:
 /// a `subscriptions/listen` stream that ended (re-opened soon), one that was never acknowledged

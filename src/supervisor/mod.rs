@@ -7,7 +7,6 @@ pub mod gauges;
 mod guard;
 pub mod integrity;
 pub(crate) mod lifecycle;
-pub mod registry;
 mod trace;
 mod worker;
 
@@ -24,9 +23,9 @@ use crate::catalog::integrity::Approval;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::{Store, StoreError, StoredServer};
 use crate::config::ServerSpec;
+use crate::registry::{self, ConfigChange, Registry, ServerState, ServerView};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
-use registry::{ConfigChange, Registry, ServerState, ServerView};
 use worker::WorkerCommand;
 
 /// Commands a worker may have queued before it reads them.

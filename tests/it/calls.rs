@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

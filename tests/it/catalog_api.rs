@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

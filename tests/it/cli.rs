@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use crate::mcp_endpoint::{mcp_section, mcp_socket};

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use toolhost::catalog::record::{EnumerationOutcome, EnumerationReason};
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

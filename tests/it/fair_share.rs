@@ -4,7 +4,7 @@
 
 use serde_json::json;
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use crate::mcp_endpoint::{JSON_HEADERS, http, mcp_http, mcp_section};

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use toolhost::api::pb;
 use toolhost::app::App;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

@@ -10,7 +10,7 @@ use toolhost::api::pb::tool_host_client::ToolHostClient;
 use toolhost::app::App;
 use toolhost::config::{Config, ListenAddr};
 use toolhost::listen::BoundAddr;
-use toolhost::supervisor::registry::{CatalogSnapshot, Registry, ServerView};
+use toolhost::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// How long any wait in a test may take before it fails. Generous: CI machines are busy.
 pub const WAIT: Duration = Duration::from_secs(20);

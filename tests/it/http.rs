@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use crate::http_server::{HttpMcpServer, Script};

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::supervisor::registry::{CatalogChange, ServerState};
+use toolhost::registry::{CatalogChange, ServerState};
 
 use crate::harness::*;
 use crate::mcp_endpoint::{Line, mcp_section, mcp_socket};

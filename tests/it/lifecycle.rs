@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use serde_json::json;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 use toolhost::api::pb;
 use toolhost::mcp::lifecycle::Era;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use toolhost::api::pb;
 use toolhost::app::App;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use crate::mcp_endpoint::{Line, mcp_section, mcp_socket};

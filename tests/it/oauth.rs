@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

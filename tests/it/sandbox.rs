@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

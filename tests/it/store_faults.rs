@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
 use toolhost::api::pb;
 use toolhost::app::App;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use toolhost::catalog::record::EnumerationOutcome;

@@ -10,7 +10,7 @@ use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::collector::Collector;

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use toolhost::listen::BoundAddr;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 

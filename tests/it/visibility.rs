@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
-use toolhost::supervisor::registry::ServerState;
+use toolhost::registry::ServerState;
 
 use crate::harness::*;
 use crate::mcp_endpoint::{Line, mcp_section, mcp_socket};
