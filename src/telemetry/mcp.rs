@@ -137,7 +137,7 @@ impl Operation {
         if let Some(protocol) = wire.protocol {
             operation.both(KeyValue::new(NETWORK_PROTOCOL, protocol));
         }
-        if let Some(address) = &wire.address {
+        if let Some(address) = wire.address.as_ref().filter(|_| operation.observed()) {
             // The server's address is one per configured server; a client's would be a series
             // per connection, so the metric names only the server's.
             let (address_key, port_key) = match side {
@@ -250,11 +250,9 @@ impl Operation {
         }
         self.both(KeyValue::new(ERROR_TYPE, error_type));
     }
-
-    /// Records the duration. Also on drop: a cancelled operation still took its time.
-    pub fn finish(self) {}
 }
 
+/// The duration is recorded when the operation drops: a cancelled operation still took its time.
 impl Drop for Operation {
     fn drop(&mut self) {
         if self.measured {
