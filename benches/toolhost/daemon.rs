@@ -9,6 +9,23 @@ use toolhost::api::pb;
 use toolhost::api::pb::tool_host_client::ToolHostClient;
 use toolhost::config::ListenAddr;
 
+/// Presents an agent's bearer token on every request.
+#[derive(Clone)]
+pub struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl Bearer {
+    pub fn new(token: &str) -> Bearer {
+        Bearer(format!("Bearer {token}").parse().expect("a token is a header value"))
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
 pub struct Daemon {
     pub child: Child,
     pub socket: PathBuf,

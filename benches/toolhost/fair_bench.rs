@@ -5,26 +5,14 @@ use std::time::{Duration, Instant};
 
 use toolhost::api::pb::tool_host_client::ToolHostClient;
 
-use crate::daemon::{self, Daemon};
+use crate::daemon::{self, Bearer, Daemon};
 use crate::fast_server::SLOW_CALL;
 use crate::scenarios::{bench_dir, call_request, micros, percentile};
 
 type Client = ToolHostClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
 
-/// Presents an agent's token on every request.
-#[derive(Clone)]
-struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        request.metadata_mut().insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
-
 async fn agent(daemon: &Daemon, token: &str) -> Client {
-    let bearer = Bearer(format!("Bearer {token}").parse().expect("a header value"));
-    ToolHostClient::with_interceptor(daemon.channel().await, bearer)
+    ToolHostClient::with_interceptor(daemon.channel().await, Bearer::new(token))
 }
 
 /// `[access]` with one agent entry per `(name, token, limits)`.

@@ -161,11 +161,7 @@ pub async fn peers() {
             .connect()
             .await
             .expect("gRPC over TCP");
-        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().expect("a header");
-        pb::tool_host_client::ToolHostClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-            request.metadata_mut().insert("authorization", bearer.clone());
-            Ok(request)
-        })
+        pb::tool_host_client::ToolHostClient::with_interceptor(channel, crate::daemon::Bearer::new(token))
     };
     // The thinnest HTTP MCP server, for the direct HTTP row (it has no notification stream).
     let mut http_server = pinned(cpu, &exe).arg("--serve-mcp-http").stdout(Stdio::piped()).spawn().expect("the HTTP bench server");

@@ -8,7 +8,7 @@ use toolhost::registry::ServerState;
 use crate::harness::*;
 use crate::http_server::{HttpMcpServer, Script};
 
-fn http_table(name: &str, url: &str, extra: &str) -> String {
+pub(crate) fn http_table(name: &str, url: &str, extra: &str) -> String {
     format!(
         "[servers.{name}]\nurl = {url:?}\nrequest_timeout = \"5s\"\nrestart = {{ initial_backoff = \"50ms\", max_backoff = \"300ms\" }}\n{extra}\n"
     )

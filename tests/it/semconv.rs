@@ -10,6 +10,7 @@ use toolhost::api::pb;
 
 use crate::collector::{CLIENT, Collector, ERROR, Point, SERVER, Span};
 use crate::harness::*;
+use crate::http::http_table;
 use crate::http_server::{HttpMcpServer, Script};
 use crate::mcp_endpoint::{JSON_HEADERS, Line, MODERN_META, http};
 
@@ -58,7 +59,6 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     let dir = TestDir::new();
     let piped = dir.script("piped", json!({}));
     let piped_modern = dir.script("piped_modern", json!({"era": "modern"}));
-    let http_table = |name: &str, url: &str| format!("[servers.{name}]\nurl = {url:?}\nrequest_timeout = \"5s\"\n");
     let config = dir.path("semconv.toml");
     std::fs::write(
         &config,
@@ -67,21 +67,14 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
              [telemetry]\nmetrics_interval = \"1h\"\n{}{}{}{}",
             server_table("piped", &piped, ""),
             server_table("piped_modern", &piped_modern, ""),
-            http_table("remote", &remote.url()),
-            http_table("remote_modern", &remote_modern.url()),
+            http_table("remote", &remote.url(), ""),
+            http_table("remote_modern", &remote_modern.url(), ""),
         ),
     )
     .unwrap();
-    let log = dir.path("daemon.log");
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_SERVICE_NAME", "toolhost-semconv")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), ("OTEL_SERVICE_NAME", "toolhost-semconv")];
+    let (mut daemon, mut grpc) = crate::telemetry::serve(&config, dir.path("semconv.sock"), &env).await;
+    let log = config.with_extension("daemon.log");
     // The MCP listener's port, as the daemon logged it when it bound port 0.
     let mcp_port: u16 = eventually("the MCP endpoint's address in the log", async || {
         let text = std::fs::read_to_string(&log).ok()?;
@@ -90,9 +83,6 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     })
     .await;
     let mcp_http: std::net::SocketAddr = ([127, 0, 0, 1], mcp_port).into();
-    let socket = toolhost::config::ListenAddr::Unix(dir.path("semconv.sock"));
-    let channel = eventually("the gRPC socket answers", async || toolhost::cli::connect(&socket).await.ok()).await;
-    let mut grpc = pb::tool_host_client::ToolHostClient::new(channel);
     let call = |name: &str| pb::CallToolRequest { qualified_name: name.into(), arguments_json: "{}".into(), ..Default::default() };
     // Every server ready: each answers a call.
     for name in ["piped__echo", "piped_modern__echo", "remote__t0", "remote_modern__t0"] {

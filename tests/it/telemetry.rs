@@ -235,9 +235,10 @@ async fn each_race_is_an_event_linked_to_the_enumeration_behind_it() {
     app.shutdown().await;
 }
 
-/// Starts `toolhost serve` on `config` (which listens on `socket`) with extra environment, and
+/// Starts `toolhost serve` on `config` (which listens on `socket`) with extra environment, its
+/// log beside `config` (`NAME.daemon.log`: a scripted server's own log is `NAME.log`), and
 /// connects to it.
-async fn serve(
+pub(crate) async fn serve(
     config: &std::path::Path,
     socket: std::path::PathBuf,
     env: &[(&str, &str)],
@@ -247,7 +248,7 @@ async fn serve(
         .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(config.with_extension("daemon.log")).unwrap())
         .spawn()
         .unwrap();
     let addr = toolhost::config::ListenAddr::Unix(socket);
@@ -373,19 +374,9 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
         ),
     )
     .unwrap();
-    let log = dir.path("daemon.log");
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("RUST_LOG", "debug")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let addr = toolhost::config::ListenAddr::Unix(dir.path("secret.sock"));
-    let channel = eventually("the daemon listens", async || toolhost::cli::connect(&addr).await.ok()).await;
-    let mut client = pb::tool_host_client::ToolHostClient::new(channel);
+    let (mut daemon, mut client) =
+        serve(&config, dir.path("secret.sock"), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("RUST_LOG", "debug")]).await;
+    let log = config.with_extension("daemon.log");
     let mut answers = String::new();
     let servers = eventually("echoer ready and lister failed", async || {
         let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
