@@ -9,6 +9,7 @@ use nix::libc;
 use nix::sys::resource::{Resource, setrlimit};
 use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
 
+use super::setup::{During, SetupError};
 use super::{Limits, Network, Plan};
 
 /// How much lower than the daemon a server's processes are scheduled.
@@ -16,7 +17,7 @@ const NICE: libc::c_int = 10;
 
 /// What needs the namespace's capabilities: limits, the loopback interface, and emptying the
 /// bounding and inheritable sets (with `SECBIT_NOROOT`, uid 0 gains nothing at exec).
-pub(super) fn privileged(plan: &Plan) -> Result<(), String> {
+pub(super) fn privileged(plan: &Plan) -> Result<(), SetupError> {
     limits(&plan.limits)?;
     if plan.network == Network::Loopback {
         loopback_up()?;
@@ -25,20 +26,18 @@ pub(super) fn privileged(plan: &Plan) -> Result<(), String> {
 }
 
 /// What the sandbox's user does to itself last: Landlock, no new privileges, the filter.
-pub(super) fn seal(plan: &Plan) -> Result<(), String> {
+pub(super) fn seal(plan: &Plan) -> Result<(), SetupError> {
     landlock(plan)?;
     // SAFETY: prctl with integer arguments. Required for the filter; also keeps setuid
     // programs from granting anything.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(format!("set no_new_privs: {}", std::io::Error::last_os_error()));
+        return Err(SetupError::last_os("set no_new_privs"));
     }
     seccomp()
 }
 
-fn limits(limits: &Limits) -> Result<(), String> {
-    let set = |resource, soft: u64, hard: u64, name: &str| {
-        setrlimit(resource, soft, hard).map_err(|errno| format!("set the {name} limit: {}", errno.desc()))
-    };
+fn limits(limits: &Limits) -> Result<(), SetupError> {
+    let set = |resource, soft: u64, hard: u64, name: &str| setrlimit(resource, soft, hard).during(format!("set the {name} limit"));
     set(Resource::RLIMIT_NOFILE, u64::from(limits.open_files), u64::from(limits.open_files), "open files")?;
     // The init counts as one of the namespace's processes.
     let processes = u64::from(limits.processes).saturating_add(1);
@@ -51,18 +50,18 @@ fn limits(limits: &Limits) -> Result<(), String> {
     set(Resource::RLIMIT_CORE, 0, 0, "core size")?;
     // SAFETY: setpriority with integer arguments, on this process.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) } != 0 {
-        return Err(format!("lower the priority: {}", std::io::Error::last_os_error()));
+        return Err(SetupError::last_os("lower the priority"));
     }
     Ok(())
 }
 
 /// Brings up the sandbox's own loopback interface (its network namespace starts with it down).
-fn loopback_up() -> Result<(), String> {
+fn loopback_up() -> Result<(), SetupError> {
     // SAFETY: plain socket and ioctl calls on a zeroed, correctly sized ifreq; the socket is closed.
     unsafe {
         let socket = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if socket < 0 {
-            return Err(format!("open a socket for lo: {}", std::io::Error::last_os_error()));
+            return Err(SetupError::last_os("open a socket for lo"));
         }
         let mut request: libc::ifreq = std::mem::zeroed();
         for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
@@ -76,7 +75,7 @@ fn loopback_up() -> Result<(), String> {
         let error = std::io::Error::last_os_error();
         libc::close(socket);
         if result != 0 {
-            return Err(format!("bring up lo: {error}"));
+            return Err(SetupError::new("bring up lo", error));
         }
     }
     Ok(())
@@ -85,7 +84,7 @@ fn loopback_up() -> Result<(), String> {
 /// Leaves the server no capability, even as uid 0: `SECBIT_NOROOT`, an empty bounding set and
 /// an empty inheritable set (the ambient set follows). The fix-up that clears the capabilities
 /// when root of the namespace becomes another user stays on (and locked).
-fn drop_capabilities() -> Result<(), String> {
+fn drop_capabilities() -> Result<(), SetupError> {
     const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     // Not SECBIT_NO_SETUID_FIXUP: leaving root of the namespace must clear the capabilities.
@@ -102,7 +101,7 @@ fn drop_capabilities() -> Result<(), String> {
     // SAFETY: prctl with integer arguments throughout.
     unsafe {
         if libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) != 0 {
-            return Err(format!("set the secure bits: {}", std::io::Error::last_os_error()));
+            return Err(SetupError::last_os("set the secure bits"));
         }
         libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     }
@@ -115,7 +114,7 @@ fn drop_capabilities() -> Result<(), String> {
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
             let error = std::io::Error::last_os_error();
             if error.raw_os_error() != Some(libc::EINVAL) {
-                return Err(format!("drop capability {cap} from the bounding set: {error}"));
+                return Err(SetupError::new(format!("drop capability {cap} from the bounding set"), error));
             }
         }
     }
@@ -136,20 +135,20 @@ struct CapData {
     inheritable: u32,
 }
 
-fn clear_inheritable() -> Result<(), String> {
+fn clear_inheritable() -> Result<(), SetupError> {
     const VERSION_3: u32 = 0x2008_0522;
     let mut header = CapHeader { version: VERSION_3, pid: 0 };
     let mut data = [CapData::default(); 2];
     // SAFETY: capget/capset with a version-3 header and the two data words version 3 expects.
     unsafe {
         if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
-            return Err(format!("read the capabilities: {}", std::io::Error::last_os_error()));
+            return Err(SetupError::last_os("read the capabilities"));
         }
         for word in &mut data {
             word.inheritable = 0;
         }
         if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
-            return Err(format!("clear the inheritable capabilities: {}", std::io::Error::last_os_error()));
+            return Err(SetupError::last_os("clear the inheritable capabilities"));
         }
     }
     Ok(())
@@ -158,7 +157,7 @@ fn clear_inheritable() -> Result<(), String> {
 /// Reads and runs everything it can see, writes only in `/tmp`, `/dev/shm`, its write grants
 /// and the devices; signals and abstract Unix sockets stay inside the sandbox. Best effort: a
 /// kernel without Landlock still has the read-only mounts.
-fn landlock(plan: &Plan) -> Result<(), String> {
+fn landlock(plan: &Plan) -> Result<(), SetupError> {
     let abi = ABI::V6;
     let writable: Vec<&std::path::Path> =
         ["/tmp", "/dev/shm"].iter().map(std::path::Path::new).chain(plan.write.iter().map(std::path::PathBuf::as_path)).collect();
@@ -171,15 +170,15 @@ fn landlock(plan: &Plan) -> Result<(), String> {
         .and_then(|ruleset| ruleset.add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi))))
         .and_then(|ruleset| ruleset.add_rules(path_beneath_rules(writable, AccessFs::from_all(abi))))
         .and_then(|ruleset| ruleset.add_rules(path_beneath_rules(["/dev"], devices)))
-        .map_err(|error| format!("Landlock: {error}"))?;
-    created.restrict_self().map_err(|error| format!("Landlock: {error}"))?;
+        .during("Landlock")?;
+    created.restrict_self().during("Landlock")?;
     Ok(())
 }
 
 /// System calls a tool server never needs: they fail with EPERM. `clone3` fails with ENOSYS,
 /// so that the C library falls back to `clone`, whose flags the filter can read.
-fn seccomp() -> Result<(), String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|error| format!("seccomp: {error:?}"))?;
+fn seccomp() -> Result<(), SetupError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).during("seccomp")?;
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     let namespaces = [
         libc::CLONE_NEWUSER,
@@ -197,11 +196,10 @@ fn seccomp() -> Result<(), String> {
             SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag).and_then(|c| SeccompRule::new(vec![c]))
         })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| format!("seccomp: {error}"))?;
+        .during("seccomp")?;
     denied.insert(libc::SYS_clone, clone_rules);
-    let filter = SeccompFilter::new(denied, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
-        .map_err(|error| format!("seccomp: {error}"))?;
-    let mut program: BpfProgram = filter.try_into().map_err(|error: seccompiler::BackendError| format!("seccomp: {error}"))?;
+    let filter = SeccompFilter::new(denied, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch).during("seccomp")?;
+    let mut program: BpfProgram = filter.try_into().during("seccomp")?;
     #[cfg(target_arch = "x86_64")]
     refuse_x32(&mut program);
     let clone3 = SeccompFilter::new(
@@ -210,10 +208,10 @@ fn seccomp() -> Result<(), String> {
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
     )
-    .map_err(|error| format!("seccomp: {error}"))?;
-    let clone3: BpfProgram = clone3.try_into().map_err(|error: seccompiler::BackendError| format!("seccomp: {error}"))?;
-    seccompiler::apply_filter(&program).map_err(|error| format!("seccomp: {error}"))?;
-    seccompiler::apply_filter(&clone3).map_err(|error| format!("seccomp: {error}"))?;
+    .during("seccomp")?;
+    let clone3: BpfProgram = clone3.try_into().during("seccomp")?;
+    seccompiler::apply_filter(&program).during("seccomp")?;
+    seccompiler::apply_filter(&clone3).during("seccomp")?;
     Ok(())
 }
 

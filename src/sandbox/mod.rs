@@ -35,10 +35,13 @@ pub mod report;
 mod reporter;
 mod root;
 pub mod servers;
+mod setup;
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+pub use setup::KernelGap;
 
 pub use helper::run;
 
@@ -212,20 +215,20 @@ pub fn protect_daemon() {
 ///
 /// # Errors
 /// What is missing, in words an operator can act on.
-pub fn kernel_support() -> Result<(), String> {
+pub fn kernel_support() -> Result<(), KernelGap> {
     let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").ok().and_then(|text| text.trim().parse::<u64>().ok());
     if max == Some(0) {
-        return Err("user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0)".to_owned());
+        return Err(KernelGap::UserNamespaces);
     }
     if std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone").is_ok_and(|text| text.trim() == "0")
         && !nix::unistd::geteuid().is_root()
     {
-        return Err("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)".to_owned());
+        return Err(KernelGap::UnprivilegedUserNamespaces);
     }
     if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").is_ok_and(|text| text.trim() == "1")
         && !nix::unistd::geteuid().is_root()
     {
-        return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".to_owned());
+        return Err(KernelGap::AppArmor);
     }
     Ok(())
 }

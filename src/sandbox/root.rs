@@ -4,6 +4,7 @@
 //! `/oldroot`), so that every grant is bound from its real path, `/tmp` included; the view is
 //! assembled at `/newroot` and becomes `/` at the end, the host's root detached for good.
 
+use std::borrow::Cow;
 use std::os::unix::fs::{DirBuilderExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
@@ -11,6 +12,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::statvfs::{FsFlags, statvfs};
 use nix::unistd::{chdir, pivot_root};
 
+use super::setup::{During, SetupError};
 use super::{Plan, SYSTEM_PATHS};
 
 const OLD: &str = "/oldroot";
@@ -19,15 +21,15 @@ const NEW: &str = "/newroot";
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 /// Builds the view and makes it the root.
-pub(super) fn build(plan: &Plan) -> Result<(), String> {
+pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     // Nothing mounted here propagates back to the host.
     mount_ctx(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None, "make the mount namespace private")?;
     mount_tmpfs("/tmp", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=1m", "mount the scratch root")?;
     for dir in ["/tmp/oldroot", "/tmp/newroot"] {
-        std::fs::create_dir(dir).map_err(|error| format!("create {dir}: {error}"))?;
+        std::fs::create_dir(dir).during(format!("create {dir}"))?;
     }
-    pivot_root("/tmp", "/tmp/oldroot").map_err(|errno| format!("pivot_root to the scratch root: {}", errno.desc()))?;
-    chdir("/").map_err(|errno| format!("chdir /: {}", errno.desc()))?;
+    pivot_root("/tmp", "/tmp/oldroot").during("pivot_root to the scratch root")?;
+    chdir("/").during("chdir /")?;
     mount_tmpfs(NEW, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=1m", "mount the new root")?;
 
     // The private places first: a grant below /tmp is bound on top of the private /tmp.
@@ -66,22 +68,22 @@ pub(super) fn build(plan: &Plan) -> Result<(), String> {
         None,
         "seal the new root",
     )?;
-    chdir(NEW).map_err(|errno| format!("chdir {NEW}: {}", errno.desc()))?;
-    pivot_root(".", ".").map_err(|errno| format!("pivot_root to the new root: {}", errno.desc()))?;
-    umount2(".", MntFlags::MNT_DETACH).map_err(|errno| format!("detach the host's root: {}", errno.desc()))?;
+    chdir(NEW).during(format!("chdir {NEW}"))?;
+    pivot_root(".", ".").during("pivot_root to the new root")?;
+    umount2(".", MntFlags::MNT_DETACH).during("detach the host's root")?;
     let cwd = plan.cwd.as_deref().unwrap_or(Path::new("/tmp"));
-    chdir(cwd).map_err(|errno| format!("chdir {}: {}", cwd.display(), errno.desc()))?;
+    chdir(cwd).during(format!("chdir {}", cwd.display()))?;
     Ok(())
 }
 
-fn private_tmp(plan: &Plan) -> Result<(), String> {
+fn private_tmp(plan: &Plan) -> Result<(), SetupError> {
     let tmp = inside(Path::new("/tmp"));
     mkdir_all(&tmp)?;
     let options = format!("mode=1777,size={}", plan.limits.tmp_bytes);
     mount_tmpfs(&tmp, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, &options, "mount the private /tmp")
 }
 
-fn private_dev() -> Result<(), String> {
+fn private_dev() -> Result<(), SetupError> {
     let dev = inside(Path::new("/dev"));
     mkdir_all(&dev)?;
     mount_tmpfs(&dev, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, "mode=0755,size=64k", "mount /dev")?;
@@ -91,13 +93,13 @@ fn private_dev() -> Result<(), String> {
             continue;
         }
         let node = dev.join(device);
-        std::fs::File::create(&node).map_err(|error| format!("create {}: {error}", node.display()))?;
+        std::fs::File::create(&node).during(format!("create {}", node.display()))?;
         mount_ctx(Some(host.as_path()), &node, None, MsFlags::MS_BIND, None, "bind a device")?;
     }
     for (link, target) in
         [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
     {
-        symlink(target, dev.join(link)).map_err(|error| format!("link /dev/{link}: {error}"))?;
+        symlink(target, dev.join(link)).during(format!("link /dev/{link}"))?;
     }
     let shm = dev.join("shm");
     mkdir_all(&shm)?;
@@ -113,18 +115,18 @@ fn private_dev() -> Result<(), String> {
 }
 
 /// Shows `path` (as the host has it) at the same place in the view.
-fn bind(path: &Path, writable: bool) -> Result<(), String> {
+fn bind(path: &Path, writable: bool) -> Result<(), SetupError> {
     let host = outside(path);
     let Ok(meta) = std::fs::symlink_metadata(&host) else { return Ok(()) };
     let view = inside(path);
     if meta.file_type().is_symlink() {
         // A merged /usr's /lib -> usr/lib: the same link, pointing into the view.
-        let target = std::fs::read_link(&host).map_err(|error| format!("read the link {}: {error}", path.display()))?;
+        let target = std::fs::read_link(&host).during(format!("read the link {}", path.display()))?;
         if std::fs::symlink_metadata(&view).is_err() {
             if let Some(parent) = view.parent() {
                 mkdir_all(parent)?;
             }
-            symlink(&target, &view).map_err(|error| format!("link {}: {error}", path.display()))?;
+            symlink(&target, &view).during(format!("link {}", path.display()))?;
         }
         return Ok(());
     }
@@ -135,10 +137,10 @@ fn bind(path: &Path, writable: bool) -> Result<(), String> {
         if meta.is_dir() {
             mkdir_all(&view)?;
         } else {
-            std::fs::File::create(&view).map_err(|error| format!("create the mount point {}: {error}", path.display()))?;
+            std::fs::File::create(&view).during(format!("create the mount point {}", path.display()))?;
         }
     }
-    mount_ctx(Some(host.as_path()), &view, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &format!("bind {}", path.display()))?;
+    mount_ctx(Some(host.as_path()), &view, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, format!("bind {}", path.display()))?;
     if !writable {
         read_only(&view, path)?;
     }
@@ -146,7 +148,7 @@ fn bind(path: &Path, writable: bool) -> Result<(), String> {
 }
 
 /// Remounts a bind read-only, keeping the flags the kernel locks for an unprivileged mount.
-fn read_only(view: &Path, path: &Path) -> Result<(), String> {
+fn read_only(view: &Path, path: &Path) -> Result<(), SetupError> {
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
     if let Ok(stat) = statvfs(view) {
         let kept = stat.flags();
@@ -163,12 +165,12 @@ fn read_only(view: &Path, path: &Path) -> Result<(), String> {
             }
         }
     }
-    mount_ctx(None, view, None, flags, None, &format!("make {} read-only", path.display()))
+    mount_ctx(None, view, None, flags, None, format!("make {} read-only", path.display()))
 }
 
 /// Hides a private place of the daemon's that a grant would show: an empty read-only tmpfs on
 /// a directory, an empty read-only file on anything else.
-fn mask(path: &Path) -> Result<(), String> {
+fn mask(path: &Path) -> Result<(), SetupError> {
     let view = inside(path);
     let Ok(meta) = std::fs::symlink_metadata(&view) else { return Ok(()) };
     if meta.is_dir() {
@@ -176,23 +178,23 @@ fn mask(path: &Path) -> Result<(), String> {
             &view,
             MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             "mode=0000,size=4k",
-            &format!("hide {}", path.display()),
+            format!("hide {}", path.display()),
         )
     } else {
         // An empty regular file on the scratch root, read-only: reads find nothing and writes
         // fail (the null device would take writes and say they worked).
         let empty = Path::new("/masked");
         if !empty.exists() {
-            std::fs::File::create(empty).map_err(|error| format!("create the mask file: {error}"))?;
+            std::fs::File::create(empty).during("create the mask file")?;
         }
-        mount_ctx(Some(empty), &view, None, MsFlags::MS_BIND, None, &format!("hide {}", path.display()))?;
+        mount_ctx(Some(empty), &view, None, MsFlags::MS_BIND, None, format!("hide {}", path.display()))?;
         mount_ctx(
             None,
             &view,
             None,
             MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
             None,
-            &format!("seal {}", path.display()),
+            format!("seal {}", path.display()),
         )
     }
 }
@@ -209,8 +211,8 @@ fn depth(path: &Path) -> usize {
     path.components().filter(|component| matches!(component, Component::Normal(_))).count()
 }
 
-fn mkdir_all(dir: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|error| format!("create {}: {error}", dir.display()))
+fn mkdir_all(dir: &Path) -> Result<(), SetupError> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).during(format!("create {}", dir.display()))
 }
 
 fn mount_ctx(
@@ -219,12 +221,12 @@ fn mount_ctx(
     fstype: Option<&str>,
     flags: MsFlags,
     data: Option<&str>,
-    what: &str,
-) -> Result<(), String> {
-    mount(source, target.as_ref(), fstype, flags, data).map_err(|errno| format!("{what}: {}", errno.desc()))
+    what: impl Into<Cow<'static, str>>,
+) -> Result<(), SetupError> {
+    mount(source, target.as_ref(), fstype, flags, data).during(what)
 }
 
 /// A fresh tmpfs on `target`, with `options` (mode, size).
-fn mount_tmpfs(target: impl AsRef<Path>, flags: MsFlags, options: &str, what: &str) -> Result<(), String> {
+fn mount_tmpfs(target: impl AsRef<Path>, flags: MsFlags, options: &str, what: impl Into<Cow<'static, str>>) -> Result<(), SetupError> {
     mount_ctx(Some(Path::new("tmpfs")), target, Some("tmpfs"), flags, Some(options), what)
 }

@@ -60,7 +60,7 @@ pub(crate) fn spawn(
         };
         // Fail closed: a kernel that cannot build the sandbox does not get an unconfined server.
         let support = if crate::faults::fire("sandbox.kernel", server) {
-            Err("user namespaces are disabled (simulated)".to_owned())
+            Err(crate::sandbox::KernelGap::Simulated)
         } else {
             crate::sandbox::kernel_support()
         };

@@ -353,14 +353,14 @@ async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
         // Change the tools every few tens of milliseconds (a burst, paced by quiet periods, so
         // commits keep coming) while watching what is published.
         let mut client = daemon.client().await;
-        let until = Instant::now() + Duration::from_millis(900);
+        let (until, mut pace) = (Instant::now() + Duration::from_millis(900), pace(Duration::from_millis(35)));
         while Instant::now() < until {
+            pace.tick().await;
             round += 1;
             std::fs::write(&tools_file, round_tools(round)).unwrap();
             let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
             assert!(server.generation >= highest_seen, "numbers never go back");
             highest_seen = server.generation;
-            tokio::time::sleep(Duration::from_millis(25 + (round % 4) * 10)).await;
         }
         daemon.signal(Signal::SIGKILL);
         daemon.wait_exit().await;

@@ -227,8 +227,7 @@ async fn shipped(url: &str, host: &str) -> Option<(i64, i64)> {
 /// and fails with the difference if it never does. Both sides are read afresh each time: calls
 /// may still be recording while it waits.
 async fn all_shipped(app: &App, url: &str, host: &str) {
-    let started = Instant::now();
-    loop {
+    eventually_within(WAIT * 3, "every record shipped, each once", async || {
         let local: Vec<i64> = app.store().audit_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, _)| id).collect();
         let remote: Option<Vec<i64>> = async {
             let mut conn = PgConnection::connect(url).await.ok()?;
@@ -244,14 +243,13 @@ async fn all_shipped(app: &App, url: &str, host: &str) {
         if let Some(remote) = &remote {
             assert!(remote.windows(2).all(|pair| pair[0] < pair[1]), "no record twice");
         }
-        if remote.as_ref() == Some(&local) {
-            return;
+        match remote {
+            Some(remote) if remote == local => Ok(()),
+            Some(remote) => Err(format!("{} of {} local records shipped", remote.len(), local.len())),
+            None => Err("PostgreSQL cannot be read".to_owned()),
         }
-        if started.elapsed() > WAIT * 3 {
-            assert_eq!(remote, Some(local), "every record, each once");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +267,9 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
     let caller = {
         let (stop, failures, made, mut grpc) = (stop.clone(), failures.clone(), made.clone(), grpc.clone());
         tokio::spawn(async move {
+            let mut pace = pace(Duration::from_millis(20));
             while !stop.load(Ordering::Relaxed) {
+                pace.tick().await;
                 let request = pb::CallToolRequest {
                     qualified_name: "demo__echo".into(),
                     arguments_json: r#"{"text":"hi"}"#.into(),
@@ -279,21 +279,28 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
                 made.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let made_at_least = |count: u64| {
+        let made = made.clone();
+        async move || (made.load(Ordering::Relaxed) >= count).then_some(())
+    };
+    eventually("calls flow before the outage", made_at_least(20)).await;
     cluster.run("halt");
     let halted = Instant::now();
     let calls_before_outage = made.load(Ordering::Relaxed);
-    tokio::time::sleep(OUTAGE / 2).await;
-    let status = grpc.fleet_status(pb::FleetStatusRequest {}).await.unwrap_err();
-    assert_eq!(error_info(&status).0, "FLEET_UNAVAILABLE", "{status:?}");
+    let status = eventually("the fleet reported unavailable", async || {
+        grpc.fleet_status(pb::FleetStatusRequest {}).await.err().filter(|status| error_info(status).0 == "FLEET_UNAVAILABLE")
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    // The outage itself is real time: calls keep flowing through all of it.
     tokio::time::sleep(OUTAGE.saturating_sub(halted.elapsed())).await;
     cluster.run("restart");
     // Calls go on a little after PostgreSQL is back, then stop, and the trail must be all there.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_outage = made.load(Ordering::Relaxed);
+    eventually("calls flow after the outage", made_at_least(after_outage + 50)).await;
     stop.store(true, Ordering::Relaxed);
     caller.await.unwrap();
     all_shipped(&app, &url, "outage-host").await;
@@ -319,18 +326,12 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
     }
     let backlog = app.store().audit_count_after(0).await.unwrap();
     cluster.run("restart");
-    let started = Instant::now();
-    let killed_at = loop {
-        if let Some((rows, _)) = shipped(&url, "outage-host").await
-            && u64::try_from(rows).unwrap() < backlog
-            && rows > 0
-        {
-            break rows;
-        }
-        assert!(started.elapsed() < WAIT * 2, "shipping never started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let killed_at = eventually_within(WAIT * 2, "shipping started and is not done", async || {
+        shipped(&url, "outage-host").await.map(|(rows, _)| rows).filter(|rows| *rows > 0 && u64::try_from(*rows).unwrap() < backlog)
+    })
+    .await;
     cluster.run("kill");
+    // Down for real for a while: the shipper's retries meet a dead server.
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.run("restart");
     all_shipped(&app, &url, "outage-host").await;

@@ -288,16 +288,34 @@ pub fn cli_as_blocking(uid: u32, groups: Option<&str>, socket: &std::path::Path,
 /// Checks until `check` gives something, or fails the test saying `what` after [`WAIT`]: the one
 /// way a test waits for what nothing can tell it (a process starting, another host's work).
 /// `check` answers `Option<T>`, or `Result<T, String>` whose last `Err` the failure quotes.
-pub async fn eventually<T, P: Progress<T>>(what: &str, mut check: impl AsyncFnMut() -> P) -> T {
+pub async fn eventually<T, P: Progress<T>>(what: &str, check: impl AsyncFnMut() -> P) -> T {
+    eventually_within(WAIT, what, check).await
+}
+
+/// [`eventually`] with its own limit, for what takes longer by design (a backlog of thousands
+/// shipped, ten token lifetimes).
+pub async fn eventually_within<T, P: Progress<T>>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> P) -> T {
     let started = std::time::Instant::now();
     loop {
         let why = match check().await.outcome() {
             Ok(found) => return found,
             Err(why) => why,
         };
-        assert!(started.elapsed() < WAIT, "{what} did not happen within {WAIT:?}{}", why.map(|why| format!(": {why}")).unwrap_or_default());
+        assert!(
+            started.elapsed() < limit,
+            "{what} did not happen within {limit:?}{}",
+            why.map(|why| format!(": {why}")).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A steady pace for load a test keeps up while something else happens (one tick per call or
+/// write): the load is the point, not a wait for an event.
+pub fn pace(every: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
 }
 
 /// What one look of [`eventually`] found: the thing, or (perhaps) why not yet.

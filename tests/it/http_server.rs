@@ -281,8 +281,9 @@ async fn respond<S: AsyncWrite + Unpin>(
                 let _ = stream.write_all(sse_head().as_bytes()).await;
                 // An absurd retry interval, then nothing but keep-alives until the client leaves.
                 let mut alive = stream.write_all(b"id: s1\nretry: 99999999999999\ndata:\n\n").await.is_ok();
+                let mut pace = crate::harness::pace(std::time::Duration::from_millis(50));
                 while alive {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    pace.tick().await;
                     alive = stream.write_all(b": keep-alive\n\n").await.is_ok() && stream.flush().await.is_ok();
                 }
                 state.stalled_open.fetch_sub(1, SeqCst);

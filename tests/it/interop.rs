@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use toolhost::api::pb;
 use toolhost::registry::ServerState;
@@ -59,16 +58,17 @@ async fn serve_everything_http() -> (tokio::process::Child, u16) {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let args = [everything().display().to_string(), "streamableHttp".to_owned()];
         let mut server = spawn_quiet(node(), &args, &[("PORT", port.to_string())]);
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() && server.try_wait().unwrap().is_none() {
-                return (server, port);
+        // Listening, or gone (the port was taken): the next port is tried.
+        let listening = eventually(&format!("server-everything listening on port {port} or exited"), async || {
+            let connected = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok();
+            match server.try_wait().unwrap() {
+                Some(_) => Some(false),
+                None => connected.then_some(true),
             }
-            if server.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "server-everything never listened on port {port}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if listening {
+            return (server, port);
         }
     }
     panic!("server-everything could not listen on any of five ports");

@@ -194,20 +194,18 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     for agent in 0..8 {
         let (mut client, stop) = (client.clone(), stop.clone());
         callers.spawn(async move {
-            let mut calls = 0;
+            let (mut calls, mut pace) = (0, pace(Duration::from_millis(10)));
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                pace.tick().await;
                 calls += 1;
                 if let Err(error) = echo(&mut client, agent * 1_000_000 + calls).await {
                     return Err(format!("agent {agent}'s call {calls} failed after {:?}: {error}", started.elapsed()));
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Ok(calls)
         });
     }
-    while server.stat("refreshes") < 10 && started.elapsed() < Duration::from_secs(90) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_within(Duration::from_secs(90), "ten refreshes under load", async || (server.stat("refreshes") >= 10).then_some(())).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut calls = 0;
     while let Some(done) = callers.join_next().await {
@@ -248,12 +246,16 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     // Revoked: the next refresh fails, the server is auth_required, its tools stay listed.
     let generation = app.registry().snapshot().servers["remote"].generation.as_ref().unwrap().number;
     assert_eq!(http("POST", &format!("{}/admin/revoke", server.base)).0, 200);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while app.registry().snapshot().servers["remote"].state != ServerState::AuthRequired {
-        assert!(Instant::now() < deadline, "the revocation was not noticed: {:?}", app.registry().snapshot().servers["remote"]);
+    eventually_within(Duration::from_secs(30), "the revocation noticed", async || {
+        let view = app.registry().snapshot().servers["remote"].clone();
+        if view.state == ServerState::AuthRequired {
+            return Ok(());
+        }
+        // Calls drive the refresh that finds the token revoked.
         let _ = echo(&mut client, 0).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("{view:?}"))
+    })
+    .await;
     let view = app.registry().snapshot().servers["remote"].clone();
     assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
     assert_eq!(view.generation.as_ref().unwrap().number, generation, "nothing is committed without authorization");
@@ -315,11 +317,11 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     let app = start(config(&dir, &server.base, auth)).await;
     wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
     let mut client = client(&app).await;
-    let mut calls = 0;
+    let (mut calls, mut pace) = (0, pace(Duration::from_millis(20)));
     while server.stat("client_credentials") < 4 {
+        pace.tick().await;
         calls += 1;
         echo(&mut client, calls).await.unwrap_or_else(|error| panic!("call {calls} failed: {error}"));
-        tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(calls < 5_000, "tokens are renewed: {}", server.stats());
     }
     assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
@@ -330,11 +332,10 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "LOGIN_NOT_APPLICABLE"));
     // Idle, the token is renewed all the same (2 s tokens): two renewals while no call is made.
     let (before, calls_before) = (server.stat("client_credentials"), server.stat("calls"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.stat("client_credentials") < before + 2 {
-        assert!(Instant::now() < deadline, "an idle server's token is renewed: {}", server.stats());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_within(Duration::from_secs(30), "an idle server's token renewed twice", async || {
+        (server.stat("client_credentials") >= before + 2).then_some(())
+    })
+    .await;
     assert_eq!(server.stat("calls"), calls_before, "no call drove those renewals");
     app.shutdown().await;
 
