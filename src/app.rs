@@ -151,7 +151,6 @@ impl App {
             door: door.clone(),
             approver: supervisor.approver(),
             refresher: supervisor.refresher(),
-            access: access.clone(),
             fleet: fleet.clone(),
         };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;

@@ -240,6 +240,19 @@ pub enum ConfigChange {
     Changed,
 }
 
+impl CatalogChange {
+    /// The server the change is about.
+    #[must_use]
+    pub fn server(&self) -> &Arc<str> {
+        match self {
+            CatalogChange::GenerationPublished { server, .. }
+            | CatalogChange::StateChanged { server, .. }
+            | CatalogChange::IntegrityChanged { server, .. }
+            | CatalogChange::ConfigChanged { server, .. } => server,
+        }
+    }
+}
+
 /// The watcher asked for changes the registry no longer keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lagged;

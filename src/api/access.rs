@@ -9,8 +9,7 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
-use crate::door::{Presentation, held_now, server_visible, shows_name, shows_tool};
-use crate::registry::{CatalogChange, CatalogEvent, CatalogSnapshot};
+use crate::door::{Presentation, shows_tool};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.
@@ -91,50 +90,6 @@ impl ToolHostService {
         Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
     }
 }
-
-/// `event` as this caller may see it ([`shows_name`]): tool names it may not use or may not see
-/// (held) removed, and nothing at all about servers it may not know of. To an agent, a tool
-/// that changed and is held now has gone: it is reported removed. An agent learns that a tool
-/// became held only when it could have seen an approved version of it before.
-pub(crate) fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: CatalogEvent) -> Option<CatalogEvent> {
-    let visible_server = |server: &str| snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
-    let shows = |name: &String| shows_name(caller, snapshot, name, Presentation::WithState);
-    let may_use = |name: &String| caller.agent.may_use(name);
-    let change = match event.change {
-        CatalogChange::GenerationPublished { server, generation, previous, added, mut removed, changed } => {
-            let added: Vec<String> = added.into_iter().filter(shows).collect();
-            let (changed, hidden): (Vec<String>, Vec<String>) = changed.into_iter().filter(may_use).partition(shows);
-            removed.retain(may_use);
-            removed.extend(hidden);
-            if !caller.agent.admin && added.is_empty() && removed.is_empty() && changed.is_empty() {
-                return None;
-            }
-            CatalogChange::GenerationPublished { server, generation, previous, added, removed, changed }
-        }
-        CatalogChange::IntegrityChanged { server, held, released } => {
-            let held: Vec<String> =
-                held.into_iter().filter(|name| may_use(name) && (caller.agent.admin || was_approved(snapshot, name))).collect();
-            let released: Vec<String> = released.into_iter().filter(shows).collect();
-            if held.is_empty() && released.is_empty() {
-                return None;
-            }
-            CatalogChange::IntegrityChanged { server, held, released }
-        }
-        CatalogChange::StateChanged { ref server, .. } | CatalogChange::ConfigChanged { ref server, .. } if !visible_server(server) => {
-            return None;
-        }
-        other => other,
-    };
-    Some(CatalogEvent { revision: event.revision, change })
-}
-
-/// Whether the held tool `qualified` had an approved (or pinned) definition an agent may have
-/// seen: held because it changed, not because it is new.
-fn was_approved(snapshot: &CatalogSnapshot, qualified: &str) -> bool {
-    use crate::catalog::integrity::Hold;
-    held_now(snapshot, qualified).is_some_and(|hold| matches!(hold, Hold::Changed | Hold::PinMismatch))
-}
-
 fn audit_message(record: AuditRecord) -> pb::AuditRecord {
     pb::AuditRecord {
         at_unix_ms: record.at_ms,

@@ -165,13 +165,3 @@ pub(crate) fn event(event: CatalogEvent) -> pb::CatalogEvent {
 pub(crate) fn resync(revision: u64, reason: &str) -> pb::CatalogEvent {
     pb::CatalogEvent { revision, event: Some(pb::catalog_event::Event::Resync(pb::Resync { reason: reason.to_owned() })) }
 }
-
-/// The server a catalog change concerns.
-pub(crate) fn change_server(change: &CatalogChange) -> &str {
-    match change {
-        CatalogChange::GenerationPublished { server, .. }
-        | CatalogChange::StateChanged { server, .. }
-        | CatalogChange::IntegrityChanged { server, .. }
-        | CatalogChange::ConfigChanged { server, .. } => server,
-    }
-}

@@ -62,7 +62,6 @@ pub struct ApiParts {
     pub door: Door,
     pub approver: crate::supervisor::integrity::Approver,
     pub refresher: Refresher,
-    pub access: Arc<crate::access::Access>,
     /// The fleet store, when `[fleet]` is configured.
     pub fleet: Option<crate::fleet::Fleet>,
 }
@@ -123,7 +122,6 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         store: parts.store.clone(),
         refresher: parts.refresher,
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone(), open: Arc::default(), opened: Arc::default() },
-        access: parts.access,
         door: parts.door,
         approver: parts.approver,
         fleet: parts.fleet,

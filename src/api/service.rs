@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::access::{Access, Caller};
+use crate::access::Caller;
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
@@ -15,6 +15,7 @@ use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
+use crate::door::changes::Changes;
 use crate::door::paging::{self, Position};
 use crate::door::{Door, Presentation, qualified_target, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
@@ -40,7 +41,6 @@ pub(crate) struct ToolHostService {
     pub(crate) store: Store,
     pub(crate) refresher: Refresher,
     pub(crate) watchers: watch::Watchers,
-    pub(crate) access: Arc<Access>,
     pub(crate) door: Door,
     pub(crate) approver: Approver,
     pub(crate) fleet: Option<crate::fleet::Fleet>,
@@ -167,8 +167,8 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             }
         }
         let principal = caller.principal();
-        let watch = watch::Watch { from_revision: request.from_revision, servers: request.servers, identity: caller.identity, principal };
-        let stream = self.watchers.watch(self.registry.clone(), self.access.clone(), watch)?;
+        let changes = Changes::new(&self.door, caller.identity, request.from_revision, request.servers);
+        let stream = self.watchers.watch(changes, principal)?;
         Ok(Response::new(stream))
     }
 

@@ -11,12 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use crate::access::{Access, Identity, share};
-use crate::api::access::visible_event;
+use crate::access::share;
 use crate::api::convert;
 use crate::api::pb;
 use crate::api::status::ApiError;
-use crate::registry::{Lagged, Registry};
+use crate::door::changes::{Changes, Seen};
 
 /// Events buffered per watcher before it counts as slow.
 const WATCH_BUFFER: usize = 256;
@@ -37,22 +36,10 @@ pub(crate) struct Watchers {
     pub(crate) opened: Arc<AtomicU64>,
 }
 
-/// What one watcher asked for, and who it is.
-pub(crate) struct Watch {
-    pub(crate) from_revision: u64,
-    pub(crate) servers: Vec<String>,
-    pub(crate) identity: Identity,
-    /// The caller's principal: whose share of the streams this one uses.
-    pub(crate) principal: String,
-}
-
 impl Watchers {
-    pub(crate) fn watch(
-        &self,
-        registry: Arc<Registry>,
-        access: Arc<Access>,
-        watch: Watch,
-    ) -> Result<ReceiverStream<Result<pb::CatalogEvent, Status>>, ApiError> {
+    /// Opens a stream of `changes` for the caller `principal` (whose share of the streams it
+    /// uses).
+    pub(crate) fn watch(&self, changes: Changes, principal: String) -> Result<ReceiverStream<Result<pb::CatalogEvent, Status>>, ApiError> {
         if self.cancel.is_cancelled() {
             return Err(ApiError::ShuttingDown);
         }
@@ -62,12 +49,12 @@ impl Watchers {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
             let number = self.opened.fetch_add(1, Ordering::Relaxed);
             let entries = open.iter().map(|(number, (principal, _))| (number, principal.as_str(), *number));
-            if let Some(evicted) = share::make_room(entries, &watch.principal, WATCHES_PER_CALLER, MAX_WATCHES).copied()
+            if let Some(evicted) = share::make_room(entries, &principal, WATCHES_PER_CALLER, MAX_WATCHES).copied()
                 && let Some((_, stream)) = open.remove(&evicted)
             {
                 stream.cancel();
             }
-            open.insert(number, (watch.principal.clone(), ended.clone()));
+            open.insert(number, (principal, ended.clone()));
             number
         };
         let (cancel, open) = (self.cancel.clone(), self.open.clone());
@@ -79,7 +66,7 @@ impl Watchers {
                     let _ = tx.try_send(Err(Status::resource_exhausted(reason)));
                 }
                 () = tx.closed() => {}
-                () = forward(&registry, &access, &watch, &tx) => {}
+                () = forward(changes, &tx) => {}
             }
             open.lock().unwrap_or_else(PoisonError::into_inner).remove(&number);
         });
@@ -87,45 +74,17 @@ impl Watchers {
     }
 }
 
-async fn forward(registry: &Registry, access: &Access, watch: &Watch, tx: &mpsc::Sender<Result<pb::CatalogEvent, Status>>) {
-    let mut revisions = registry.subscribe();
-    let mut cursor = if watch.from_revision == 0 { registry.snapshot().revision } else { watch.from_revision };
-    loop {
-        revisions.borrow_and_update();
-        let events = registry.events_after(cursor);
-        // The policy in force now decides what this watcher sees: a reload applies at once.
-        // Judged after the events are taken, so that a reload's own events (it replaces the
-        // policy first) are never sent under the policy it replaced.
-        let caller = match access.admit(watch.identity.clone()) {
-            Ok(caller) => caller,
-            Err(refusal) => {
-                let _ = tx.send(Err(refusal.into())).await;
-                return;
-            }
+/// Sends the caller's changes until it goes, is refused, or the registry goes.
+async fn forward(mut changes: Changes, tx: &mpsc::Sender<Result<pb::CatalogEvent, Status>>) {
+    const RESYNC: &str = "changes after the requested revision are no longer kept; list again, then watch from this revision";
+    while let Some(seen) = changes.next().await {
+        let message = match seen {
+            Ok(Seen::Event(event)) => Ok(convert::event(event)),
+            Ok(Seen::Resync { revision }) => Ok(convert::resync(revision, RESYNC)),
+            Err(refusal) => Err(refusal.into()),
         };
-        match events {
-            Ok(events) => {
-                let snapshot = registry.snapshot();
-                for event in events {
-                    cursor = cursor.max(event.revision);
-                    if !watch.servers.is_empty() && !watch.servers.iter().any(|s| s == convert::change_server(&event.change)) {
-                        continue;
-                    }
-                    let Some(event) = visible_event(&caller, &snapshot, event) else { continue };
-                    if tx.send(Ok(convert::event(event))).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(Lagged) => {
-                cursor = registry.snapshot().revision;
-                let reason = "changes after the requested revision are no longer kept; list again, then watch from this revision";
-                if tx.send(Ok(convert::resync(cursor, reason))).await.is_err() {
-                    return;
-                }
-            }
-        }
-        if revisions.changed().await.is_err() {
+        let refused = message.is_err();
+        if tx.send(message).await.is_err() || refused {
             return;
         }
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::{ClientCommand, ClientOptions, EXIT_CONFIG};
 use crate::config::Config;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "toolhost", version, about = "One trustworthy view of the tools a host's MCP servers offer")]
@@ -33,124 +33,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the servers with their state and generation.
-    Servers(ClientArgs),
-    /// List the tools of all servers or some.
-    Tools {
-        /// Only this server (repeatable).
-        #[arg(long)]
-        server: Vec<String>,
-        /// Only tools whose name contains this text.
-        #[arg(long)]
-        filter: Option<String>,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Call a tool by qualified name (or SERVER/TOOL).
-    Call {
-        name: String,
-        /// The arguments, a JSON object.
-        #[arg(long)]
-        args: Option<String>,
-        /// Refuse the call if the tool's definition hash is no longer this one.
-        #[arg(long)]
-        hash: Option<String>,
-        /// The call's deadline in milliseconds.
-        #[arg(long)]
-        timeout_ms: Option<u64>,
-        /// Answer a server's input requests: the continuation token the first call printed...
-        #[arg(long, requires = "responses")]
-        continuation: Option<String>,
-        /// ...and the answers, a JSON object keyed like the input requests.
-        #[arg(long, requires = "continuation")]
-        responses: Option<String>,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Print catalog changes as they happen.
-    Watch {
-        /// Start after this catalog revision (default: from now).
-        #[arg(long, default_value_t = 0)]
-        from_revision: u64,
-        #[arg(long)]
-        server: Vec<String>,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Show a server's generations and recent enumerations.
-    History {
-        server: String,
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Re-enumerate a server now.
-    Refresh {
-        server: String,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Restart a server's session.
-    Restart {
-        server: String,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Search the catalog: tools whose names, titles, descriptions or argument names match.
-    Search {
-        /// Words to look for.
-        query: String,
-        /// Only this server (repeatable).
-        #[arg(long)]
-        server: Vec<String>,
-        #[arg(long, default_value_t = 10)]
-        limit: u32,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Approve the tool definitions a server offers now (operators only): held tools become callable.
-    Approve {
-        server: String,
-        /// The tools' own names (not qualified).
-        tools: Vec<String>,
-        /// Every tool the server offers now.
-        #[arg(long, conflicts_with = "tools")]
-        all: bool,
-        /// Only this exact definition (sha256:… or hex) of the one named tool.
-        #[arg(long)]
-        hash: Option<String>,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Show what changed between a tool's approved and offered definitions (operators only).
-    Diff {
-        server: String,
-        tool: String,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Show who the daemon takes you for, the agent entry that admits you, and what you may use.
-    Whoami(ClientArgs),
-    /// Show the audit trail of tool calls (operators only).
-    Audit {
-        /// Only calls in this last stretch of time, e.g. 1h or 30m.
-        #[arg(long)]
-        since: Option<String>,
-        /// Only this agent's calls.
-        #[arg(long)]
-        agent: Option<String>,
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
-        /// Every host's calls, from the fleet store.
-        #[arg(long)]
-        fleet: bool,
-        #[command(flatten)]
-        client: ClientArgs,
-    },
-    /// Show the fleet (operators only): every host sharing the fleet store, its servers, and
-    /// every tool whose definition differs between hosts.
-    Fleet(ClientArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
     /// Create or upgrade the fleet store's schema (needs [fleet] in the configuration). Run it
     /// once, when every host runs a toolhost that knows the new schema.
     FleetMigrate {
@@ -213,25 +97,6 @@ enum Command {
     ConformanceClient { url: String },
 }
 
-#[derive(Args)]
-struct ClientArgs {
-    /// The daemon: unix:PATH or host:port (default: a unix: address of --config, else
-    /// $TOOLHOST_ADDR, else the socket in the runtime directory: $XDG_RUNTIME_DIR/toolhost, or
-    /// /run/toolhost for a system service).
-    #[arg(long)]
-    addr: Option<String>,
-    /// Read the daemon's address from this configuration file.
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// A bearer token for a TCP listener (prefer the environment variable: a command line is
-    /// visible to other users).
-    #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-}
-
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
@@ -241,7 +106,7 @@ enum LogFormat {
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (command, client) = match cli.command {
+    let command = match cli.command {
         Command::Serve { config, log_format } => return serve(&config, log_format),
         Command::CheckConfig { config, json } => return check_config(&config, json),
         Command::Reap => {
@@ -259,38 +124,25 @@ pub fn main() -> ExitCode {
             };
         }
         Command::Mcp { socket, config, profile } => return bridge(socket, config.as_deref(), profile.as_deref()),
-        Command::Servers(client) => (ClientCommand::Servers, client),
-        Command::Tools { server, filter, client } => (ClientCommand::Tools { servers: server, name_contains: filter }, client),
-        Command::Call { name, args, hash, timeout_ms, continuation, responses, client } => {
-            (ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses }, client)
-        }
-        Command::Watch { from_revision, server, client } => (ClientCommand::Watch { from_revision, servers: server }, client),
-        Command::History { server, limit, client } => (ClientCommand::History { server, limit }, client),
-        Command::Refresh { server, client } => (ClientCommand::Refresh { server }, client),
-        Command::Restart { server, client } => (ClientCommand::Restart { server }, client),
-        Command::Whoami(client) => (ClientCommand::Whoami, client),
-        Command::Approve { server, tools, all, hash, client } => (ClientCommand::Approve { server, tools, all, hash }, client),
-        Command::Diff { server, tool, client } => (ClientCommand::Diff { server, tool }, client),
-        Command::Search { query, server, limit, client } => (ClientCommand::Search { query, servers: server, limit }, client),
-        Command::Audit { since, agent, limit, fleet, client } => (ClientCommand::Audit { since, agent, limit, fleet }, client),
-        Command::Fleet(client) => (ClientCommand::Fleet, client),
+        Command::Client(command) => command,
         Command::FleetMigrate { config } => return fleet_migrate(&config),
         Command::Login { server, config, scope, paste, addr, token } => {
             let here = crate::cli::login::run(&config, &server, scope.clone(), paste);
-            return through_daemon(ClientCommand::Login { server: server.clone(), scope, paste }, &config, addr, token, "logging in", here);
+            let options = ClientOptions { addr, config: Some(config.clone()), json: false, token };
+            return through_daemon(ClientCommand::Login { server: server.clone(), scope, paste, options }, "logging in", here);
         }
         Command::Logout { server, config, addr, token } => {
             let here = crate::cli::login::logout(&config, &server);
-            return through_daemon(ClientCommand::Logout { server: server.clone() }, &config, addr, token, "logging out", here);
+            let options = ClientOptions { addr, config: Some(config.clone()), json: false, token };
+            return through_daemon(ClientCommand::Logout { server: server.clone(), options }, "logging out", here);
         }
     };
-    let json = client.json;
-    let options = ClientOptions { addr: client.addr, config: client.config, json, token: client.token };
+    let json = command.json();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}"), 1),
     };
-    match runtime.block_on(crate::cli::run(command, options)) {
+    match runtime.block_on(crate::cli::run(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(crate::cli::ClientError::ToolError) => ExitCode::from(crate::cli::EXIT_TOOL_ERROR),
         Err(error) => {
@@ -335,17 +187,9 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
 
 /// A login or logout through the daemon; without a reachable daemon, `here` does it in this
 /// process (`doing` says which, for the operator).
-fn through_daemon(
-    command: ClientCommand,
-    config: &std::path::Path,
-    addr: Option<String>,
-    token: Option<String>,
-    doing: &str,
-    here: impl std::future::Future<Output = Result<String, String>>,
-) -> ExitCode {
+fn through_daemon(command: ClientCommand, doing: &str, here: impl std::future::Future<Output = Result<String, String>>) -> ExitCode {
     use std::io::Write;
-    let options = ClientOptions { addr, config: Some(config.to_path_buf()), json: false, token };
-    match with_runtime(crate::cli::run(command, options)) {
+    match with_runtime(crate::cli::run(command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(error @ crate::cli::ClientError::Connect { .. })) => {
             let _ = writeln!(std::io::stderr(), "{error}: {doing} from here; the daemon was not told, it acts on this when it starts");

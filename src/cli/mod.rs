@@ -24,81 +24,198 @@ use crate::api::pb;
 use crate::api::pb::tool_host_client::ToolHostClient;
 use crate::config::{Config, ListenAddr};
 
-/// What a client command should do.
-#[derive(Debug, Clone)]
+/// The operator's client commands: each a gRPC request (or a few) to the daemon. clap reads
+/// them straight from the command line (`command_line` flattens them into its commands).
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum ClientCommand {
-    Servers,
-    Tools {
-        servers: Vec<String>,
-        name_contains: Option<String>,
+    /// List the servers with their state and generation.
+    Servers {
+        #[command(flatten)]
+        options: ClientOptions,
     },
+    /// List the tools of all servers or some.
+    Tools {
+        /// Only this server (repeatable).
+        #[arg(long = "server", value_name = "SERVER")]
+        servers: Vec<String>,
+        /// Only tools whose name contains this text.
+        #[arg(long = "filter", value_name = "TEXT")]
+        name_contains: Option<String>,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Call a tool by qualified name (or SERVER/TOOL).
     Call {
         name: String,
+        /// The arguments, a JSON object.
+        #[arg(long)]
         args: Option<String>,
+        /// Refuse the call if the tool's definition hash is no longer this one.
+        #[arg(long)]
         hash: Option<String>,
+        /// The call's deadline in milliseconds.
+        #[arg(long)]
         timeout_ms: Option<u64>,
-        /// Answering an input_required outcome: its continuation token and the responses (JSON).
+        /// Answer a server's input requests: the continuation token the first call printed...
+        #[arg(long, requires = "responses")]
         continuation: Option<String>,
+        /// ...and the answers, a JSON object keyed like the input requests.
+        #[arg(long, requires = "continuation")]
         responses: Option<String>,
+        #[command(flatten)]
+        options: ClientOptions,
     },
+    /// Print catalog changes as they happen.
     Watch {
+        /// Start after this catalog revision (default: from now).
+        #[arg(long, default_value_t = 0)]
         from_revision: u64,
+        /// Only this server (repeatable).
+        #[arg(long = "server", value_name = "SERVER")]
         servers: Vec<String>,
+        #[command(flatten)]
+        options: ClientOptions,
     },
+    /// Show a server's generations and recent enumerations.
     History {
         server: String,
+        #[arg(long, default_value_t = 20)]
         limit: u32,
+        #[command(flatten)]
+        options: ClientOptions,
     },
+    /// Re-enumerate a server now.
     Refresh {
         server: String,
+        #[command(flatten)]
+        options: ClientOptions,
     },
+    /// Restart a server's session.
     Restart {
         server: String,
+        #[command(flatten)]
+        options: ClientOptions,
     },
-    /// An OAuth logout done by the daemon.
-    Logout {
+    /// Search the catalog: tools whose names, titles, descriptions or argument names match.
+    Search {
+        /// Words to look for.
+        query: String,
+        /// Only this server (repeatable).
+        #[arg(long = "server", value_name = "SERVER")]
+        servers: Vec<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Approve the tool definitions a server offers now (operators only): held tools become callable.
+    Approve {
         server: String,
+        /// The tools' own names (not qualified).
+        tools: Vec<String>,
+        /// Every tool the server offers now.
+        #[arg(long, conflicts_with = "tools")]
+        all: bool,
+        /// Only this exact definition (sha256:… or hex) of the one named tool.
+        #[arg(long)]
+        hash: Option<String>,
+        #[command(flatten)]
+        options: ClientOptions,
     },
-    /// An OAuth login done by the daemon, with this process on the browser's side.
+    /// Show what changed between a tool's approved and offered definitions (operators only).
+    Diff {
+        server: String,
+        tool: String,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Show who the daemon takes you for, the agent entry that admits you, and what you may use.
+    Whoami {
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Show the audit trail of tool calls (operators only).
+    Audit {
+        /// Only calls in this last stretch of time, e.g. 1h or 30m.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this agent's calls.
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Every host's calls, from the fleet store.
+        #[arg(long)]
+        fleet: bool,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Show the fleet (operators only): every host sharing the fleet store, its servers, and
+    /// every tool whose definition differs between hosts.
+    Fleet {
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// The daemon's half of `toolhost login` (the command line's own `login` has its options).
+    #[command(skip)]
     Login {
         server: String,
         scope: Option<String>,
         /// Read the redirected URL from stdin instead of listening for it.
         paste: bool,
+        options: ClientOptions,
     },
-    Whoami,
-    Audit {
-        since: Option<String>,
-        agent: Option<String>,
-        limit: u32,
-        fleet: bool,
-    },
-    Fleet,
-    Search {
-        query: String,
-        servers: Vec<String>,
-        limit: u32,
-    },
-    Approve {
-        server: String,
-        tools: Vec<String>,
-        all: bool,
-        hash: Option<String>,
-    },
-    Diff {
-        server: String,
-        tool: String,
-    },
+    /// The daemon's half of `toolhost logout`.
+    #[command(skip)]
+    Logout { server: String, options: ClientOptions },
+}
+
+impl ClientCommand {
+    /// Whether the caller asked for JSON (a failure is then printed as JSON too).
+    #[must_use]
+    pub fn json(&self) -> bool {
+        self.options().json
+    }
+
+    /// Where the daemon is and how to print, which every command carries.
+    fn options(&self) -> &ClientOptions {
+        match self {
+            ClientCommand::Servers { options }
+            | ClientCommand::Tools { options, .. }
+            | ClientCommand::Call { options, .. }
+            | ClientCommand::Watch { options, .. }
+            | ClientCommand::History { options, .. }
+            | ClientCommand::Refresh { options, .. }
+            | ClientCommand::Restart { options, .. }
+            | ClientCommand::Search { options, .. }
+            | ClientCommand::Approve { options, .. }
+            | ClientCommand::Diff { options, .. }
+            | ClientCommand::Whoami { options }
+            | ClientCommand::Audit { options, .. }
+            | ClientCommand::Fleet { options }
+            | ClientCommand::Login { options, .. }
+            | ClientCommand::Logout { options, .. } => options,
+        }
+    }
 }
 
 /// Where the daemon is and how to print.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClientOptions {
-    /// `unix:PATH` or `host:port`; when absent, see [`run`]'s address order.
+    /// The daemon: unix:PATH or host:port (default: a unix: address of --config, else
+    /// $TOOLHOST_ADDR, else the socket in the runtime directory: $XDG_RUNTIME_DIR/toolhost, or
+    /// /run/toolhost for a system service).
+    #[arg(long)]
     pub addr: Option<String>,
+    /// Read the daemon's address from this configuration file.
+    #[arg(long, short)]
     pub config: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
     pub json: bool,
-    /// A bearer token, sent as `authorization: Bearer …`.
+    /// A bearer token for a TCP listener (prefer the environment variable: a command line is
+    /// visible to other users).
+    #[arg(long, env = "TOOLHOST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
 
@@ -106,7 +223,8 @@ pub struct ClientOptions {
 ///
 /// # Errors
 /// [`ClientError`], whose [`ClientError::exit_code`] tells the kinds apart.
-pub async fn run(command: ClientCommand, options: ClientOptions) -> Result<(), ClientError> {
+pub async fn run(command: ClientCommand) -> Result<(), ClientError> {
+    let options = command.options().clone();
     let addr = resolve_addr(&options)?;
     let error = match execute(command, &options, &addr).await {
         Ok(()) => return Ok(()),
@@ -170,11 +288,11 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
     });
     let mut out = output::Printer::new(options.json);
     match command {
-        ClientCommand::Servers => {
+        ClientCommand::Servers { .. } => {
             let response = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
             out.servers(&response.servers, response.store.as_ref())?;
         }
-        ClientCommand::Tools { servers, name_contains } => {
+        ClientCommand::Tools { servers, name_contains, .. } => {
             let mut request = pb::ListToolsRequest {
                 servers,
                 name_contains: name_contains.unwrap_or_default(),
@@ -192,7 +310,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             }
             out.tools(&tools)?;
         }
-        ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses } => {
+        ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses, .. } => {
             if let Some(args) = &args {
                 match serde_json::from_str::<serde_json::Value>(args) {
                     Ok(value) if value.is_object() => {}
@@ -245,7 +363,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
                 return Err(ClientError::ToolError);
             }
         }
-        ClientCommand::Watch { mut from_revision, servers } => {
+        ClientCommand::Watch { mut from_revision, servers, .. } => {
             if from_revision == 0 {
                 // How things stand first, then every change after exactly that revision.
                 let now = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
@@ -259,23 +377,23 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
                 out.event(&event)?;
             }
         }
-        ClientCommand::History { server, limit } => {
+        ClientCommand::History { server, limit, .. } => {
             let response = client.history(pb::HistoryRequest { server, limit }).await?.into_inner();
             out.history(&response)?;
         }
-        ClientCommand::Refresh { server } => {
+        ClientCommand::Refresh { server, .. } => {
             client.refresh_server(pb::RefreshServerRequest { server: server.clone() }).await?;
             out.done(&format!("refresh of {server} requested"))?;
         }
-        ClientCommand::Restart { server } => {
+        ClientCommand::Restart { server, .. } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
         }
-        ClientCommand::Logout { server } => {
+        ClientCommand::Logout { server, .. } => {
             let done = client.logout(pb::LogoutRequest { server: server.clone() }).await?.into_inner();
             out.done(&format!("logged out of {server}: {}; {} deleted", done.outcome, done.token_file))?;
         }
-        ClientCommand::Login { server, scope, paste } => {
+        ClientCommand::Login { server, scope, paste, .. } => {
             let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default() };
             let started = client.begin_login(request).await?.into_inner();
             let redirect_query = login::browser(&started.authorization_url, paste).await.map_err(ClientError::Login)?;
@@ -283,28 +401,28 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             let done = client.complete_login(request).await?.into_inner();
             out.done(&format!("logged in: the daemon keeps {server}'s tokens in {} and reconnects it", done.token_file))?;
         }
-        ClientCommand::Approve { server, tools, all, hash } => {
+        ClientCommand::Approve { server, tools, all, hash, .. } => {
             let request = pb::ApproveToolsRequest { server: server.clone(), tools, all, hash: hash.unwrap_or_default() };
             let response = client.approve_tools(request).await?.into_inner();
             out.approved(&server, &response.approved)?;
         }
-        ClientCommand::Diff { server, tool } => {
+        ClientCommand::Diff { server, tool, .. } => {
             let response = client.diff_tool(pb::DiffToolRequest { server: server.clone(), name: tool.clone() }).await?.into_inner();
             out.diff(&server, &tool, &response)?;
         }
-        ClientCommand::Search { query, servers, limit } => {
+        ClientCommand::Search { query, servers, limit, .. } => {
             let response = client.search_tools(pb::SearchToolsRequest { query: query.clone(), servers, limit }).await?.into_inner();
             out.search(&query, &response.results)?;
         }
-        ClientCommand::Whoami => {
+        ClientCommand::Whoami { .. } => {
             let response = client.who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
             out.whoami(&response)?;
         }
-        ClientCommand::Fleet => {
+        ClientCommand::Fleet { .. } => {
             let response = client.fleet_status(pb::FleetStatusRequest {}).await?.into_inner();
             out.fleet(&response)?;
         }
-        ClientCommand::Audit { since, agent, limit, fleet } => {
+        ClientCommand::Audit { since, agent, limit, fleet, .. } => {
             let since_unix_ms = match since {
                 Some(text) => {
                     let window = crate::config::parse_duration(&text, std::time::Duration::from_secs(3650 * 24 * 3600))

@@ -3,6 +3,7 @@
 //! the audit record; and search over one catalog snapshot under the caller's policy. One
 //! implementation, so that the doors cannot drift apart.
 
+pub mod changes;
 pub mod paging;
 
 use std::borrow::Cow;
