@@ -50,18 +50,37 @@ impl std::fmt::Debug for Resolved {
     }
 }
 
+/// A `${…}` reference that cannot be resolved (never what a resolved one held).
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("an unclosed ${{ reference")]
+    Unclosed,
+    #[error("${{file:{0}}} needs an absolute path")]
+    RelativeFile(String),
+    #[error("cannot read {path}: {source}")]
+    File { path: String, source: std::io::Error },
+    #[error("${{cred:{0}}} must name one credential")]
+    CredentialName(String),
+    #[error("${{cred:{0}}}: $CREDENTIALS_DIRECTORY is not set (systemd sets it for LoadCredential=)")]
+    NoCredentialsDirectory(String),
+    #[error("cannot read the credential {name} ({path}): {source}")]
+    Credential { name: String, path: String, source: std::io::Error },
+    #[error("the environment variable {0} is not set")]
+    Environment(String),
+}
+
 /// Resolves every `${…}` reference in `value` and registers what they resolved to as secrets.
 ///
 /// # Errors
-/// A message naming the reference that cannot be resolved.
-pub fn resolve(value: &str) -> Result<Resolved, String> {
+/// [`ReferenceError`] naming the reference that cannot be resolved.
+pub fn resolve(value: &str) -> Result<Resolved, ReferenceError> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     let mut found = Vec::new();
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| "an unclosed ${ reference".to_owned())?;
+        let end = after.find('}').ok_or(ReferenceError::Unclosed)?;
         let secret = lookup(&after[..end])?;
         out.push_str(&secret);
         found.push(secret);
@@ -75,23 +94,26 @@ pub fn resolve(value: &str) -> Result<Resolved, String> {
     Ok(Resolved { value: out, has_secret })
 }
 
-fn lookup(reference: &str) -> Result<String, String> {
+fn lookup(reference: &str) -> Result<String, ReferenceError> {
     if let Some(path) = reference.strip_prefix("file:") {
         if !Path::new(path).is_absolute() {
-            return Err(format!("${{file:{path}}} needs an absolute path"));
+            return Err(ReferenceError::RelativeFile(path.to_owned()));
         }
-        return read_trimmed(Path::new(path)).map_err(|err| format!("cannot read {path}: {err}"));
+        return read_trimmed(Path::new(path)).map_err(|source| ReferenceError::File { path: path.to_owned(), source });
     }
     if let Some(name) = reference.strip_prefix("cred:") {
         if name.is_empty() || name.contains('/') || name == ".." {
-            return Err(format!("${{cred:{name}}} must name one credential"));
+            return Err(ReferenceError::CredentialName(name.to_owned()));
         }
-        let dir = std::env::var_os("CREDENTIALS_DIRECTORY")
-            .ok_or_else(|| format!("${{cred:{name}}}: $CREDENTIALS_DIRECTORY is not set (systemd sets it for LoadCredential=)"))?;
+        let dir = std::env::var_os("CREDENTIALS_DIRECTORY").ok_or_else(|| ReferenceError::NoCredentialsDirectory(name.to_owned()))?;
         let path = Path::new(&dir).join(name);
-        return read_trimmed(&path).map_err(|err| format!("cannot read the credential {name} ({}): {err}", path.display()));
+        return read_trimmed(&path).map_err(|source| ReferenceError::Credential {
+            name: name.to_owned(),
+            path: path.display().to_string(),
+            source,
+        });
     }
-    std::env::var(reference).map_err(|_| format!("the environment variable {reference} is not set"))
+    std::env::var(reference).map_err(|_| ReferenceError::Environment(reference.to_owned()))
 }
 
 fn read_trimmed(path: &Path) -> std::io::Result<String> {
@@ -191,9 +213,10 @@ mod tests {
         assert!(matches!(redact("nothing to hide"), Cow::Borrowed(_)));
         let plain = resolve("plain").unwrap();
         assert!(!plain.has_secret() && format!("{plain:?}") == "\"plain\"");
-        assert!(resolve("${file:relative}").unwrap_err().contains("absolute"));
-        assert!(resolve("${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err().contains("TOOLHOST_SURELY_UNSET_VARIABLE"));
-        assert!(resolve("${cred:../x}").is_err());
-        assert!(resolve("${OPEN").is_err());
+        assert!(resolve("${file:relative}").unwrap_err().to_string().contains("absolute"));
+        let unset = resolve("${TOOLHOST_SURELY_UNSET_VARIABLE}").unwrap_err();
+        assert!(matches!(&unset, ReferenceError::Environment(name) if name == "TOOLHOST_SURELY_UNSET_VARIABLE"), "{unset}");
+        assert!(matches!(resolve("${cred:../x}"), Err(ReferenceError::CredentialName(_))));
+        assert!(matches!(resolve("${OPEN"), Err(ReferenceError::Unclosed)));
     }
 }

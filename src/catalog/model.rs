@@ -200,7 +200,7 @@ impl Listing {
     /// Assembles a listing from entries already defined page by page (see [`define_entries`]),
     /// in the order the server sent them. When a name repeats, the first occurrence wins
     /// (deterministic, as the server ordered it) and the rest are reported.
-    pub fn from_entries(entries: impl IntoIterator<Item = Result<ToolDef, String>>) -> Listing {
+    pub fn from_entries(entries: impl IntoIterator<Item = Result<ToolDef, EntryError>>) -> Listing {
         let mut listing = Listing::default();
         let mut seen = HashSet::new();
         for (idx, entry) in entries.into_iter().enumerate() {
@@ -231,22 +231,32 @@ impl Listing {
 /// string `name`, not readable JSON, nested beyond the parser's limit). This is the CPU-heavy
 /// part of an enumeration (canonical JSON and hashing), kept separate so that it can run while
 /// the next page is fetched.
-pub fn define_entries(raw_tools: Vec<Box<RawValue>>) -> Vec<Result<ToolDef, String>> {
+pub fn define_entries(raw_tools: Vec<Box<RawValue>>) -> Vec<Result<ToolDef, EntryError>> {
     raw_tools.into_iter().map(|raw| define_entry(&raw)).collect()
 }
 
-fn define_entry(raw: &RawValue) -> Result<ToolDef, String> {
-    let value: Value = serde_json::from_str(raw.get()).map_err(|err| {
-        if err.to_string().contains("recursion limit") {
-            "nested too deeply to be read (more than 128 levels)".to_owned()
-        } else {
-            format!("unreadable: {err}")
-        }
+/// Why an entry of a server's `tools/list` is not a tool (the listing keeps the others).
+#[derive(Debug, thiserror::Error)]
+pub enum EntryError {
+    #[error("nested too deeply to be read (more than 128 levels)")]
+    TooDeep,
+    #[error("unreadable: {0}")]
+    Unreadable(serde_json::Error),
+    #[error("not an object with a string \"name\"")]
+    NoName,
+    /// Its header annotations break SEP-2243's rules: it could not be called as the spec
+    /// requires over HTTP.
+    #[error("tool {name:?}: {problem}")]
+    HeaderAnnotation { name: String, problem: crate::mcp::headers::HeaderAnnotationError },
+}
+
+fn define_entry(raw: &RawValue) -> Result<ToolDef, EntryError> {
+    let value: Value = serde_json::from_str(raw.get()).map_err(|error| match error.to_string().contains("recursion limit") {
+        true => EntryError::TooDeep,
+        false => EntryError::Unreadable(error),
     })?;
-    let name = value.get("name").and_then(Value::as_str).ok_or_else(|| "not an object with a string \"name\"".to_owned())?;
-    // A tool whose header annotations break SEP-2243's rules cannot be called as the spec
-    // requires over HTTP: it is left out, the server's other tools kept.
-    crate::mcp::headers::param_headers(&value).map_err(|problem| format!("tool {name:?}: {problem}"))?;
+    let name = value.get("name").and_then(Value::as_str).ok_or(EntryError::NoName)?;
+    crate::mcp::headers::param_headers(&value).map_err(|problem| EntryError::HeaderAnnotation { name: name.to_owned(), problem })?;
     Ok(ToolDef::from_value(name.to_owned(), &value))
 }
 

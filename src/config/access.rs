@@ -59,7 +59,7 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
     }
     let mut tokens = Vec::with_capacity(raw.tokens.len());
     for (idx, token) in raw.tokens.iter().enumerate() {
-        let resolved = crate::secrets::resolve(token).map_err(|problem| (format!("tokens[{idx}]"), problem))?;
+        let resolved = crate::secrets::resolve(token).map_err(|problem| (format!("tokens[{idx}]"), problem.to_string()))?;
         if resolved.expose().len() < 16 {
             return Err((format!("tokens[{idx}]"), "a token must be at least 16 characters".into()));
         }

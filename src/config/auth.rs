@@ -109,17 +109,17 @@ pub(crate) struct RawAuth {
 
 /// Checks an `auth` table. `state_dir` holds the default token file, named after the server.
 pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, server: &str) -> Result<AuthSpec, KeyProblem> {
-    fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
-        move |problem| (format!("auth.{key}"), problem)
+    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
+        move |problem| (format!("auth.{key}"), problem.to_string())
     }
     let resolve = |value: Option<String>, key: &'static str| value.map(|v| crate::secrets::resolve(&v).map_err(at(key))).transpose();
     if let Some(token) = raw.token {
         if !matches!(raw.grant.as_deref(), None | Some("bearer")) {
-            return Err(at("token")("only grant = \"bearer\" takes a token".into()));
+            return Err(at("token")("only grant = \"bearer\" takes a token"));
         }
         let others = raw.client_id.is_some() || raw.client_secret.is_some() || raw.private_key.is_some() || raw.scopes.is_some();
         if others {
-            return Err(at("token")("a bearer token takes no client settings; use grant = \"client_credentials\"".into()));
+            return Err(at("token")("a bearer token takes no client settings; use grant = \"client_credentials\""));
         }
         let token = crate::secrets::resolve(&token).map_err(at("token"))?;
         check_header_value(token.expose()).map_err(at("token"))?;
@@ -129,8 +129,8 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         return Err(("url".into(), "OAuth tokens are sent over HTTPS only (or to a loopback address): use an https:// URL".into()));
     }
     let grant = match raw.grant.as_deref() {
-        Some("bearer") => return Err(at("token")("missing: grant = \"bearer\" needs a token".into())),
-        None => return Err(at("grant")("give grant = \"client_credentials\" or \"authorization_code\", or a bearer token".into())),
+        Some("bearer") => return Err(at("token")("missing: grant = \"bearer\" needs a token")),
+        None => return Err(at("grant")("give grant = \"client_credentials\" or \"authorization_code\", or a bearer token")),
         Some("client_credentials") => Grant::ClientCredentials,
         Some("authorization_code") => Grant::AuthorizationCode,
         Some(other) => {
@@ -159,26 +159,26 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         .transpose()?;
     match token_endpoint_auth {
         Some(TokenEndpointAuth::ClientSecretBasic | TokenEndpointAuth::ClientSecretPost) if client_secret.is_none() => {
-            return Err(at("client_secret")("missing: the token endpoint authentication needs it".into()));
+            return Err(at("client_secret")("missing: the token endpoint authentication needs it"));
         }
         Some(TokenEndpointAuth::PrivateKeyJwt) if private_key.is_none() => {
-            return Err(at("private_key")("missing: private_key_jwt needs it".into()));
+            return Err(at("private_key")("missing: private_key_jwt needs it"));
         }
         _ => {}
     }
     if client_secret.is_some() && private_key.is_some() {
-        return Err(at("private_key")("give client_secret or private_key, not both".into()));
+        return Err(at("private_key")("give client_secret or private_key, not both"));
     }
     if (client_secret.is_some() || private_key.is_some()) && raw.client_id.is_none() {
-        return Err(at("client_id")("missing: a client secret or key belongs to a pre-registered client".into()));
+        return Err(at("client_id")("missing: a client secret or key belongs to a pre-registered client"));
     }
     if grant == Grant::ClientCredentials && (raw.client_id.is_none() || (client_secret.is_none() && private_key.is_none())) {
-        return Err(at("client_id")("the client credentials grant needs client_id and client_secret or private_key".into()));
+        return Err(at("client_id")("the client credentials grant needs client_id and client_secret or private_key"));
     }
     if let Some(client_id) = &raw.client_id
         && (client_id.is_empty() || client_id.len() > 1024)
     {
-        return Err(at("client_id")("must be 1 to 1024 characters".into()));
+        return Err(at("client_id")("must be 1 to 1024 characters"));
     }
     if let Some(url) = &raw.client_metadata_url
         && !url.starts_with("https://")
@@ -187,7 +187,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
     }
     let scopes = match raw.scopes {
         Some(scopes) if scopes.iter().any(|s| s.is_empty() || s.contains(' ') || !s.is_ascii()) => {
-            return Err(at("scopes")("each scope is a non-empty ASCII word without spaces".into()));
+            return Err(at("scopes")("each scope is a non-empty ASCII word without spaces"));
         }
         Some(scopes) => Some(scopes.join(" ")),
         None => None,
@@ -200,7 +200,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
     let refresh_before =
         optional_duration(raw.refresh_before.as_deref(), Duration::from_secs(60), 60 * MINUTE).map_err(at("refresh_before"))?;
     let token_file = match raw.token_file {
-        Some(path) if path.trim().is_empty() => return Err(at("token_file")("must not be empty".into())),
+        Some(path) if path.trim().is_empty() => return Err(at("token_file")("must not be empty")),
         Some(path) => base.join(path),
         None => state_dir.join(format!("{server}.oauth.json")),
     };

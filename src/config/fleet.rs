@@ -12,7 +12,7 @@ const MAX_HOST_ID_LEN: usize = 64;
 
 pub(super) fn validate(raw: Option<RawFleet>) -> Result<Option<FleetConfig>, KeyProblem> {
     let Some(raw) = raw else { return Ok(None) };
-    let url = crate::secrets::resolve(&raw.url).map_err(|problem| ("url".to_owned(), problem))?;
+    let url = crate::secrets::resolve(&raw.url).map_err(|problem| ("url".to_owned(), problem.to_string()))?;
     if !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://")) {
         return Err(("url".into(), "must be a postgres:// or postgresql:// URL".into()));
     }

@@ -680,8 +680,8 @@ fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
 type KeyProblem = (String, String);
 
 fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) -> Result<ServerSpec, KeyProblem> {
-    fn at(key: &'static str) -> impl Fn(String) -> KeyProblem {
-        move |problem| (key.to_owned(), problem)
+    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
+        move |problem| (key.to_owned(), problem.to_string())
     }
     let raw_sandbox = sandbox::RawSandbox {
         mode: raw.sandbox.as_deref(),
@@ -827,7 +827,7 @@ fn resolve_all(values: BTreeMap<String, String>, table: &str) -> Result<BTreeMap
         .into_iter()
         .map(|(name, value)| match crate::secrets::resolve(&value) {
             Ok(resolved) => Ok((name, resolved)),
-            Err(problem) => Err((format!("{table}.{name}"), problem)),
+            Err(problem) => Err((format!("{table}.{name}"), problem.to_string())),
         })
         .collect()
 }

@@ -7,25 +7,36 @@ use serde_json::{Map, Value};
 /// Headers a tool's call carries: `(argument, header name)`, in schema order.
 pub type ParamHeaders = Vec<(String, String)>;
 
+/// An `x-mcp-header` annotation that breaks SEP-2243's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderAnnotationError {
+    #[error("x-mcp-header of {argument:?} is not a header name token: {annotation}")]
+    NotAToken { argument: String, annotation: String },
+    #[error("x-mcp-header {0:?} is used twice (header names are case-insensitive)")]
+    Repeated(String),
+    #[error("x-mcp-header on {0:?}, which is not an integer, string or boolean")]
+    NotPrimitive(String),
+}
+
 /// The `x-mcp-header` annotations of a tool definition, checked as the spec says: a non-empty
 /// RFC 9110 token, unique without regard to case, on a property of type integer, string or
 /// boolean, directly under `inputSchema.properties`.
 ///
 /// # Errors
 /// Why the tool must be left out of the catalog.
-pub fn param_headers(tool: &Value) -> Result<ParamHeaders, String> {
+pub fn param_headers(tool: &Value) -> Result<ParamHeaders, HeaderAnnotationError> {
     let Some(properties) = tool.pointer("/inputSchema/properties").and_then(Value::as_object) else { return Ok(Vec::new()) };
     let mut headers: ParamHeaders = Vec::new();
     for (argument, schema) in properties {
         let Some(annotation) = schema.get("x-mcp-header") else { continue };
         let Some(name) = annotation.as_str().filter(|name| !name.is_empty() && name.bytes().all(is_tchar)) else {
-            return Err(format!("x-mcp-header of {argument:?} is not a header name token: {annotation}"));
+            return Err(HeaderAnnotationError::NotAToken { argument: argument.clone(), annotation: annotation.to_string() });
         };
         if headers.iter().any(|(_, other)| other.eq_ignore_ascii_case(name)) {
-            return Err(format!("x-mcp-header {name:?} is used twice (header names are case-insensitive)"));
+            return Err(HeaderAnnotationError::Repeated(name.to_owned()));
         }
         if !primitive(schema) {
-            return Err(format!("x-mcp-header on {argument:?}, which is not an integer, string or boolean"));
+            return Err(HeaderAnnotationError::NotPrimitive(argument.clone()));
         }
         headers.push((argument.clone(), name.to_owned()));
     }

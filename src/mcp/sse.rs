@@ -36,12 +36,17 @@ pub struct Decoder {
 /// UTF-8's byte order mark, which a stream may start with and which is not part of its first line.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// One event grew beyond the bound a stream's reader set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an event is larger than {0} bytes")]
+pub struct EventTooLarge(pub usize);
+
 impl Decoder {
     /// Feeds a chunk and returns the events it completed.
     ///
     /// # Errors
-    /// A message when a single event grows beyond `max_event_bytes`.
-    pub fn feed(&mut self, chunk: &[u8], max_event_bytes: usize) -> Result<Vec<Event>, String> {
+    /// [`EventTooLarge`] when a single event grows beyond `max_event_bytes`.
+    pub fn feed(&mut self, chunk: &[u8], max_event_bytes: usize) -> Result<Vec<Event>, EventTooLarge> {
         self.buffer.extend_from_slice(chunk);
         if !self.bom_checked {
             if self.buffer.len() < BOM.len() && BOM.starts_with(&self.buffer) {
@@ -76,7 +81,7 @@ impl Decoder {
         self.buffer.drain(..start);
         self.pending = self.data.len() + self.buffer.len();
         if self.pending > max_event_bytes {
-            return Err(format!("an event is larger than {max_event_bytes} bytes"));
+            return Err(EventTooLarge(max_event_bytes));
         }
         Ok(events)
     }

@@ -45,22 +45,36 @@ impl std::fmt::Debug for Signer {
     }
 }
 
+/// Why a private key cannot sign, or a signature could not be made (never the key itself).
+#[derive(Debug, thiserror::Error)]
+pub enum SignerError {
+    #[error("is not a PEM \"PRIVATE KEY\" (PKCS#8); convert it with `openssl pkcs8 -topk8 -nocrypt`")]
+    NotPkcs8,
+    #[error("is not a P-256 key for ES256: {0}")]
+    NotEs256(ring::error::KeyRejected),
+    #[error("is not an RSA key for RS256: {0}")]
+    NotRs256(ring::error::KeyRejected),
+    #[error("the system clock is before 1970")]
+    Clock,
+    #[error("cannot read the system's random source")]
+    Random,
+    #[error("signing failed")]
+    Signing,
+}
+
 impl Signer {
     /// Parses a PEM PKCS#8 private key for `algorithm`.
     ///
     /// # Errors
-    /// Why the key cannot be used (never the key itself).
-    pub fn new(pem: &str, algorithm: SigningAlgorithm) -> Result<Signer, String> {
-        let der = PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes())
-            .map_err(|_| "is not a PEM \"PRIVATE KEY\" (PKCS#8); convert it with `openssl pkcs8 -topk8 -nocrypt`".to_owned())?;
+    /// Why the key cannot be used.
+    pub fn new(pem: &str, algorithm: SigningAlgorithm) -> Result<Signer, SignerError> {
+        let der = PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes()).map_err(|_| SignerError::NotPkcs8)?;
         let rng = SystemRandom::new();
         let key = match algorithm {
             SigningAlgorithm::Es256 => EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der.secret_pkcs8_der(), &rng)
                 .map(Key::Es256)
-                .map_err(|err| format!("is not a P-256 key for ES256: {err}"))?,
-            SigningAlgorithm::Rs256 => RsaKeyPair::from_pkcs8(der.secret_pkcs8_der())
-                .map(Key::Rs256)
-                .map_err(|err| format!("is not an RSA key for RS256: {err}"))?,
+                .map_err(SignerError::NotEs256)?,
+            SigningAlgorithm::Rs256 => RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).map(Key::Rs256).map_err(SignerError::NotRs256)?,
         };
         Ok(Signer { key, rng })
     }
@@ -70,12 +84,9 @@ impl Signer {
     ///
     /// # Errors
     /// The clock or the CSPRNG failed.
-    pub fn assertion(&self, client_id: &str, audience: &str) -> Result<String, String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_err(|_| "the system clock is before 1970".to_owned())?
-            .as_secs();
-        let jti = crate::secrets::random_token().ok_or("cannot read the system's random source")?;
+    pub fn assertion(&self, client_id: &str, audience: &str) -> Result<String, SignerError> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(|_| SignerError::Clock)?.as_secs();
+        let jti = crate::secrets::random_token().ok_or(SignerError::Random)?;
         let alg = match self.key {
             Key::Es256(_) => "ES256",
             Key::Rs256(_) => "RS256",
@@ -91,10 +102,10 @@ impl Signer {
         });
         let mut jws = format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
         let signature = match &self.key {
-            Key::Es256(key) => key.sign(&self.rng, jws.as_bytes()).map_err(|_| "signing failed".to_owned())?.as_ref().to_vec(),
+            Key::Es256(key) => key.sign(&self.rng, jws.as_bytes()).map_err(|_| SignerError::Signing)?.as_ref().to_vec(),
             Key::Rs256(key) => {
                 let mut signature = vec![0; key.public().modulus_len()];
-                key.sign(&RSA_PKCS1_SHA256, &self.rng, jws.as_bytes(), &mut signature).map_err(|_| "signing failed".to_owned())?;
+                key.sign(&RSA_PKCS1_SHA256, &self.rng, jws.as_bytes(), &mut signature).map_err(|_| SignerError::Signing)?;
                 signature
             }
         };
@@ -129,7 +140,9 @@ mod tests {
         let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
         let public = UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, key.public_key().as_ref().to_vec());
         public.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
-        assert!(Signer::new("not a key", SigningAlgorithm::Es256).unwrap_err().contains("PKCS#8"));
-        assert!(Signer::new(&pem, SigningAlgorithm::Rs256).unwrap_err().contains("RSA"));
+        let refused = Signer::new("not a key", SigningAlgorithm::Es256).unwrap_err();
+        assert!(matches!(refused, SignerError::NotPkcs8) && refused.to_string().contains("PKCS#8"));
+        let refused = Signer::new(&pem, SigningAlgorithm::Rs256).unwrap_err();
+        assert!(matches!(refused, SignerError::NotRs256(_)) && refused.to_string().contains("RSA"));
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::catalog::model::{Listing, ToolDef, define_entries};
+use crate::catalog::model::{EntryError, Listing, ToolDef, define_entries};
 use crate::config::EnumerationLimits;
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST;
@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// One page's entries, each defined or with the reason it was skipped.
-type DefinedPage = Vec<Result<ToolDef, String>>;
+type DefinedPage = Vec<Result<ToolDef, EntryError>>;
 
 /// How often a pass that hit an invalid cursor may start over before it fails.
 const INVALID_CURSOR_RESTARTS: u32 = 2;

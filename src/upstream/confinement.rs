@@ -6,6 +6,35 @@ use std::path::{Path, PathBuf};
 use crate::config::StdioSpec;
 use crate::sandbox::Plan;
 
+/// Why a stdio server's sandbox could not be set up, or what it stopped the server for.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("toolhost runs embedded, without its own program to run the sandbox")]
+    Embedded,
+    #[error("this kernel cannot sandbox the server: {0}; it does not start (sandbox = \"off\" runs it unconfined)")]
+    Kernel(crate::sandbox::KernelGap),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("cannot encode the sandbox's plan: {0}")]
+    Encode(serde_json::Error),
+    #[error("cannot make its report pipe: {0}")]
+    ReportPipe(std::io::Error),
+    /// What the sandbox itself said: it could not be built, or stopped the server at a limit.
+    #[error("{}", .0.describe())]
+    Reported(crate::sandbox::Report),
+}
+
+/// Why a stdio server's sandbox cannot be planned: it does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("cannot find the program {} (on PATH, or as a path)", .0.display())]
+    NoProgram(PathBuf),
+    #[error("the cwd {} does not exist", .0.display())]
+    NoCwd(PathBuf),
+    #[error("{} lies inside {}, one of the daemon's private places, which no server may see", grant.display(), place.display())]
+    Private { grant: PathBuf, place: PathBuf },
+}
+
 /// The plan for one start of a sandboxed server.
 ///
 /// Besides the system and the entry's `read` and `write`, a server sees its `cwd`, its program
@@ -15,11 +44,10 @@ use crate::sandbox::Plan;
 ///
 /// # Errors
 /// The program cannot be found, or a grant lies inside one of the daemon's private places.
-pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, String> {
+pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     let sandbox = &spec.sandbox;
     let hidden: Vec<PathBuf> = sandbox.hidden.iter().map(|path| canonical(path).unwrap_or_else(|| path.clone())).collect();
-    let program = find_program(&spec.command, spec.cwd.as_deref())
-        .ok_or_else(|| format!("cannot find the program {} (on PATH, or as a path)", spec.command.display()))?;
+    let program = find_program(&spec.command, spec.cwd.as_deref()).ok_or_else(|| PlanError::NoProgram(spec.command.clone()))?;
     let mut read = Vec::new();
     for path in installation(&program) {
         read.push(path);
@@ -42,15 +70,10 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, String> {
         read.extend(canonical(Path::new("/etc/resolv.conf")));
     }
     let write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
-    let cwd =
-        spec.cwd.as_deref().map(|cwd| canonical(cwd).ok_or_else(|| format!("the cwd {} does not exist", cwd.display()))).transpose()?;
+    let cwd = spec.cwd.as_deref().map(|cwd| canonical(cwd).ok_or_else(|| PlanError::NoCwd(cwd.to_path_buf()))).transpose()?;
     for grant in read.iter().chain(&write).chain(cwd.iter()) {
         if let Some(place) = hidden.iter().find(|place| grant.starts_with(place)) {
-            return Err(format!(
-                "{} lies inside {}, one of the daemon's private places, which no server may see",
-                grant.display(),
-                place.display()
-            ));
+            return Err(PlanError::Private { grant: grant.clone(), place: place.clone() });
         }
     }
     read.sort();
@@ -160,7 +183,8 @@ mod tests {
         spec.sandbox.read = vec![dir.path().join(".")];
         spec.sandbox.hidden = vec![dir.path().to_path_buf()];
         let problem = plan_for(&spec).unwrap_err();
-        assert!(problem.contains("private"), "{problem}");
+        assert!(matches!(&problem, PlanError::Private { place, .. } if *place == std::fs::canonicalize(dir.path()).unwrap()), "{problem}");
+        assert!(problem.to_string().contains("private"), "{problem}");
     }
 
     #[test]
@@ -174,6 +198,7 @@ mod tests {
 
     #[test]
     fn a_program_that_is_nowhere_is_named() {
-        assert!(plan_for(&spec("no-such-program-xyz", &[])).unwrap_err().contains("no-such-program-xyz"));
+        let problem = plan_for(&spec("no-such-program-xyz", &[])).unwrap_err();
+        assert!(matches!(problem, PlanError::NoProgram(_)) && problem.to_string().contains("no-such-program-xyz"), "{problem}");
     }
 }

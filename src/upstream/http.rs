@@ -549,7 +549,9 @@ enum Broken {
     #[error("{0}")]
     Body(#[from] crate::upstream::web::BodyError),
     #[error("reading the event stream failed: {0}")]
-    Stream(String),
+    Stream(hyper::Error),
+    #[error("reading the event stream failed: {0}")]
+    EventTooLarge(#[from] sse::EventTooLarge),
     #[error("the response stream ended before the response")]
     StreamEnded,
     #[error("the response stream ended before the response and cannot be resumed (no event id)")]
@@ -666,9 +668,9 @@ async fn stream_events(
     learns: bool,
 ) -> Result<(), Broken> {
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| Broken::Stream(err.to_string()))?;
+        let frame = frame.map_err(Broken::Stream)?;
         let Ok(data) = frame.into_data() else { continue };
-        for event in decoder.feed(&data, state.max_message_bytes).map_err(Broken::Stream)? {
+        for event in decoder.feed(&data, state.max_message_bytes)? {
             if (event.event.is_empty() || event.event == "message") && !event.data.trim().is_empty() {
                 state.deliver(event.data.as_bytes(), learns);
             }

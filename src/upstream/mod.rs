@@ -13,6 +13,8 @@ pub mod session;
 mod stdio;
 pub(crate) mod web;
 
+pub use confinement::{PlanError, SandboxError};
+
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,8 +59,8 @@ pub enum UpstreamError {
     #[error("authorization required: {0}")]
     AuthRequired(String),
     /// The server's sandbox could not be planned or built, or stopped it at a limit.
-    #[error("{0}")]
-    Sandbox(String),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
 }
 
 impl UpstreamError {
@@ -132,7 +134,7 @@ pub fn authorizer_for(
     let web = oauth::flow::Web::new(web::client(http_spec, spec.request_timeout)?, spec.request_timeout);
     oauth::authorizer::Authorizer::new(server.clone(), &http_spec.url, oauth_spec, web, interaction, metrics)
         .map(|authorizer| Some(Arc::new(authorizer)))
-        .map_err(UpstreamError::AuthRequired)
+        .map_err(|error| UpstreamError::AuthRequired(format!("the private key {error}")))
 }
 
 /// An initialized session that the supervisor owns: the handle plus the process and tasks behind it.
@@ -194,7 +196,7 @@ pub async fn connect(
                     let (_, report) = process.shutdown(settings.shutdown_grace).await;
                     tasks.join(settings.shutdown_grace).await;
                     // A sandbox that could not be built explains the silence better than the silence.
-                    Err(report.map_or(error, |report| UpstreamError::Sandbox(report.describe())))
+                    Err(report.map_or(error, |report| SandboxError::Reported(report).into()))
                 }
             }
         }

@@ -16,7 +16,7 @@ use crate::config::StdioSpec;
 use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
-use crate::upstream::confinement;
+use crate::upstream::confinement::{self, SandboxError};
 use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
 
@@ -56,7 +56,7 @@ pub(crate) fn spawn(
     // pipe; or, with `sandbox = "off"`, the server itself in its `cwd`.
     let (mut command, report_pipe) = if spec.sandbox.enabled {
         let Some(helper) = reaper.program() else {
-            return Err(UpstreamError::Sandbox("toolhost runs embedded, without its own program to run the sandbox".to_owned()));
+            return Err(SandboxError::Embedded.into());
         };
         // Fail closed: a kernel that cannot build the sandbox does not get an unconfined server.
         let support = if crate::faults::fire("sandbox.kernel", server) {
@@ -64,17 +64,12 @@ pub(crate) fn spawn(
         } else {
             crate::sandbox::kernel_support()
         };
-        support.map_err(|missing| {
-            UpstreamError::Sandbox(format!(
-                "this kernel cannot sandbox the server: {missing}; it does not start (sandbox = \"off\" runs it unconfined)"
-            ))
-        })?;
-        let plan = confinement::plan_for(spec).map_err(UpstreamError::Sandbox)?;
-        let plan = serde_json::to_string(&plan).map_err(|error| UpstreamError::Sandbox(error.to_string()))?;
+        support.map_err(SandboxError::Kernel)?;
+        let plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
+        let plan = serde_json::to_string(&plan).map_err(SandboxError::Encode)?;
         let mut command = Command::new(helper);
         command.arg(crate::sandbox::HELPER_COMMAND).arg(plan);
-        let pipe = crate::sandbox::report::attach(&mut command)
-            .map_err(|error| UpstreamError::Sandbox(format!("cannot make its report pipe: {error}")))?;
+        let pipe = crate::sandbox::report::attach(&mut command).map_err(SandboxError::ReportPipe)?;
         (command, Some(pipe))
     } else {
         warn_unconfined(server);

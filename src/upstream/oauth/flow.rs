@@ -246,7 +246,8 @@ async fn post_authenticated(
         }
         TokenEndpointAuth::PrivateKeyJwt => {
             let signer = client.signer.ok_or_else(|| FlowError::Required("private_key_jwt needs auth.private_key".into()))?;
-            let assertion = signer.assertion(client.client_id, &metadata.issuer).map_err(FlowError::Unavailable)?;
+            let assertion =
+                signer.assertion(client.client_id, &metadata.issuer).map_err(|error| FlowError::Unavailable(error.to_string()))?;
             form.push(("client_id", client.client_id.to_owned()));
             form.push(("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".to_owned()));
             form.push(("client_assertion", assertion));

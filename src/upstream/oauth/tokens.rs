@@ -8,7 +8,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -65,27 +65,45 @@ impl Stored {
     }
 }
 
+/// What is wrong with a token file, or what kept it from being written. Names the file, never
+/// what it holds.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot {doing} the token file {}: {source}", path.display())]
+    Io { doing: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("the token file {} is larger than {MAX_FILE_BYTES} bytes", .0.display())]
+    TooLarge(PathBuf),
+    #[error("the token file {} is readable by other users; `chmod 600` it or delete it and log in again", .0.display())]
+    Exposed(PathBuf),
+    #[error("the token file {} is damaged ({source}); delete it and log in again", path.display())]
+    Damaged { path: PathBuf, source: serde_json::Error },
+    #[error("the token file {} has version {found}, not {VERSION}", path.display())]
+    Version { path: PathBuf, found: u32 },
+    #[error("cannot encode the token file: {0}")]
+    Encode(serde_json::Error),
+}
+
 /// Reads `path`: `Ok(None)` when there is no file.
 ///
 /// # Errors
 /// A file that is unreadable, too large, readable by others, or not a token file.
-pub fn load(path: &Path) -> Result<Option<Stored>, String> {
+pub fn load(path: &Path) -> Result<Option<Stored>, TokenFileError> {
+    let io = |doing| move |source| TokenFileError::Io { doing, path: path.to_path_buf(), source };
     let metadata = match std::fs::metadata(path) {
         Ok(metadata) => metadata,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(format!("cannot read the token file {}: {err}", path.display())),
+        Err(err) => return Err(io("read")(err)),
     };
     if metadata.len() > MAX_FILE_BYTES {
-        return Err(format!("the token file {} is larger than {MAX_FILE_BYTES} bytes", path.display()));
+        return Err(TokenFileError::TooLarge(path.to_path_buf()));
     }
     if metadata.permissions().mode() & 0o077 != 0 {
-        return Err(format!("the token file {} is readable by other users; `chmod 600` it or delete it and log in again", path.display()));
+        return Err(TokenFileError::Exposed(path.to_path_buf()));
     }
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read the token file {}: {err}", path.display()))?;
-    let stored: Stored = serde_json::from_str(&text)
-        .map_err(|err| format!("the token file {} is damaged ({err}); delete it and log in again", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(io("read"))?;
+    let stored: Stored = serde_json::from_str(&text).map_err(|source| TokenFileError::Damaged { path: path.to_path_buf(), source })?;
     if stored.version != VERSION {
-        return Err(format!("the token file {} has version {}, not {VERSION}", path.display(), stored.version));
+        return Err(TokenFileError::Version { path: path.to_path_buf(), found: stored.version });
     }
     for secret in [&stored.refresh_token, &stored.access_token].into_iter().flatten() {
         crate::secrets::register(secret);
@@ -100,13 +118,13 @@ pub fn load(path: &Path) -> Result<Option<Stored>, String> {
 ///
 /// # Errors
 /// The directory or the file cannot be written (a full disk among them).
-pub fn save(path: &Path, stored: &Stored) -> Result<(), String> {
-    let fail = |what: &str, err: std::io::Error| format!("cannot {what} the token file {}: {err}", path.display());
+pub fn save(path: &Path, stored: &Stored) -> Result<(), TokenFileError> {
+    let fail = |doing: &'static str, source: std::io::Error| TokenFileError::Io { doing, path: path.to_path_buf(), source };
     let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.exists() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|err| fail("create the directory of", err))?;
     }
-    let text = serde_json::to_vec_pretty(stored).map_err(|err| format!("cannot encode the token file: {err}"))?;
+    let text = serde_json::to_vec_pretty(stored).map_err(TokenFileError::Encode)?;
     let temporary = path.with_extension("json.tmp");
     let written = (|| {
         let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
@@ -150,9 +168,9 @@ mod tests {
         assert_eq!(load(&path).unwrap(), Some(stored.clone()));
         assert!(!format!("{stored:?}").contains("refresh-token-value-1"));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(load(&path).unwrap_err().contains("chmod 600"));
+        assert!(matches!(load(&path), Err(TokenFileError::Exposed(_))));
         std::fs::write(&path, "{").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(load(&path).unwrap_err().contains("damaged"));
+        assert!(matches!(load(&path), Err(TokenFileError::Damaged { .. })));
     }
 }

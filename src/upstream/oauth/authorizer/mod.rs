@@ -140,7 +140,7 @@ impl Authorizer {
         web: Web,
         interaction: Interaction,
         metrics: Option<Metrics>,
-    ) -> Result<Authorizer, String> {
+    ) -> Result<Authorizer, crate::oauth_core::jwt::SignerError> {
         let signer = spec.private_key.as_ref().map(|key| Signer::new(key.expose(), spec.signing_algorithm)).transpose()?;
         Ok(Authorizer {
             server,
@@ -337,7 +337,7 @@ impl Authorizer {
             }
             Ok(None) => inner.stored = Some(Stored::new(&self.server_url)),
             Err(message) => {
-                inner.file_problem = Some(message);
+                inner.file_problem = Some(message.to_string());
                 inner.stored = Some(Stored::new(&self.server_url));
             }
         }
@@ -572,9 +572,10 @@ impl Authorizer {
     async fn save(&self, inner: &mut Inner) {
         let Some(stored) = inner.stored.clone() else { return };
         let path = self.spec.token_file.clone();
-        let saved = tokio::task::spawn_blocking(move || tokens::save(&path, &stored)).await.unwrap_or_else(|err| Err(err.to_string()));
-        if let Err(message) = saved {
-            self.warn(&message);
+        match tokio::task::spawn_blocking(move || tokens::save(&path, &stored)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => self.warn(&error.to_string()),
+            Err(panicked) => self.warn(&format!("writing the token file failed: {panicked}")),
         }
         // Its own write is not news to the daemon (see `load`).
         inner.stored_mtime = std::fs::metadata(&self.spec.token_file).and_then(|m| m.modified()).ok();
