@@ -16,6 +16,7 @@ use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
 use crate::door::Door;
+use crate::door::tasks::Tasks;
 use crate::endpoint::{self, Endpoint};
 use crate::fleet::{Fleet, FleetParts};
 use crate::instance::{InstanceError, InstanceLock};
@@ -71,6 +72,7 @@ pub struct App {
     /// Status and watchdog reporting.
     background: TaskTracker,
     background_cancel: CancellationToken,
+    tasks: Tasks,
     /// The fleet store's link, when `[fleet]` is configured.
     fleet: Option<Fleet>,
     /// This daemon's hold on the store, released last.
@@ -134,7 +136,11 @@ impl App {
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
-        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone());
+        // Tasks a previous daemon left running ended with it; expired ones are swept from here on.
+        let tasks = Tasks::new(store.clone(), config.tasks);
+        tasks.recover().await?;
+        background.spawn(tasks.clone().sweep(background_cancel.clone()));
+        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone(), tasks.clone());
         // The fleet store's link runs beside everything else, never in front of it: serving
         // does not wait for PostgreSQL, now or ever.
         let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));
@@ -186,6 +192,7 @@ impl App {
             api_cancel,
             background,
             background_cancel,
+            tasks,
             fleet,
             _instance: instance,
             _gauges: gauges,
@@ -266,6 +273,8 @@ impl App {
         if tokio::time::timeout_at(deadline, self.api_tasks.wait()).await.is_err() {
             tracing::warn!("RPCs in flight did not finish before the shutdown deadline");
         }
+        // Running tasks' calls stop (each recorded as cut off) while their servers still run.
+        self.tasks.shutdown(deadline).await;
         self.supervisor.shutdown(deadline).await;
         self.reaper.stop().await;
         self.background_cancel.cancel();

@@ -75,6 +75,19 @@ pub fn locate(servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>, t
     Some((view.clone(), idx))
 }
 
+/// The refusal of a held tool (its offered definition is not the approved one), if it is held.
+fn held(view: &ServerView, idx: usize) -> Option<CallError> {
+    let hold = view.held(idx)?;
+    let tool = &view.generation.as_ref()?.tools[idx];
+    Some(CallError::DefinitionHeld {
+        server: view.name.to_string(),
+        tool: tool.name.clone(),
+        hold,
+        approved_hash: view.integrity_at(idx).and_then(|state| state.approved(&tool.hash)).map(str::to_owned),
+        offered_hash: tool.hash.clone(),
+    })
+}
+
 /// A call as the API hands it over.
 #[derive(Debug)]
 pub struct CallRequest<'a> {
@@ -194,15 +207,11 @@ impl Calls {
         }
         self.check_preconditions(&view, tool, generation.number, expected_hash, request.expected_revision)?;
         // Never the approved definition in place of the offered one: a held tool is not called at all.
-        if let Some(hold) = view.held(idx) {
-            span.set_attribute("toolhost.hold", hold.as_str());
-            return Err(CallError::DefinitionHeld {
-                server: view.name.to_string(),
-                tool: tool.name.clone(),
-                hold,
-                approved_hash: view.integrity_at(idx).and_then(|state| state.approved(&tool.hash)).map(str::to_owned),
-                offered_hash: tool.hash.clone(),
-            });
+        if let Some(held) = held(&view, idx) {
+            if let CallError::DefinitionHeld { hold, .. } = &held {
+                span.set_attribute("toolhost.hold", hold.as_str());
+            }
+            return Err(held);
         }
         if tool.fields().task_required {
             return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
@@ -337,6 +346,20 @@ impl Calls {
     }
 
     /// Finds the server view and the tool's index in its current generation, or explains why not.
+    /// What a call of `tool` would be refused for before anything is sent (an unknown or
+    /// removed tool, a definition that changed since the caller listed it, a held tool): the
+    /// stale-tool rules of a call, applied when a task starts.
+    ///
+    /// # Errors
+    /// The [`CallError`] the call would get.
+    pub async fn preflight(&self, tool: &ToolRef, expected_hash: Option<&str>, expected_revision: Option<u64>) -> Result<(), CallError> {
+        let snapshot = self.registry.snapshot();
+        let (view, idx) = self.resolve(&snapshot.servers, tool).await?;
+        let generation = view.generation.clone().ok_or_else(|| unknown(tool))?;
+        self.check_preconditions(&view, &generation.tools[idx], generation.number, expected_hash, expected_revision)?;
+        held(&view, idx).map_or(Ok(()), Err)
+    }
+
     async fn resolve(
         &self,
         servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>,
@@ -457,12 +480,11 @@ struct CallExtras<'a> {
     state: Option<&'a RawValue>,
 }
 
-/// `{"name": ..., "arguments": ..., "_meta": {...}}`, with the arguments checked to be one JSON
-/// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
-/// trace context when a trace is recorded. A retry of an `input_required` call adds
-/// `inputResponses` and (only when the server sent one) `requestState`.
 /// The call's arguments as the JSON object text they must be (`{}` when none were given).
-fn check_arguments(arguments: Option<&str>) -> Result<&RawValue, CallError> {
+///
+/// # Errors
+/// [`CallError::InvalidArguments`].
+pub fn check_arguments(arguments: Option<&str>) -> Result<&RawValue, CallError> {
     let arguments = arguments.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("{}");
     let raw: &RawValue = serde_json::from_str(arguments).map_err(|err| CallError::InvalidArguments(err.to_string()))?;
     if !raw.get().starts_with('{') {
@@ -471,6 +493,10 @@ fn check_arguments(arguments: Option<&str>) -> Result<&RawValue, CallError> {
     Ok(raw)
 }
 
+/// `{"name": ..., "arguments": ..., "_meta": {...}}`, with the arguments checked to be one JSON
+/// object but not parsed into a tree: they are forwarded byte for byte. `_meta` carries the W3C
+/// trace context when a trace is recorded. A retry of an `input_required` call adds
+/// `inputResponses` and (only when the server sent one) `requestState`.
 fn call_params(name: &str, raw: &RawValue, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
     let progress_token = extra.progress_token;
     let name = serde_json::to_string(name).map_err(|err| CallError::InvalidArguments(err.to_string()))?;

@@ -32,7 +32,7 @@ use crate::upstream::SessionHandle;
 const SNAPSHOTS_KEPT: usize = 64;
 
 /// Where a server is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ServerState {
     /// `enabled = false` in the configuration.
     Disabled,

@@ -168,23 +168,20 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Who this caller is, as one string: the agent entry and what proved the identity (the
-    /// uid, a token's hash, a certificate subject), not the connection or process, so an agent
-    /// that reconnects is the same principal. What callers own and share is keyed by it.
+    /// Who this caller is, as one string: the agent entry and the strongest credential it
+    /// presented (a token's hash, else a certificate subject, else the kernel's uid), not the
+    /// connection, the process or the door, so an agent that reconnects, over either door, is
+    /// the same principal (a token over loopback TCP is the same caller whether or not the
+    /// kernel also named its uid). What callers own and share is keyed by it.
     pub fn principal(&self) -> String {
-        use std::fmt::Write;
         let identity = &self.identity;
-        let mut owner = format!("{}|", self.agent.name);
-        if let Some(peer) = identity.peer() {
-            let _ = write!(owner, "uid:{}|", peer.uid);
-        }
-        if let Some(token) = identity.token() {
-            let _ = write!(owner, "token:{}|", crate::catalog::model::sha256_hex(token));
-        }
-        if let Some(subject) = identity.certificate() {
-            let _ = write!(owner, "cert:{subject}|");
-        }
-        owner
+        let proof = match (identity.token(), identity.certificate(), identity.peer()) {
+            (Some(token), _, _) => format!("token:{}", crate::catalog::model::sha256_hex(token)),
+            (None, Some(subject), _) => format!("cert:{subject}"),
+            (None, None, Some(peer)) => format!("uid:{}", peer.uid),
+            (None, None, None) => String::new(),
+        };
+        format!("{}|{proof}|", self.agent.name)
     }
 }
 

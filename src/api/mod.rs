@@ -14,6 +14,7 @@ pub(crate) mod login;
 mod search;
 pub(crate) mod service;
 mod status;
+mod tasks;
 mod tls;
 mod watch;
 

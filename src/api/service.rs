@@ -273,6 +273,32 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn logout(&self, request: Request<pb::LogoutRequest>) -> Result<Response<pb::LogoutResponse>, Status> {
         self.logout_in(request).await.map(Response::new)
     }
+
+    async fn start_task(&self, request: Request<pb::StartTaskRequest>) -> Result<Response<pb::Task>, Status> {
+        self.start_task_in(request).await.map(Response::new)
+    }
+
+    async fn get_task(&self, request: Request<pb::TaskRequest>) -> Result<Response<pb::Task>, Status> {
+        self.get_task_in(request).await.map(Response::new)
+    }
+
+    async fn get_task_result(&self, request: Request<pb::TaskRequest>) -> Result<Response<pb::TaskResult>, Status> {
+        self.get_task_result_in(request).await.map(Response::new)
+    }
+
+    type WatchTaskStream = ReceiverStream<Result<pb::Task, Status>>;
+
+    async fn watch_task(&self, request: Request<pb::TaskRequest>) -> Result<Response<Self::WatchTaskStream>, Status> {
+        self.watch_task_in(request).await.map(Response::new)
+    }
+
+    async fn cancel_task(&self, request: Request<pb::TaskRequest>) -> Result<Response<pb::Task>, Status> {
+        self.cancel_task_in(request).await.map(Response::new)
+    }
+
+    async fn list_tasks(&self, request: Request<pb::ListTasksRequest>) -> Result<Response<pb::ListTasksResponse>, Status> {
+        self.list_tasks_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {
@@ -419,7 +445,7 @@ pub(crate) fn parse_page_token(token: &str) -> Option<(String, Position)> {
 /// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`, at most eight
 /// digits as the gRPC spec says), no longer than [`MAX_CALLER_DEADLINE`]. A malformed header
 /// counts as none.
-fn grpc_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+pub(crate) fn grpc_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {

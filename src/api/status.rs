@@ -170,6 +170,28 @@ impl From<CallError> for Status {
     }
 }
 
+impl From<crate::door::tasks::TaskError> for Status {
+    fn from(error: crate::door::tasks::TaskError) -> Status {
+        use crate::door::tasks::TaskError;
+        let message = error.to_string();
+        let (code, reason, metadata) = match error {
+            TaskError::Call(error) => return error.into(),
+            TaskError::TooManyForAgent { agent, limit } => {
+                (Code::ResourceExhausted, "TASKS_LIMITED", vec![("agent", agent), ("limit", limit.to_string())])
+            }
+            TaskError::TooMany { limit } => (Code::ResourceExhausted, "TASKS_LIMITED", vec![("limit", limit.to_string())]),
+            TaskError::StorageFull { limit, .. } => (Code::ResourceExhausted, "TASK_STORAGE_FULL", vec![("limit", limit.to_string())]),
+            TaskError::Unknown(id) => (Code::NotFound, "UNKNOWN_TASK", vec![("task_id", id)]),
+            TaskError::Ended { id, status } => {
+                (Code::FailedPrecondition, "TASK_ENDED", vec![("task_id", id), ("status", status.to_owned())])
+            }
+            TaskError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN", vec![]),
+            TaskError::Store(store) => return internal(&store),
+        };
+        status(code, message, reason, metadata)
+    }
+}
+
 /// Longest message, and longest metadata value, a status carries: errors echo caller input (a
 /// tool name) and upstream text, and a status must stay well inside a client's metadata limit.
 const MAX_MESSAGE_BYTES: usize = 1024;

@@ -39,7 +39,7 @@ pub struct Pending {
 }
 
 /// Why a continuation token was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ContinuationError {
     /// Unknown, expired, already used, or another caller's: indistinguishable on purpose.
     #[error("continuation token unknown or expired (tokens are single-use and last {} s); call the tool again from the start", CONTINUATION_TTL.as_secs())]

@@ -9,7 +9,7 @@ use crate::catalog::integrity::Hold;
 use crate::registry::ServerState;
 
 /// The kinds of stale-tool race.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RaceKind {
     /// The tool is not in its server's current generation.
     RemovedBeforeCall,
@@ -20,7 +20,7 @@ pub enum RaceKind {
 }
 
 /// A stale-tool race, with what the caller needs to recover.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StaleTool {
     pub kind: RaceKind,
     pub server: String,
@@ -31,7 +31,9 @@ pub struct StaleTool {
     pub detail: String,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Serializable: a task that failed keeps the error its call came to, and each door shows it as
+/// it would have shown the call's.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum CallError {
     #[error("the arguments are not a JSON object: {0}")]
     InvalidArguments(String),

@@ -23,7 +23,7 @@ pub struct Approval {
 }
 
 /// Why a tool is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Hold {
     /// Never approved, under `new_tools = "hold"`.
     New,

@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod login;
 mod output;
 mod problem;
+mod tasks;
 
 pub use problem::{ClientError, EXIT_CONFIG, EXIT_RPC_ERROR, EXIT_TOOL_ERROR, EXIT_USAGE};
 use problem::{closest, hint};
@@ -62,6 +63,31 @@ pub enum ClientCommand {
         /// ...and the answers, a JSON object keyed like the input requests.
         #[arg(long, requires = "continuation")]
         responses: Option<String>,
+        /// Run it as a task: print the task's id at once; `toolhost task ID --wait` gets the result.
+        #[arg(long, conflicts_with_all = ["continuation", "timeout_ms"])]
+        task: bool,
+        /// How long the task is kept, and may run (e.g. 30m, 2h; default: [tasks] default_ttl).
+        #[arg(long, requires = "task")]
+        ttl: Option<String>,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// List your tasks, newest first.
+    Tasks {
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Show one of your tasks; with --wait, wait for its end and print its result.
+    Task {
+        id: String,
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Cancel one of your working tasks (its server is told).
+    Cancel {
+        id: String,
         #[command(flatten)]
         options: ClientOptions,
     },
@@ -183,6 +209,9 @@ impl ClientCommand {
             ClientCommand::Servers { options }
             | ClientCommand::Tools { options, .. }
             | ClientCommand::Call { options, .. }
+            | ClientCommand::Tasks { options }
+            | ClientCommand::Task { options, .. }
+            | ClientCommand::Cancel { options, .. }
             | ClientCommand::Watch { options, .. }
             | ClientCommand::History { options, .. }
             | ClientCommand::Refresh { options, .. }
@@ -269,6 +298,46 @@ async fn speaks_mcp(path: &Path) -> bool {
     tokio::time::timeout(std::time::Duration::from_secs(2), probe).await.ok().flatten().unwrap_or(false)
 }
 
+/// A call of the tool `name` (qualified, or SERVER/TOOL) with `args` (checked to be a JSON
+/// object) and the definition hash it must still have.
+fn tool_call(name: String, args: Option<String>, hash: Option<String>) -> Result<pb::CallToolRequest, ClientError> {
+    if let Some(args) = &args {
+        match serde_json::from_str::<serde_json::Value>(args) {
+            Ok(value) if value.is_object() => {}
+            Ok(_) => return Err(ClientError::Usage("--args must be a JSON object, like '{\"path\": \"/tmp\"}'".to_owned())),
+            Err(error) => return Err(ClientError::Usage(format!("--args is not JSON: {error}"))),
+        }
+    }
+    let (qualified_name, server, tool) = match name.split_once('/') {
+        Some((server, tool)) => (String::new(), server.to_owned(), tool.to_owned()),
+        None => (name, String::new(), String::new()),
+    };
+    Ok(pb::CallToolRequest {
+        qualified_name,
+        server,
+        name: tool,
+        arguments_json: args.unwrap_or_default(),
+        expected_definition_hash: hash.unwrap_or_default(),
+        ..Default::default()
+    })
+}
+
+/// The daemon's API as the command line holds it.
+type Client = ToolHostClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+/// Adds the caller's bearer token, if it gave one, to every request.
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
 async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenAddr) -> Result<(), ClientError> {
     let token = match &options.token {
         Some(token) => {
@@ -280,12 +349,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
         }
         None => None,
     };
-    let mut client = ToolHostClient::with_interceptor(connect(addr).await?, move |mut request: tonic::Request<()>| {
-        if let Some(token) = &token {
-            request.metadata_mut().insert("authorization", token.clone());
-        }
-        Ok(request)
-    });
+    let mut client = ToolHostClient::with_interceptor(connect(addr).await?, Bearer(token));
     let mut out = output::Printer::new(options.json);
     match command {
         ClientCommand::Servers { .. } => {
@@ -310,29 +374,18 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             }
             out.tools(&tools)?;
         }
+        ClientCommand::Call { name, args, hash, task: true, ttl, .. } => {
+            tasks::start(&mut client, &mut out, &name, args, hash, ttl.as_deref()).await?;
+        }
+        ClientCommand::Tasks { .. } => tasks::list(&mut client, &mut out).await?,
+        ClientCommand::Task { id, wait, .. } => tasks::show(&mut client, &mut out, &id, wait).await?,
+        ClientCommand::Cancel { id, .. } => tasks::cancel(&mut client, &mut out, &id).await?,
         ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses, .. } => {
-            if let Some(args) = &args {
-                match serde_json::from_str::<serde_json::Value>(args) {
-                    Ok(value) if value.is_object() => {}
-                    Ok(_) => return Err(ClientError::Usage("--args must be a JSON object, like '{\"path\": \"/tmp\"}'".to_owned())),
-                    Err(error) => return Err(ClientError::Usage(format!("--args is not JSON: {error}"))),
-                }
-            }
             let wanted = name.clone();
-            let (qualified_name, server, tool) = match name.split_once('/') {
-                Some((server, tool)) => (String::new(), server.to_owned(), tool.to_owned()),
-                None => (name, String::new(), String::new()),
-            };
             let mut request = tonic::Request::new(pb::CallToolRequest {
-                qualified_name,
-                server,
-                name: tool,
-                arguments_json: args.unwrap_or_default(),
-                expected_definition_hash: hash.unwrap_or_default(),
-                expected_catalog_revision: 0,
-                client_capabilities_json: String::new(),
                 continuation_token: continuation.unwrap_or_default(),
                 input_responses_json: responses.unwrap_or_default(),
+                ..tool_call(name, args, hash)?
             });
             if let Some(ms) = timeout_ms {
                 request.set_timeout(std::time::Duration::from_millis(ms));

@@ -447,12 +447,22 @@ impl Printer {
         writeln!(self.out, "{message}")
     }
 
-    fn json_line(&mut self, value: &Value) -> std::io::Result<()> {
+    /// Whether the caller asked for JSON.
+    pub(crate) fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// One line of text for a person.
+    pub(crate) fn line(&mut self, text: &str) -> std::io::Result<()> {
+        writeln!(self.out, "{text}")
+    }
+
+    pub(crate) fn json_line(&mut self, value: &Value) -> std::io::Result<()> {
         writeln!(self.out, "{value}")?;
         self.out.flush()
     }
 
-    fn table(&mut self, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    pub(crate) fn table(&mut self, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
         let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
         for row in rows {
             for (width, cell) in widths.iter_mut().zip(row) {
@@ -503,7 +513,7 @@ pub(crate) fn state_name(state: i32) -> &'static str {
 }
 
 /// Unix milliseconds as an RFC 3339 time (to the second, UTC).
-fn rfc3339(unix_ms: i64) -> String {
+pub(crate) fn rfc3339(unix_ms: i64) -> String {
     let since_epoch = std::time::Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0));
     let at = std::time::UNIX_EPOCH.checked_add(since_epoch).unwrap_or(std::time::UNIX_EPOCH);
     humantime::format_rfc3339_seconds(at).to_string()

@@ -32,6 +32,7 @@ pub struct Config {
     pub grpc: GrpcConfig,
     pub mcp: McpConfig,
     pub daemon: DaemonConfig,
+    pub tasks: TasksConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerSpec>,
@@ -240,6 +241,36 @@ pub struct TelemetryConfig {
 pub struct DaemonConfig {
     /// How long a graceful stop may take before toolhost stops waiting.
     pub shutdown_timeout: Duration,
+}
+
+/// `[tasks]`: tool calls an agent asked to run as tasks. A task's call runs at most its TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TasksConfig {
+    /// Tasks one agent entry may have working at once, and everyone together.
+    pub max_open_per_agent: u32,
+    pub max_open: u32,
+    /// The largest result a task keeps (a larger one fails the task, saying so).
+    pub max_result_bytes: u64,
+    /// Result bytes kept for one agent entry's tasks, and for everyone's.
+    pub max_stored_bytes_per_agent: u64,
+    pub max_stored_bytes: u64,
+    /// How long a task is kept from its creation when the caller does not say, and at most.
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+}
+
+impl Default for TasksConfig {
+    fn default() -> TasksConfig {
+        TasksConfig {
+            max_open_per_agent: 16,
+            max_open: 256,
+            max_result_bytes: 4 << 20,
+            max_stored_bytes_per_agent: 64 << 20,
+            max_stored_bytes: 512 << 20,
+            default_ttl: HOUR,
+            max_ttl: 7 * DAY,
+        }
+    }
 }
 
 /// One MCP server and toolhost's settings for it.
@@ -589,12 +620,36 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
         mcp,
         daemon: DaemonConfig { shutdown_timeout },
+        tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
         telemetry,
         servers,
         access,
         fleet,
         private: Vec::new(),
     })
+}
+
+fn validate_tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
+    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
+        move |problem| (key.to_owned(), problem.to_string())
+    }
+    let defaults = TasksConfig::default();
+    let max_ttl = optional_duration(raw.max_ttl.as_deref(), defaults.max_ttl, 30 * DAY).map_err(at("max_ttl"))?;
+    let tasks = TasksConfig {
+        max_open_per_agent: positive(raw.max_open_per_agent, defaults.max_open_per_agent).map_err(at("max_open_per_agent"))?,
+        max_open: positive(raw.max_open, defaults.max_open).map_err(at("max_open"))?,
+        max_result_bytes: positive(raw.max_result_bytes, defaults.max_result_bytes).map_err(at("max_result_bytes"))?,
+        max_stored_bytes_per_agent: positive(raw.max_stored_bytes_per_agent, defaults.max_stored_bytes_per_agent)
+            .map_err(at("max_stored_bytes_per_agent"))?,
+        max_stored_bytes: positive(raw.max_stored_bytes, defaults.max_stored_bytes).map_err(at("max_stored_bytes"))?,
+        default_ttl: optional_duration(raw.default_ttl.as_deref(), defaults.default_ttl.min(max_ttl), max_ttl)
+            .map_err(at("default_ttl"))?,
+        max_ttl,
+    };
+    if tasks.max_result_bytes > tasks.max_stored_bytes_per_agent {
+        return Err(("max_result_bytes".into(), "must not be larger than max_stored_bytes_per_agent".into()));
+    }
+    Ok(tasks)
 }
 
 fn check_server_name(name: &str) -> Result<(), String> {

@@ -23,6 +23,21 @@ pub(crate) struct RawConfig {
     pub(crate) servers: BTreeMap<String, RawServer>,
     pub(crate) access: Option<RawAccess>,
     pub(crate) fleet: Option<RawFleet>,
+    #[serde(default)]
+    pub(crate) tasks: RawTasks,
+}
+
+/// `[tasks]`: tool calls run as tasks, and what they may hold.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTasks {
+    pub(crate) max_open_per_agent: Option<u32>,
+    pub(crate) max_open: Option<u32>,
+    pub(crate) max_result_bytes: Option<u64>,
+    pub(crate) max_stored_bytes_per_agent: Option<u64>,
+    pub(crate) max_stored_bytes: Option<u64>,
+    pub(crate) default_ttl: Option<String>,
+    pub(crate) max_ttl: Option<String>,
 }
 
 /// `[fleet]`: a PostgreSQL store shared by several hosts.

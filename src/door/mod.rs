@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod paging;
+pub mod tasks;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct Door {
     store: Store,
     /// Calls waiting for their callers' answers to a server's input requests; in memory only.
     continuations: Continuations,
+    /// Calls run as tasks; in the store.
+    tasks: tasks::Tasks,
 }
 
 /// One search hit: a tool of one server in the searched snapshot, and its score (higher first).
@@ -56,8 +59,52 @@ pub enum SearchError {
 }
 
 impl Door {
-    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor, store: Store) -> Door {
-        Door { registry, calls, access, auditor, store, continuations: Continuations::default() }
+    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor, store: Store, tasks: tasks::Tasks) -> Door {
+        Door { registry, calls, access, auditor, store, continuations: Continuations::default(), tasks }
+    }
+
+    /// The daemon's tasks (reading, waiting, cancelling; [`Door::start_task`] starts one).
+    pub fn tasks(&self) -> &tasks::Tasks {
+        &self.tasks
+    }
+
+    /// Starts `call` as a task of `caller`'s: refused (and audited) exactly as the call would be
+    /// before anything is sent; else the call runs on the daemon's own task and is audited when
+    /// it ends.
+    ///
+    /// # Errors
+    /// [`tasks::TaskError`].
+    pub async fn start_task(&self, caller: &Caller, call: tasks::TaskCall) -> Result<tasks::Task, tasks::TaskError> {
+        self.tasks.start(self, caller, call).await
+    }
+
+    /// What a call of `tool` would be refused for before anything is sent: the caller's policy
+    /// (a tool it may not use answers like one that does not exist), the arguments, an unknown,
+    /// removed, changed or held tool. A refusal is audited as the call's would be.
+    async fn preflight(
+        &self,
+        caller: &Caller,
+        tool: &ToolRef,
+        expected_hash: Option<&str>,
+        expected_revision: Option<u64>,
+        arguments: Option<&str>,
+    ) -> Result<(), CallError> {
+        let started = (crate::catalog::record::now_ms(), Instant::now());
+        let denied = !caller.agent.may_use(&qualified_target(tool));
+        let checked = if denied {
+            Err(refused_tool(caller, &self.registry.snapshot(), tool))
+        } else {
+            match crate::calls::check_arguments(arguments) {
+                Ok(_) => self.calls.preflight(tool, expected_hash, expected_revision).await,
+                Err(error) => Err(error),
+            }
+        };
+        if let Err(error) = checked {
+            let refused = Err(error);
+            self.audit_call(caller, tool, arguments.unwrap_or("{}"), started, &refused, denied);
+            return refused.map(|_: CallResult| ());
+        }
+        Ok(())
     }
 
     /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all

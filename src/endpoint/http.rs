@@ -242,8 +242,7 @@ impl Front {
             METHOD_TOOLS_CALL if wants_stream(headers) && params.progress_token.is_some() => self.call_streamed(body.clone(), view, None),
             method => {
                 let line = self.endpoint.answer(&view, request, None).await;
-                let known = matches!(method, METHOD_TOOLS_CALL | "tools/list" | "ping" | "server/discover" | METHOD_INITIALIZE);
-                let status = if known { StatusCode::OK } else { StatusCode::NOT_FOUND };
+                let status = if super::serves(method) { StatusCode::OK } else { StatusCode::NOT_FOUND };
                 json(status, line)
             }
         }

@@ -79,12 +79,42 @@ pub(super) struct Params<'a> {
     pub(super) input_responses: Option<&'a RawValue>,
     #[serde(rename = "requestState", borrow, default)]
     pub(super) request_state: Option<Cow<'a, str>>,
+    /// A 2025 client's request that a `tools/call` run as a task (`{"ttl": ms}`).
+    #[serde(default)]
+    pub(super) task: Option<TaskParams>,
+    /// The task a `tasks/*` request names.
+    #[serde(rename = "taskId", borrow, default)]
+    pub(super) task_id: Option<Cow<'a, str>>,
     /// Copied out of `meta` by [`Params::read`].
     #[serde(skip)]
     pub(super) progress_token: Option<&'a RawValue>,
     #[serde(skip)]
     pub(super) definition_hash: Option<Cow<'a, str>>,
 }
+
+/// `params.task` of a task-augmented request (2025-11-25).
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct TaskParams {
+    /// How long the task is kept from its creation, in milliseconds.
+    #[serde(default)]
+    pub(super) ttl: Option<u64>,
+}
+
+/// Whether a 2026 client's per-request capabilities declare the tasks extension.
+pub(super) fn declares_tasks(capabilities: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Capabilities<'a> {
+        #[serde(borrow, default)]
+        extensions: Option<std::collections::HashMap<Cow<'a, str>, &'a RawValue>>,
+    }
+    capabilities
+        .and_then(|raw| serde_json::from_str::<Capabilities<'_>>(raw.get()).ok())
+        .and_then(|capabilities| capabilities.extensions)
+        .is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION))
+}
+
+/// The identifier of MCP's tasks extension (2026-07-28).
+pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// The request `_meta` members the endpoint reads.
 #[derive(Debug, Default, Deserialize)]

@@ -16,6 +16,7 @@ mod message;
 mod reply;
 mod sessions;
 mod socket;
+mod tasks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -247,6 +248,9 @@ impl Endpoint {
             METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
             METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
             METHOD_DISCOVER => reply::result(id, &discover_result()),
+            method @ (tasks::METHOD_GET | tasks::METHOD_RESULT | tasks::METHOD_LIST | tasks::METHOD_CANCEL) => {
+                self.task_request(view, id, method, params, era).await
+            }
             other => {
                 reply::error(id, METHOD_NOT_FOUND, &format!("toolhost serves tools only; {} is not offered", reply::clip(other)), None)
             }
@@ -286,6 +290,24 @@ impl Endpoint {
         let Some(tool) = tool else {
             return reply::call_error(id, &CallError::UnknownTool { server: None, tool: name.to_owned() });
         };
+        // Run as a task: a 2025 client asks with params.task, a 2026 one by declaring the tasks
+        // extension (toolhost then always answers with a task handle).
+        let task_ttl = match era {
+            Era::Legacy => params.task.as_ref().map(|task| task.ttl),
+            Era::Modern => message::declares_tasks(params.meta.as_ref().and_then(|meta| meta.client_capabilities)).then_some(None),
+        };
+        if let Some(ttl) = task_ttl
+            && params.request_state.is_none()
+        {
+            let call = crate::door::tasks::TaskCall {
+                tool,
+                arguments: arguments.map(|raw| raw.get().to_owned()),
+                expected_hash: expected_hash.map(std::borrow::Cow::into_owned),
+                expected_revision: None,
+                ttl: ttl.map(std::time::Duration::from_millis),
+            };
+            return self.start_task(view, id, call, era).await;
+        }
         // The client's answers to an earlier input_required result, if this is its retry.
         let mut answer = match (params.request_state.as_deref(), params.input_responses) {
             (None, None) => None,
@@ -485,11 +507,32 @@ pub(super) fn agreed_version(requested: Option<&str>) -> &'static str {
     requested.and_then(|asked| LEGACY_VERSIONS.iter().find(|known| **known == asked)).copied().unwrap_or(LATEST_LEGACY)
 }
 
-/// The `initialize` result: the agreed version; tools with `listChanged`, nothing else.
+/// Whether the endpoint answers `method` (the methods of [`Endpoint::answer_with`]).
+fn serves(method: &str) -> bool {
+    matches!(
+        method,
+        METHOD_TOOLS_CALL
+            | METHOD_TOOLS_LIST
+            | METHOD_INITIALIZE
+            | METHOD_PING
+            | METHOD_DISCOVER
+            | tasks::METHOD_GET
+            | tasks::METHOD_RESULT
+            | tasks::METHOD_LIST
+            | tasks::METHOD_CANCEL
+    )
+}
+
+/// The `initialize` result: the agreed version; tools with `listChanged`, and from 2025-11-25
+/// tasks for `tools/call` (toolhost runs any call as a task).
 fn initialize_result(requested: Option<&str>) -> String {
     let version = agreed_version(requested);
+    let tasks = match version {
+        "2025-11-25" => r#","tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}"#,
+        _ => "",
+    };
     format!(
-        r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}}}},"serverInfo":{},"instructions":{}}}"#,
+        r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}}{tasks}}},"serverInfo":{},"instructions":{}}}"#,
         server_info(),
         serde_json::to_string(INSTRUCTIONS).unwrap_or_default()
     )
@@ -499,7 +542,7 @@ fn discover_result() -> String {
     let mut supported = vec![modern::VERSION];
     supported.extend(LEGACY_VERSIONS.iter().take(3));
     format!(
-        r#"{{"resultType":"complete","supportedVersions":{},"capabilities":{{"tools":{{"listChanged":true}}}},"instructions":{},"ttlMs":{LIST_TTL_MS},"cacheScope":"public","_meta":{{"io.modelcontextprotocol/serverInfo":{}}}}}"#,
+        r#"{{"resultType":"complete","supportedVersions":{},"capabilities":{{"tools":{{"listChanged":true}},"extensions":{{"io.modelcontextprotocol/tasks":{{}}}}}},"instructions":{},"ttlMs":{LIST_TTL_MS},"cacheScope":"public","_meta":{{"io.modelcontextprotocol/serverInfo":{}}}}}"#,
         serde_json::to_string(&supported).unwrap_or_default(),
         serde_json::to_string(INSTRUCTIONS).unwrap_or_default(),
         server_info()

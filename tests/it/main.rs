@@ -32,6 +32,7 @@ mod sandbox;
 mod search;
 mod semconv;
 mod store_faults;
+mod tasks;
 mod telemetry;
 mod unix_socket;
 mod visibility;

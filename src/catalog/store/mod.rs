@@ -30,6 +30,7 @@ pub mod fleet;
 mod quotas;
 mod search;
 mod snapshot;
+pub mod tasks;
 mod writer;
 
 use search::index_versions;

@@ -1,0 +1,249 @@
+//! Tool calls run as tasks: their records, durable so that a caller that went away (or a
+//! restarted daemon) finds them by id. Only terminal states are ever overwritten by nothing:
+//! a task leaves `working` once, by the first of its end or its cancellation.
+
+use sqlx::Row;
+
+use super::{Store, StoreError, to_i64};
+
+/// Where a task is. `working` is the only state it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    Working,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(text: &str) -> TaskStatus {
+        match text {
+            "working" => TaskStatus::Working,
+            "completed" => TaskStatus::Completed,
+            "cancelled" => TaskStatus::Cancelled,
+            _ => TaskStatus::Failed,
+        }
+    }
+
+    #[must_use]
+    pub fn is_terminal(self) -> bool {
+        self != TaskStatus::Working
+    }
+}
+
+/// One task as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub id: String,
+    /// The caller's principal: the only caller that may see the task.
+    pub owner: String,
+    /// The agent entry whose limits the task counts against.
+    pub agent: String,
+    pub qualified_name: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    /// toolhost's outcome label once it ended (`ok`, `tool_error`, `session_lost`…).
+    pub outcome: Option<String>,
+    /// The tool's result object, byte for byte (completed, or failed with `isError`).
+    pub result: Option<String>,
+    /// The call's error (toolhost's JSON of it), for a task that failed without a result.
+    pub failure: Option<String>,
+    pub result_bytes: u64,
+    /// The generation and definition the call ran against, once it reached a tool.
+    pub ran_against: Option<(u64, String)>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub ttl_ms: u64,
+}
+
+/// How a task ended, as written once.
+#[derive(Debug)]
+pub struct TaskEnd<'a> {
+    pub status: TaskStatus,
+    pub message: Option<&'a str>,
+    pub outcome: &'a str,
+    pub result: Option<&'a str>,
+    pub failure: Option<&'a str>,
+    pub ran_against: Option<(u64, &'a str)>,
+}
+
+/// What the open tasks and stored results of one agent, and of everyone, amount to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskUsage {
+    pub open_by_agent: u64,
+    pub open: u64,
+    pub bytes_by_agent: u64,
+    pub bytes: u64,
+}
+
+fn record(row: &sqlx::sqlite::SqliteRow) -> TaskRecord {
+    let status: String = row.get("status");
+    TaskRecord {
+        id: row.get("id"),
+        owner: row.get("owner"),
+        agent: row.get("agent"),
+        qualified_name: row.get("qualified_name"),
+        status: TaskStatus::parse(&status),
+        status_message: row.get("status_message"),
+        outcome: row.get("outcome"),
+        result: row.get("result"),
+        failure: row.get("failure"),
+        result_bytes: u64::try_from(row.get::<i64, _>("result_bytes")).unwrap_or(0),
+        ran_against: match (row.get::<Option<i64>, _>("generation"), row.get::<Option<String>, _>("definition_hash")) {
+            (Some(generation), Some(hash)) => Some((u64::try_from(generation).unwrap_or(0), hash)),
+            _ => None,
+        },
+        created_at_ms: row.get("created_at_ms"),
+        updated_at_ms: row.get("updated_at_ms"),
+        ttl_ms: u64::try_from(row.get::<i64, _>("ttl_ms")).unwrap_or(0),
+    }
+}
+
+impl Store {
+    /// Stores a new task.
+    ///
+    /// # Errors
+    /// [`StoreError`]: the task was not created.
+    pub async fn insert_task(&self, task: &TaskRecord) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO tasks (id, owner, agent, qualified_name, status, status_message, created_at_ms, updated_at_ms, ttl_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
+        )
+        .bind(&task.id)
+        .bind(&task.owner)
+        .bind(&task.agent)
+        .bind(&task.qualified_name)
+        .bind(task.status.as_str())
+        .bind(&task.status_message)
+        .bind(task.created_at_ms)
+        .bind(to_i64(task.ttl_ms))
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ends a working task; `false` when it had already ended (cancelled first).
+    ///
+    /// # Errors
+    /// [`StoreError`]: the end was not written.
+    pub async fn end_task(&self, id: &str, end: &TaskEnd<'_>, now_ms: i64) -> Result<bool, StoreError> {
+        let bytes = end.result.map_or(0, str::len);
+        let mut tx = self.begin().await?;
+        let changed = sqlx::query(
+            "UPDATE tasks SET status = ?2, status_message = ?3, outcome = ?4, result = ?5, failure = ?6, result_bytes = ?7, \
+             updated_at_ms = ?8, generation = ?9, definition_hash = ?10 WHERE id = ?1 AND status = 'working'",
+        )
+        .bind(id)
+        .bind(end.status.as_str())
+        .bind(end.message)
+        .bind(end.outcome)
+        .bind(end.result)
+        .bind(end.failure)
+        .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+        .bind(now_ms)
+        .bind(end.ran_against.map(|(generation, _)| to_i64(generation)))
+        .bind(end.ran_against.map(|(_, hash)| hash))
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+
+    /// A task by id, whoever owns it (the caller checks).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id).fetch_optional(&self.pool()).await?;
+        Ok(row.as_ref().map(record))
+    }
+
+    /// `owner`'s tasks, newest first, after `before` (the last one of the previous page).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn tasks_of(&self, owner: &str, before: Option<(i64, &str)>, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM tasks WHERE owner = ?1 \
+             AND (?2 IS NULL OR created_at_ms < ?2 OR (created_at_ms = ?2 AND id < ?3)) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT ?4",
+        )
+        .bind(owner)
+        .bind(before.map(|(at, _)| at))
+        .bind(before.map_or("", |(_, id)| id))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool())
+        .await?;
+        Ok(rows.iter().map(record).collect())
+    }
+
+    /// What `agent`'s open tasks and stored results, and everyone's, amount to.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn task_usage(&self, agent: &str) -> Result<TaskUsage, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               COALESCE(SUM(status = 'working' AND agent = ?1), 0) AS open_by_agent, \
+               COALESCE(SUM(status = 'working'), 0) AS open, \
+               COALESCE(SUM(CASE WHEN agent = ?1 THEN result_bytes ELSE 0 END), 0) AS bytes_by_agent, \
+               COALESCE(SUM(result_bytes), 0) AS bytes \
+             FROM tasks",
+        )
+        .bind(agent)
+        .fetch_one(&self.pool())
+        .await?;
+        let get = |name: &str| u64::try_from(row.get::<i64, _>(name)).unwrap_or(0);
+        Ok(TaskUsage { open_by_agent: get("open_by_agent"), open: get("open"), bytes_by_agent: get("bytes_by_agent"), bytes: get("bytes") })
+    }
+
+    /// Ends every task still `working` in the store as failed with `end` (at start: the daemon
+    /// that ran them is gone). Returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn end_interrupted_tasks(&self, end: &TaskEnd<'_>, now_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = sqlx::query(
+            "UPDATE tasks SET status = ?1, status_message = ?2, outcome = ?3, failure = ?4, updated_at_ms = ?5 WHERE status = 'working'",
+        )
+        .bind(end.status.as_str())
+        .bind(end.message)
+        .bind(end.outcome)
+        .bind(end.failure)
+        .bind(now_ms)
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Deletes ended tasks whose TTL ran out. Returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn expire_tasks(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let deleted = sqlx::query("DELETE FROM tasks WHERE status != 'working' AND created_at_ms + ttl_ms < ?1")
+            .bind(now_ms)
+            .execute(tx.conn())
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(deleted)
+    }
+}

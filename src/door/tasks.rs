@@ -1,0 +1,424 @@
+//! Tool calls run as tasks, for both doors: the call runs here, owned by the daemon rather than
+//! by the caller's connection, and its end is kept in the store until the task's TTL runs out,
+//! so that a caller that went away (or came back through the other door) gets it by id.
+//!
+//! A task belongs to the principal that started it: to anyone else it does not exist. Limits
+//! (open tasks, stored result bytes) are checked and the task stored under one lock, so they
+//! hold exactly. A task's call runs at most its TTL. A daemon that stops or dies while a task
+//! runs leaves it failed with an unknown outcome (said so, never retried).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::Door;
+use crate::access::Caller;
+use crate::calls::{CallError, CallRequest, ToolRef};
+use crate::catalog::record::now_ms;
+use crate::catalog::store::tasks::{TaskEnd, TaskRecord, TaskStatus};
+use crate::catalog::store::{Store, StoreError};
+use crate::config::TasksConfig;
+
+/// How often a caller is told to look again.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often ended tasks whose TTL ran out are deleted.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// Tasks one page of a listing holds at most.
+pub const MAX_PAGE: u32 = 100;
+
+/// Why a task operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The call would be refused before anything is sent: no task is made.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("agent {agent:?} has {limit} tasks working, its share: wait for some to end")]
+    TooManyForAgent { agent: String, limit: u32 },
+    #[error("toolhost has {limit} tasks working, all it runs at once: wait for some to end")]
+    TooMany { limit: u32 },
+    #[error("the results kept for {whose} fill their {limit} bytes: fetch or let some expire first")]
+    StorageFull { whose: String, limit: u64 },
+    /// Not there, expired, or another caller's: indistinguishable on purpose.
+    #[error("no task {0:?} (unknown, expired, or not yours)")]
+    Unknown(String),
+    #[error("task {id:?} has already ended ({status})")]
+    Ended { id: String, status: &'static str },
+    #[error("toolhost is shutting down")]
+    ShuttingDown,
+    #[error("task store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// A call to run as a task, owned (it outlives the request that started it).
+#[derive(Debug, Clone)]
+pub struct TaskCall {
+    pub tool: ToolRef,
+    /// A JSON object as text; `None` means `{}`.
+    pub arguments: Option<String>,
+    pub expected_hash: Option<String>,
+    pub expected_revision: Option<u64>,
+    /// How long the task is kept from its creation (the configured default when `None`);
+    /// its call runs at most this long.
+    pub ttl: Option<Duration>,
+}
+
+/// The daemon's tasks. Cheap to clone; owned by the [`Door`].
+#[derive(Clone)]
+pub struct Tasks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    settings: TasksConfig,
+    /// Running calls by task id, and what cancels each.
+    running: Mutex<HashMap<String, CancellationToken>>,
+    /// Serializes the limit check with the insert, so that limits hold exactly.
+    admission: tokio::sync::Mutex<()>,
+    tracker: TaskTracker,
+    stopping: CancellationToken,
+    /// Moves each time a task ends: what waiters watch.
+    ended: watch::Sender<u64>,
+}
+
+/// What the caller gets back: the task as stored.
+pub type Task = TaskRecord;
+
+impl Tasks {
+    #[must_use]
+    pub fn new(store: Store, settings: TasksConfig) -> Tasks {
+        Tasks {
+            inner: Arc::new(Inner {
+                store,
+                settings,
+                running: Mutex::default(),
+                admission: tokio::sync::Mutex::new(()),
+                tracker: TaskTracker::new(),
+                stopping: CancellationToken::new(),
+                ended: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    #[must_use]
+    pub fn settings(&self) -> &TasksConfig {
+        &self.inner.settings
+    }
+
+    /// At start: every task a previous daemon left working ended with it, its outcome unknown.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn recover(&self) -> Result<u64, StoreError> {
+        let failure = interrupted("toolhost restarted");
+        let end = TaskEnd {
+            status: TaskStatus::Failed,
+            message: Some(INTERRUPTED),
+            outcome: "session_lost",
+            result: None,
+            failure: Some(&failure),
+            ran_against: None,
+        };
+        let ended = self.inner.store.end_interrupted_tasks(&end, now_ms()).await?;
+        if ended > 0 {
+            tracing::warn!(tasks = ended, "tasks that were running when toolhost stopped are failed with an unknown outcome");
+        }
+        Ok(ended)
+    }
+
+    /// Deletes ended tasks whose TTL ran out, every minute, until `cancel`.
+    pub async fn sweep(self, cancel: CancellationToken) {
+        loop {
+            if let Err(error) = self.inner.store.expire_tasks(now_ms()).await {
+                tracing::warn!(%error, "cannot delete expired tasks");
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(SWEEP_EVERY) => {}
+            }
+        }
+    }
+
+    /// Stops every running task's call (each is then failed with an unknown outcome) and waits
+    /// for them until `deadline`.
+    pub async fn shutdown(&self, deadline: tokio::time::Instant) {
+        self.inner.stopping.cancel();
+        self.inner.tracker.close();
+        if tokio::time::timeout_at(deadline, self.inner.tracker.wait()).await.is_err() {
+            tracing::warn!("tasks did not record their end before the shutdown deadline");
+        }
+    }
+
+    /// A task of `caller`'s, or [`TaskError::Unknown`].
+    ///
+    /// # Errors
+    /// [`TaskError::Unknown`], [`TaskError::Store`].
+    pub async fn get(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
+        let unknown = || TaskError::Unknown(crate::door::truncate(id.to_owned(), 128));
+        let task = self.inner.store.task(id).await?.ok_or_else(unknown)?;
+        let expired = task.status.is_terminal() && expires_at(&task) < now_ms();
+        if task.owner != caller.principal() || expired {
+            return Err(unknown());
+        }
+        Ok(task)
+    }
+
+    /// `caller`'s tasks, newest first, after the task `after` (the last of the previous page).
+    ///
+    /// # Errors
+    /// [`TaskError::Unknown`] for an `after` that is not the caller's, [`TaskError::Store`].
+    pub async fn list(&self, caller: &Caller, after: Option<&str>, limit: u32) -> Result<Vec<Task>, TaskError> {
+        let before = match after {
+            Some(id) => Some(self.get(caller, id).await?),
+            None => None,
+        };
+        let before = before.as_ref().map(|task| (task.created_at_ms, task.id.as_str()));
+        let now = now_ms();
+        let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE)).await?;
+        Ok(tasks.into_iter().filter(|task| !task.status.is_terminal() || expires_at(task) >= now).collect())
+    }
+
+    /// Waits until `caller`'s task has ended or `until` passes, then gives it as it is.
+    ///
+    /// # Errors
+    /// As [`Tasks::get`].
+    pub async fn wait(&self, caller: &Caller, id: &str, until: tokio::time::Instant) -> Result<Task, TaskError> {
+        let mut ended = self.inner.ended.subscribe();
+        loop {
+            ended.borrow_and_update();
+            let task = self.get(caller, id).await?;
+            if task.status.is_terminal() {
+                return Ok(task);
+            }
+            tokio::select! {
+                changed = ended.changed() => if changed.is_err() { return Ok(task) },
+                () = tokio::time::sleep_until(until) => return Ok(task),
+            }
+        }
+    }
+
+    /// Cancels `caller`'s working task: it is marked cancelled first (durably), then its call
+    /// is stopped, which tells the server (`notifications/cancelled`).
+    ///
+    /// # Errors
+    /// [`TaskError::Unknown`], [`TaskError::Ended`], [`TaskError::Store`].
+    pub async fn cancel(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
+        let task = self.get(caller, id).await?;
+        let end = TaskEnd {
+            status: TaskStatus::Cancelled,
+            message: Some("cancelled by its caller"),
+            outcome: "cancelled",
+            result: None,
+            failure: None,
+            ran_against: None,
+        };
+        if !self.inner.store.end_task(&task.id, &end, now_ms()).await? {
+            let now = self.get(caller, id).await?;
+            return Err(TaskError::Ended { id: now.id, status: now.status.as_str() });
+        }
+        if let Some(call) = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&task.id) {
+            call.cancel();
+        }
+        self.inner.ended.send_modify(|count| *count = count.wrapping_add(1));
+        self.get(caller, id).await
+    }
+
+    /// Starts `call` as a task of `caller`'s, after the checks a call gets before anything is
+    /// sent (refused, it is no task at all), within the limits.
+    pub(super) async fn start(&self, door: &Door, caller: &Caller, call: TaskCall) -> Result<Task, TaskError> {
+        if self.inner.stopping.is_cancelled() {
+            return Err(TaskError::ShuttingDown);
+        }
+        door.preflight(caller, &call.tool, call.expected_hash.as_deref(), call.expected_revision, call.arguments.as_deref()).await?;
+        let settings = &self.inner.settings;
+        let ttl = call.ttl.unwrap_or(settings.default_ttl).clamp(Duration::from_secs(1), settings.max_ttl);
+        let id = crate::secrets::random_token().ok_or_else(|| TaskError::Store(StoreError::Corrupt("no random source".into())))?;
+        let now = now_ms();
+        let task = TaskRecord {
+            id: id.clone(),
+            owner: caller.principal(),
+            agent: caller.agent.name.to_string(),
+            qualified_name: crate::door::truncate(crate::door::qualified_target(&call.tool).into_owned(), 256),
+            status: TaskStatus::Working,
+            status_message: Some("the call is running".to_owned()),
+            outcome: None,
+            result: None,
+            failure: None,
+            result_bytes: 0,
+            ran_against: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        };
+        {
+            let _admitted = self.inner.admission.lock().await;
+            let usage = self.inner.store.task_usage(&task.agent).await?;
+            if usage.open_by_agent >= u64::from(settings.max_open_per_agent) {
+                return Err(TaskError::TooManyForAgent { agent: task.agent, limit: settings.max_open_per_agent });
+            }
+            if usage.open >= u64::from(settings.max_open) {
+                return Err(TaskError::TooMany { limit: settings.max_open });
+            }
+            if usage.bytes_by_agent.saturating_add(settings.max_result_bytes) > settings.max_stored_bytes_per_agent {
+                return Err(TaskError::StorageFull {
+                    whose: format!("agent {:?}", task.agent),
+                    limit: settings.max_stored_bytes_per_agent,
+                });
+            }
+            if usage.bytes.saturating_add(settings.max_result_bytes) > settings.max_stored_bytes {
+                return Err(TaskError::StorageFull { whose: "all agents".to_owned(), limit: settings.max_stored_bytes });
+            }
+            self.inner.store.insert_task(&task).await?;
+        }
+        let stop = self.inner.stopping.child_token();
+        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), stop.clone());
+        let run = Run { tasks: self.clone(), door: door.clone(), caller: caller.clone(), id, call, timeout: ttl, stop };
+        self.inner.tracker.spawn(run.run());
+        Ok(task)
+    }
+}
+
+/// One task's call, on its own task.
+struct Run {
+    tasks: Tasks,
+    door: Door,
+    caller: Caller,
+    id: String,
+    call: TaskCall,
+    timeout: Duration,
+    stop: CancellationToken,
+}
+
+impl Run {
+    async fn run(self) {
+        let request = CallRequest {
+            tool: self.call.tool.clone(),
+            queue_as: self.caller.agent.name.clone(),
+            arguments: self.call.arguments.as_deref(),
+            expected_hash: self.call.expected_hash.as_deref(),
+            expected_revision: self.call.expected_revision,
+            timeout: Some(self.timeout),
+            progress: None,
+            answer: None,
+            client_capabilities: None,
+        };
+        let inner = &self.tasks.inner;
+        let result = tokio::select! {
+            result = self.door.call(&self.caller, request) => Some(result),
+            () = self.stop.cancelled() => None,
+        };
+        inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        let failure;
+        let too_large;
+        let end = match &result {
+            // Cancelled by its caller (already recorded), or the daemon is stopping.
+            None if !inner.stopping.is_cancelled() => return,
+            None => {
+                failure = interrupted("toolhost stopped");
+                TaskEnd {
+                    status: TaskStatus::Failed,
+                    message: Some(INTERRUPTED),
+                    outcome: "session_lost",
+                    result: None,
+                    failure: Some(&failure),
+                    ran_against: None,
+                }
+            }
+            Some(Ok(done)) if done.outcome.input_required.is_some() => {
+                failure = encode(&CallError::InvalidResult {
+                    server: done.server.to_string(),
+                    tool: done.name.clone(),
+                    generation: done.generation,
+                    message: "the server asked for input, which a task cannot give it yet; call the tool without a task".to_owned(),
+                });
+                TaskEnd {
+                    status: TaskStatus::Failed,
+                    message: Some("the server asked for input"),
+                    outcome: "input_required",
+                    result: None,
+                    failure: Some(&failure),
+                    ran_against: None,
+                }
+            }
+            Some(Ok(done)) if done.raw.get().len() as u64 > inner.settings.max_result_bytes => {
+                too_large = format!(
+                    "the result is {} bytes; a task keeps at most {} (tasks.max_result_bytes): it was not kept",
+                    done.raw.get().len(),
+                    inner.settings.max_result_bytes
+                );
+                failure = encode(&CallError::InvalidResult {
+                    server: done.server.to_string(),
+                    tool: done.name.clone(),
+                    generation: done.generation,
+                    message: too_large.clone(),
+                });
+                TaskEnd {
+                    status: TaskStatus::Failed,
+                    message: Some(&too_large),
+                    outcome: "result_too_large",
+                    result: None,
+                    failure: Some(&failure),
+                    ran_against: None,
+                }
+            }
+            // A tool's own failure fails the task, with its result (as MCP's tasks say).
+            Some(Ok(done)) => TaskEnd {
+                status: if done.outcome.is_error { TaskStatus::Failed } else { TaskStatus::Completed },
+                message: Some(if done.outcome.is_error { "the tool reported an error" } else { "the call completed" }),
+                outcome: done.outcome.label(),
+                result: Some(done.raw.get()),
+                failure: None,
+                ran_against: Some((done.generation, &done.definition_hash)),
+            },
+            Some(Err(error)) => {
+                failure = encode(error);
+                TaskEnd {
+                    status: TaskStatus::Failed,
+                    message: Some("the call failed"),
+                    outcome: error.kind(),
+                    result: None,
+                    failure: Some(&failure),
+                    ran_against: None,
+                }
+            }
+        };
+        match inner.store.end_task(&self.id, &end, now_ms()).await {
+            Ok(_) => {}
+            // Left working in the store: the next start fails it with an unknown outcome.
+            Err(error) => tracing::error!(task = %self.id, %error, "cannot record a task's end"),
+        }
+        inner.ended.send_modify(|count| *count = count.wrapping_add(1));
+    }
+}
+
+const INTERRUPTED: &str = "toolhost stopped while the call ran; its outcome is unknown and it was not retried";
+
+/// The failure of a task whose call was cut off by toolhost stopping.
+fn interrupted(why: &str) -> String {
+    encode(&CallError::SessionLost {
+        server: String::new(),
+        tool: String::new(),
+        generation: 0,
+        detail: Some(format!("{why} while the task's call ran")),
+    })
+}
+
+fn encode(error: &CallError) -> String {
+    serde_json::to_string(error).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// The error a failed task's call came to, as the doors show a call's.
+#[must_use]
+pub fn failure_of(task: &Task) -> Option<CallError> {
+    task.failure.as_deref().and_then(|text| serde_json::from_str(text).ok())
+}
+
+/// When the task may be forgotten (milliseconds since the epoch).
+#[must_use]
+pub fn expires_at(task: &Task) -> i64 {
+    task.created_at_ms.saturating_add(i64::try_from(task.ttl_ms).unwrap_or(i64::MAX))
+}

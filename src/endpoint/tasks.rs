@@ -1,0 +1,203 @@
+//! Tasks over MCP, in both eras' shapes, for the tasks the door runs (`door::tasks`).
+//!
+//! 2025-11-25 (experimental tasks): a `tools/call` with `params.task` answers `{"task": …}`;
+//! `tasks/get`, `tasks/result` (waits for the end, then answers as the call would have),
+//! `tasks/list`, `tasks/cancel`; `ttl` and `pollInterval`. 2026-07-28 (the
+//! `io.modelcontextprotocol/tasks` extension): a client that declares the extension in a
+//! `tools/call`'s capabilities gets a task handle (`resultType: "task"`, the task's fields
+//! inline); `tasks/get` carries the result or the error once the task has ended; `ttlMs` and
+//! `pollIntervalMs`. Either way, a task is its caller's alone: another caller's id is unknown.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::message::Params;
+use super::{Endpoint, Era, View, reply};
+use crate::catalog::store::tasks::TaskStatus;
+use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, failure_of};
+use crate::mcp::jsonrpc::code::INVALID_PARAMS;
+
+pub(super) const METHOD_GET: &str = "tasks/get";
+pub(super) const METHOD_RESULT: &str = "tasks/result";
+pub(super) const METHOD_LIST: &str = "tasks/list";
+pub(super) const METHOD_CANCEL: &str = "tasks/cancel";
+/// The `_meta` key that ties a message to its task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// The longest `tasks/result` waits in one request; the client asks again after.
+const RESULT_WAIT: Duration = Duration::from_secs(300);
+
+impl Endpoint {
+    /// Starts `call` as a task and answers with its handle.
+    pub(super) async fn start_task(&self, view: &View, id: &RawValue, call: TaskCall, era: Era) -> String {
+        match self.door.start_task(&view.caller, call).await {
+            Ok(task) => reply::result(id, &created(&task, era)),
+            Err(error) => task_error(id, &error),
+        }
+    }
+
+    /// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`.
+    pub(super) async fn task_request(&self, view: &View, id: &RawValue, method: &str, params: &Params<'_>, era: Era) -> String {
+        let tasks = self.door.tasks();
+        if method == METHOD_LIST {
+            let listed = tasks.list(&view.caller, params.cursor.as_deref(), MAX_PAGE.saturating_add(1)).await;
+            return match listed {
+                Ok(mut listed) => {
+                    let more = listed.len() > MAX_PAGE as usize;
+                    listed.truncate(MAX_PAGE as usize);
+                    let mut result = Map::new();
+                    result.insert("tasks".into(), Value::Array(listed.iter().map(|task| Value::Object(fields(task, era))).collect()));
+                    if more && let Some(last) = listed.last() {
+                        result.insert("nextCursor".into(), Value::from(last.id.as_str()));
+                    }
+                    reply::result(id, &complete(result, era))
+                }
+                Err(error) => task_error(id, &error),
+            };
+        }
+        let Some(task_id) = params.task_id.as_deref() else {
+            return reply::error(id, INVALID_PARAMS, &format!("{method} needs params.taskId"), None);
+        };
+        let found = match method {
+            METHOD_CANCEL => tasks.cancel(&view.caller, task_id).await,
+            METHOD_RESULT => tasks.wait(&view.caller, task_id, crate::deadline::after(RESULT_WAIT)).await,
+            _ => tasks.get(&view.caller, task_id).await,
+        };
+        let task = match found {
+            Ok(task) => task,
+            Err(error) => return task_error(id, &error),
+        };
+        match method {
+            METHOD_RESULT => task_result(id, &task),
+            _ => reply::result(id, &complete(detailed(&task, era), era)),
+        }
+    }
+}
+
+/// The answer to a task-augmented `tools/call`.
+fn created(task: &Task, era: Era) -> String {
+    let fields = fields(task, era);
+    match era {
+        Era::Legacy => {
+            let mut result = Map::new();
+            result.insert("task".into(), Value::Object(fields));
+            Value::Object(result).to_string()
+        }
+        Era::Modern => {
+            let mut result = Map::new();
+            result.insert("resultType".into(), Value::from("task"));
+            result.extend(fields);
+            Value::Object(result).to_string()
+        }
+    }
+}
+
+/// A task's fields in `era`'s names.
+fn fields(task: &Task, era: Era) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("taskId".into(), Value::from(task.id.as_str()));
+    fields.insert("status".into(), Value::from(task.status.as_str()));
+    if let Some(message) = &task.status_message {
+        fields.insert("statusMessage".into(), Value::from(message.as_str()));
+    }
+    fields.insert("createdAt".into(), Value::from(timestamp(task.created_at_ms)));
+    fields.insert("lastUpdatedAt".into(), Value::from(timestamp(task.updated_at_ms)));
+    let poll = u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+    let (ttl, poll_interval) = match era {
+        Era::Legacy => ("ttl", "pollInterval"),
+        Era::Modern => ("ttlMs", "pollIntervalMs"),
+    };
+    fields.insert(ttl.into(), Value::from(task.ttl_ms));
+    if !task.status.is_terminal() {
+        fields.insert(poll_interval.into(), Value::from(poll));
+    }
+    fields
+}
+
+/// A task as `tasks/get` and `tasks/cancel` show it: in 2026, with its result or error once
+/// it has ended.
+fn detailed(task: &Task, era: Era) -> Map<String, Value> {
+    let mut fields = fields(task, era);
+    if era == Era::Modern {
+        if let Some(result) = task.result.as_deref().and_then(|raw| serde_json::from_str::<Value>(raw).ok()) {
+            fields.insert("result".into(), result);
+        } else if let Some(error) = failure_of(task) {
+            let line = reply::call_error(&null_id(), &error);
+            if let Some(error) = serde_json::from_str::<Value>(&line).ok().and_then(|mut line| line.get_mut("error").map(Value::take)) {
+                fields.insert("error".into(), error);
+            }
+        }
+    }
+    fields
+}
+
+/// `tasks/result`: what the call would have answered, tied to its task; a task still working
+/// after the wait, or cancelled, is an error that says so.
+fn task_result(id: &RawValue, task: &Task) -> String {
+    if let Some(error) = failure_of(task) {
+        return reply::call_error(id, &error);
+    }
+    let related = || serde_json::json!({ "taskId": task.id });
+    match (task.status, task.result.as_deref()) {
+        (_, Some(raw)) => {
+            let mut result: Map<String, Value> = serde_json::from_str(raw).unwrap_or_default();
+            let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(meta) = meta {
+                meta.insert(RELATED_TASK.into(), related());
+            }
+            reply::result(id, &Value::Object(result).to_string())
+        }
+        (TaskStatus::Cancelled, None) => {
+            let data = reply::reason_data("TASK_CANCELLED", &[("task_id", task.id.clone())]);
+            reply::error(id, reply::SERVER_ERROR, "the task was cancelled before it ended", Some(&data))
+        }
+        (_, None) => {
+            let data = reply::reason_data("TASK_WORKING", &[("task_id", task.id.clone())]);
+            reply::error(id, reply::SERVER_ERROR, "the task is still working; ask again", Some(&data))
+        }
+    }
+}
+
+/// A result object, with `resultType` in 2026.
+fn complete(mut result: Map<String, Value>, era: Era) -> String {
+    if era == Era::Modern {
+        result.insert("resultType".into(), Value::from("complete"));
+    }
+    Value::Object(result).to_string()
+}
+
+/// The JSON-RPC error for a refused task operation.
+fn task_error(id: &RawValue, error: &TaskError) -> String {
+    let reason = match error {
+        TaskError::Call(error) => return reply::call_error(id, error),
+        TaskError::Unknown(task) => {
+            return reply::error(
+                id,
+                INVALID_PARAMS,
+                &error.to_string(),
+                Some(&reply::reason_data("UNKNOWN_TASK", &[("task_id", task.clone())])),
+            );
+        }
+        TaskError::Ended { .. } => {
+            return reply::error(id, INVALID_PARAMS, &error.to_string(), Some(&reply::reason_data("TASK_ENDED", &[])));
+        }
+        TaskError::TooManyForAgent { .. } | TaskError::TooMany { .. } => "TASKS_LIMITED",
+        TaskError::StorageFull { .. } => "TASK_STORAGE_FULL",
+        TaskError::ShuttingDown => "SHUTTING_DOWN",
+        TaskError::Store(detail) => {
+            tracing::error!(error = %detail, "internal error in a task request");
+            return reply::error(id, crate::mcp::jsonrpc::code::INTERNAL_ERROR, "internal error in toolhost (see its log)", None);
+        }
+    };
+    reply::error(id, reply::SERVER_ERROR, &error.to_string(), Some(&reply::reason_data(reason, &[])))
+}
+
+fn timestamp(unix_ms: i64) -> String {
+    let at = UNIX_EPOCH.checked_add(Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0))).unwrap_or(UNIX_EPOCH);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn null_id() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).unwrap_or_default()
+}

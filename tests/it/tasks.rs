@@ -1,0 +1,295 @@
+//! Tool calls run as tasks: they outlive the connection that started them, come back through
+//! either door, belong to their caller alone, hold their limits exactly, and survive a daemon
+//! restart as what they are (a call cut off, its outcome unknown).
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+use crate::mcp_endpoint::{JSON_HEADERS, Line, http, mcp_http, mcp_section, mcp_socket};
+
+const MINE: &str = "tasks-agent-mine-0123456789abcdef";
+const THEIRS: &str = "tasks-agent-theirs-0123456789abcd";
+
+/// `[access]` with two token agents, `mine` and `theirs`, then the local user as operator (the
+/// first entry that names a caller admits it: a token over loopback is its agent's).
+fn access(dir: &TestDir) -> String {
+    std::fs::write(dir.path("mine.token"), MINE).unwrap();
+    std::fs::write(dir.path("theirs.token"), THEIRS).unwrap();
+    format!(
+        "[access]\n[[access.agents]]\nname = \"mine\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         [[access.agents]]\nname = \"theirs\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{}]\nallow = [\"*\"]\nadmin = true\n",
+        dir.path("mine.token").display(),
+        dir.path("theirs.token").display(),
+        nix::unistd::getuid()
+    )
+}
+
+fn start_request(tool: &str, arguments: Value) -> pb::StartTaskRequest {
+    pb::StartTaskRequest {
+        call: Some(pb::CallToolRequest { qualified_name: tool.into(), arguments_json: arguments.to_string(), ..Default::default() }),
+        ttl_ms: 0,
+    }
+}
+
+fn task_id(id: &str) -> pb::TaskRequest {
+    pb::TaskRequest { task_id: id.into() }
+}
+
+fn text_of(result: &pb::CallToolResponse) -> String {
+    let content: Value = serde_json::from_str(&result.content_json).unwrap();
+    content[0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_one_else() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let sections = format!("{}\n{}", mcp_section(""), access(&dir));
+    let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+
+    // Started over gRPC by a connection that then goes away.
+    let started = {
+        let mut grpc = agent_client(&app, MINE).await;
+        grpc.start_task(start_request("demo__sleep", json!({"ms": 300}))).await.unwrap().into_inner()
+    };
+    assert_eq!(started.status(), pb::TaskStatus::Working);
+    assert_eq!(started.qualified_name, "demo__sleep");
+    assert!(started.ttl_ms >= 1000 && started.poll_interval_ms > 0, "{started:?}");
+
+    // Another caller: the task does not exist for it, in every way it could ask.
+    let mut theirs = agent_client(&app, THEIRS).await;
+    for refused in [
+        theirs.get_task(task_id(&started.task_id)).await.unwrap_err(),
+        theirs.get_task_result(task_id(&started.task_id)).await.unwrap_err(),
+        theirs.cancel_task(task_id(&started.task_id)).await.unwrap_err(),
+    ] {
+        assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::NotFound, "UNKNOWN_TASK"), "{refused:?}");
+    }
+    assert!(theirs.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks.is_empty());
+    let unknown = theirs.get_task(task_id("no-such-task")).await.unwrap_err();
+    assert_eq!(
+        unknown.message().replace("no-such-task", "X"),
+        theirs.get_task(task_id(&started.task_id)).await.unwrap_err().message().replace(&started.task_id, "X")
+    );
+
+    // A new connection of the same caller waits for the result.
+    let mut mine = agent_client(&app, MINE).await;
+    let done = mine.get_task_result(task_id(&started.task_id)).await.unwrap().into_inner();
+    let task = done.task.unwrap();
+    assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Completed, "ok"), "{task:?}");
+    let result = done.result.expect("a completed task's result");
+    assert_eq!(text_of(&result), "slept 300 ms");
+    assert_eq!((result.server.as_str(), result.generation), ("demo", 1));
+    assert!(!result.definition_hash.is_empty());
+    let listed = mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks;
+    assert_eq!(listed.iter().map(|task| task.task_id.as_str()).collect::<Vec<_>>(), [started.task_id.as_str()]);
+
+    // The same caller over MCP (Streamable HTTP, 2026-07-28, with its token) reads it too,
+    // result inline; the other caller cannot.
+    let addr = mcp_http(&app);
+    let get = |token: &'static str, id: String| async move {
+        let auth = format!("Bearer {token}");
+        let headers = [
+            JSON_HEADERS[0],
+            JSON_HEADERS[1],
+            ("Authorization", auth.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tasks/get"),
+        ];
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": id, "_meta": serde_json::from_str::<Value>(crate::mcp_endpoint::MODERN_META).unwrap()}});
+        let (status, _, body) = http(addr, "POST", "/mcp", &headers, &body.to_string()).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    let seen = get(MINE, started.task_id.clone()).await;
+    assert_eq!(seen["result"]["status"], "completed", "{seen}");
+    assert_eq!(seen["result"]["resultType"], "complete", "{seen}");
+    assert_eq!(seen["result"]["result"]["content"][0]["text"], "slept 300 ms", "{seen}");
+    assert!(seen["result"]["ttlMs"].as_u64().unwrap() > 0, "{seen}");
+    let refused = get(THEIRS, started.task_id.clone()).await;
+    assert_eq!(
+        (refused["error"]["code"].as_i64(), refused["error"]["data"]["reason"].as_str()),
+        (Some(-32602), Some("UNKNOWN_TASK")),
+        "{refused}"
+    );
+
+    // Stale-tool rules apply at the start: nothing runs, no task is made.
+    let stale = pb::StartTaskRequest {
+        call: Some(pb::CallToolRequest {
+            qualified_name: "demo__echo".into(),
+            expected_definition_hash: "0".repeat(64),
+            ..Default::default()
+        }),
+        ttl_ms: 0,
+    };
+    let refused = mine.start_task(stale).await.unwrap_err();
+    assert_eq!(error_info(&refused).0, "STALE_TOOL_CHANGED", "{refused:?}");
+    let missing = mine.start_task(start_request("demo__nope", json!({}))).await.unwrap_err();
+    assert_eq!((missing.code(), error_info(&missing).0.as_str()), (tonic::Code::NotFound, "UNKNOWN_TOOL"));
+    assert_eq!(mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks.len(), 1, "refused starts made no task");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+
+    // 2025-11-25 on the socket: the capability, every tool task-optional, a task-augmented call.
+    let mut line = Line::connect(&mcp_socket(&app)).await;
+    let initialized = line
+        .request(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}),
+        )
+        .await;
+    assert_eq!(initialized["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"], json!({}), "{initialized}");
+    line.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let (tools, _) = line.list_all(None).await;
+    assert!(tools.iter().all(|tool| tool["execution"]["taskSupport"] == "optional"), "{tools:?}");
+    let created = line.request(1, "tools/call", json!({"name": "demo__sleep", "arguments": {"ms": 200}, "task": {"ttl": 60000}})).await;
+    let task = &created["result"]["task"];
+    assert_eq!((task["status"].as_str(), task["ttl"].as_u64()), (Some("working"), Some(60000)), "{created}");
+    assert!(task["createdAt"].as_str().unwrap().ends_with('Z') && task["pollInterval"].as_u64().is_some(), "{created}");
+    let id = task["taskId"].as_str().unwrap().to_owned();
+    // The connection goes; another one of the same caller gets the result.
+    drop(line);
+    let mut line = Line::connect(&mcp_socket(&app)).await;
+    line.initialize().await;
+    let result = line.request(2, "tasks/result", json!({"taskId": id})).await;
+    assert_eq!(result["result"]["content"][0]["text"], "slept 200 ms", "{result}");
+    assert_eq!(result["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], json!(id), "{result}");
+    let got = line.request(3, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!((got["result"]["status"].as_str(), got["result"].get("pollInterval")), (Some("completed"), None), "{got}");
+    let listed = line.request(4, "tasks/list", json!({})).await;
+    assert_eq!(listed["result"]["tasks"][0]["taskId"], json!(id), "{listed}");
+    let ended = line.request(5, "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!((ended["error"]["code"].as_i64(), ended["error"]["data"]["reason"].as_str()), (Some(-32602), Some("TASK_ENDED")), "{ended}");
+
+    // A tool's own error fails the task and keeps the result; a cancelled task says so.
+    let failing = line.request(6, "tools/call", json!({"name": "demo__fail", "arguments": {}, "task": {}})).await;
+    let failing = failing["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let result = line.request(7, "tasks/result", json!({"taskId": failing})).await;
+    assert_eq!(result["result"]["isError"], true, "{result}");
+    assert_eq!(line.request(8, "tasks/get", json!({"taskId": failing})).await["result"]["status"], "failed");
+    let slow = line.request(9, "tools/call", json!({"name": "demo__sleep", "arguments": {"ms": 20000}, "task": {}})).await;
+    let slow = slow["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    eventually("the slow call reached the server", async || {
+        (dir.methods("demo").iter().filter(|m| *m == "tools/call").count() >= 3).then_some(())
+    })
+    .await;
+    let cancelled = line.request(10, "tasks/cancel", json!({"taskId": slow})).await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    let result = line.request(11, "tasks/result", json!({"taskId": slow})).await;
+    assert_eq!(result["error"]["data"]["reason"], "TASK_CANCELLED", "{result}");
+    eventually("the server was told of the cancellation", async || {
+        dir.received("demo").iter().any(|m| m["method"] == "notifications/cancelled").then_some(())
+    })
+    .await;
+
+    // 2026-07-28 over HTTP: a client that declares the extension gets a handle, then the result
+    // inline in tasks/get; one that does not gets the plain result.
+    let addr = mcp_http(&app);
+    let post = |body: Value| async move {
+        let method = body["method"].as_str().unwrap_or_default().to_owned();
+        let name = body["params"]["name"].as_str().unwrap_or_default().to_owned();
+        let mut headers = vec![JSON_HEADERS[0], JSON_HEADERS[1], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method.as_str())];
+        if !name.is_empty() {
+            headers.push(("Mcp-Name", name.as_str()));
+        }
+        let (status, _, body) = http(addr, "POST", "/mcp", &headers, &body.to_string()).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    let handle = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": meta}})).await;
+    assert_eq!((handle["result"]["resultType"].as_str(), handle["result"]["status"].as_str()), (Some("task"), Some("working")), "{handle}");
+    assert!(handle["result"]["ttlMs"].as_u64().is_some() && handle["result"].get("result").is_none(), "{handle}");
+    let id = handle["result"]["taskId"].as_str().unwrap().to_owned();
+    let done = eventually("the 2026 task completed", async || {
+        let got = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": id, "_meta": meta}})).await;
+        (got["result"]["status"] == "completed").then_some(got)
+    })
+    .await;
+    assert_eq!(done["result"]["result"]["content"][0]["text"].as_str().map(|text| text.contains("hi")), Some(true), "{done}");
+    let plain_meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let plain = post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": plain_meta}})).await;
+    assert_eq!(plain["result"]["resultType"], "complete", "{plain}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_exactly_and_an_oversized_result_is_refused_not_cut() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let sections =
+        format!("[tasks]\nmax_open_per_agent = 2\nmax_result_bytes = 2000\nmax_stored_bytes_per_agent = 100000\n{}", access(&dir));
+    let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut mine = agent_client(&app, MINE).await;
+    let mut theirs = agent_client(&app, THEIRS).await;
+
+    // Two at once for one agent, however many ask together; another agent has its own two.
+    let mut asks = Vec::new();
+    for _ in 0..6 {
+        let mut mine = agent_client(&app, MINE).await;
+        asks.push(tokio::spawn(async move { mine.start_task(start_request("demo__sleep", json!({"ms": 5000}))).await }));
+    }
+    let mut started = Vec::new();
+    for ask in asks {
+        match ask.await.unwrap() {
+            Ok(task) => started.push(task.into_inner()),
+            Err(status) => assert_eq!((status.code(), error_info(&status).0.as_str()), (tonic::Code::ResourceExhausted, "TASKS_LIMITED")),
+        }
+    }
+    assert_eq!(started.len(), 2, "exactly the limit");
+    theirs.start_task(start_request("demo__echo", json!({"text": "mine are separate"}))).await.unwrap();
+    // One ends (cancelled): room for one more.
+    mine.cancel_task(task_id(&started[0].task_id)).await.unwrap();
+    mine.start_task(start_request("demo__echo", json!({"text": "fits again"}))).await.unwrap();
+
+    // A result over the bound fails its task with a clear error; nothing is kept of it.
+    let big = theirs.start_task(start_request("demo__echo", json!({"text": "x".repeat(5000)}))).await.unwrap().into_inner();
+    let refused = theirs.get_task_result(task_id(&big.task_id)).await.unwrap_err();
+    assert!(refused.message().contains("max_result_bytes"), "{refused:?}");
+    let task = theirs.get_task(task_id(&big.task_id)).await.unwrap().into_inner();
+    assert_eq!((task.status(), task.outcome.as_str(), task.result_bytes), (pb::TaskStatus::Failed, "result_too_large", 0), "{task:?}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_fails_a_running_stdio_task_as_outcome_unknown_and_keeps_finished_ones() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let config = || dir.config_with("", &server_table("demo", &script, ""));
+    let app = start(config()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+    let finished = grpc.start_task(start_request("demo__echo", json!({"text": "kept"}))).await.unwrap().into_inner();
+    grpc.get_task_result(task_id(&finished.task_id)).await.unwrap();
+    let running = grpc.start_task(start_request("demo__sleep", json!({"ms": 60000}))).await.unwrap().into_inner();
+    eventually("the long call reached the server", async || {
+        (dir.methods("demo").iter().filter(|m| *m == "tools/call").count() >= 2).then_some(())
+    })
+    .await;
+    app.shutdown().await;
+
+    let app = start(config()).await;
+    let mut grpc = client(&app).await;
+    let task = grpc.get_task(task_id(&running.task_id)).await.unwrap().into_inner();
+    assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Failed, "session_lost"), "{task:?}");
+    assert!(task.status_message.contains("outcome is unknown") && task.status_message.contains("not retried"), "{task:?}");
+    let refused = grpc.get_task_result(task_id(&running.task_id)).await.unwrap_err();
+    assert_eq!(error_info(&refused).0, "OUTCOME_UNKNOWN", "{refused:?}");
+    let kept = grpc.get_task_result(task_id(&finished.task_id)).await.unwrap().into_inner();
+    assert!(text_of(&kept.result.unwrap()).contains("kept"));
+    app.shutdown().await;
+}
