@@ -138,7 +138,11 @@ impl App {
         let api_cancel = CancellationToken::new();
         // Tasks a previous daemon left running ended with it; expired ones are swept from here on.
         let tasks = Tasks::new(store.clone(), config.tasks);
-        tasks.recover().await?;
+        // A full disk must not keep the daemon from serving: what it cannot write now, readers
+        // see all the same (a working task no call runs is shown as cut off).
+        if let Err(error) = tasks.recover().await {
+            tracing::warn!(%error, "cannot record the end of tasks a previous daemon left running");
+        }
         background.spawn(tasks.clone().sweep(background_cancel.clone()));
         let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone(), tasks.clone());
         // The fleet store's link runs beside everything else, never in front of it: serving

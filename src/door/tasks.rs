@@ -164,7 +164,7 @@ impl Tasks {
         if task.owner != caller.principal() || expired {
             return Err(unknown());
         }
-        Ok(task)
+        Ok(self.as_it_is(task))
     }
 
     /// `caller`'s tasks, newest first, after the task `after` (the last of the previous page).
@@ -179,7 +179,20 @@ impl Tasks {
         let before = before.as_ref().map(|task| (task.created_at_ms, task.id.as_str()));
         let now = now_ms();
         let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE)).await?;
-        Ok(tasks.into_iter().filter(|task| !task.status.is_terminal() || expires_at(task) >= now).collect())
+        Ok(tasks.into_iter().filter(|task| !task.status.is_terminal() || expires_at(task) >= now).map(|task| self.as_it_is(task)).collect())
+    }
+
+    /// A stored task as it is: one stored as working that no call of this daemon runs was cut
+    /// off by a daemon that stopped (its end could not be written: a full disk at start).
+    fn as_it_is(&self, mut task: Task) -> Task {
+        let running = || self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&task.id);
+        if task.status == TaskStatus::Working && !running() {
+            task.status = TaskStatus::Failed;
+            task.status_message = Some(INTERRUPTED.to_owned());
+            task.outcome = Some("session_lost".to_owned());
+            task.failure = Some(interrupted("toolhost stopped"));
+        }
+        task
     }
 
     /// Waits until `caller`'s task has ended or `until` passes, then gives it as it is.
@@ -254,6 +267,7 @@ impl Tasks {
             updated_at_ms: now,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         };
+        let stop = self.inner.stopping.child_token();
         {
             let _admitted = self.inner.admission.lock().await;
             let usage = self.inner.store.task_usage(&task.agent).await?;
@@ -272,10 +286,13 @@ impl Tasks {
             if usage.bytes.saturating_add(settings.max_result_bytes) > settings.max_stored_bytes {
                 return Err(TaskError::StorageFull { whose: "all agents".to_owned(), limit: settings.max_stored_bytes });
             }
-            self.inner.store.insert_task(&task).await?;
+            // Running before it is stored: a reader never sees it working with no call behind it.
+            self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), stop.clone());
+            if let Err(error) = self.inner.store.insert_task(&task).await {
+                self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+                return Err(error.into());
+            }
         }
-        let stop = self.inner.stopping.child_token();
-        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), stop.clone());
         let run = Run { tasks: self.clone(), door: door.clone(), caller: caller.clone(), id, call, timeout: ttl, stop };
         self.inner.tracker.spawn(run.run());
         Ok(task)
@@ -311,7 +328,6 @@ impl Run {
             result = self.door.call(&self.caller, request) => Some(result),
             () = self.stop.cancelled() => None,
         };
-        inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
         let failure;
         let too_large;
         let end = match &result {
@@ -391,6 +407,8 @@ impl Run {
             // Left working in the store: the next start fails it with an unknown outcome.
             Err(error) => tracing::error!(task = %self.id, %error, "cannot record a task's end"),
         }
+        // Only now: until its end is stored, the task is running (see `Tasks::as_it_is`).
+        inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
         inner.ended.send_modify(|count| *count = count.wrapping_add(1));
     }
 }

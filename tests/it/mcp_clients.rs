@@ -115,7 +115,7 @@ async fn the_typescript_sdk_over_streamable_http() {
 }
 
 /// The Python with LangChain's MCP adapters (their own virtualenv: they need `mcp` 1.x).
-fn agents_python() -> PathBuf {
+pub fn agents_python() -> PathBuf {
     let python = npm_tools().parent().map(PathBuf::from).unwrap_or_default().join("agents/bin/python");
     assert!(python.exists(), "langchain-mcp-adapters is missing: run `bash .ci/test`, which installs it into .tools");
     python

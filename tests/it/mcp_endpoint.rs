@@ -271,7 +271,10 @@ async fn a_2026_client_on_the_socket_gets_cache_hints_and_subscribes() {
     let meta: Value = serde_json::from_str(MODERN_META).unwrap();
     let discover = mcp.request(1, "server/discover", json!({"_meta": meta})).await;
     assert!(discover["result"]["supportedVersions"].as_array().unwrap().contains(&json!("2026-07-28")), "{discover}");
-    assert_eq!(discover["result"]["capabilities"], json!({"tools": {"listChanged": true}}));
+    assert_eq!(
+        discover["result"]["capabilities"],
+        json!({"tools": {"listChanged": true}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
     let page = mcp.request(2, "tools/list", json!({"_meta": meta})).await;
     assert_eq!(page["result"]["resultType"], "complete");
     assert_eq!(page["result"]["cacheScope"], "private");

@@ -293,3 +293,53 @@ async fn a_restart_fails_a_running_stdio_task_as_outcome_unknown_and_keeps_finis
     assert!(text_of(&kept.result.unwrap()).contains("kept"));
     app.shutdown().await;
 }
+
+/// The official Python SDK's client (its experimental 2025-11-25 tasks) starts a task, leaves,
+/// and a new session fetches the result by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_runs_a_task_leaves_and_fetches_its_result_from_a_new_session() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let url = format!("http://{}/mcp", mcp_http(&app));
+    let fixture = format!("{}/tests/fixtures/mcp_clients/task_client.py", env!("CARGO_MANIFEST_DIR"));
+    let output =
+        tokio::time::timeout(WAIT * 2, tokio::process::Command::new(crate::mcp_clients::agents_python()).args([&fixture, &url]).output())
+            .await
+            .expect("the client finished")
+            .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|_| panic!("{stdout}\n{stderr}"));
+    assert_eq!(report["tasks_capability"]["requests"]["tools"]["call"], json!({}), "{report}");
+    assert_eq!(report["task_support"], json!(["optional"]), "{report}");
+    assert_eq!((report["created_status"].as_str(), report["ttl"].as_u64()), (Some("working"), Some(120000)), "{report}");
+    assert_eq!(report["texts"], json!(["slept 500 ms"]), "{report}");
+    assert_eq!(report["final_status"], "completed", "{report}");
+    assert_eq!(report["listed"], json!([true]), "{report}");
+    app.shutdown().await;
+}
+
+/// The official TypeScript SDK's client: the same, with its task stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_runs_a_task_leaves_and_fetches_its_result_from_a_new_connection() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let sdk = crate::interop::npm_tools().join("node_modules/@modelcontextprotocol/sdk");
+    let fixture = format!("{}/tests/fixtures/mcp_clients/ts_task_client.mjs", env!("CARGO_MANIFEST_DIR"));
+    let url = format!("http://{}/mcp", mcp_http(&app));
+    let mut command = tokio::process::Command::new(crate::interop::node());
+    command.arg(&fixture).arg(&sdk).arg(&url);
+    let output = tokio::time::timeout(WAIT * 2, command.output()).await.expect("the client finished").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|_| panic!("{stdout}\n{stderr}"));
+    assert_eq!(report["tasksCapability"]["requests"]["tools"]["call"], json!({}), "{report}");
+    assert_eq!((report["createdStatus"].as_str(), report["ttl"].as_u64()), (Some("working"), Some(90000)), "{report}");
+    assert_eq!(report["texts"], json!(["slept 400 ms"]), "{report}");
+    assert_eq!(report["finalStatus"], "completed", "{report}");
+    app.shutdown().await;
+}
