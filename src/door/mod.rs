@@ -75,7 +75,25 @@ impl Door {
     /// # Errors
     /// [`tasks::TaskError`].
     pub async fn start_task(&self, caller: &Caller, call: tasks::TaskCall) -> Result<tasks::Task, tasks::TaskError> {
-        self.tasks.start(self, caller, call).await
+        let started = (crate::catalog::record::now_ms(), Instant::now());
+        let task = self.tasks.start(self, caller, call).await?;
+        // The start in the trail (the call's end follows when it ends, as any call's does).
+        let server = names::server_of(&task.qualified_name).unwrap_or_default().to_owned();
+        self.auditor.record(AuditRecord {
+            at_ms: started.0,
+            agent: caller.agent.name.clone(),
+            caller: caller.identity.describe(),
+            transport: caller.identity.transport,
+            qualified_name: task.qualified_name.clone(),
+            server: truncate(server, AUDIT_SERVER_BYTES),
+            tool: String::new(),
+            generation: 0,
+            definition_hash: String::new(),
+            outcome: format!("task_started:{}", task.id),
+            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
+            arguments: None,
+        });
+        Ok(task)
     }
 
     /// What a call of `tool` would be refused for before anything is sent: the caller's policy

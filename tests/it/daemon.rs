@@ -15,14 +15,14 @@ use toolhost::config::ListenAddr;
 use crate::harness::*;
 
 /// A `toolhost serve` child with its stderr in a file.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     socket: std::path::PathBuf,
     log: std::path::PathBuf,
 }
 
 impl Daemon {
-    fn start(dir: &TestDir, servers: &str, env: &[(&str, String)]) -> Daemon {
+    pub(crate) fn start(dir: &TestDir, servers: &str, env: &[(&str, String)]) -> Daemon {
         let config = dir.path("daemon.toml");
         write_config(dir, servers);
         let log = dir.path("daemon.log");
@@ -41,11 +41,11 @@ impl Daemon {
         Pid::from_raw(self.child.id() as i32)
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         kill(self.pid(), signal).unwrap();
     }
 
-    async fn client(&self) -> ToolHostClient<tonic::transport::Channel> {
+    pub(crate) async fn client(&self) -> ToolHostClient<tonic::transport::Channel> {
         let addr = ListenAddr::Unix(self.socket.clone());
         let channel = eventually("the daemon listens", async || {
             toolhost::cli::connect(&addr).await.map_err(|error| format!("{error}; log:\n{}", self.log_text()))
@@ -54,7 +54,7 @@ impl Daemon {
         ToolHostClient::new(channel)
     }
 
-    async fn wait_servers(&self, what: &str, condition: impl Fn(&[pb::Server]) -> bool) -> Vec<pb::Server> {
+    pub(crate) async fn wait_servers(&self, what: &str, condition: impl Fn(&[pb::Server]) -> bool) -> Vec<pb::Server> {
         let mut client = self.client().await;
         eventually(what, async || {
             let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
@@ -66,7 +66,7 @@ impl Daemon {
         .await
     }
 
-    async fn wait_exit(&mut self) -> std::process::ExitStatus {
+    pub(crate) async fn wait_exit(&mut self) -> std::process::ExitStatus {
         let log = self.log.clone();
         let child = &mut self.child;
         eventually("the daemon exits", async || {

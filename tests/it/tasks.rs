@@ -131,6 +131,17 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
     let missing = mine.start_task(start_request("demo__nope", json!({}))).await.unwrap_err();
     assert_eq!((missing.code(), error_info(&missing).0.as_str()), (tonic::Code::NotFound, "UNKNOWN_TOOL"));
     assert_eq!(mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks.len(), 1, "refused starts made no task");
+
+    // The trail has the start and the call's end.
+    let mut operator = unix_client(&app).await;
+    let trail = eventually("the task's start and end in the audit trail", async || {
+        let request = pb::QueryAuditRequest { agent: "mine".into(), ..Default::default() };
+        let records = operator.query_audit(request).await.unwrap().into_inner().records;
+        let outcomes: Vec<String> = records.iter().filter(|r| r.qualified_name == "demo__sleep").map(|r| r.outcome.clone()).collect();
+        (outcomes.len() >= 2).then_some(outcomes)
+    })
+    .await;
+    assert!(trail.contains(&format!("task_started:{}", started.task_id)) && trail.contains(&"ok".to_owned()), "{trail:?}");
     app.shutdown().await;
 }
 
@@ -292,6 +303,33 @@ async fn a_restart_fails_a_running_stdio_task_as_outcome_unknown_and_keeps_finis
     let kept = grpc.get_task_result(task_id(&finished.task_id)).await.unwrap().into_inner();
     assert!(text_of(&kept.result.unwrap()).contains("kept"));
     app.shutdown().await;
+}
+
+/// Killed outright (no chance to record anything): the next daemon finds the task working in
+/// the store and ends it as cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_leaves_its_running_task_failed_as_outcome_unknown_at_the_next_start() {
+    use nix::sys::signal::Signal;
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let table = server_table("demo", &script, "");
+    let mut daemon = crate::daemon::Daemon::start(&dir, &table, &[]);
+    daemon.wait_servers("ready", |servers| servers.iter().all(|s| s.state() == pb::ServerState::Ready)).await;
+    let mut grpc = daemon.client().await;
+    let running = grpc.start_task(start_request("demo__sleep", json!({"ms": 60000}))).await.unwrap().into_inner();
+    eventually("the call reached the server", async || dir.methods("demo").iter().any(|m| m == "tools/call").then_some(())).await;
+    daemon.signal(Signal::SIGKILL);
+    daemon.wait_exit().await;
+    drop(daemon);
+
+    let mut daemon = crate::daemon::Daemon::start(&dir, &table, &[]);
+    let mut grpc = daemon.client().await;
+    let task = grpc.get_task(task_id(&running.task_id)).await.unwrap().into_inner();
+    assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Failed, "session_lost"), "{task:?}");
+    let refused = grpc.get_task_result(task_id(&running.task_id)).await.unwrap_err();
+    assert_eq!(error_info(&refused).0, "OUTCOME_UNKNOWN", "{refused:?}");
+    daemon.signal(Signal::SIGTERM);
+    assert!(daemon.wait_exit().await.success());
 }
 
 /// The official Python SDK's client (its experimental 2025-11-25 tasks) starts a task, leaves,
