@@ -381,3 +381,51 @@ async fn the_typescript_sdk_runs_a_task_leaves_and_fetches_its_result_from_a_new
     assert_eq!(report["finalStatus"], "completed", "{report}");
     app.shutdown().await;
 }
+
+/// The command line: `call --task`, `tasks`, `task ID --wait`, `cancel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_starts_lists_waits_for_and_cancels_tasks() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config(&server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let addr = cli_addr(&app);
+    let addr = addr.as_str();
+    let cli = |args: Vec<String>| async move {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(&args)
+            .args(["--addr", addr])
+            .env_remove("TOOLHOST_TOKEN")
+            .output()
+            .await
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let args = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+
+    let (code, out, err) = cli(args(&["call", "demo__sleep", "--args", r#"{"ms":300}"#, "--task", "--ttl", "10m", "--json"])).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let started: Value = serde_json::from_str(out.trim()).unwrap();
+    let id = started["taskId"].as_str().unwrap().to_owned();
+    assert_eq!((started["status"].as_str(), started["ttlMs"].as_u64()), (Some("working"), Some(600_000)), "{started}");
+
+    let (code, out, err) = cli(args(&["task", &id, "--wait"])).await;
+    assert_eq!((code, out.trim()), (Some(0), "slept 300 ms"), "{err}");
+    let (code, out, _) = cli(args(&["tasks"])).await;
+    assert_eq!(code, Some(0));
+    assert!(out.contains(&id) && out.contains("completed") && out.contains("demo__sleep"), "{out}");
+
+    let (_, out, _) = cli(args(&["call", "demo__sleep", "--args", r#"{"ms":30000}"#, "--task", "--json"])).await;
+    let slow: Value = serde_json::from_str(out.trim()).unwrap();
+    let slow = slow["taskId"].as_str().unwrap().to_owned();
+    let (code, out, err) = cli(args(&["cancel", &slow])).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("cancelled"), "{out}");
+    let (code, _, err) = cli(args(&["cancel", &slow])).await;
+    assert_eq!(code, Some(3), "cancelling an ended task is refused: {err}");
+    assert!(err.contains("already ended"), "{err}");
+    let (code, _, err) = cli(args(&["task", "no-such-task"])).await;
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("no task"), "{err}");
+    app.shutdown().await;
+}
