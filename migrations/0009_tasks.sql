@@ -16,6 +16,9 @@ CREATE TABLE tasks (
     -- What the call ran against, once it reached a tool.
     generation INTEGER,
     definition_hash TEXT,
+    -- The server's own task id, when the server runs the call as a task: a restarted toolhost
+    -- follows it instead of failing the task.
+    upstream_task TEXT,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
     ttl_ms INTEGER NOT NULL

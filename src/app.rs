@@ -136,15 +136,15 @@ impl App {
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
-        // Tasks a previous daemon left running ended with it; expired ones are swept from here on.
         let tasks = Tasks::new(store.clone(), config.tasks);
-        // A full disk must not keep the daemon from serving: what it cannot write now, readers
-        // see all the same (a working task no call runs is shown as cut off).
-        if let Err(error) = tasks.recover().await {
-            tracing::warn!(%error, "cannot record the end of tasks a previous daemon left running");
-        }
         background.spawn(tasks.clone().sweep(background_cancel.clone()));
         let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone(), tasks.clone());
+        // Tasks a previous daemon left running: followed again where their server keeps them,
+        // else ended with it. A full disk must not keep the daemon from serving: what it cannot
+        // write now, readers see all the same (a working task no call runs is shown as cut off).
+        if let Err(error) = door.recover_tasks().await {
+            tracing::warn!(%error, "cannot settle the tasks a previous daemon left running");
+        }
         // The fleet store's link runs beside everything else, never in front of it: serving
         // does not wait for PostgreSQL, now or ever.
         let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));

@@ -5,6 +5,7 @@
 
 pub mod continuation;
 mod error;
+mod upstream_task;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -108,6 +109,19 @@ pub struct CallRequest<'a> {
     /// What kinds of input request the caller can answer (MCP client capabilities, a JSON
     /// object), told to a 2026-07-28 server; `None` declares none.
     pub client_capabilities: Option<&'a RawValue>,
+    /// Run it as a task on a server that runs tasks, and say the server's task id here once it
+    /// has one (a toolhost task keeps it, to resume after a restart). A tool whose server runs
+    /// it only as a task is always run so, for any caller.
+    pub upstream_task: Option<UpstreamTask>,
+}
+
+/// Asks for a call to run as a task on its server.
+#[derive(Debug)]
+pub struct UpstreamTask {
+    /// How long the server should keep the task.
+    pub ttl: Duration,
+    /// Told the server's task id once the server made one.
+    pub started: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
 /// A caller's answers to a server's input requests.
@@ -213,7 +227,8 @@ impl Calls {
             }
             return Err(held);
         }
-        if tool.fields().task_required {
+        let server_tasks = view.hello.as_ref().is_some_and(|hello| hello.tasks);
+        if tool.fields().task_required && !server_tasks {
             return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
         }
         if !view.is_available() {
@@ -259,39 +274,62 @@ impl Calls {
         let trace_meta = upstream_span.in_scope(propagation::current_meta);
         let progress = request.progress.map(|sink| session.route_progress(sink));
         let modern = view.hello.as_ref().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
+        // As a task upstream: asked for (and the server runs tasks), or the only way the tool runs.
+        let mut upstream_task = request.upstream_task;
+        let as_task = server_tasks && (tool.fields().task_required || upstream_task.is_some());
+        let task_ttl = match &upstream_task {
+            Some(asked) => asked.ttl,
+            None => timeout,
+        };
+        // A 2026 server is told the caller (toolhost) takes task handles, in the capabilities.
+        let capabilities = match (as_task && modern, request.client_capabilities) {
+            (true, capabilities) => Some(upstream_task::declare_extension(capabilities)),
+            (false, _) => None,
+        };
         let extra = CallExtras {
             progress_token: progress.as_ref().map(|route| route.token),
             // Only a 2026-07-28 server reads capabilities per request.
-            capabilities: request.client_capabilities.filter(|_| modern),
+            capabilities: capabilities.as_deref().or(request.client_capabilities).filter(|_| modern),
             responses,
             state: resumed.and_then(|pending| pending.request_state.as_deref()),
+            task_ttl: (as_task && !modern).then_some(task_ttl),
         };
         let params = call_params(&tool.name, arguments, &trace_meta, &extra)?;
         // The slot stays taken until the server answers, even if the caller gives up first.
         let result = session.request_holding(METHOD_TOOLS_CALL, Some(&params), remaining, permit).instrument(upstream_span.clone()).await;
         crate::upstream::session::judge(&mut operation, &result);
+        // A task handle instead of a result: followed to its end within the deadline.
+        let result = match result {
+            Ok(answer) if as_task => match crate::mcp::tasks::created(&answer) {
+                Some(created) => {
+                    if let Some(started) = upstream_task.as_mut().and_then(|asked| asked.started.take()) {
+                        let _ = started.send(created.id.clone());
+                    }
+                    upstream_span.set_attribute("toolhost.upstream_task", created.id.clone());
+                    let follow = upstream_task::Follow {
+                        registry: &self.registry,
+                        server: &view.name,
+                        tool: &tool.name,
+                        generation: generation.number,
+                        timeout,
+                    };
+                    return follow.to_end(created, deadline).await.and_then(|raw| self.finish(&view, tool, generation.number, raw));
+                }
+                None => Ok(answer),
+            },
+            other => other,
+        };
         let at = |server: &ServerView| (server.name.to_string(), tool.name.clone(), generation.number);
         match result {
             Ok(result) => {
-                let outcome = parse_call_result(&result).map_err(|message| {
-                    let (server, tool, generation) = at(&view);
-                    CallError::InvalidResult { server, tool, generation, message: message.to_string() }
-                })?;
-                if outcome.is_error {
+                let done = self.finish(&view, tool, generation.number, result)?;
+                if done.outcome.is_error {
                     operation.tool_error();
                 }
-                if outcome.input_required.is_some() {
+                if done.outcome.input_required.is_some() {
                     upstream_span.set_attribute("mcp.result_type", "input_required");
                 }
-                Ok(CallResult {
-                    outcome,
-                    raw: result,
-                    server: view.name.clone(),
-                    name: tool.name.clone(),
-                    generation: generation.number,
-                    definition_hash: tool.hash.clone(),
-                    continuation: None,
-                })
+                Ok(done)
             }
             Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message, &tool.name) => {
                 view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
@@ -346,6 +384,67 @@ impl Calls {
     }
 
     /// Finds the server view and the tool's index in its current generation, or explains why not.
+    /// A server's answer to a call, read.
+    fn finish(&self, view: &ServerView, tool: &ToolDef, generation: u64, raw: Box<RawValue>) -> Result<CallResult, CallError> {
+        let outcome = parse_call_result(&raw).map_err(|message| CallError::InvalidResult {
+            server: view.name.to_string(),
+            tool: tool.name.clone(),
+            generation,
+            message: message.to_string(),
+        })?;
+        Ok(CallResult {
+            outcome,
+            raw,
+            server: view.name.clone(),
+            name: tool.name.clone(),
+            generation,
+            definition_hash: tool.hash.clone(),
+            continuation: None,
+        })
+    }
+
+    /// Follows a task a server runs for a call toolhost made before it stopped (its id kept
+    /// with toolhost's own task) to its end, once the server is back, within `deadline`.
+    ///
+    /// # Errors
+    /// [`CallError`]: the server lost the task (its outcome unknown), failed it, or did not end
+    /// it in time.
+    pub async fn resume_upstream_task(&self, tool: &ToolRef, id: String, deadline: tokio::time::Instant) -> Result<CallResult, CallError> {
+        let Some(server) = tool.server().map(Arc::<str>::from) else { return Err(unknown(tool)) };
+        let view = upstream_task::available(&self.registry, &server, deadline).await.ok_or_else(|| CallError::SessionLost {
+            server: server.to_string(),
+            tool: crate::door::qualified_target(tool).into_owned(),
+            generation: 0,
+            detail: Some("the server did not come back before the task's time ran out".to_owned()),
+        })?;
+        let (view, idx) = locate(&self.registry.snapshot().servers, tool).unwrap_or((view, usize::MAX));
+        let generation = view.generation.clone().ok_or_else(|| unknown(tool))?;
+        let tool = generation.tools.get(idx).ok_or_else(|| unknown(tool))?;
+        let state = crate::mcp::tasks::TaskState {
+            id,
+            status: crate::mcp::tasks::Status::Working,
+            message: None,
+            poll_interval_ms: None,
+            result: None,
+            error: None,
+        };
+        let follow = upstream_task::Follow {
+            registry: &self.registry,
+            server: &view.name,
+            tool: &tool.name,
+            generation: generation.number,
+            timeout: deadline.saturating_duration_since(tokio::time::Instant::now()),
+        };
+        let raw = follow.to_end(state, deadline).await?;
+        self.finish(&view, tool, generation.number, raw)
+    }
+
+    /// Asks `server` to cancel its task `id` (best effort, briefly): toolhost's own task of it
+    /// was cancelled.
+    pub async fn cancel_upstream_task(&self, server: &str, id: &str) {
+        upstream_task::cancel(&self.registry, server, id).await;
+    }
+
     /// What a call of `tool` would be refused for before anything is sent (an unknown or
     /// removed tool, a definition that changed since the caller listed it, a held tool): the
     /// stale-tool rules of a call, applied when a task starts.
@@ -478,6 +577,9 @@ struct CallExtras<'a> {
     responses: Option<&'a RawValue>,
     /// `requestState`: the server's own, echoed byte for byte on a retry.
     state: Option<&'a RawValue>,
+    /// `task`: run it as a task kept this long (2025-11-25; a 2026 server reads the extension in
+    /// the capabilities instead).
+    task_ttl: Option<Duration>,
 }
 
 /// The call's arguments as the JSON object text they must be (`{}` when none were given).
@@ -508,6 +610,9 @@ fn call_params(name: &str, raw: &RawValue, meta: &HashMap<String, String>, extra
     if let Some(state) = extra.state {
         params.push_str(r#","requestState":"#);
         params.push_str(state.get());
+    }
+    if let Some(ttl) = extra.task_ttl {
+        params.push_str(&format!(r#","task":{{"ttl":{}}}"#, ttl.as_millis()));
     }
     if !meta.is_empty() || progress_token.is_some() || extra.capabilities.is_some() {
         let mut members: Vec<String> = Vec::with_capacity(meta.len() + 2);

@@ -100,7 +100,9 @@ pub(crate) fn tool(
         annotations_json: fields.annotations.clone(),
         definition_hash: tool.hash.clone(),
         generation,
-        available: view.is_available() && !fields.task_required && held.is_none(),
+        // A tool its server runs only as a task is callable when the server runs tasks (toolhost
+        // then runs it as one there, for any caller).
+        available: view.is_available() && (!fields.task_required || view.hello.as_ref().is_some_and(|hello| hello.tasks)) && held.is_none(),
         definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
         state: if held.is_some() { "held" } else { "ok" }.to_owned(),
         hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),

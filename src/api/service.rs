@@ -337,6 +337,7 @@ impl ToolHostService {
             progress: None,
             answer,
             client_capabilities: capabilities,
+            upstream_task: None,
         };
         let result = self.door.call(&caller, call).await;
         crate::door::observe_call(operation, &result);

@@ -59,7 +59,7 @@ impl ToolHostService {
 
     pub(crate) async fn cancel_task_in(&self, request: Request<pb::TaskRequest>) -> Result<pb::Task, Status> {
         let caller = self.admit(&request)?;
-        Ok(task_message(&self.door.tasks().cancel(&caller, &request.get_ref().task_id).await?))
+        Ok(task_message(&self.door.cancel_task(&caller, &request.get_ref().task_id).await?))
     }
 
     pub(crate) async fn list_tasks_in(&self, request: Request<pb::ListTasksRequest>) -> Result<pb::ListTasksResponse, Status> {

@@ -96,6 +96,31 @@ impl Door {
         Ok(task)
     }
 
+    /// Cancels `caller`'s working task, and the task its server runs for it, if any.
+    ///
+    /// # Errors
+    /// [`tasks::TaskError`].
+    pub async fn cancel_task(&self, caller: &Caller, id: &str) -> Result<tasks::Task, tasks::TaskError> {
+        let task = self.tasks.cancel(caller, id).await?;
+        if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
+            self.calls.cancel_upstream_task(server, upstream).await;
+        }
+        Ok(task)
+    }
+
+    /// At start: follows again the tasks a previous daemon left running whose servers keep
+    /// them; the others ended with it (see [`tasks::Tasks::recover`]).
+    ///
+    /// # Errors
+    /// [`crate::catalog::store::StoreError`].
+    pub async fn recover_tasks(&self) -> Result<u64, crate::catalog::store::StoreError> {
+        self.tasks.recover(self).await
+    }
+
+    pub fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
     /// What a call of `tool` would be refused for before anything is sent: the caller's policy
     /// (a tool it may not use answers like one that does not exist), the arguments, an unknown,
     /// removed, changed or held tool. A refusal is audited as the call's would be.

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::Door;
 use crate::access::Caller;
-use crate::calls::{CallError, CallRequest, ToolRef};
+use crate::calls::{CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
 use crate::catalog::record::now_ms;
 use crate::catalog::store::tasks::{TaskEnd, TaskRecord, TaskStatus};
 use crate::catalog::store::{Store, StoreError};
@@ -109,11 +109,19 @@ impl Tasks {
         &self.inner.settings
     }
 
-    /// At start: every task a previous daemon left working ended with it, its outcome unknown.
+    /// At start: a task a previous daemon left working whose server keeps it is followed again;
+    /// every other ended with that daemon, its outcome unknown.
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn recover(&self) -> Result<u64, StoreError> {
+    pub(super) async fn recover(&self, door: &Door) -> Result<u64, StoreError> {
+        for task in self.inner.store.tasks_to_follow().await? {
+            let Some(upstream) = task.upstream.clone() else { continue };
+            let stop = self.inner.stopping.child_token();
+            self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(task.id.clone(), stop.clone());
+            tracing::info!(task = %task.id, server_task = %upstream, "following a task its server kept across a restart");
+            self.inner.tracker.spawn(Resume { tasks: self.clone(), door: door.clone(), task, upstream, stop }.run());
+        }
         let failure = interrupted("toolhost restarted");
         let end = TaskEnd {
             status: TaskStatus::Failed,
@@ -215,11 +223,12 @@ impl Tasks {
     }
 
     /// Cancels `caller`'s working task: it is marked cancelled first (durably), then its call
-    /// is stopped, which tells the server (`notifications/cancelled`).
+    /// is stopped, which tells the server (`notifications/cancelled`); a server's own task
+    /// (`upstream`) is for the [`Door`] to cancel.
     ///
     /// # Errors
     /// [`TaskError::Unknown`], [`TaskError::Ended`], [`TaskError::Store`].
-    pub async fn cancel(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
+    pub(super) async fn cancel(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
         let task = self.get(caller, id).await?;
         let end = TaskEnd {
             status: TaskStatus::Cancelled,
@@ -237,7 +246,10 @@ impl Tasks {
             call.cancel();
         }
         self.inner.ended.send_modify(|count| *count = count.wrapping_add(1));
-        self.get(caller, id).await
+        let mut cancelled = self.get(caller, id).await?;
+        // The server's own task id, read after the call stopped (it may have just been kept).
+        cancelled.upstream = self.inner.store.task(id).await?.and_then(|task| task.upstream);
+        Ok(cancelled)
     }
 
     /// Starts `call` as a task of `caller`'s, after the checks a call gets before anything is
@@ -263,6 +275,7 @@ impl Tasks {
             failure: None,
             result_bytes: 0,
             ran_against: None,
+            upstream: None,
             created_at_ms: now,
             updated_at_ms: now,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
@@ -312,6 +325,7 @@ struct Run {
 
 impl Run {
     async fn run(self) {
+        let (started, mut told) = tokio::sync::oneshot::channel();
         let request = CallRequest {
             tool: self.call.tool.clone(),
             queue_as: self.caller.agent.name.clone(),
@@ -322,95 +336,145 @@ impl Run {
             progress: None,
             answer: None,
             client_capabilities: None,
+            // On a server that runs tasks, the call runs as one there too: its id is kept, so
+            // that a restarted toolhost follows it instead of losing it.
+            upstream_task: Some(UpstreamTask { ttl: self.timeout, started: Some(started) }),
         };
-        let inner = &self.tasks.inner;
+        let call = self.door.call(&self.caller, request);
+        tokio::pin!(call);
+        let mut upstream = false;
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break Some(result),
+                () = self.stop.cancelled() => break None,
+                id = &mut told, if !upstream => {
+                    upstream = true;
+                    if let Ok(id) = id
+                        && let Err(error) = self.tasks.inner.store.set_task_upstream(&self.id, &id).await
+                    {
+                        tracing::warn!(task = %self.id, %error, "cannot keep the server's task id: a restart will not follow it");
+                    }
+                }
+            }
+        };
+        finish(&self.tasks, &self.id, result, upstream).await;
+    }
+}
+
+/// A task whose call a server runs as its own task, followed again after a restart.
+struct Resume {
+    tasks: Tasks,
+    door: Door,
+    task: Task,
+    upstream: String,
+    stop: CancellationToken,
+}
+
+impl Resume {
+    async fn run(self) {
+        let left = u64::try_from(expires_at(&self.task).saturating_sub(now_ms())).unwrap_or(0);
+        let deadline = crate::deadline::after(Duration::from_millis(left));
+        let tool = ToolRef::Qualified(self.task.qualified_name.clone());
         let result = tokio::select! {
-            result = self.door.call(&self.caller, request) => Some(result),
+            result = self.door.calls().resume_upstream_task(&tool, self.upstream.clone(), deadline) => Some(result),
             () = self.stop.cancelled() => None,
         };
-        let failure;
-        let too_large;
-        let end = match &result {
-            // Cancelled by its caller (already recorded), or the daemon is stopping.
-            None if !inner.stopping.is_cancelled() => return,
-            None => {
-                failure = interrupted("toolhost stopped");
-                TaskEnd {
-                    status: TaskStatus::Failed,
-                    message: Some(INTERRUPTED),
-                    outcome: "session_lost",
-                    result: None,
-                    failure: Some(&failure),
-                    ran_against: None,
-                }
-            }
-            Some(Ok(done)) if done.outcome.input_required.is_some() => {
-                failure = encode(&CallError::InvalidResult {
-                    server: done.server.to_string(),
-                    tool: done.name.clone(),
-                    generation: done.generation,
-                    message: "the server asked for input, which a task cannot give it yet; call the tool without a task".to_owned(),
-                });
-                TaskEnd {
-                    status: TaskStatus::Failed,
-                    message: Some("the server asked for input"),
-                    outcome: "input_required",
-                    result: None,
-                    failure: Some(&failure),
-                    ran_against: None,
-                }
-            }
-            Some(Ok(done)) if done.raw.get().len() as u64 > inner.settings.max_result_bytes => {
-                too_large = format!(
-                    "the result is {} bytes; a task keeps at most {} (tasks.max_result_bytes): it was not kept",
-                    done.raw.get().len(),
-                    inner.settings.max_result_bytes
-                );
-                failure = encode(&CallError::InvalidResult {
-                    server: done.server.to_string(),
-                    tool: done.name.clone(),
-                    generation: done.generation,
-                    message: too_large.clone(),
-                });
-                TaskEnd {
-                    status: TaskStatus::Failed,
-                    message: Some(&too_large),
-                    outcome: "result_too_large",
-                    result: None,
-                    failure: Some(&failure),
-                    ran_against: None,
-                }
-            }
-            // A tool's own failure fails the task, with its result (as MCP's tasks say).
-            Some(Ok(done)) => TaskEnd {
-                status: if done.outcome.is_error { TaskStatus::Failed } else { TaskStatus::Completed },
-                message: Some(if done.outcome.is_error { "the tool reported an error" } else { "the call completed" }),
-                outcome: done.outcome.label(),
-                result: Some(done.raw.get()),
-                failure: None,
-                ran_against: Some((done.generation, &done.definition_hash)),
-            },
-            Some(Err(error)) => {
-                failure = encode(error);
-                TaskEnd {
-                    status: TaskStatus::Failed,
-                    message: Some("the call failed"),
-                    outcome: error.kind(),
-                    result: None,
-                    failure: Some(&failure),
-                    ran_against: None,
-                }
-            }
-        };
-        match inner.store.end_task(&self.id, &end, now_ms()).await {
-            Ok(_) => {}
-            // Left working in the store: the next start fails it with an unknown outcome.
-            Err(error) => tracing::error!(task = %self.id, %error, "cannot record a task's end"),
-        }
-        // Only now: until its end is stored, the task is running (see `Tasks::as_it_is`).
-        inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
-        inner.ended.send_modify(|count| *count = count.wrapping_add(1));
+        finish(&self.tasks, &self.task.id, result, true).await;
     }
+}
+
+/// Records how a task's call ended (`None`: it was stopped), and tells the waiters.
+async fn finish(tasks: &Tasks, id: &str, result: Option<Result<CallResult, CallError>>, upstream: bool) {
+    let inner = &tasks.inner;
+    let failure;
+    let too_large;
+    let end = match &result {
+        // Cancelled by its caller (already recorded).
+        None if !inner.stopping.is_cancelled() => return forget(tasks, id),
+        // The daemon stops, and the server keeps the task: the next start follows it.
+        None if upstream => return forget(tasks, id),
+        None => {
+            failure = interrupted("toolhost stopped");
+            TaskEnd {
+                status: TaskStatus::Failed,
+                message: Some(INTERRUPTED),
+                outcome: "session_lost",
+                result: None,
+                failure: Some(&failure),
+                ran_against: None,
+            }
+        }
+        Some(Ok(done)) if done.outcome.input_required.is_some() => {
+            failure = encode(&CallError::InvalidResult {
+                server: done.server.to_string(),
+                tool: done.name.clone(),
+                generation: done.generation,
+                message: "the server asked for input, which a task cannot give it yet; call the tool without a task".to_owned(),
+            });
+            TaskEnd {
+                status: TaskStatus::Failed,
+                message: Some("the server asked for input"),
+                outcome: "input_required",
+                result: None,
+                failure: Some(&failure),
+                ran_against: None,
+            }
+        }
+        Some(Ok(done)) if done.raw.get().len() as u64 > inner.settings.max_result_bytes => {
+            too_large = format!(
+                "the result is {} bytes; a task keeps at most {} (tasks.max_result_bytes): it was not kept",
+                done.raw.get().len(),
+                inner.settings.max_result_bytes
+            );
+            failure = encode(&CallError::InvalidResult {
+                server: done.server.to_string(),
+                tool: done.name.clone(),
+                generation: done.generation,
+                message: too_large.clone(),
+            });
+            TaskEnd {
+                status: TaskStatus::Failed,
+                message: Some(&too_large),
+                outcome: "result_too_large",
+                result: None,
+                failure: Some(&failure),
+                ran_against: None,
+            }
+        }
+        // A tool's own failure fails the task, with its result (as MCP's tasks say).
+        Some(Ok(done)) => TaskEnd {
+            status: if done.outcome.is_error { TaskStatus::Failed } else { TaskStatus::Completed },
+            message: Some(if done.outcome.is_error { "the tool reported an error" } else { "the call completed" }),
+            outcome: done.outcome.label(),
+            result: Some(done.raw.get()),
+            failure: None,
+            ran_against: Some((done.generation, &done.definition_hash)),
+        },
+        Some(Err(error)) => {
+            failure = encode(error);
+            TaskEnd {
+                status: TaskStatus::Failed,
+                message: Some("the call failed"),
+                outcome: error.kind(),
+                result: None,
+                failure: Some(&failure),
+                ran_against: None,
+            }
+        }
+    };
+    match inner.store.end_task(id, &end, now_ms()).await {
+        Ok(_) => {}
+        // Left working in the store: the next start ends it.
+        Err(error) => tracing::error!(task = %id, %error, "cannot record a task's end"),
+    }
+    forget(tasks, id);
+}
+
+/// No call runs for the task any more (only now: until its end is stored, it is running, see
+/// [`Tasks::as_it_is`]); its waiters look again.
+fn forget(tasks: &Tasks, id: &str) {
+    tasks.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+    tasks.inner.ended.send_modify(|count| *count = count.wrapping_add(1));
 }
 
 const INTERRUPTED: &str = "toolhost stopped while the call ran; its outcome is unknown and it was not retried";

@@ -152,12 +152,9 @@ impl Cache {
 fn render(server: &str, generation: u64, tool: &ToolDef, shown: &str) -> Box<str> {
     let mut object: Map<String, Value> = serde_json::from_str(&tool.definition).unwrap_or_default();
     object.insert("name".into(), Value::from(shown));
-    // toolhost runs any call as a task (door::tasks); a tool its server runs only as a task keeps
-    // saying so (toolhost does not pass tasks through to servers).
-    let required = object.get("execution").and_then(|execution| execution.get("taskSupport")).and_then(Value::as_str) == Some("required");
-    if !required {
-        object.insert("execution".into(), serde_json::json!({ "taskSupport": "optional" }));
-    }
+    // toolhost runs any call as a task (door::tasks), and a tool its server runs only as a task
+    // as one there for any caller: to toolhost's callers every tool is task-optional.
+    object.insert("execution".into(), serde_json::json!({ "taskSupport": "optional" }));
     let meta = object.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());

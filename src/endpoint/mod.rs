@@ -334,6 +334,7 @@ impl Endpoint {
                 progress: None,
                 answer: answer.as_ref().map(|(token, responses)| Answer { token, responses }),
                 client_capabilities: capabilities,
+                upstream_task: None,
             };
             let result = self.call_once(view, request, params.progress_token, out).await;
             crate::door::observe_call(operation, &result);

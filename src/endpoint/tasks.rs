@@ -60,7 +60,7 @@ impl Endpoint {
             return reply::error(id, INVALID_PARAMS, &format!("{method} needs params.taskId"), None);
         };
         let found = match method {
-            METHOD_CANCEL => tasks.cancel(&view.caller, task_id).await,
+            METHOD_CANCEL => self.door.cancel_task(&view.caller, task_id).await,
             METHOD_RESULT => tasks.wait(&view.caller, task_id, crate::deadline::after(RESULT_WAIT)).await,
             _ => tasks.get(&view.caller, task_id).await,
         };

@@ -28,6 +28,9 @@ pub struct ServerHello {
     /// `capabilities.tools.listChanged` was `true`.
     pub tools_list_changed: bool,
     pub instructions: Option<String>,
+    /// The server runs `tools/call` as a task when asked (2025-11-25:
+    /// `capabilities.tasks.requests.tools.call`; 2026-07-28: the tasks extension).
+    pub tasks: bool,
 }
 
 /// The two eras of MCP: `initialize` and sessions (up to 2025-11-25), or stateless requests
@@ -90,6 +93,8 @@ struct InitializeResult<'a> {
 struct Capabilities {
     #[serde(default)]
     tools: Option<ToolsCapability>,
+    #[serde(default)]
+    tasks: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -116,6 +121,7 @@ pub fn check_initialize_result(result: &RawValue) -> Result<ServerHello, Handsha
         has_tools: tools.is_some(),
         tools_list_changed: tools.and_then(|t| t.list_changed).unwrap_or(false),
         instructions: parsed.instructions,
+        tasks: parsed.capabilities.tasks.as_ref().and_then(|tasks| tasks.pointer("/requests/tools/call")).is_some(),
     })
 }
 

@@ -8,4 +8,5 @@ pub mod jsonrpc;
 pub mod lifecycle;
 pub mod modern;
 pub mod sse;
+pub mod tasks;
 pub mod tools;

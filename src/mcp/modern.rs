@@ -143,6 +143,7 @@ pub fn check_discover_result(result: &RawValue) -> Result<ServerHello, Handshake
         has_tools: tools.is_some_and(Value::is_object),
         tools_list_changed: tools.and_then(|t| t.get("listChanged")).and_then(Value::as_bool).unwrap_or(false),
         instructions: parsed.instructions,
+        tasks: parsed.capabilities.pointer("/extensions").and_then(|extensions| extensions.get(super::tasks::EXTENSION)).is_some(),
     })
 }
 

@@ -53,7 +53,7 @@ async fn serve_python_http(port: u16) -> (tokio::process::Child, u16) {
 
 /// Starts server-everything over Streamable HTTP. It takes its port from `PORT` only, so the
 /// port is picked here; if another process took it first the server exits, and another is tried.
-async fn serve_everything_http() -> (tokio::process::Child, u16) {
+pub async fn serve_everything_http() -> (tokio::process::Child, u16) {
     for _ in 0..5 {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let args = [everything().display().to_string(), "streamableHttp".to_owned()];

@@ -429,3 +429,41 @@ async fn the_cli_starts_lists_waits_for_and_cancels_tasks() {
     assert!(err.contains("no task"), "{err}");
     app.shutdown().await;
 }
+
+/// server-everything's `simulate-research-query` runs only as a task (`taskSupport:
+/// "required"`). Through toolhost it is callable: a plain call (toolhost runs it as a task on the
+/// server and follows it) and a toolhost task (which keeps the server's task id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_its_server_runs_only_as_a_task_is_callable_plainly_and_as_a_task() {
+    let (mut server, port) = crate::interop::serve_everything_http().await;
+    let dir = TestDir::new();
+    let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"30s\"\n");
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "everything", "the task tool listed", |v| {
+        v.state == ServerState::Ready && tool_names(v).iter().any(|t| t == "simulate-research-query")
+    })
+    .await;
+    let mut grpc = client(&app).await;
+    let tools = grpc
+        .list_tools(pb::ListToolsRequest { servers: vec!["everything".into()], ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let research = tools.iter().find(|tool| tool.name == "simulate-research-query").expect("listed");
+    assert!(research.available, "callable now that toolhost runs server tasks: {research:?}");
+    let qualified = research.qualified_name.clone();
+
+    let call =
+        pb::CallToolRequest { qualified_name: qualified.clone(), arguments_json: r#"{"topic":"registries"}"#.into(), ..Default::default() };
+    let answered = grpc.call_tool(call.clone()).await.unwrap().into_inner();
+    assert!(answered.content_json.contains("Research Report: registries"), "{}", answered.content_json);
+
+    let started = grpc.start_task(pb::StartTaskRequest { call: Some(call), ttl_ms: 120_000 }).await.unwrap().into_inner();
+    let done = grpc.get_task_result(task_id(&started.task_id)).await.unwrap().into_inner();
+    assert!(done.result.unwrap().content_json.contains("Research Report: registries"));
+    let stored = app.store().task(&started.task_id).await.unwrap().unwrap();
+    assert!(stored.upstream.is_some(), "the server's own task id is kept: {stored:?}");
+    app.shutdown().await;
+    let _ = server.kill().await;
+}

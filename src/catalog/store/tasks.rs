@@ -61,6 +61,8 @@ pub struct TaskRecord {
     pub result_bytes: u64,
     /// The generation and definition the call ran against, once it reached a tool.
     pub ran_against: Option<(u64, String)>,
+    /// The server's own task id, when the server runs the call as a task.
+    pub upstream: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     pub ttl_ms: u64,
@@ -103,6 +105,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> TaskRecord {
             (Some(generation), Some(hash)) => Some((u64::try_from(generation).unwrap_or(0), hash)),
             _ => None,
         },
+        upstream: row.get("upstream_task"),
         created_at_ms: row.get("created_at_ms"),
         updated_at_ms: row.get("updated_at_ms"),
         ttl_ms: u64::try_from(row.get::<i64, _>("ttl_ms")).unwrap_or(0),
@@ -210,15 +213,43 @@ impl Store {
         Ok(TaskUsage { open_by_agent: get("open_by_agent"), open: get("open"), bytes_by_agent: get("bytes_by_agent"), bytes: get("bytes") })
     }
 
-    /// Ends every task still `working` in the store as failed with `end` (at start: the daemon
-    /// that ran them is gone). Returns how many.
+    /// Keeps the server's own task id of a working task.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn set_task_upstream(&self, id: &str, upstream: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE tasks SET upstream_task = ?2 WHERE id = ?1 AND status = 'working'")
+            .bind(id)
+            .bind(upstream)
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Working tasks whose servers run them as tasks of their own: a restarted daemon follows
+    /// them.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn tasks_to_follow(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM tasks WHERE status = 'working' AND upstream_task IS NOT NULL").fetch_all(&self.pool()).await?;
+        Ok(rows.iter().map(record).collect())
+    }
+
+    /// Ends every task still `working` in the store whose server does not keep it (no
+    /// upstream task) as failed with `end` (at start: the daemon that ran them is gone).
+    /// Returns how many.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn end_interrupted_tasks(&self, end: &TaskEnd<'_>, now_ms: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let changed = sqlx::query(
-            "UPDATE tasks SET status = ?1, status_message = ?2, outcome = ?3, failure = ?4, updated_at_ms = ?5 WHERE status = 'working'",
+            "UPDATE tasks SET status = ?1, status_message = ?2, outcome = ?3, failure = ?4, updated_at_ms = ?5 \
+             WHERE status = 'working' AND upstream_task IS NULL",
         )
         .bind(end.status.as_str())
         .bind(end.message)
