@@ -41,6 +41,17 @@ pub struct Script {
     pub echo_authorization_on_list: bool,
     /// Close the connection on tools/call without a word: a server that dies mid-call.
     pub die_on_call: bool,
+    /// Run a `tools/call` as a task when asked (both eras), in a store the whole server shares
+    /// (a client that reconnects finds its tasks). A call ends `arguments.ms` (default 500)
+    /// after it started.
+    pub tasks: bool,
+}
+
+/// A task the server runs.
+struct ServerTask {
+    ends_at: std::time::Instant,
+    arguments: Value,
+    cancelled: bool,
 }
 
 pub struct HttpMcpServer {
@@ -59,6 +70,7 @@ struct State {
     /// Stalled tools/call streams whose client is still connected.
     stalled_open: std::sync::atomic::AtomicUsize,
     notifications: broadcast::Sender<String>,
+    tasks: Mutex<HashMap<String, ServerTask>>,
 }
 
 impl HttpMcpServer {
@@ -94,6 +106,7 @@ impl HttpMcpServer {
             held: Mutex::default(),
             stalled_open: std::sync::atomic::AtomicUsize::new(0),
             notifications: broadcast::channel(64).0,
+            tasks: Mutex::default(),
         });
         let accept_state = state.clone();
         tokio::spawn(async move {
@@ -140,6 +153,16 @@ impl HttpMcpServer {
     }
 
     /// Forgets every session: later requests that carry one get 404.
+    /// The ids of the tasks a client cancelled.
+    pub fn cancelled_tasks(&self) -> Vec<String> {
+        self.state.tasks.lock().unwrap().iter().filter(|(_, task)| task.cancelled).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// How many tasks the server was asked to run.
+    pub fn tasks_started(&self) -> usize {
+        self.state.tasks.lock().unwrap().len()
+    }
+
     pub fn forget_sessions(&self) {
         self.state.sessions.lock().unwrap().clear();
     }
@@ -237,7 +260,8 @@ async fn respond<S: AsyncWrite + Unpin>(
                 return write(stream, "202 Accepted", "application/json", "", &[]).await;
             }
             let message = match answer(state, body) {
-                Some(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                Some(Ok(result)) => json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                Some(Err((code, message))) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string(),
                 None => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}).to_string(),
             };
             let mut extra = Vec::new();
@@ -340,14 +364,19 @@ async fn respond_modern<S: AsyncWrite + Unpin>(
         return write(stream, "400 Bad Request", "application/json", &error(-32020, "Header mismatch"), &[]).await;
     }
     let complete = |mut result: Value| {
-        result["resultType"] = json!("complete");
+        if result.get("resultType").is_none() {
+            result["resultType"] = json!("complete");
+        }
         json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
     };
     match rpc_method {
         "server/discover" => {
-            let result = complete(
-                json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0, "cacheScope": "public"}),
-            );
+            let mut capabilities = json!({"tools": {"listChanged": true}});
+            if state.script.lock().unwrap().tasks {
+                capabilities["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+            }
+            let result =
+                complete(json!({"supportedVersions": ["2026-07-28"], "capabilities": capabilities, "ttlMs": 0, "cacheScope": "public"}));
             write(stream, "200 OK", "application/json", &result, &[]).await
         }
         "subscriptions/listen" => {
@@ -368,7 +397,11 @@ async fn respond_modern<S: AsyncWrite + Unpin>(
             false
         }
         _ => match answer(state, body) {
-            Some(mut result) => {
+            Some(Err((code, message))) => {
+                let line = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string();
+                write(stream, "200 OK", "application/json", &line, &[]).await
+            }
+            Some(Ok(mut result)) => {
                 if rpc_method == "tools/list" {
                     result["ttlMs"] = json!(60_000);
                     result["cacheScope"] = json!("public");
@@ -380,9 +413,18 @@ async fn respond_modern<S: AsyncWrite + Unpin>(
     }
 }
 
-fn answer(state: &State, body: &Value) -> Option<Value> {
+/// A request's result, or its JSON-RPC error; `None` for a method the server does not have.
+fn answer(state: &State, body: &Value) -> Option<Result<Value, (i64, String)>> {
+    if state.script.lock().unwrap().tasks
+        && let Some(answer) = task_answer(state, body)
+    {
+        return Some(answer);
+    }
     let script = state.script.lock().unwrap();
-    Some(match body["method"].as_str().unwrap_or_default() {
+    Some(Ok(match body["method"].as_str().unwrap_or_default() {
+        "initialize" if script.tasks => json!({"protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": true}, "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
+            "serverInfo": {"name": "http-test", "version": "1"}}),
         "initialize" => {
             json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": "http-test", "version": "1"}})
         }
@@ -397,6 +439,82 @@ fn answer(state: &State, body: &Value) -> Option<Value> {
             result
         }
         "tools/call" => json!({"content": [{"type": "text", "text": body["params"]["arguments"].to_string()}]}),
+        _ => return None,
+    }))
+}
+
+/// The task methods, and a `tools/call` asked to run as a task; `None` for anything else.
+fn task_answer(state: &State, body: &Value) -> Option<Result<Value, (i64, String)>> {
+    let params = &body["params"];
+    let modern = params["_meta"]["io.modelcontextprotocol/protocolVersion"].is_string();
+    let now = std::time::Instant::now();
+    let mut tasks = state.tasks.lock().unwrap();
+    let view = |id: &str, task: &ServerTask| {
+        let status = match (task.cancelled, now >= task.ends_at) {
+            (true, _) => "cancelled",
+            (false, true) => "completed",
+            (false, false) => "working",
+        };
+        let mut fields =
+            json!({"taskId": id, "status": status, "createdAt": "2026-12-01T00:00:00Z", "lastUpdatedAt": "2026-12-01T00:00:00Z"});
+        if modern {
+            fields["ttlMs"] = json!(600_000);
+            fields["pollIntervalMs"] = json!(100);
+            if status == "completed" {
+                fields["result"] = json!({"content": [{"type": "text", "text": format!("job done: {}", task.arguments)}]});
+            }
+        } else {
+            fields["ttl"] = json!(600_000);
+            fields["pollInterval"] = json!(100);
+        }
+        fields
+    };
+    let unknown = || Err((-32602, "unknown task".to_owned()));
+    let id = params["taskId"].as_str().unwrap_or_default().to_owned();
+    Some(match body["method"].as_str().unwrap_or_default() {
+        "tools/call" => Ok({
+            let asked = params.get("task").is_some()
+                || params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+                    .get("io.modelcontextprotocol/tasks")
+                    .is_some();
+            if !asked {
+                return None;
+            }
+            let ms = params["arguments"]["ms"].as_u64().unwrap_or(500);
+            let id = format!("job-{}", tasks.len() + 1);
+            let task = ServerTask {
+                ends_at: now + std::time::Duration::from_millis(ms),
+                arguments: params["arguments"].clone(),
+                cancelled: false,
+            };
+            let fields = view(&id, &task);
+            tasks.insert(id, task);
+            if modern {
+                let mut handle = fields;
+                handle["resultType"] = json!("task");
+                handle
+            } else {
+                json!({"task": fields})
+            }
+        }),
+        "tasks/get" => match tasks.get(&id) {
+            Some(task) => Ok(view(&id, task)),
+            None => unknown(),
+        },
+        "tasks/result" => match tasks.get(&id) {
+            Some(task) if now >= task.ends_at && !task.cancelled => {
+                Ok(json!({"content": [{"type": "text", "text": format!("job done: {}", task.arguments)}]}))
+            }
+            Some(_) => Err((-32603, "not done".to_owned())),
+            None => unknown(),
+        },
+        "tasks/cancel" => match tasks.get_mut(&id) {
+            Some(task) => {
+                task.cancelled = true;
+                Ok(view(&id, task))
+            }
+            None => unknown(),
+        },
         _ => return None,
     })
 }

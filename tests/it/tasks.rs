@@ -467,3 +467,41 @@ async fn a_tool_its_server_runs_only_as_a_task_is_callable_plainly_and_as_a_task
     app.shutdown().await;
     let _ = server.kill().await;
 }
+
+/// A server that runs tasks itself, in both eras: toolhost's task becomes the server's, a
+/// restart of toolhost follows it to its end instead of losing it, and a cancellation reaches
+/// the server's `tasks/cancel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_runs_tasks_keeps_a_task_across_a_toolhost_restart_in_both_eras() {
+    use crate::http_server::{HttpMcpServer, Script};
+    for modern in [false, true] {
+        let job = json!({"name": "job", "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}});
+        let server = HttpMcpServer::start(Script { tools: vec![job], tasks: true, modern, ..Default::default() }).await;
+        let dir = TestDir::new();
+        let config = || dir.config(&crate::http::http_table("remote", &server.url(), ""));
+        let app = start(config()).await;
+        wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+        let mut grpc = client(&app).await;
+        let running = grpc.start_task(start_request("remote__job", json!({"ms": 1500}))).await.unwrap().into_inner();
+        let store = app.store().clone();
+        eventually("the server's task id kept", async || store.task(&running.task_id).await.unwrap().and_then(|task| task.upstream)).await;
+        app.shutdown().await;
+
+        let app = start(config()).await;
+        let mut grpc = client(&app).await;
+        let done = grpc.get_task_result(task_id(&running.task_id)).await.unwrap().into_inner();
+        let task = done.task.unwrap();
+        assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Completed, "ok"), "modern {modern}: {task:?}");
+        assert_eq!(text_of(&done.result.unwrap()), r#"job done: {"ms":1500}"#, "modern {modern}");
+        assert_eq!(server.tasks_started(), 1, "modern {modern}: followed, never started again");
+
+        let slow = grpc.start_task(start_request("remote__job", json!({"ms": 60000}))).await.unwrap().into_inner();
+        let store = app.store().clone();
+        let upstream =
+            eventually("the server's task id kept", async || store.task(&slow.task_id).await.unwrap().and_then(|task| task.upstream)).await;
+        let cancelled = grpc.cancel_task(task_id(&slow.task_id)).await.unwrap().into_inner();
+        assert_eq!(cancelled.status(), pb::TaskStatus::Cancelled);
+        assert_eq!(server.cancelled_tasks(), [upstream], "modern {modern}: the server was told");
+        app.shutdown().await;
+    }
+}
