@@ -451,6 +451,32 @@ impl Server {
                 });
             }
             "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
+            // The conformance suite's tasks fixtures (a sync tool, a slow one, a tool error and a
+            // protocol error, the last three after a while).
+            "greet" => {
+                let name = arguments.get("name").and_then(Value::as_str).unwrap_or("there");
+                self.respond(id, Ok(json!({"content": [{"type": "text", "text": format!("Hello, {name}!")}]})));
+            }
+            "slow_compute" | "failing_job" | "protocol_error_job" => {
+                let millis = match name.as_str() {
+                    "slow_compute" => arguments.get("seconds").and_then(Value::as_f64).map_or(1000, |s| (s.max(0.0) * 1000.0) as u64),
+                    _ => 1000,
+                };
+                let out = self.out.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(millis));
+                    let line = match name.as_str() {
+                        "slow_compute" => {
+                            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": format!("computed in {millis} ms")}]}})
+                        }
+                        "failing_job" => {
+                            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "the job failed"}], "isError": true}})
+                        }
+                        _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "the job broke"}}),
+                    };
+                    write_line(&out, &line.to_string());
+                });
+            }
             "test_tool_with_progress" => {
                 if let Some(token) = params.pointer("/_meta/progressToken") {
                     for progress in [0, 50, 100] {

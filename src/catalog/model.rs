@@ -38,6 +38,8 @@ pub struct ToolFields {
     pub annotations: String,
     /// `execution.taskSupport` is `"required"`: the tool cannot be called without MCP tasks.
     pub task_required: bool,
+    /// `execution.taskSupport` is `"optional"` or `"required"`: its server says it may run long.
+    pub task_supporting: bool,
 }
 
 /// A complete, validated tool set, sorted by name, as one enumeration produced it.
@@ -153,10 +155,12 @@ impl ToolFields {
                 None => String::new(),
             },
         };
-        let task_required = match fields.execution {
-            Some(execution) => serde_json::from_str::<Execution<'_>>(execution.get()).ok()?.task_support.as_deref() == Some("required"),
-            None => false,
+        let task_support = match fields.execution {
+            Some(execution) => serde_json::from_str::<Execution<'_>>(execution.get()).ok()?.task_support.map(std::borrow::Cow::into_owned),
+            None => None,
         };
+        let task_required = task_support.as_deref() == Some("required");
+        let task_supporting = matches!(task_support.as_deref(), Some("required" | "optional"));
         Some(ToolFields {
             title,
             description: match fields.description {
@@ -167,6 +171,7 @@ impl ToolFields {
             output_schema: raw(fields.output_schema),
             annotations: raw(fields.annotations),
             task_required,
+            task_supporting,
         })
     }
 
@@ -183,6 +188,7 @@ impl ToolFields {
             output_schema: json(value.get("outputSchema")),
             annotations: json(annotations),
             task_required: value.pointer("/execution/taskSupport").and_then(Value::as_str) == Some("required"),
+            task_supporting: matches!(value.pointer("/execution/taskSupport").and_then(Value::as_str), Some("required" | "optional")),
         }
     }
 }

@@ -231,6 +231,8 @@ impl Front {
             Some("Mcp-Method must equal the body's method")
         } else if request.method == METHOD_TOOLS_CALL && header_text(headers, "mcp-name") != params.name.as_deref() {
             Some("Mcp-Name must equal params.name")
+        } else if super::tasks::names_a_task(&request.method) && header_text(headers, "mcp-name") != params.task_id.as_deref() {
+            Some("Mcp-Name must equal params.taskId")
         } else {
             None
         };

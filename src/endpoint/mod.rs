@@ -248,7 +248,7 @@ impl Endpoint {
             METHOD_INITIALIZE => reply::result(id, &initialize_result(params.protocol_version.as_deref())),
             METHOD_PING => reply::result(id, if era == Era::Modern { r#"{"resultType":"complete"}"# } else { "{}" }),
             METHOD_DISCOVER => reply::result(id, &discover_result()),
-            method @ (tasks::METHOD_GET | tasks::METHOD_RESULT | tasks::METHOD_LIST | tasks::METHOD_CANCEL) => {
+            method @ (tasks::METHOD_GET | tasks::METHOD_RESULT | tasks::METHOD_LIST | tasks::METHOD_CANCEL | tasks::METHOD_UPDATE) => {
                 self.task_request(view, id, method, params, era).await
             }
             other => {
@@ -290,8 +290,9 @@ impl Endpoint {
         let Some(tool) = tool else {
             return reply::call_error(id, &CallError::UnknownTool { server: None, tool: name.to_owned() });
         };
-        // Run as a task: a 2025 client asks with params.task, a 2026 one by declaring the tasks
-        // extension (toolhost then always answers with a task handle).
+        // Run as a task: a 2025 client asks with params.task; for a 2026 client that declared the
+        // tasks extension toolhost decides (see `start_task`). A 2026 request's own `task` param
+        // promotes nothing.
         let task_ttl = match era {
             Era::Legacy => params.task.as_ref().map(|task| task.ttl),
             Era::Modern => message::declares_tasks(params.meta.as_ref().and_then(|meta| meta.client_capabilities)).then_some(None),
@@ -521,6 +522,7 @@ fn serves(method: &str) -> bool {
             | tasks::METHOD_RESULT
             | tasks::METHOD_LIST
             | tasks::METHOD_CANCEL
+            | tasks::METHOD_UPDATE
     )
 }
 

@@ -23,22 +23,75 @@ pub(super) const METHOD_GET: &str = "tasks/get";
 pub(super) const METHOD_RESULT: &str = "tasks/result";
 pub(super) const METHOD_LIST: &str = "tasks/list";
 pub(super) const METHOD_CANCEL: &str = "tasks/cancel";
+pub(super) const METHOD_UPDATE: &str = "tasks/update";
+/// How long a 2026 call of a tool its server does not call task-supporting may take before
+/// toolhost hands back a task instead of the result.
+const SYNC_GRACE: Duration = Duration::from_millis(250);
+
+/// Whether `method` names a task in `params.taskId` (and so, over HTTP, in `Mcp-Name`).
+pub(super) fn names_a_task(method: &str) -> bool {
+    matches!(method, METHOD_GET | METHOD_CANCEL | METHOD_UPDATE)
+}
 /// The `_meta` key that ties a message to its task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// The longest `tasks/result` waits in one request; the client asks again after.
 const RESULT_WAIT: Duration = Duration::from_secs(300);
 
 impl Endpoint {
-    /// Starts `call` as a task and answers with its handle.
+    /// Starts `call` as a task and answers with its handle. In 2026 the server decides: a tool
+    /// its server calls task-supporting is always a task; any other call answers plainly if it
+    /// ends within [`SYNC_GRACE`], else with the handle of the task it goes on as.
     pub(super) async fn start_task(&self, view: &View, id: &RawValue, call: TaskCall, era: Era) -> String {
-        match self.door.start_task(&view.caller, call).await {
-            Ok(task) => reply::result(id, &created(&task, era)),
-            Err(error) => task_error(id, &error),
+        let supporting = {
+            let snapshot = self.door.registry().snapshot();
+            crate::calls::locate(&snapshot.servers, &call.tool)
+                .and_then(|(server, idx)| server.generation.as_ref().map(|generation| generation.tools[idx].fields().task_supporting))
+                .unwrap_or(false)
+        };
+        let task = match self.door.start_task(&view.caller, call).await {
+            Ok(task) => task,
+            Err(error) => return task_error(id, &error),
+        };
+        if era == Era::Modern && !supporting {
+            let ended = self.door.tasks().wait(&view.caller, &task.id, crate::deadline::after(SYNC_GRACE)).await;
+            if let Ok(ended) = ended {
+                if let Some(error) = failure_of(&ended) {
+                    return reply::call_error(id, &error);
+                }
+                if let Some(raw) = ended.result.as_deref().and_then(|raw| RawValue::from_string(raw.to_owned()).ok()) {
+                    return reply::call_result(id, &raw, era);
+                }
+            }
         }
+        reply::result(id, &created(&task, era))
     }
 
-    /// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`.
+    /// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`; in 2026 only for a client that
+    /// declares the extension, and without `tasks/result` and `tasks/list` (the extension has none).
     pub(super) async fn task_request(&self, view: &View, id: &RawValue, method: &str, params: &Params<'_>, era: Era) -> String {
+        if era == Era::Modern {
+            if matches!(method, METHOD_RESULT | METHOD_LIST) {
+                let message = format!("{method} is not part of the 2026-07-28 tasks extension: tasks/get carries the result");
+                return reply::error(id, crate::mcp::jsonrpc::code::METHOD_NOT_FOUND, &message, None);
+            }
+            if !super::message::declares_tasks(params.meta.as_ref().and_then(|meta| meta.client_capabilities)) {
+                let data =
+                    serde_json::json!({ "requiredCapabilities": { "extensions": { super::message::TASKS_EXTENSION: {} } } }).to_string();
+                return reply::error(
+                    id,
+                    crate::mcp::modern::MISSING_CAPABILITY,
+                    "Missing required client capability: declare the io.modelcontextprotocol/tasks extension",
+                    RawValue::from_string(data).ok().as_deref(),
+                );
+            }
+        } else if method == METHOD_UPDATE {
+            return reply::error(
+                id,
+                crate::mcp::jsonrpc::code::METHOD_NOT_FOUND,
+                "tasks/update belongs to the 2026-07-28 tasks extension",
+                None,
+            );
+        }
         let tasks = self.door.tasks();
         if method == METHOD_LIST {
             let listed = tasks.list(&view.caller, params.cursor.as_deref(), MAX_PAGE.saturating_add(1)).await;
@@ -60,6 +113,18 @@ impl Endpoint {
             return reply::error(id, INVALID_PARAMS, &format!("{method} needs params.taskId"), None);
         };
         let found = match method {
+            // 2026: an empty acknowledgement, the same for a task that already ended.
+            METHOD_CANCEL if era == Era::Modern => {
+                return match self.door.cancel_task(&view.caller, task_id).await {
+                    Ok(_) | Err(TaskError::Ended { .. }) => reply::result(id, r#"{"resultType":"complete"}"#),
+                    Err(error) => task_error(id, &error),
+                };
+            }
+            // toolhost's tasks never ask for input (a call that needs some fails its task).
+            METHOD_UPDATE => match tasks.get(&view.caller, task_id).await {
+                Ok(_) => return reply::error(id, INVALID_PARAMS, "this task does not wait for input", None),
+                Err(error) => return task_error(id, &error),
+            },
             METHOD_CANCEL => self.door.cancel_task(&view.caller, task_id).await,
             METHOD_RESULT => tasks.wait(&view.caller, task_id, crate::deadline::after(RESULT_WAIT)).await,
             _ => tasks.get(&view.caller, task_id).await,
@@ -97,7 +162,13 @@ fn created(task: &Task, era: Era) -> String {
 fn fields(task: &Task, era: Era) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("taskId".into(), Value::from(task.id.as_str()));
-    fields.insert("status".into(), Value::from(task.status.as_str()));
+    // 2025 fails a task whose tool reported an error; 2026 completes it (with `isError`), and
+    // keeps "failed" for a call that produced no result.
+    let status = match (task.status, era, task.result.is_some()) {
+        (TaskStatus::Failed, Era::Modern, true) => "completed",
+        (status, _, _) => status.as_str(),
+    };
+    fields.insert("status".into(), Value::from(status));
     if let Some(message) = &task.status_message {
         fields.insert("statusMessage".into(), Value::from(message.as_str()));
     }

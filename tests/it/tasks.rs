@@ -99,8 +99,11 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
             ("Authorization", auth.as_str()),
             ("MCP-Protocol-Version", "2026-07-28"),
             ("Mcp-Method", "tasks/get"),
+            ("Mcp-Name", id.as_str()),
         ];
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": id, "_meta": serde_json::from_str::<Value>(crate::mcp_endpoint::MODERN_META).unwrap()}});
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": id, "_meta": meta}});
         let (status, _, body) = http(addr, "POST", "/mcp", &headers, &body.to_string()).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_str::<Value>(&body).unwrap()
@@ -205,12 +208,13 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
     })
     .await;
 
-    // 2026-07-28 over HTTP: a client that declares the extension gets a handle, then the result
-    // inline in tasks/get; one that does not gets the plain result.
+    // 2026-07-28 over HTTP: toolhost decides. For a client that declares the extension, a call
+    // still running after a moment goes on as a task (its result inline in tasks/get later);
+    // a quick one answers plainly; a client that does not declare it always gets the result.
     let addr = mcp_http(&app);
     let post = |body: Value| async move {
         let method = body["method"].as_str().unwrap_or_default().to_owned();
-        let name = body["params"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = body["params"]["name"].as_str().or(body["params"]["taskId"].as_str()).unwrap_or_default().to_owned();
         let mut headers = vec![JSON_HEADERS[0], JSON_HEADERS[1], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method.as_str())];
         if !name.is_empty() {
             headers.push(("Mcp-Name", name.as_str()));
@@ -221,7 +225,9 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
     };
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
-    let handle = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": meta}})).await;
+    let quick = post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": meta}})).await;
+    assert_eq!(quick["result"]["resultType"], "complete", "{quick}");
+    let handle = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 700}, "_meta": meta}})).await;
     assert_eq!((handle["result"]["resultType"].as_str(), handle["result"]["status"].as_str()), (Some("task"), Some("working")), "{handle}");
     assert!(handle["result"]["ttlMs"].as_u64().is_some() && handle["result"].get("result").is_none(), "{handle}");
     let id = handle["result"]["taskId"].as_str().unwrap().to_owned();
@@ -230,7 +236,7 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
         (got["result"]["status"] == "completed").then_some(got)
     })
     .await;
-    assert_eq!(done["result"]["result"]["content"][0]["text"].as_str().map(|text| text.contains("hi")), Some(true), "{done}");
+    assert_eq!(done["result"]["result"]["content"][0]["text"], "slept 700 ms", "{done}");
     let plain_meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
     let plain = post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": plain_meta}})).await;
     assert_eq!(plain["result"]["resultType"], "complete", "{plain}");
@@ -504,4 +510,52 @@ async fn a_server_that_runs_tasks_keeps_a_task_across_a_toolhost_restart_in_both
         assert_eq!(server.cancelled_tasks(), [upstream], "modern {modern}: the server was told");
         app.shutdown().await;
     }
+}
+
+/// The pre-release conformance suite's 2026-07-28 tasks scenarios, against toolhost fronting a
+/// server with their fixtures (`greet` sync; `slow_compute`, `failing_job` and
+/// `protocol_error_job` task-supporting). Not run: `tasks-mrtr-*` (toolhost's tasks do not ask
+/// for input), `tasks-status-notifications` (pending in the suite itself) and
+/// `tasks-required-task-error` (toolhost runs a task-only tool for any client instead of
+/// refusing one that did not declare the extension).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_2026_conformance_tasks_scenarios_pass_through_toolhost() {
+    let dir = TestDir::new();
+    let supporting = json!({"taskSupport": "optional"});
+    let tools = json!([
+        {"name": "greet", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        {"name": "slow_compute", "execution": supporting, "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}}}},
+        {"name": "failing_job", "execution": supporting, "inputSchema": {"type": "object"}},
+        {"name": "protocol_error_job", "execution": supporting, "inputSchema": {"type": "object"}},
+        // The suite's input-asking fixture, here a plain tool: toolhost's tasks do not ask for
+        // input, so the check's tasks/update step has no task to update and is skipped.
+        {"name": "confirm_delete", "inputSchema": {"type": "object", "properties": {"filename": {"type": "string"}}}}
+    ]);
+    let script = dir.script("fixtures", json!({"tools": tools}));
+    let profile = "[mcp.profiles.conformance]\ntools = [\"fixtures__*\"]\nnames = \"original\"\n";
+    let app = start(dir.config_with(&mcp_section(profile), &server_table("fixtures", &script, ""))).await;
+    wait_for_server(app.registry(), "fixtures", "ready", |v| v.state == ServerState::Ready).await;
+    let url = format!("http://localhost:{}/mcp/conformance", mcp_http(&app).port());
+    let suite = crate::interop::npm_tools().join("node_modules/conformance-next/dist/index.js");
+    for scenario in [
+        "tasks-lifecycle",
+        "tasks-capability-negotiation",
+        "tasks-wire-fields",
+        "tasks-request-state-removal",
+        "tasks-request-headers",
+        "tasks-dispatch-and-envelope",
+    ] {
+        let results = TestDir::new();
+        let output = tokio::process::Command::new(crate::interop::node())
+            .arg(&suite)
+            .args(["server", "--url", &url, "--scenario", scenario, "-o"])
+            .arg(results.path("results"))
+            .output()
+            .await
+            .unwrap();
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success() && !printed.contains("FAILURE"), "{scenario}:\n{printed}");
+        assert!(printed.contains("SUCCESS"), "{scenario} ran its checks:\n{printed}");
+    }
+    app.shutdown().await;
 }
