@@ -167,12 +167,14 @@ impl Tasks {
     /// [`TaskError::Unknown`], [`TaskError::Store`].
     pub async fn get(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
         let unknown = || TaskError::Unknown(crate::door::truncate(id.to_owned(), 128));
+        // Looked at before the row is read: a call ends by storing its end, then leaving this set.
+        let running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id);
         let task = self.inner.store.task(id).await?.ok_or_else(unknown)?;
         let expired = task.status.is_terminal() && expires_at(&task) < now_ms();
         if task.owner != caller.principal() || expired {
             return Err(unknown());
         }
-        Ok(self.as_it_is(task))
+        Ok(as_it_is(task, running))
     }
 
     /// `caller`'s tasks, newest first, after the task `after` (the last of the previous page).
@@ -186,21 +188,21 @@ impl Tasks {
         };
         let before = before.as_ref().map(|task| (task.created_at_ms, task.id.as_str()));
         let now = now_ms();
+        let running = self.running_now();
         let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE)).await?;
-        Ok(tasks.into_iter().filter(|task| !task.status.is_terminal() || expires_at(task) >= now).map(|task| self.as_it_is(task)).collect())
+        Ok(tasks
+            .into_iter()
+            .filter(|task| !task.status.is_terminal() || expires_at(task) >= now)
+            .map(|task| {
+                let was_running = running.contains(&task.id);
+                as_it_is(task, was_running)
+            })
+            .collect())
     }
 
-    /// A stored task as it is: one stored as working that no call of this daemon runs was cut
-    /// off by a daemon that stopped (its end could not be written: a full disk at start).
-    fn as_it_is(&self, mut task: Task) -> Task {
-        let running = || self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&task.id);
-        if task.status == TaskStatus::Working && !running() {
-            task.status = TaskStatus::Failed;
-            task.status_message = Some(INTERRUPTED.to_owned());
-            task.outcome = Some("session_lost".to_owned());
-            task.failure = Some(interrupted("toolhost stopped"));
-        }
-        task
+    /// The tasks whose calls run now.
+    fn running_now(&self) -> std::collections::HashSet<String> {
+        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
     }
 
     /// Waits until `caller`'s task has ended or `until` passes, then gives it as it is.
@@ -342,16 +344,17 @@ impl Run {
         };
         let call = self.door.call(&self.caller, request);
         tokio::pin!(call);
-        let mut upstream = false;
+        let (mut upstream, mut told_once) = (false, false);
         let result = loop {
             tokio::select! {
                 result = &mut call => break Some(result),
                 () = self.stop.cancelled() => break None,
-                id = &mut told, if !upstream => {
+                id = &mut told, if !told_once => {
+                    told_once = true;
+                    // No id: the call was not a task on its server.
+                    let Ok(id) = id else { continue };
                     upstream = true;
-                    if let Ok(id) = id
-                        && let Err(error) = self.tasks.inner.store.set_task_upstream(&self.id, &id).await
-                    {
+                    if let Err(error) = self.tasks.inner.store.set_task_upstream(&self.id, &id).await {
                         tracing::warn!(task = %self.id, %error, "cannot keep the server's task id: a restart will not follow it");
                     }
                 }
@@ -381,6 +384,19 @@ impl Resume {
         };
         finish(&self.tasks, &self.task.id, result, true).await;
     }
+}
+
+/// A stored task as it is, given the calls that ran just before it was read: one stored as
+/// working that no call runs was cut off by a daemon that stopped (its end could not be
+/// written: a full disk at start).
+fn as_it_is(mut task: Task, was_running: bool) -> Task {
+    if task.status == TaskStatus::Working && !was_running {
+        task.status = TaskStatus::Failed;
+        task.status_message = Some(INTERRUPTED.to_owned());
+        task.outcome = Some("session_lost".to_owned());
+        task.failure = Some(interrupted("toolhost stopped"));
+    }
+    task
 }
 
 /// Records how a task's call ended (`None`: it was stopped), and tells the waiters.

@@ -76,8 +76,15 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
         theirs.get_task(task_id(&started.task_id)).await.unwrap_err().message().replace(&started.task_id, "X")
     );
 
-    // A new connection of the same caller waits for the result.
+    // A new connection of the same caller watches it to its end, and gets the result.
     let mut mine = agent_client(&app, MINE).await;
+    let mut watch = mine.watch_task(task_id(&started.task_id)).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(task) = tokio::time::timeout(WAIT, watch.message()).await.expect("the watch moves").unwrap() {
+        seen.push(task.status());
+    }
+    assert_eq!(seen.first(), Some(&pb::TaskStatus::Working), "{seen:?}");
+    assert_eq!(seen.last(), Some(&pb::TaskStatus::Completed), "the stream ends with the end: {seen:?}");
     let done = mine.get_task_result(task_id(&started.task_id)).await.unwrap().into_inner();
     let task = done.task.unwrap();
     assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Completed, "ok"), "{task:?}");
@@ -271,7 +278,27 @@ async fn limits_hold_exactly_and_an_oversized_result_is_refused_not_cut() {
     theirs.start_task(start_request("demo__echo", json!({"text": "mine are separate"}))).await.unwrap();
     // One ends (cancelled): room for one more.
     mine.cancel_task(task_id(&started[0].task_id)).await.unwrap();
-    mine.start_task(start_request("demo__echo", json!({"text": "fits again"}))).await.unwrap();
+    let fits = mine.start_task(start_request("demo__echo", json!({"text": "fits again"}))).await.unwrap().into_inner();
+    mine.get_task_result(task_id(&fits.task_id)).await.unwrap();
+    mine.cancel_task(task_id(&started[1].task_id)).await.unwrap();
+
+    // Kept results count against the agent's storage: with room for less than one more
+    // result of the largest size, a new task is refused until some expire.
+    let filler = "y".repeat(800);
+    let mut kept = 0;
+    let refused = loop {
+        match mine.start_task(start_request("demo__echo", json!({"text": filler}))).await {
+            Ok(task) => {
+                mine.get_task_result(task_id(&task.into_inner().task_id)).await.unwrap();
+                kept += 1;
+                assert!(kept < 100, "the storage bound never refused");
+            }
+            Err(status) => break status,
+        }
+    };
+    assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::ResourceExhausted, "TASK_STORAGE_FULL"), "{refused:?}");
+    assert!(kept >= 40, "about 100000 / 1700 results fit, less one result's room: {kept}");
+    theirs.start_task(start_request("demo__echo", json!({"text": "another agent's room is its own"}))).await.unwrap();
 
     // A result over the bound fails its task with a clear error; nothing is kept of it.
     let big = theirs.start_task(start_request("demo__echo", json!({"text": "x".repeat(5000)}))).await.unwrap().into_inner();
