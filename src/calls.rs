@@ -65,6 +65,17 @@ impl ToolRef {
     }
 }
 
+impl ToolRef {
+    /// The qualified name this reference means (`SERVER__TOOL`).
+    #[must_use]
+    pub fn qualified(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            ToolRef::Qualified(qualified) => std::borrow::Cow::Borrowed(qualified),
+            ToolRef::ServerTool { server, name } => std::borrow::Cow::Owned(names::qualify(server, name)),
+        }
+    }
+}
+
 /// The server and the index of the tool `tool` names in the current generations of `servers`:
 /// the one way a name becomes a tool, for calls and for reads.
 pub fn locate(servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>, tool: &ToolRef) -> Option<(Arc<ServerView>, usize)> {
@@ -413,7 +424,7 @@ impl Calls {
         let Some(server) = tool.server().map(Arc::<str>::from) else { return Err(unknown(tool)) };
         let view = upstream_task::available(&self.registry, &server, deadline).await.ok_or_else(|| CallError::SessionLost {
             server: server.to_string(),
-            tool: crate::door::qualified_target(tool).into_owned(),
+            tool: tool.qualified().into_owned(),
             generation: 0,
             detail: Some("the server did not come back before the task's time ran out".to_owned()),
         })?;

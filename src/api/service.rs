@@ -17,7 +17,7 @@ use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
 use crate::door::changes::Changes;
 use crate::door::paging::{self, Position};
-use crate::door::{Door, Presentation, qualified_target, refused_tool, server_visible, shows_name, shows_tool};
+use crate::door::{Door, Presentation, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
 use crate::registry::{CatalogSnapshot, Registry, ServerState, ServerView};
 use crate::supervisor::Refresher;
@@ -100,7 +100,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let snapshot = self.registry.snapshot();
         let (target, server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         // A tool held now is hidden from agents in every generation, as it is from every listing.
-        if !caller.agent.may_use(&qualified_target(&target))
+        if !caller.agent.may_use(&target.qualified())
             || !shows_name(&caller, &snapshot, &names::qualify(&server, &name), Presentation::WithState)
         {
             return Err(refused_tool(&caller, &snapshot, &target).into());

@@ -7,7 +7,6 @@ pub mod changes;
 pub mod paging;
 pub mod tasks;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -133,7 +132,7 @@ impl Door {
         arguments: Option<&str>,
     ) -> Result<(), CallError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
-        let denied = !caller.agent.may_use(&qualified_target(tool));
+        let denied = !caller.agent.may_use(&tool.qualified());
         let checked = if denied {
             Err(refused_tool(caller, &self.registry.snapshot(), tool))
         } else {
@@ -256,7 +255,7 @@ impl Door {
         if caller.agent.quotas.is_empty() {
             return Ok(());
         }
-        let qualified = qualified_target(target);
+        let qualified = target.qualified();
         for quota in caller.agent.quotas.iter().filter(|quota| quota.applies_to(&qualified)) {
             let taken = quota.take(&self.store, &caller.agent.name, crate::catalog::record::now_ms()).await.map_err(|error| {
                 CallError::Store(format!("cannot count the call against agent {:?}'s quota: {error}", caller.agent.name))
@@ -284,7 +283,7 @@ impl Door {
         let target = request.tool.clone();
         let arguments = request.arguments.unwrap_or("{}");
         // The same decision as listing: a tool this agent may not use answers like one that does not exist.
-        if !caller.agent.may_use(&qualified_target(&target)) {
+        if !caller.agent.may_use(&target.qualified()) {
             let refused = Err(refused_tool(caller, &self.registry.snapshot(), &target));
             self.audit_call(caller, &target, arguments, started, &refused, true);
             return refused;
@@ -489,14 +488,6 @@ pub fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRe
         ToolRef::ServerTool { server, .. } if !visible => CallError::UnknownServer(server.clone()),
         ToolRef::ServerTool { server, name } => CallError::UnknownTool { server: Some(server.clone()), tool: name.clone() },
         ToolRef::Qualified(qualified) => CallError::UnknownTool { server: None, tool: qualified.clone() },
-    }
-}
-
-/// The qualified name a call targets.
-pub fn qualified_target(target: &ToolRef) -> Cow<'_, str> {
-    match target {
-        ToolRef::Qualified(qualified) => Cow::Borrowed(qualified),
-        ToolRef::ServerTool { server, name } => Cow::Owned(names::qualify(server, name)),
     }
 }
 

@@ -269,7 +269,7 @@ impl Tasks {
             id: id.clone(),
             owner: caller.principal(),
             agent: caller.agent.name.to_string(),
-            qualified_name: crate::door::truncate(crate::door::qualified_target(&call.tool).into_owned(), 256),
+            qualified_name: crate::door::truncate(call.tool.qualified().into_owned(), 256),
             status: TaskStatus::Working,
             status_message: Some("the call is running".to_owned()),
             outcome: None,
