@@ -123,15 +123,7 @@ impl Tasks {
             self.inner.tracker.spawn(Resume { tasks: self.clone(), door: door.clone(), task, upstream, stop }.run());
         }
         let failure = interrupted("toolhost restarted");
-        let end = TaskEnd {
-            status: TaskStatus::Failed,
-            message: Some(INTERRUPTED),
-            outcome: "session_lost",
-            result: None,
-            failure: Some(&failure),
-            ran_against: None,
-        };
-        let ended = self.inner.store.end_interrupted_tasks(&end, now_ms()).await?;
+        let ended = self.inner.store.end_interrupted_tasks(&cut_off(&failure), now_ms()).await?;
         if ended > 0 {
             tracing::warn!(tasks = ended, "tasks that were running when toolhost stopped are failed with an unknown outcome");
         }
@@ -411,14 +403,7 @@ async fn finish(tasks: &Tasks, id: &str, result: Option<Result<CallResult, CallE
         None if upstream => return forget(tasks, id),
         None => {
             failure = interrupted("toolhost stopped");
-            TaskEnd {
-                status: TaskStatus::Failed,
-                message: Some(INTERRUPTED),
-                outcome: "session_lost",
-                result: None,
-                failure: Some(&failure),
-                ran_against: None,
-            }
+            cut_off(&failure)
         }
         Some(Ok(done)) if done.outcome.input_required.is_some() => {
             failure = encode(&CallError::InvalidResult {
@@ -494,6 +479,18 @@ fn forget(tasks: &Tasks, id: &str) {
 }
 
 const INTERRUPTED: &str = "toolhost stopped while the call ran; its outcome is unknown and it was not retried";
+
+/// The end of a task whose call toolhost stopped running: failed, its outcome unknown.
+fn cut_off(failure: &str) -> TaskEnd<'_> {
+    TaskEnd {
+        status: TaskStatus::Failed,
+        message: Some(INTERRUPTED),
+        outcome: "session_lost",
+        result: None,
+        failure: Some(failure),
+        ran_against: None,
+    }
+}
 
 /// The failure of a task whose call was cut off by toolhost stopping.
 fn interrupted(why: &str) -> String {

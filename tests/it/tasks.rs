@@ -572,17 +572,7 @@ async fn the_2026_conformance_tasks_scenarios_pass_through_toolhost() {
         "tasks-request-headers",
         "tasks-dispatch-and-envelope",
     ] {
-        let results = TestDir::new();
-        let output = tokio::process::Command::new(crate::interop::node())
-            .arg(&suite)
-            .args(["server", "--url", &url, "--scenario", scenario, "-o"])
-            .arg(results.path("results"))
-            .output()
-            .await
-            .unwrap();
-        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        assert!(output.status.success() && !printed.contains("FAILURE"), "{scenario}:\n{printed}");
-        assert!(printed.contains("SUCCESS"), "{scenario} ran its checks:\n{printed}");
+        crate::mcp_clients::conformance_server(&suite, &url, scenario).await;
     }
     app.shutdown().await;
 }
