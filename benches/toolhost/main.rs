@@ -16,6 +16,7 @@ mod peers_propagation;
 mod scenarios;
 mod search_bench;
 mod search_corpus;
+mod tasks_bench;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -35,8 +36,21 @@ fn main() {
         println!("toolhost benchmarks: run them with `cargo bench --bench toolhost`");
         return;
     }
-    let all =
-        ["overhead", "mcp", "peers", "throughput", "propagation", "storm", "sustained", "scale", "policy", "search", "sandbox", "fair"];
+    let all = [
+        "overhead",
+        "mcp",
+        "peers",
+        "throughput",
+        "propagation",
+        "storm",
+        "sustained",
+        "scale",
+        "policy",
+        "search",
+        "sandbox",
+        "fair",
+        "tasks",
+    ];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     for scenario in chosen {
@@ -55,6 +69,7 @@ fn main() {
                 "search" => search_bench::search().await,
                 "sandbox" => scenarios::sandbox().await,
                 "fair" => fair_bench::fair().await,
+                "tasks" => tasks_bench::tasks().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });

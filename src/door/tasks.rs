@@ -27,6 +27,10 @@ use crate::config::TasksConfig;
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How often ended tasks whose TTL ran out are deleted.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// How often a task's status message follows its server's progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Longest status message kept from a server's progress.
+const MAX_PROGRESS_MESSAGE: usize = 512;
 /// Tasks one page of a listing holds at most.
 pub const MAX_PAGE: u32 = 100;
 
@@ -320,6 +324,7 @@ struct Run {
 impl Run {
     async fn run(self) {
         let (started, mut told) = tokio::sync::oneshot::channel();
+        let (progress, mut progressed) = tokio::sync::mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
         let request = CallRequest {
             tool: self.call.tool.clone(),
             queue_as: self.caller.agent.name.clone(),
@@ -327,7 +332,7 @@ impl Run {
             expected_hash: self.call.expected_hash.as_deref(),
             expected_revision: self.call.expected_revision,
             timeout: Some(self.timeout),
-            progress: None,
+            progress: Some(progress),
             answer: None,
             client_capabilities: None,
             // On a server that runs tasks, the call runs as one there too: its id is kept, so
@@ -337,10 +342,22 @@ impl Run {
         let call = self.door.call(&self.caller, request);
         tokio::pin!(call);
         let (mut upstream, mut told_once) = (false, false);
+        let mut last_progress: Option<tokio::time::Instant> = None;
         let result = loop {
             tokio::select! {
                 result = &mut call => break Some(result),
                 () = self.stop.cancelled() => break None,
+                // The server's progress becomes the task's status message, at most once a second
+                // (a write each): what a caller that looks sees of a long call.
+                Some(update) = progressed.recv() => {
+                    let due = last_progress.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
+                    if due && let Some(message) = progress_message(&update) {
+                        last_progress = Some(tokio::time::Instant::now());
+                        if let Err(error) = self.tasks.inner.store.set_task_message(&self.id, &message).await {
+                            tracing::debug!(task = %self.id, %error, "cannot keep a task's progress");
+                        }
+                    }
+                }
                 id = &mut told, if !told_once => {
                     told_once = true;
                     // No id: the call was not a task on its server.
@@ -479,6 +496,28 @@ fn forget(tasks: &Tasks, id: &str) {
 }
 
 const INTERRUPTED: &str = "toolhost stopped while the call ran; its outcome is unknown and it was not retried";
+
+/// A server's `notifications/progress` params as a status message: `progress 3/10: message`.
+fn progress_message(params: &serde_json::value::RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Progress {
+        progress: f64,
+        #[serde(default)]
+        total: Option<f64>,
+        #[serde(default)]
+        message: Option<String>,
+    }
+    let update: Progress = serde_json::from_str(params.get()).ok()?;
+    let amount = match update.total {
+        Some(total) => format!("progress {}/{}", update.progress, total),
+        None => format!("progress {}", update.progress),
+    };
+    let text = match update.message {
+        Some(message) => format!("{amount}: {message}"),
+        None => amount,
+    };
+    Some(crate::door::truncate(crate::secrets::redact_owned(text), MAX_PROGRESS_MESSAGE))
+}
 
 /// The end of a task whose call toolhost stopped running: failed, its outcome unknown.
 fn cut_off(failure: &str) -> TaskEnd<'_> {

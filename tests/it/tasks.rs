@@ -94,6 +94,7 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
     assert!(!result.definition_hash.is_empty());
     let listed = mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks;
     assert_eq!(listed.iter().map(|task| task.task_id.as_str()).collect::<Vec<_>>(), [started.task_id.as_str()]);
+    assert_eq!(listed[0].status_message, "the call completed");
 
     // The same caller over MCP (Streamable HTTP, 2026-07-28, with its token) reads it too,
     // result inline; the other caller cannot.
@@ -127,6 +128,16 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
         "{refused}"
     );
 
+    // While it runs, a task shows its server's progress.
+    let long = mine.start_task(start_request("demo__sleep", json!({"ms": 1500}))).await.unwrap().into_inner();
+    let progressed = eventually("the server's progress shown", async || {
+        let task = mine.get_task(task_id(&long.task_id)).await.unwrap().into_inner();
+        task.status_message.contains("halfway").then_some(task)
+    })
+    .await;
+    assert_eq!((progressed.status(), progressed.status_message.as_str()), (pb::TaskStatus::Working, "progress 1/2: halfway"));
+    mine.get_task_result(task_id(&long.task_id)).await.unwrap();
+
     // Stale-tool rules apply at the start: nothing runs, no task is made.
     let stale = pb::StartTaskRequest {
         call: Some(pb::CallToolRequest {
@@ -140,7 +151,7 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
     assert_eq!(error_info(&refused).0, "STALE_TOOL_CHANGED", "{refused:?}");
     let missing = mine.start_task(start_request("demo__nope", json!({}))).await.unwrap_err();
     assert_eq!((missing.code(), error_info(&missing).0.as_str()), (tonic::Code::NotFound, "UNKNOWN_TOOL"));
-    assert_eq!(mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks.len(), 1, "refused starts made no task");
+    assert_eq!(mine.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks.len(), 2, "refused starts made no task");
 
     // The trail has the start and the call's end.
     let mut operator = unix_client(&app).await;

@@ -228,6 +228,21 @@ impl Store {
         Ok(())
     }
 
+    /// A working task's status message (its server's progress).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn set_task_message(&self, id: &str, message: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE tasks SET status_message = ?2 WHERE id = ?1 AND status = 'working'")
+            .bind(id)
+            .bind(message)
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Working tasks whose servers run them as tasks of their own: a restarted daemon follows
     /// them.
     ///
