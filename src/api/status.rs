@@ -186,6 +186,7 @@ impl From<crate::door::tasks::TaskError> for Status {
                 (Code::FailedPrecondition, "TASK_ENDED", vec![("task_id", id), ("status", status.to_owned())])
             }
             TaskError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN", vec![]),
+            TaskError::NoRandom => return internal(&error),
             TaskError::Store(store) => return internal(&store),
         };
         status(code, message, reason, metadata)

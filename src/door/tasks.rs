@@ -5,7 +5,8 @@
 //! A task belongs to the principal that started it: to anyone else it does not exist. Limits
 //! (open tasks, stored result bytes) are checked and the task stored under one lock, so they
 //! hold exactly. A task's call runs at most its TTL. A daemon that stops or dies while a task
-//! runs leaves it failed with an unknown outcome (said so, never retried).
+//! runs leaves it failed with an unknown outcome (said so, never retried), unless its server
+//! runs it as a task of its own, which the next daemon follows to its end.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,6 +54,8 @@ pub enum TaskError {
     Ended { id: String, status: &'static str },
     #[error("toolhost is shutting down")]
     ShuttingDown,
+    #[error("cannot read the system's random source for a task id")]
+    NoRandom,
     #[error("task store: {0}")]
     Store(#[from] StoreError),
 }
@@ -106,11 +109,6 @@ impl Tasks {
                 ended: watch::Sender::new(0),
             }),
         }
-    }
-
-    #[must_use]
-    pub fn settings(&self) -> &TasksConfig {
-        &self.inner.settings
     }
 
     /// At start: a task a previous daemon left working whose server keeps it is followed again;
@@ -220,6 +218,14 @@ impl Tasks {
         }
     }
 
+    /// Forgets an ended task whose caller got its end directly (a 2026 call that ended before
+    /// it needed to become a task): it was never handed out, and keeps no storage.
+    pub async fn discard(&self, id: &str) {
+        if let Err(error) = self.inner.store.delete_ended_task(id).await {
+            tracing::debug!(task = %id, %error, "cannot delete an answered task (its TTL will)");
+        }
+    }
+
     /// Cancels `caller`'s working task: it is marked cancelled first (durably), then its call
     /// is stopped, which tells the server (`notifications/cancelled`); a server's own task
     /// (`upstream`) is for the [`Door`] to cancel.
@@ -259,7 +265,8 @@ impl Tasks {
         door.preflight(caller, &call.tool, call.expected_hash.as_deref(), call.expected_revision, call.arguments.as_deref()).await?;
         let settings = &self.inner.settings;
         let ttl = call.ttl.unwrap_or(settings.default_ttl).clamp(Duration::from_secs(1), settings.max_ttl);
-        let id = crate::secrets::random_token().ok_or_else(|| TaskError::Store(StoreError::Corrupt("no random source".into())))?;
+        // The id is the task's only handle: unguessable, from the kernel's CSPRNG.
+        let id = crate::secrets::random_token().ok_or(TaskError::NoRandom)?;
         let now = now_ms();
         let task = TaskRecord {
             id: id.clone(),

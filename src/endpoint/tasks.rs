@@ -55,11 +55,16 @@ impl Endpoint {
         if era == Era::Modern && !supporting {
             let ended = self.door.tasks().wait(&view.caller, &task.id, crate::deadline::after(SYNC_GRACE)).await;
             if let Ok(ended) = ended {
-                if let Some(error) = failure_of(&ended) {
-                    return reply::call_error(id, &error);
-                }
-                if let Some(raw) = ended.result.as_deref().and_then(|raw| RawValue::from_string(raw.to_owned()).ok()) {
-                    return reply::call_result(id, &raw, era);
+                let answer = match (failure_of(&ended), ended.result.as_deref().and_then(|raw| RawValue::from_string(raw.to_owned()).ok()))
+                {
+                    (Some(error), _) => Some(reply::call_error(id, &error)),
+                    (None, Some(raw)) => Some(reply::call_result(id, &raw, era)),
+                    (None, None) => None,
+                };
+                if let Some(answer) = answer {
+                    // Answered plainly: the task was never handed out.
+                    self.door.tasks().discard(&ended.id).await;
+                    return answer;
                 }
             }
         }
@@ -256,6 +261,7 @@ fn task_error(id: &RawValue, error: &TaskError) -> String {
         TaskError::TooManyForAgent { .. } | TaskError::TooMany { .. } => "TASKS_LIMITED",
         TaskError::StorageFull { .. } => "TASK_STORAGE_FULL",
         TaskError::ShuttingDown => "SHUTTING_DOWN",
+        TaskError::NoRandom => return reply::error(id, crate::mcp::jsonrpc::code::INTERNAL_ERROR, &error.to_string(), None),
         TaskError::Store(detail) => {
             tracing::error!(error = %detail, "internal error in a task request");
             return reply::error(id, crate::mcp::jsonrpc::code::INTERNAL_ERROR, "internal error in toolhost (see its log)", None);

@@ -245,6 +245,9 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
         "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
     let quick = post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": meta}})).await;
     assert_eq!(quick["result"]["resultType"], "complete", "{quick}");
+    let kept = unix_client(&app).await.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks;
+    assert!(kept.iter().any(|task| task.qualified_name == "demo__sleep"), "the same caller's tasks, from the socket: {kept:?}");
+    assert!(kept.iter().all(|task| task.qualified_name != "demo__echo"), "a call answered plainly keeps no task: {kept:?}");
     let handle = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 700}, "_meta": meta}})).await;
     assert_eq!((handle["result"]["resultType"].as_str(), handle["result"]["status"].as_str()), (Some("task"), Some("working")), "{handle}");
     assert!(handle["result"]["ttlMs"].as_u64().is_some() && handle["result"].get("result").is_none(), "{handle}");

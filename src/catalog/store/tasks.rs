@@ -228,6 +228,17 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes an ended task (one whose end was answered directly, never handed out).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn delete_ended_task(&self, id: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM tasks WHERE id = ?1 AND status != 'working'").bind(id).execute(tx.conn()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// A working task's status message (its server's progress).
     ///
     /// # Errors
