@@ -394,7 +394,6 @@ impl Calls {
         }
     }
 
-    /// Finds the server view and the tool's index in its current generation, or explains why not.
     /// A server's answer to a call, read.
     fn finish(&self, view: &ServerView, tool: &ToolDef, generation: u64, raw: Box<RawValue>) -> Result<CallResult, CallError> {
         let outcome = parse_call_result(&raw).map_err(|message| CallError::InvalidResult {
@@ -470,6 +469,7 @@ impl Calls {
         held(&view, idx).map_or(Ok(()), Err)
     }
 
+    /// Finds the server view and the tool's index in its current generation, or explains why not.
     async fn resolve(
         &self,
         servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>,
