@@ -65,14 +65,10 @@ impl ToolHostService {
     pub(crate) async fn list_tasks_in(&self, request: Request<pb::ListTasksRequest>) -> Result<pb::ListTasksResponse, Status> {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
-        let size = if request.page_size == 0 { MAX_PAGE } else { request.page_size.min(MAX_PAGE) };
+        let size = if request.page_size == 0 { MAX_PAGE } else { request.page_size };
         let after = Some(request.page_token.as_str()).filter(|token| !token.is_empty());
-        // One more than the page: whether there is a next page at all.
-        let mut tasks = self.door.tasks().list(&caller, after, size.saturating_add(1)).await?;
-        let more = tasks.len() > size as usize;
-        tasks.truncate(size as usize);
-        let next_page_token = if more { tasks.last().map(|task| task.id.clone()).unwrap_or_default() } else { String::new() };
-        Ok(pb::ListTasksResponse { tasks: tasks.iter().map(task_message).collect(), next_page_token })
+        let (tasks, next) = self.door.tasks().page(&caller, after, size).await?;
+        Ok(pb::ListTasksResponse { tasks: tasks.iter().map(task_message).collect(), next_page_token: next.unwrap_or_default() })
     }
 
     pub(crate) async fn watch_task_in(

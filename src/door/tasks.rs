@@ -175,7 +175,7 @@ impl Tasks {
     ///
     /// # Errors
     /// [`TaskError::Unknown`] for an `after` that is not the caller's, [`TaskError::Store`].
-    pub async fn list(&self, caller: &Caller, after: Option<&str>, limit: u32) -> Result<Vec<Task>, TaskError> {
+    async fn list(&self, caller: &Caller, after: Option<&str>, limit: u32) -> Result<Vec<Task>, TaskError> {
         let before = match after {
             Some(id) => Some(self.get(caller, id).await?),
             None => None,
@@ -183,7 +183,7 @@ impl Tasks {
         let before = before.as_ref().map(|task| (task.created_at_ms, task.id.as_str()));
         let now = now_ms();
         let running = self.running_now();
-        let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE)).await?;
+        let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE.saturating_add(1))).await?;
         Ok(tasks
             .into_iter()
             .filter(|task| !task.status.is_terminal() || expires_at(task) >= now)
@@ -197,6 +197,21 @@ impl Tasks {
     /// The tasks whose calls run now.
     fn running_now(&self) -> std::collections::HashSet<String> {
         self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// One page of `caller`'s tasks (at most `size`, up to [`MAX_PAGE`]) after the task `after`,
+    /// and the id to continue after when there are more: what both doors' listings page by.
+    ///
+    /// # Errors
+    /// As [`Tasks::list`].
+    pub async fn page(&self, caller: &Caller, after: Option<&str>, size: u32) -> Result<(Vec<Task>, Option<String>), TaskError> {
+        let size = size.clamp(1, MAX_PAGE);
+        // One more than the page: whether there is a next page at all.
+        let mut tasks = self.list(caller, after, size.saturating_add(1)).await?;
+        let more = tasks.len() > size as usize;
+        tasks.truncate(size as usize);
+        let next = if more { tasks.last().map(|task| task.id.clone()) } else { None };
+        Ok((tasks, next))
     }
 
     /// Waits until `caller`'s task has ended or `until` passes, then gives it as it is.

@@ -110,11 +110,8 @@ pub(super) fn declares_tasks(capabilities: Option<&RawValue>) -> bool {
     capabilities
         .and_then(|raw| serde_json::from_str::<Capabilities<'_>>(raw.get()).ok())
         .and_then(|capabilities| capabilities.extensions)
-        .is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION))
+        .is_some_and(|extensions| extensions.contains_key(crate::mcp::tasks::EXTENSION))
 }
-
-/// The identifier of MCP's tasks extension (2026-07-28).
-pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// The request `_meta` members the endpoint reads.
 #[derive(Debug, Default, Deserialize)]

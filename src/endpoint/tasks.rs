@@ -19,11 +19,7 @@ use crate::catalog::store::tasks::TaskStatus;
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, failure_of};
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 
-pub(super) const METHOD_GET: &str = "tasks/get";
-pub(super) const METHOD_RESULT: &str = "tasks/result";
-pub(super) const METHOD_LIST: &str = "tasks/list";
-pub(super) const METHOD_CANCEL: &str = "tasks/cancel";
-pub(super) const METHOD_UPDATE: &str = "tasks/update";
+pub(super) use crate::mcp::tasks::{METHOD_CANCEL, METHOD_GET, METHOD_LIST, METHOD_RESULT, METHOD_UPDATE};
 /// How long a 2026 call of a tool its server does not call task-supporting may take before
 /// toolhost hands back a task instead of the result.
 const SYNC_GRACE: Duration = Duration::from_millis(250);
@@ -32,8 +28,6 @@ const SYNC_GRACE: Duration = Duration::from_millis(250);
 pub(super) fn names_a_task(method: &str) -> bool {
     matches!(method, METHOD_GET | METHOD_CANCEL | METHOD_UPDATE)
 }
-/// The `_meta` key that ties a message to its task.
-const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// The longest `tasks/result` waits in one request; the client asks again after.
 const RESULT_WAIT: Duration = Duration::from_secs(300);
 
@@ -81,7 +75,7 @@ impl Endpoint {
             }
             if !super::message::declares_tasks(params.meta.as_ref().and_then(|meta| meta.client_capabilities)) {
                 let data =
-                    serde_json::json!({ "requiredCapabilities": { "extensions": { super::message::TASKS_EXTENSION: {} } } }).to_string();
+                    serde_json::json!({ "requiredCapabilities": { "extensions": { crate::mcp::tasks::EXTENSION: {} } } }).to_string();
                 return reply::error(
                     id,
                     crate::mcp::modern::MISSING_CAPABILITY,
@@ -99,15 +93,12 @@ impl Endpoint {
         }
         let tasks = self.door.tasks();
         if method == METHOD_LIST {
-            let listed = tasks.list(&view.caller, params.cursor.as_deref(), MAX_PAGE.saturating_add(1)).await;
-            return match listed {
-                Ok(mut listed) => {
-                    let more = listed.len() > MAX_PAGE as usize;
-                    listed.truncate(MAX_PAGE as usize);
+            return match tasks.page(&view.caller, params.cursor.as_deref(), MAX_PAGE).await {
+                Ok((listed, next)) => {
                     let mut result = Map::new();
                     result.insert("tasks".into(), Value::Array(listed.iter().map(|task| Value::Object(fields(task, era))).collect()));
-                    if more && let Some(last) = listed.last() {
-                        result.insert("nextCursor".into(), Value::from(last.id.as_str()));
+                    if let Some(next) = next {
+                        result.insert("nextCursor".into(), Value::from(next));
                     }
                     reply::result(id, &complete(result, era))
                 }
@@ -220,7 +211,7 @@ fn task_result(id: &RawValue, task: &Task) -> String {
             let mut result: Map<String, Value> = serde_json::from_str(raw).unwrap_or_default();
             let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(meta) = meta {
-                meta.insert(RELATED_TASK.into(), related());
+                meta.insert(crate::mcp::tasks::RELATED_TASK.into(), related());
             }
             reply::result(id, &Value::Object(result).to_string())
         }

@@ -11,6 +11,12 @@ pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 pub const METHOD_GET: &str = "tasks/get";
 pub const METHOD_RESULT: &str = "tasks/result";
 pub const METHOD_CANCEL: &str = "tasks/cancel";
+/// 2025-11-25 only.
+pub const METHOD_LIST: &str = "tasks/list";
+/// 2026-07-28 only (input for a task that waits for some).
+pub const METHOD_UPDATE: &str = "tasks/update";
+/// The `_meta` key that ties a message to its task (2025-11-25).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// A task as a server reports it.
 #[derive(Debug, Clone)]
