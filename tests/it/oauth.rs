@@ -160,17 +160,19 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     let auth = format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\", token_file = \"remote.tokens.json\"");
     let app = start(config(&dir, &server.base, &auth)).await;
 
-    // A redirect for a login nobody began is refused, and changes nothing.
+    // Never logged in: a state that says what to do, not an empty catalog.
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
+    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
+    assert!(view.generation.is_none());
+    // A redirect for a login nobody began is refused, and changes nothing. (Asked once the
+    // server's worker runs: before that the daemon does not yet know how the server logs in.)
     let mut grpc = client(&app).await;
     let bogus = pb::CompleteLoginRequest { server: "remote".into(), login_id: "made-up".into(), redirect_query: "code=x&state=y".into() };
     let refused = grpc.complete_login(bogus).await.unwrap_err();
     assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "AUTHORIZATION_FAILED"));
     let unknown = grpc.begin_login(pb::BeginLoginRequest { server: "nosuch".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(error_info(&unknown).0, "UNKNOWN_SERVER");
-    // Never logged in: a state that says what to do, not an empty catalog.
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
-    assert!(view.generation.is_none());
+    assert_eq!(app.registry().server("remote").map(|v| v.state), Some(ServerState::AuthRequired));
     assert!(check_config(&dir).contains("remote: OAuth authorization code; not logged in yet: run `toolhost login remote`"));
 
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
