@@ -15,6 +15,7 @@ use crate::audit::{Auditor, Retention};
 use crate::calls::Calls;
 use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
+use crate::console::{self, Console};
 use crate::door::Door;
 use crate::door::tasks::Tasks;
 use crate::endpoint::{self, Endpoint};
@@ -66,6 +67,7 @@ pub struct App {
     notifier: Arc<Notifier>,
     grpc_addrs: Vec<BoundAddr>,
     mcp_addrs: Vec<BoundAddr>,
+    console_addrs: Vec<BoundAddr>,
     endpoint: Arc<Endpoint>,
     api_tasks: TaskTracker,
     api_cancel: CancellationToken,
@@ -107,6 +109,7 @@ impl App {
         let instance = InstanceLock::acquire(&config.store.path)?;
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let (mcp_addrs, mcp_listeners) = endpoint::bind(&config.mcp.listen).await?;
+        let (console_addrs, console_listeners) = console::bind(&config.console).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
         let reaper = Arc::new(match &options.reaper_program {
             Some(program) => Reaper::spawn(program).map_err(StartError::Reaper)?,
@@ -167,6 +170,11 @@ impl App {
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
+        let console = Arc::new(Console::new(door.clone(), supervisor.approver(), supervisor.refresher(), store.clone(), &config.console));
+        console::serve(console_listeners, console, &api_tasks, &api_cancel);
+        for addr in &console_addrs {
+            tracing::info!(?addr, "serving the operator console");
+        }
         let endpoint = Arc::new(Endpoint::new(door, &config.mcp));
         endpoint::serve(mcp_listeners, endpoint.clone(), &api_tasks, api_cancel.clone());
         for addr in &mcp_addrs {
@@ -191,6 +199,7 @@ impl App {
             notifier,
             grpc_addrs,
             mcp_addrs,
+            console_addrs,
             endpoint,
             api_tasks,
             api_cancel,
@@ -230,6 +239,11 @@ impl App {
     /// Where the MCP endpoint listens (with real port numbers).
     pub fn mcp_addrs(&self) -> &[BoundAddr] {
         &self.mcp_addrs
+    }
+
+    /// Where the operator console listens (with real port numbers).
+    pub fn console_addrs(&self) -> &[BoundAddr] {
+        &self.console_addrs
     }
 
     /// Applies a new configuration's servers: adds, removes and restarts only what changed.

@@ -106,3 +106,34 @@ async fn store_batch(store: &Store, batch: &mut Vec<AuditRecord>, failures: &Thr
     }
     batch.clear();
 }
+
+/// Whether an audit outcome is a call refused before anything reached a server (the caller's
+/// policy, its limits, a stale, held or unknown tool, bad arguments, an unavailable server), as
+/// opposed to a call that ran, whatever it returned. `task_started:…` is neither: the task's
+/// call has a record of its own.
+pub fn refused(outcome: &str) -> bool {
+    let kind = outcome.split_once(':').map_or(outcome, |(kind, _)| kind);
+    matches!(
+        kind,
+        "denied"
+            | "server_process"
+            | "unknown_tool"
+            | "unknown_server"
+            | "invalid_arguments"
+            | "stale_tool"
+            | "revision_not_kept"
+            | "definition_held"
+            | "concurrency_limited"
+            | "rate_limited"
+            | "quota_exhausted"
+            | "unavailable"
+            | "overloaded"
+            | "task_required"
+            | "continuation"
+    )
+}
+
+/// Whether an audit outcome records a call (that ran or was refused), not a task's start.
+pub fn is_call(outcome: &str) -> bool {
+    !outcome.starts_with("task_started:")
+}

@@ -17,6 +17,7 @@ pub mod calls;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod deadline;
 pub mod digest;
 pub mod door;

@@ -154,6 +154,11 @@ impl Identity {
         Identity { transport: "unix", peer: Some(peer), token: None, certificate: None }
     }
 
+    /// A Unix-socket caller that also presented a token (the console's signed-in session).
+    pub fn unix_with_token(peer: Option<UnixPeer>, token: Option<Vec<u8>>) -> Identity {
+        Identity { transport: "unix", peer, token, certificate: None }
+    }
+
     pub fn tcp(token: Option<Vec<u8>>) -> Identity {
         Identity { transport: "tcp", peer: None, token, certificate: None }
     }

@@ -158,22 +158,76 @@ pub fn evaluate(
     evaluation
 }
 
-/// Invisible or bidirectional-control characters: Unicode tags (U+E0000–E007F), zero-width
-/// characters, bidi embeddings, overrides, isolates and marks. A JCS definition holds
-/// non-ASCII characters as themselves, so its text is scanned directly.
+/// Whether a definition carries an invisible or bidirectional-control character
+/// ([`is_invisible`]). A JCS definition holds non-ASCII characters as themselves, so its text
+/// is scanned directly.
 pub fn has_invisible(definition: &str) -> bool {
     // Every character looked for is outside ASCII, and most definitions are ASCII only.
-    !definition.is_ascii()
-        && definition.chars().any(|c| {
-            matches!(c,
-            '\u{E0000}'..='\u{E007F}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}'
-            | '\u{061C}'
-            | '\u{FEFF}')
-        })
+    !definition.is_ascii() && definition.chars().any(is_invisible)
+}
+
+/// Invisible or bidirectional-control characters: Unicode tags (U+E0000–E007F), zero-width
+/// characters, bidi embeddings, overrides, isolates and marks.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{E0000}'..='\u{E007F}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{061C}'
+        | '\u{FEFF}')
+}
+
+/// The ASCII letter or digit a non-ASCII character is easily taken for (Cyrillic and Greek
+/// look-alikes, fullwidth forms, the dotless i), so that a person reviewing a definition sees
+/// `раypal` is not `paypal`. Not a full confusables table: the common homoglyphs of words.
+pub fn confusable(c: char) -> Option<char> {
+    if c.is_ascii() {
+        return None;
+    }
+    // Fullwidth ASCII (U+FF01–FF5E) is ASCII shifted.
+    if ('\u{FF01}'..='\u{FF5E}').contains(&c) {
+        return char::from_u32(u32::from(c) - 0xFF01 + 0x21);
+    }
+    let ascii = match c {
+        'а' => 'a',
+        'А' | 'Α' => 'A',
+        'В' | 'Β' => 'B',
+        'с' | 'ϲ' => 'c',
+        'С' | 'Ϲ' => 'C',
+        'е' => 'e',
+        'Е' | 'Ε' => 'E',
+        'һ' => 'h',
+        'Н' | 'Η' => 'H',
+        'і' | 'ı' => 'i',
+        'І' | 'Ι' => 'I',
+        'ј' => 'j',
+        'Ј' => 'J',
+        'К' | 'Κ' => 'K',
+        'М' | 'Μ' => 'M',
+        'Ν' => 'N',
+        'о' | 'ο' => 'o',
+        'О' | 'Ο' => 'O',
+        'р' | 'ρ' => 'p',
+        'Р' | 'Ρ' => 'P',
+        'ѕ' => 's',
+        'Ѕ' => 'S',
+        'Т' | 'Τ' => 'T',
+        'υ' => 'u',
+        'х' => 'x',
+        'Х' | 'Χ' => 'X',
+        'у' => 'y',
+        'У' | 'Υ' => 'Y',
+        'Ζ' => 'Z',
+        'ԁ' => 'd',
+        'ɡ' => 'g',
+        'ⅼ' => 'l',
+        'ν' => 'v',
+        'ԝ' => 'w',
+        _ => return None,
+    };
+    Some(ascii)
 }
 
 /// What changed from one definition to another, field by field: one line per changed JSON

@@ -35,14 +35,7 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
         Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
         Some(n) => return Err(("page_size".into(), format!("{n} is not between 1 and {MAX_PAGE_SIZE}"))),
     };
-    for (idx, origin) in raw.allowed_origins.iter().enumerate() {
-        let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
-        let valid =
-            rest.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/') && !rest.contains(char::is_whitespace));
-        if !valid {
-            return Err((format!("allowed_origins[{idx}]"), format!("{origin:?} is not an origin like \"https://app.example\"")));
-        }
-    }
+    let allowed_origins = origins(&raw.allowed_origins)?;
     let mut profiles = BTreeMap::new();
     for (name, profile) in raw.profiles {
         let profile = validate_profile(&name, profile, servers).map_err(|(key, problem)| (format!("profiles.{name}.{key}"), problem))?;
@@ -51,12 +44,21 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
     if !profiles.is_empty() && listen.is_empty() {
         return Err(("listen".into(), "profiles are configured but the endpoint listens nowhere".into()));
     }
-    Ok(McpConfig {
-        listen,
-        page_size: usize::try_from(page_size).unwrap_or(usize::MAX),
-        allowed_origins: raw.allowed_origins.into_iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect(),
-        profiles,
-    })
+    Ok(McpConfig { listen, page_size: usize::try_from(page_size).unwrap_or(usize::MAX), allowed_origins, profiles })
+}
+
+/// Browser origins a listener admits besides loopback ones, checked and normalized (lower case,
+/// no trailing slash).
+pub(super) fn origins(raw: &[String]) -> Result<Vec<String>, KeyProblem> {
+    for (idx, origin) in raw.iter().enumerate() {
+        let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+        let valid =
+            rest.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/') && !rest.contains(char::is_whitespace));
+        if !valid {
+            return Err((format!("allowed_origins[{idx}]"), format!("{origin:?} is not an origin like \"https://app.example\"")));
+        }
+    }
+    Ok(raw.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect())
 }
 
 fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, ServerSpec>) -> Result<ProfileConfig, KeyProblem> {

@@ -6,6 +6,7 @@
 
 mod access;
 pub mod auth;
+mod console;
 mod fleet;
 mod mcp;
 pub mod places;
@@ -33,6 +34,7 @@ pub struct Config {
     pub mcp: McpConfig,
     pub daemon: DaemonConfig,
     pub tasks: TasksConfig,
+    pub console: ConsoleConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerSpec>,
@@ -166,6 +168,17 @@ pub struct McpConfig {
     /// Browser origins allowed besides loopback ones (lower case, no trailing slash).
     pub allowed_origins: Vec<String>,
     pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// `[console]`: the operator console in the browser (off when it listens nowhere).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsoleConfig {
+    /// Loopback TCP addresses or Unix sockets; pages at `/`.
+    pub listen: Vec<Listener>,
+    /// Browser origins allowed besides loopback ones (a TLS proxy's), lower case, no trailing slash.
+    pub allowed_origins: Vec<String>,
+    /// How long a browser session lasts from its sign-in.
+    pub session_ttl: Duration,
 }
 
 /// `[mcp.profiles.NAME]`.
@@ -614,12 +627,23 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
             format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr),
         ));
     }
+    let console = console::validate(&base, raw.console).map_err(|(key, problem)| error(format!("console.{key}"), problem))?;
+    if let Some(shared) = console.listen.iter().find(|listener| {
+        fixed(&listener.addr)
+            && (listen_addrs.iter().any(|grpc| grpc.addr == listener.addr) || mcp.listen.iter().any(|mcp| mcp.addr == listener.addr))
+    }) {
+        return Err(error(
+            "console.listen".into(),
+            format!("{:?} is also a [grpc] or [mcp] listener; give the console its own address", shared.addr),
+        ));
+    }
     Ok(Config {
         source: file.to_path_buf(),
         store: StoreConfig { path: store_path, history_generations },
         grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
         mcp,
         daemon: DaemonConfig { shutdown_timeout },
+        console,
         tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
         telemetry,
         servers,

@@ -25,6 +25,18 @@ pub(crate) struct RawConfig {
     pub(crate) fleet: Option<RawFleet>,
     #[serde(default)]
     pub(crate) tasks: RawTasks,
+    #[serde(default)]
+    pub(crate) console: RawConsole,
+}
+
+/// `[console]`: the operator console in the browser.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConsole {
+    pub(crate) listen: Option<OneOrMany>,
+    #[serde(default)]
+    pub(crate) allowed_origins: Vec<String>,
+    pub(crate) session_ttl: Option<String>,
 }
 
 /// `[tasks]`: tool calls run as tasks, and what they may hold.

@@ -14,13 +14,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -28,16 +26,13 @@ use super::message::{self, Message, Params};
 use super::sessions::{Session, Sessions};
 use super::{Admission, ChangeWatch, Endpoint, Era, Origin, View, reply};
 use crate::access::{Identity, UnixPeer};
+use crate::listen::http::{Body, sse};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
 use crate::telemetry::mcp::Wire;
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
-
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
-/// SSE comments on an idle stream, so that proxies and clients see it alive.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 /// How long a connection may take to send its request head, and then its body.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,13 +116,13 @@ impl Front {
             },
         };
         if let Some(host) = request.headers().get(header::HOST) {
-            let allowed = host.to_str().is_ok_and(|host| self.endpoint.settings().host_allowed(host));
+            let allowed = host.to_str().is_ok_and(|host| self.endpoint.settings().origins().host_allowed(host));
             if !allowed {
                 return rpc_error(StatusCode::FORBIDDEN, -32600, "this Host may not use the endpoint (DNS rebinding protection)");
             }
         }
         if let Some(origin) = request.headers().get(header::ORIGIN) {
-            let allowed = origin.to_str().is_ok_and(|origin| self.endpoint.settings().origin_allowed(origin));
+            let allowed = origin.to_str().is_ok_and(|origin| self.endpoint.settings().origins().origin_allowed(origin));
             if !allowed {
                 return rpc_error(StatusCode::FORBIDDEN, -32600, "this Origin may not use the endpoint (DNS rebinding protection)");
             }
@@ -344,7 +339,7 @@ impl Front {
                 let _ = tx.send(answer).await;
             }
         };
-        sse(rx, Some(Box::pin(task)))
+        sse(rx, "message", Some(Box::pin(task)))
     }
 
     /// A 2026 `subscriptions/listen` stream: the acknowledgement, then a tagged list_changed
@@ -368,7 +363,7 @@ impl Front {
                 () = changes.forward(&endpoint, &view, &changed_line, &tx), if wanted => {}
             }
         };
-        sse(rx, Some(Box::pin(task)))
+        sse(rx, "message", Some(Box::pin(task)))
     }
 
     /// A 2025 session's notification stream.
@@ -397,7 +392,7 @@ impl Front {
                 () = changes.forward(&endpoint, &view, &line, &tx) => {}
             }
         };
-        sse(rx, Some(Box::pin(task)))
+        sse(rx, "message", Some(Box::pin(task)))
     }
 
     fn delete(&self, headers: &HeaderMap, view: &View) -> Response<Body> {
@@ -407,58 +402,6 @@ impl Front {
         match self.sessions.close(session_id, view) {
             true => empty(StatusCode::NO_CONTENT),
             false => rpc_error(StatusCode::NOT_FOUND, -32001, "unknown or expired session"),
-        }
-    }
-}
-
-type Feeder = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// An SSE response carrying `lines` as `message` events. `feeder` (what sends them) runs as
-/// part of the body: when the client closes the stream, the body is dropped and the feeder
-/// with it (a call still running is cancelled upstream).
-fn sse(lines: mpsc::Receiver<String>, feeder: Option<Feeder>) -> Response<Body> {
-    let keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
-    let events = EventStream { feeder, lines, keepalive };
-    let body = StreamBody::new(events.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))));
-    let mut response = Response::new(BodyExt::boxed_unsync(body));
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
-}
-
-/// The events of an SSE response: each line from `lines`, keep-alive comments while idle, and
-/// the end once the feeder is done and every line is out.
-struct EventStream {
-    feeder: Option<Feeder>,
-    lines: mpsc::Receiver<String>,
-    keepalive: tokio::time::Interval,
-}
-
-impl tokio_stream::Stream for EventStream {
-    type Item = Bytes;
-
-    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Bytes>> {
-        use std::task::Poll;
-        let this = self.get_mut();
-        if let Some(feeder) = this.feeder.as_mut()
-            && feeder.as_mut().poll(cx).is_ready()
-        {
-            // Dropping the feeder drops its sender: the lines end once drained.
-            this.feeder = None;
-        }
-        match this.lines.poll_recv(cx) {
-            Poll::Ready(Some(line)) => {
-                this.keepalive.reset();
-                return Poll::Ready(Some(Bytes::from(format!("event: message\ndata: {}\n\n", line.trim_end()))));
-            }
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => {}
-        }
-        match this.keepalive.poll_tick(cx) {
-            Poll::Ready(_) => Poll::Ready(Some(Bytes::from_static(b": keep-alive\n\n"))),
-            Poll::Pending => Poll::Pending,
         }
     }
 }

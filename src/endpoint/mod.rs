@@ -34,9 +34,9 @@ use tokio_util::task::TaskTracker;
 use crate::access::{Caller, Identity, Refusal};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
 use crate::catalog::names;
-use crate::config::{ListenAddr, McpConfig};
+use crate::config::McpConfig;
 use crate::door::Door;
-use crate::listen::{self, BindError, BoundAddr};
+use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
@@ -75,7 +75,7 @@ pub struct Endpoint {
 /// What the configuration says, swapped whole on reload.
 pub struct Settings {
     page_size: usize,
-    allowed_origins: Vec<String>,
+    origins: Origins,
     profiles: HashMap<String, Arc<Profile>>,
 }
 
@@ -421,45 +421,13 @@ impl Settings {
                 (name.clone(), Arc::new(compiled))
             })
             .collect();
-        Settings { page_size: config.page_size.max(1), allowed_origins: config.allowed_origins.clone(), profiles }
+        Settings { page_size: config.page_size.max(1), origins: Origins::new(config.allowed_origins.clone()), profiles }
     }
 
-    /// Whether a browser page from `origin` may talk to the endpoint: loopback origins (any port)
-    /// and those the operator allowed. Anything else is a DNS-rebinding attempt until proven not.
-    pub fn origin_allowed(&self, origin: &str) -> bool {
-        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-        if self.allowed_origins.contains(&origin) {
-            return true;
-        }
-        let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
-        is_loopback_name(rest)
+    /// Which browser origins and `Host` names the endpoint serves ([`Origins`]).
+    pub fn origins(&self) -> &Origins {
+        &self.origins
     }
-
-    /// Whether a request's `Host` names this machine's loopback (any port) or the host of an
-    /// allowed origin: a rebound DNS name (`evil.example`) is refused even without an Origin.
-    pub fn host_allowed(&self, host: &str) -> bool {
-        let host = host.to_ascii_lowercase();
-        is_loopback_name(&host)
-            || self.allowed_origins.iter().any(|origin| origin.split_once("://").is_some_and(|(_, allowed)| allowed == host))
-    }
-}
-
-/// A loopback host ([`crate::oauth_core::urls::is_loopback_host`]) with or without a port, and
-/// nothing else: an authority with user info, a path or a second host
-/// (`127.0.0.1:80@evil.example`) is not loopback.
-fn is_loopback_name(authority: &str) -> bool {
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(bracketed) => match bracketed.split_once(']') {
-            Some((host, rest)) => (host, rest),
-            None => return false,
-        },
-        None => authority.find(':').map_or((authority, ""), |at| authority.split_at(at)),
-    };
-    let port_ok = match port.strip_prefix(':') {
-        Some(digits) => !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()),
-        None => port.is_empty(),
-    };
-    port_ok && crate::oauth_core::urls::is_loopback_host(host)
 }
 
 // === impl Profile / View ===
@@ -581,32 +549,12 @@ fn connection_slot(
 /// The endpoint's listeners, bound before the daemon says it is ready.
 pub struct BoundListeners(Vec<Bound>);
 
-enum Bound {
-    Http(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener, std::path::PathBuf),
-}
-
 /// Binds every `[mcp]` listener, so that a bad address fails the start.
 ///
 /// # Errors
 /// [`BindError`] naming the address.
 pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
-    let mut addrs = Vec::new();
-    let mut bound = Vec::new();
-    for listener in listeners {
-        match &listener.addr {
-            ListenAddr::Tcp(socket) => {
-                let (tcp, local) = listen::bind_tcp(*socket).await?;
-                addrs.push(BoundAddr::Tcp(local));
-                bound.push(Bound::Http(tcp));
-            }
-            ListenAddr::Unix(path) => {
-                let unix = listen::bind_unix(path, &listener.socket).await?;
-                addrs.push(BoundAddr::Unix(path.clone()));
-                bound.push(Bound::Unix(unix, path.clone()));
-            }
-        }
-    }
+    let (addrs, bound) = listen::bind_all(listeners).await?;
     Ok((addrs, BoundListeners(bound)))
 }
 
@@ -614,7 +562,7 @@ pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAdd
 pub fn serve(listeners: BoundListeners, endpoint: Arc<Endpoint>, tracker: &TaskTracker, cancel: CancellationToken) {
     for listener in listeners.0 {
         match listener {
-            Bound::Http(tcp) => {
+            Bound::Tcp(tcp) => {
                 tracker.spawn(serve_http(tcp, endpoint.clone(), tracker.clone(), cancel.clone()));
             }
             Bound::Unix(unix, path) => {
@@ -625,36 +573,5 @@ pub fn serve(listeners: BoundListeners, endpoint: Arc<Endpoint>, tracker: &TaskT
                 });
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_plain_loopback_authority_is_loopback() {
-        for ok in ["localhost", "127.0.0.1", "127.0.0.1:8080", "[::1]", "[::1]:443", "localhost:1"] {
-            assert!(is_loopback_name(ok), "{ok}");
-        }
-        for refused in [
-            "127.0.0.1:8080@evil.example",
-            "localhost@evil.example",
-            "[::1]:80@evil.example",
-            "127.0.0.1:80/x",
-            "127.0.0.1:",
-            "127.0.0.1:123456",
-            "127.0.0.1:80:81",
-            "[::1",
-            "evil.example",
-            "127.0.0.1.evil.example",
-            "",
-        ] {
-            assert!(!is_loopback_name(refused), "{refused}");
-        }
-        let settings = Settings { page_size: 1, allowed_origins: vec![], profiles: HashMap::new() };
-        assert!(settings.origin_allowed("http://127.0.0.1:3000"));
-        assert!(!settings.origin_allowed("http://127.0.0.1:3000@evil.example"));
-        assert!(!settings.host_allowed("127.0.0.1:3000@evil.example"));
     }
 }

@@ -4,6 +4,16 @@ use sqlx::Row;
 
 use super::{Store, StoreError, to_i64, to_u64};
 
+/// The `WHERE` clause of [`AuditFilter`], its parameters `?1` to `?5` (a macro, so that the
+/// queries stay literal SQL).
+macro_rules! audit_filter {
+    () => {
+        "at_ms >= ?1 AND (?2 IS NULL OR at_ms < ?2) AND (?3 IS NULL OR agent = ?3) \
+         AND (?4 IS NULL OR instr(qualified_name, ?4) > 0) \
+         AND (?5 IS NULL OR outcome = ?5 OR substr(outcome, 1, length(?5) + 1) = ?5 || ':')"
+    };
+}
+
 impl Store {
     /// Stores audit records, in one transaction.
     ///
@@ -75,16 +85,66 @@ impl Store {
         agent: Option<&str>,
         limit: u32,
     ) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
-        let rows = sqlx::query(
+        let filter = AuditFilter { since_ms, agent: agent.map(str::to_owned), ..AuditFilter::default() };
+        self.query_audit_filtered(&filter, limit).await
+    }
+
+    /// Audit records that pass `filter`, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn query_audit_filtered(
+        &self,
+        filter: &AuditFilter,
+        limit: u32,
+    ) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
+        let sql = concat!(
             "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments \
-             FROM audit WHERE at_ms >= ?1 AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
-        )
-        .bind(since_ms)
-        .bind(agent)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool())
-        .await?;
+             FROM audit WHERE ",
+            audit_filter!(),
+            " ORDER BY id DESC LIMIT ?6"
+        );
+        let rows = filter.bind(sqlx::query(sql)).bind(i64::from(limit)).fetch_all(&self.pool()).await?;
         rows.iter().map(audit_record).collect()
+    }
+
+    /// How many records that pass `filter` each outcome has in each `bucket_ms` window (windows
+    /// start at multiples of `bucket_ms` since the epoch), oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn audit_histogram(&self, filter: &AuditFilter, bucket_ms: i64) -> Result<Vec<(i64, String, u64)>, StoreError> {
+        let sql = concat!("SELECT (at_ms / ?6) * ?6, outcome, COUNT(*) FROM audit WHERE ", audit_filter!(), " GROUP BY 1, 2 ORDER BY 1");
+        let rows: Vec<(i64, String, i64)> = filter.bind_as(sqlx::query_as(sql)).bind(bucket_ms.max(1)).fetch_all(&self.pool()).await?;
+        Ok(rows.into_iter().map(|(start, outcome, count)| (start, outcome, u64::try_from(count).unwrap_or(0))).collect())
+    }
+}
+
+/// What an audit query keeps: records in `[since_ms, until_ms)`, of the agent, whose qualified
+/// name contains `tool`, whose outcome is `outcome` (or starts with it and a colon:
+/// `stale_tool` keeps `stale_tool:removed`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub since_ms: i64,
+    pub until_ms: Option<i64>,
+    pub agent: Option<String>,
+    pub tool: Option<String>,
+    pub outcome: Option<String>,
+}
+
+impl AuditFilter {
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+        query.bind(self.since_ms).bind(self.until_ms).bind(self.agent.as_deref()).bind(self.tool.as_deref()).bind(self.outcome.as_deref())
+    }
+
+    fn bind_as<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments> {
+        query.bind(self.since_ms).bind(self.until_ms).bind(self.agent.as_deref()).bind(self.tool.as_deref()).bind(self.outcome.as_deref())
     }
 }
 

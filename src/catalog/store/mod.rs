@@ -24,7 +24,7 @@ use crate::catalog::model::{Diff, Generation, Listing, ToolDef};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, GenerationSummary, now_ms};
 
 pub mod approvals;
-mod audit;
+pub mod audit;
 mod degraded;
 pub mod fleet;
 mod quotas;
@@ -397,6 +397,24 @@ impl Store {
             Ok(tools)
         };
         tokio::task::spawn_blocking(decode).await.map_err(|err| StoreError::Corrupt(err.to_string()))?
+    }
+
+    /// The versions of one tool, newest first: the generations each definition was current
+    /// for (`None` as the last: current still, or when the tool was last seen) and its hash.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn tool_history(&self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, StoreError> {
+        let rows: Vec<(i64, Option<i64>, String)> = sqlx::query_as(
+            "SELECT first_generation, last_generation, hash FROM tool_versions WHERE server = ? AND name = ? \
+             ORDER BY first_generation DESC LIMIT ?",
+        )
+        .bind(server)
+        .bind(name)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool())
+        .await?;
+        rows.into_iter().map(|(first, last, hash)| Ok((to_u64(first)?, last.map(to_u64).transpose()?, hash))).collect()
     }
 
     /// The tools of `server` at `generation` (empty if that generation was pruned or never existed).

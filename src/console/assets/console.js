@@ -1,0 +1,58 @@
+// toolhost console: keeps the open page live. The daemon sends a `catalog` event for every
+// change this caller may see; the page then fetches its own live region again (the server
+// renders it) and swaps it in. Forms the reader is filling in are outside that region.
+"use strict";
+
+(function () {
+  const live = document.getElementById("live");
+  const status = document.getElementById("live-status");
+  if (!live || !status || !window.EventSource) {
+    return;
+  }
+  let shown = Number(document.body.dataset.revision || 0);
+  let fetching = false;
+  let again = false;
+
+  async function refresh() {
+    if (fetching) {
+      again = true;
+      return;
+    }
+    fetching = true;
+    try {
+      const response = await fetch(window.location.href, {
+        headers: { "x-console-fragment": "1" },
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      if (response.ok) {
+        live.innerHTML = await response.text();
+        const revision = Number(response.headers.get("x-catalog-revision") || shown);
+        shown = Math.max(shown, revision);
+        document.body.dataset.revision = String(shown);
+      }
+    } catch (error) {
+      status.className = "down";
+    } finally {
+      fetching = false;
+      if (again) {
+        again = false;
+        refresh();
+      }
+    }
+  }
+
+  const events = new EventSource("/events");
+  events.addEventListener("open", function () {
+    status.className = "up";
+  });
+  events.addEventListener("error", function () {
+    status.className = "down";
+  });
+  events.addEventListener("catalog", function (event) {
+    status.className = "up";
+    if (Number(event.data) > shown) {
+      refresh();
+    }
+  });
+})();

@@ -1,0 +1,58 @@
+//! `/events`: the catalog watch as server-sent events, for the page the caller has open. Each
+//! change the caller may see ([`crate::door::changes`]) is one `catalog` event carrying the new
+//! revision; the page then fetches its live region again. The first event is the revision at
+//! connect time, so a page rendered just before a change still sees it.
+
+use std::sync::Arc;
+
+use http::Response;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::access::Identity;
+use crate::door::Door;
+use crate::door::changes::{Changes, Seen};
+use crate::listen::http::{Body, sse};
+
+/// Event streams open at once (each holds one connection).
+pub(super) const MAX_STREAMS: usize = 256;
+
+/// A stream of `identity`'s catalog changes until the page closes, the caller is no longer
+/// admitted, or the daemon stops. `permit` is its place among [`MAX_STREAMS`].
+pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, permit: OwnedSemaphorePermit) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<String>(4);
+    let mut changes = Changes::new(door, identity, 0, Vec::new());
+    let revision = door.registry().snapshot().revision;
+    let feeder = async move {
+        let _permit = permit;
+        if tx.send(revision.to_string()).await.is_err() {
+            return;
+        }
+        let follow = async {
+            while let Some(seen) = changes.next().await {
+                let revision = match seen {
+                    Ok(Seen::Event(event)) => event.revision,
+                    Ok(Seen::Resync { revision }) => revision,
+                    // Signed out of its agent entry by a reload: the page's next fetch says why.
+                    Err(_) => return,
+                };
+                // A page refreshes at most once per change it has not fetched yet: a full
+                // channel means it will fetch anyway.
+                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(revision.to_string()) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = follow => {}
+            () = tx.closed() => {}
+        }
+    };
+    sse(rx, "catalog", Some(Box::pin(feeder)))
+}
+
+/// Room for another stream.
+pub(super) fn slot(streams: &Arc<tokio::sync::Semaphore>) -> Option<OwnedSemaphorePermit> {
+    streams.clone().try_acquire_owned().ok()
+}

@@ -1,0 +1,493 @@
+//! The operator console: HTML pages served by the daemon (servers, catalog, review, audit),
+//! kept live by the catalog watch over server-sent events, under the same identities and policy
+//! as the other doors. Loopback TCP and Unix sockets only. Everything it serves is in the binary.
+//!
+//! A request passes [`guard`] (Host, Origin, fetch metadata), gets a session (a cookie, a CSRF
+//! token, the token it signed in with), is admitted like any caller (the kernel's word for a
+//! loopback peer, else the session's token) and answered by one view. Actions are POSTs with the
+//! session's CSRF token and need `admin`.
+
+mod catalog;
+mod chart;
+mod diff;
+mod error;
+mod events;
+mod guard;
+mod html;
+mod login;
+mod review;
+mod servers;
+mod sessions;
+mod trail;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use maud::Markup;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::access::{Caller, Identity, Refusal, UnixPeer};
+use crate::catalog::record::EnumerationReason;
+use crate::catalog::store::Store;
+use crate::config::ConsoleConfig;
+use crate::door::Door;
+use crate::listen::http::Body;
+use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
+use crate::registry::ServerState;
+use crate::supervisor::Refresher;
+use crate::supervisor::integrity::Approver;
+use crate::telemetry::throttle::Throttle;
+pub use error::ConsoleError;
+use html::Ctx;
+use sessions::{Session, Sessions};
+
+/// Connections open at once.
+const MAX_CONNECTIONS: usize = 256;
+/// How long a connection may take to send its request head, and then a form.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest form accepted (a token, a few names).
+const MAX_FORM_BYTES: usize = 16 * 1024;
+/// Sign-in attempts per second, all callers together.
+const LOGINS_PER_SECOND: u32 = 5;
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+const ICON: &str = include_str!("assets/icon.svg");
+
+/// What the console needs of the daemon.
+pub struct Console {
+    door: Door,
+    approver: Approver,
+    refresher: Refresher,
+    store: Store,
+    origins: Origins,
+    sessions: Sessions,
+    streams: Arc<tokio::sync::Semaphore>,
+    logins: Throttle,
+    warnings: Throttle,
+}
+
+/// Who is on the other end of one connection, as the kernel says.
+#[derive(Clone)]
+struct Peer {
+    unix: bool,
+    peer: Option<UnixPeer>,
+}
+
+impl Console {
+    pub fn new(door: Door, approver: Approver, refresher: Refresher, store: Store, config: &ConsoleConfig) -> Console {
+        Console {
+            door,
+            approver,
+            refresher,
+            store,
+            origins: Origins::new(config.allowed_origins.clone()),
+            sessions: Sessions::new(config.session_ttl),
+            streams: Arc::new(tokio::sync::Semaphore::new(events::MAX_STREAMS)),
+            logins: Throttle::new(LOGINS_PER_SECOND),
+            warnings: Throttle::new(1),
+        }
+    }
+
+    async fn handle(&self, peer: &Peer, request: http::Request<Incoming>, stop: &CancellationToken) -> Response<Body> {
+        let mut response = match self.route(peer, request, stop).await {
+            Ok(response) => response,
+            Err(error) => self.refusal(error),
+        };
+        guard::protect(response.headers_mut());
+        response
+    }
+
+    async fn route(&self, peer: &Peer, request: http::Request<Incoming>, stop: &CancellationToken) -> Result<Response<Body>, ConsoleError> {
+        let (parts, body) = request.into_parts();
+        guard::check(&parts.method, &parts.headers, &self.origins)?;
+        let path = parts.uri.path();
+        if let Some(asset) = path.strip_prefix("/static/") {
+            return asset_response(asset).ok_or(ConsoleError::NotFound);
+        }
+        let known = guard::session_cookie(&parts.headers).and_then(|id| self.sessions.get(id));
+        let (session, fresh) = match known {
+            Some(session) => (session, false),
+            None => (self.sessions.create(None).ok_or(ConsoleError::ShuttingDown)?, true),
+        };
+        let mut response = match self.dispatch(peer, &parts, body, &session, stop).await {
+            Ok(response) => response,
+            // Refused callers get the sign-in page, with a session whose form works.
+            Err(ConsoleError::NotAdmitted(refusal)) => {
+                let who = self.admit(peer, None).ok().map(|caller| caller.agent.name.to_string());
+                html_response(StatusCode::UNAUTHORIZED, login::view(&session.csrf, who.as_deref(), Some(&refusal.to_string())))
+            }
+            Err(error) => self.refusal(error),
+        };
+        if fresh && !response.headers().contains_key(header::SET_COOKIE) {
+            let max_age = self.sessions.ttl().as_secs();
+            if let Some(cookie) = guard::set_cookie(&session.id, max_age) {
+                response.headers_mut().insert(header::SET_COOKIE, cookie);
+            }
+        }
+        Ok(response)
+    }
+
+    async fn dispatch(
+        &self,
+        peer: &Peer,
+        parts: &http::request::Parts,
+        body: Incoming,
+        session: &Session,
+        stop: &CancellationToken,
+    ) -> Result<Response<Body>, ConsoleError> {
+        let path = parts.uri.path();
+        let query = parts.uri.query().unwrap_or_default();
+        match (&parts.method, path) {
+            (&Method::GET, "/") => return Ok(redirect("/servers")),
+            (&Method::GET, "/login") => {
+                let who = self.admit(peer, session.token.clone()).ok().map(|caller| caller.agent.name.to_string());
+                return Ok(html_response(StatusCode::OK, login::view(&session.csrf, who.as_deref(), None)));
+            }
+            (&Method::POST, "/login") => return self.login(session, &read_form(parts, body).await?),
+            (&Method::POST, "/logout") => {
+                if !guard::csrf_matches(&session.csrf, read_form(parts, body).await?.get("csrf")) {
+                    return Err(ConsoleError::Csrf);
+                }
+                self.sessions.remove(&session.id);
+                let mut response = redirect("/login");
+                response.headers_mut().insert(header::SET_COOKIE, guard::clear_cookie());
+                return Ok(response);
+            }
+            _ => {}
+        }
+        let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
+        if parts.method == Method::POST {
+            let form = read_form(parts, body).await?;
+            if !guard::csrf_matches(&session.csrf, form.get("csrf")) {
+                return Err(ConsoleError::Csrf);
+            }
+            if !caller.agent.admin {
+                return Err(ConsoleError::NotAdmin(Refusal::NotAdmin { agent: caller.agent.name.to_string() }));
+            }
+            let (flash, back) = self.act(&caller, path, &form).await?;
+            self.sessions.flash(&session.id, flash);
+            return Ok(redirect(back));
+        }
+        if parts.method != Method::GET {
+            return Err(ConsoleError::NotFound);
+        }
+        let snapshot = self.door.registry().snapshot();
+        let fragment = parts.headers.get("x-console-fragment").is_some();
+        let ctx = Ctx { caller: &caller, csrf: &session.csrf, signed_in: session.token.is_some(), fragment, revision: snapshot.revision };
+        let params = Form::parse(query.as_bytes());
+        let flash = if fragment { None } else { self.sessions.take_flash(&session.id) };
+        let admin = || match caller.agent.admin {
+            true => Ok(()),
+            false => Err(ConsoleError::NotAdmin(Refusal::NotAdmin { agent: caller.agent.name.to_string() })),
+        };
+        let page = match path {
+            "/servers" => servers::view(&ctx, &snapshot, self.store.degraded().map(|why| why.to_string()), flash.as_deref()),
+            "/catalog" => {
+                let query =
+                    catalog::Query { q: params.text("q", 200), server: params.text("server", 200), state: params.text("state", 20) };
+                catalog::view(&ctx, &self.door, &query).await?
+            }
+            "/tool" => catalog::tool(&ctx, &self.door, &self.store, &params.text("server", 200), &params.text("name", 1000)).await?,
+            "/review" => {
+                admin()?;
+                review::view(&ctx, &self.door, &self.approver, &self.store, flash.as_deref()).await?
+            }
+            "/audit" => {
+                admin()?;
+                let query = trail::Query {
+                    agent: params.text("agent", 200),
+                    tool: params.text("tool", 200),
+                    outcome: params.text("outcome", 100),
+                    window: params.text("window", 8),
+                };
+                trail::view(&ctx, &self.store, &query, crate::catalog::record::now_ms()).await?
+            }
+            "/events" => {
+                let slot = events::slot(&self.streams).ok_or(ConsoleError::BadRequest("too many open event streams".into()))?;
+                return Ok(events::stream(&self.door, caller.identity, stop.clone(), slot));
+            }
+            _ => return Err(ConsoleError::NotFound),
+        };
+        let mut response = html_response(StatusCode::OK, page);
+        if let Ok(revision) = HeaderValue::from_str(&snapshot.revision.to_string()) {
+            response.headers_mut().insert("x-catalog-revision", revision);
+        }
+        Ok(response)
+    }
+
+    /// An operator's action; what it did (for the next page) and where to go back to.
+    async fn act(&self, caller: &Caller, path: &str, form: &Form) -> Result<(String, &'static str), ConsoleError> {
+        let server = form.text("server", 200);
+        match path {
+            "/servers/refresh" | "/servers/restart" => {
+                let view = self.door.registry().server(&server).ok_or_else(|| ConsoleError::UnknownServer(server.clone()))?;
+                if view.state == ServerState::Disabled {
+                    return Err(ConsoleError::Disabled(server));
+                }
+                if path == "/servers/refresh" {
+                    self.refresher.refresh(&server, EnumerationReason::Manual);
+                    Ok((format!("Asked {server} for its tools again."), "/servers"))
+                } else {
+                    self.refresher.restart(&server);
+                    Ok((format!("Restarting {server}."), "/servers"))
+                }
+            }
+            "/review/approve" => {
+                let (tool, hash) = (form.text("tool", 1000), form.text("hash", 100));
+                if hash.is_empty() {
+                    return Err(ConsoleError::BadRequest("an approval names the exact hash it approves".into()));
+                }
+                let by = format!("{} ({}, console)", caller.agent.name, caller.identity.describe());
+                let approved = self.approver.approve(&server, std::slice::from_ref(&tool), false, Some(&hash), &by).await?;
+                let hashes: Vec<String> = approved.iter().map(|(name, hash)| format!("{name} {}", html::short_hash(hash))).collect();
+                Ok((format!("Approved {server}/{}: callable now.", hashes.join(", ")), "/review"))
+            }
+            _ => Err(ConsoleError::NotFound),
+        }
+    }
+
+    fn login(&self, session: &Session, form: &Form) -> Result<Response<Body>, ConsoleError> {
+        if !guard::csrf_matches(&session.csrf, form.get("csrf")) {
+            return Err(ConsoleError::Csrf);
+        }
+        if self.logins.admit().is_none() {
+            return Err(ConsoleError::LoginLimited);
+        }
+        let token = form.get("token").unwrap_or_default().trim().as_bytes().to_vec();
+        let refused = |problem: &str| Ok(html_response(StatusCode::UNAUTHORIZED, login::view(&session.csrf, None, Some(problem))));
+        if token.is_empty() {
+            return refused("Enter a token.");
+        }
+        // A token must name an agent entry by itself: the kernel's word cannot stand in for it.
+        // Once signed in, the session's caller is judged as on every door (the peer and the token).
+        match self.door.admit(Identity::tcp(Some(token.clone()))) {
+            Ok(_) => {
+                // A new session (new id, new CSRF token): one fixed before sign-in is useless after.
+                self.sessions.remove(&session.id);
+                let signed = self.sessions.create(Some(token)).ok_or(ConsoleError::ShuttingDown)?;
+                let mut response = redirect("/servers");
+                if let Some(cookie) = guard::set_cookie(&signed.id, self.sessions.ttl().as_secs()) {
+                    response.headers_mut().insert(header::SET_COOKIE, cookie);
+                }
+                Ok(response)
+            }
+            _ => refused("That token is not accepted."),
+        }
+    }
+
+    /// The caller on `peer` with the session's `token`.
+    fn admit(&self, peer: &Peer, token: Option<Vec<u8>>) -> Result<Caller, Refusal> {
+        let identity = match peer.unix {
+            true => Identity::unix_with_token(peer.peer.clone(), token),
+            false => Identity::loopback(peer.peer.clone(), token),
+        };
+        self.door.admit(identity)
+    }
+
+    fn refusal(&self, error: ConsoleError) -> Response<Body> {
+        if error.is_internal()
+            && let Some(suppressed) = self.warnings.admit()
+        {
+            tracing::warn!(%error, suppressed, "a console request failed");
+        }
+        let status = error.status();
+        let title = status.canonical_reason().unwrap_or("Refused");
+        html_response(status, html::message_page(title, &error.message(), matches!(error, ConsoleError::NotAdmin(_))))
+    }
+}
+
+/// A form or query string, its values by name (the first of each).
+struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn parse(bytes: &[u8]) -> Form {
+        Form(form_urlencoded::parse(bytes).into_owned().take(64).collect())
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+
+    /// A value cut to `max` characters (empty when absent).
+    fn text(&self, name: &str, max: usize) -> String {
+        self.get(name).unwrap_or_default().chars().take(max).collect()
+    }
+}
+
+async fn read_form(parts: &http::request::Parts, body: Incoming) -> Result<Form, ConsoleError> {
+    let form = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    if !form {
+        return Err(ConsoleError::BadRequest("actions are forms (application/x-www-form-urlencoded)".into()));
+    }
+    match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_FORM_BYTES).collect()).await {
+        Ok(Ok(body)) => Ok(Form::parse(&body.to_bytes())),
+        Ok(Err(_)) => Err(ConsoleError::BadRequest("the form is too large, or was cut off".into())),
+        Err(_) => Err(ConsoleError::BadRequest("the form did not arrive in time".into())),
+    }
+}
+
+fn html_response(status: StatusCode, page: Markup) -> Response<Body> {
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::from(page.into_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    response
+}
+
+fn redirect(location: &'static str) -> Response<Body> {
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new())));
+    *response.status_mut() = StatusCode::SEE_OTHER;
+    response.headers_mut().insert(header::LOCATION, HeaderValue::from_static(location));
+    response
+}
+
+fn asset_response(name: &str) -> Option<Response<Body>> {
+    let (text, kind) = match name {
+        "console.css" => (CSS, "text/css; charset=utf-8"),
+        "console.js" => (JS, "text/javascript; charset=utf-8"),
+        "icon.svg" => (ICON, "image/svg+xml"),
+        _ => return None,
+    };
+    let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::from_static(text.as_bytes()))));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Some(response)
+}
+
+/// The console's listeners, bound before the daemon says it is ready.
+pub struct BoundListeners(Vec<Bound>);
+
+/// Binds every `[console]` listener, so that a bad address fails the start.
+///
+/// # Errors
+/// [`BindError`] naming the address.
+pub async fn bind(config: &ConsoleConfig) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
+    let (addrs, bound) = listen::bind_all(&config.listen).await?;
+    Ok((addrs, BoundListeners(bound)))
+}
+
+/// Serves the console on every listener until `cancel`; every task goes into `tracker`.
+pub fn serve(listeners: BoundListeners, console: Arc<Console>, tracker: &TaskTracker, cancel: &CancellationToken) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    for listener in listeners.0 {
+        let (console, tracker_inner, cancel, slots) = (console.clone(), tracker.clone(), cancel.clone(), slots.clone());
+        tracker.spawn(async move {
+            match listener {
+                Bound::Tcp(tcp) => accept_tcp(tcp, console, tracker_inner, cancel, slots).await,
+                Bound::Unix(unix, path) => {
+                    accept_unix(unix, console, tracker_inner, cancel, slots).await;
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        });
+    }
+}
+
+async fn accept_tcp(
+    listener: tokio::net::TcpListener,
+    console: Arc<Console>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+    slots: Arc<tokio::sync::Semaphore>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Some(slot) = accepted_slot(&console, &slots, accepted.as_ref().err()).await else { continue };
+        let Ok((stream, remote)) = accepted else { continue };
+        let local = stream.local_addr().ok();
+        let (console, cancel) = (console.clone(), cancel.clone());
+        tracker.spawn(async move {
+            // The socket table is read on the blocking pool, never on the accept loop.
+            let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
+            let peer = Peer { unix: false, peer: lookup.await.ok().flatten() };
+            serve_connection(stream, peer, console, cancel).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn accept_unix(
+    listener: tokio::net::UnixListener,
+    console: Arc<Console>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+    slots: Arc<tokio::sync::Semaphore>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Some(slot) = accepted_slot(&console, &slots, accepted.as_ref().err()).await else { continue };
+        let Ok((stream, _)) = accepted else { continue };
+        let peer = Peer { unix: true, peer: UnixPeer::of(&stream) };
+        let (console, cancel) = (console.clone(), cancel.clone());
+        tracker.spawn(async move {
+            serve_connection(stream, peer, console, cancel).await;
+            drop(slot);
+        });
+    }
+}
+
+/// A slot for an accepted connection; `None` after a failed accept (paused briefly) or when
+/// every slot is taken (the connection is dropped).
+async fn accepted_slot(
+    console: &Console,
+    slots: &Arc<tokio::sync::Semaphore>,
+    failed: Option<&std::io::Error>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Some(error) = failed {
+        if let Some(suppressed) = console.warnings.admit() {
+            tracing::warn!(%error, suppressed, "cannot accept a console connection");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        return None;
+    }
+    let slot = slots.clone().try_acquire_owned().ok();
+    if slot.is_none()
+        && let Some(suppressed) = console.warnings.admit()
+    {
+        tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "a console connection was refused: too many open");
+    }
+    slot
+}
+
+async fn serve_connection<S>(stream: S, peer: Peer, console: Arc<Console>, cancel: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = Arc::new(peer);
+    let stop = cancel.clone();
+    let service = hyper::service::service_fn(move |request| {
+        let (console, peer, stop) = (console.clone(), peer.clone(), stop.clone());
+        async move { Ok::<_, Infallible>(console.handle(&peer, request, &stop).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = cancel.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
+        }
+    }
+}
