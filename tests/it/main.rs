@@ -12,6 +12,7 @@ mod catalog_api;
 mod cli;
 mod collector;
 mod config_cli;
+mod console;
 mod daemon;
 mod enumeration;
 mod fair_share;
