@@ -363,3 +363,24 @@ fn the_credential_fingerprint_follows_the_authorization() {
     }
     assert_eq!(alice, fingerprint("auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\" }"));
 }
+
+#[test]
+fn the_console_listens_on_loopback_or_a_socket_and_on_its_own_address() {
+    let config = load(
+        "toolhost.toml",
+        "[grpc]\nlisten = [\"unix:api.sock\"]\n[console]\nlisten = [\"127.0.0.1:7070\", \"unix:console.sock\"]\nallowed_origins = [\"https://Tools.example/\"]\nsession_ttl = \"2h\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.console.listen.len(), 2);
+    assert_eq!(config.console.allowed_origins, ["https://tools.example"]);
+    assert_eq!(config.console.session_ttl, Duration::from_secs(7200));
+    assert!(load("toolhost.toml", "[grpc]\nlisten = [\"unix:api.sock\"]\n").unwrap().console.listen.is_empty(), "off by default");
+    let public = load("toolhost.toml", "[console]\nlisten = [\"0.0.0.0:7070\"]\n").unwrap_err();
+    assert!(public.contains("console.listen[0]") && public.contains("not a loopback address"), "{public}");
+    let shared = load("toolhost.toml", "[mcp]\nlisten = [\"127.0.0.1:7070\"]\n[console]\nlisten = [\"127.0.0.1:7070\"]\n").unwrap_err();
+    assert!(shared.contains("give the console its own address"), "{shared}");
+    let long = load("toolhost.toml", "[console]\nlisten = [\"127.0.0.1:7070\"]\nsession_ttl = \"30d\"\n").unwrap_err();
+    assert!(long.contains("console.session_ttl"), "{long}");
+    let origin = load("toolhost.toml", "[console]\nallowed_origins = [\"tools.example\"]\n").unwrap_err();
+    assert!(origin.contains("console.allowed_origins[0]"), "{origin}");
+}

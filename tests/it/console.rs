@@ -323,3 +323,34 @@ async fn forged_posts_other_sites_and_non_operators_are_refused() {
     browser.close().await;
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_on_a_unix_socket_knows_its_caller_from_the_kernel() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let sections = format!(
+        "[console]\nlisten = [\"unix:console.sock\"]\n\n[access]\ndefault = \"deny\"\n\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n"
+    );
+    let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let exchange = async |request: &str| {
+        let mut stream = tokio::net::UnixStream::connect(dir.path("console.sock")).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    };
+    // Through an SSH tunnel the browser names localhost: the page knows the socket's peer.
+    let page = exchange("GET /catalog HTTP/1.1\r\nHost: localhost:8080\r\nConnection: close\r\n\r\n").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("agent <strong>operator</strong>"), "{page}");
+    assert!(page.contains("data-tool=\"demo__echo\""), "{page}");
+    let rebound = exchange("GET /catalog HTTP/1.1\r\nHost: console.evil.example\r\nConnection: close\r\n\r\n").await;
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    let unknown = exchange("GET /nothing HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await;
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+    app.shutdown().await;
+    assert!(!dir.path("console.sock").exists(), "the socket is removed at shutdown");
+}
