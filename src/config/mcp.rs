@@ -11,25 +11,7 @@ const MAX_PAGE_SIZE: u32 = 10_000;
 const MAX_PROFILE_NAME_LEN: usize = 64;
 
 pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, ServerSpec>) -> Result<McpConfig, KeyProblem> {
-    let entries = match raw.listen {
-        None => Vec::new(),
-        Some(OneOrMany::One(entry)) => vec![entry],
-        Some(OneOrMany::Many(entries)) => entries,
-    };
-    let mut listen: Vec<Listener> = Vec::with_capacity(entries.len());
-    for (idx, entry) in entries.iter().enumerate() {
-        let listener = parse_listener(base, entry).map_err(|problem| (format!("listen[{idx}]"), problem))?;
-        if listener.tls.is_some() {
-            return Err((
-                format!("listen[{idx}]"),
-                "the MCP endpoint does not serve TLS yet: use a loopback address or a unix: socket".into(),
-            ));
-        }
-        if listen.iter().any(|other| other.addr == listener.addr) {
-            return Err((format!("listen[{idx}]"), "names the same address twice".into()));
-        }
-        listen.push(listener);
-    }
+    let listen = http_listeners(base, raw.listen, "the MCP endpoint does not serve TLS yet: use a loopback address or a unix: socket")?;
     let page_size = match raw.page_size {
         None => DEFAULT_PAGE_SIZE,
         Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
@@ -45,6 +27,28 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
         return Err(("listen".into(), "profiles are configured but the endpoint listens nowhere".into()));
     }
     Ok(McpConfig { listen, page_size: usize::try_from(page_size).unwrap_or(usize::MAX), allowed_origins, profiles })
+}
+
+/// The listeners of an HTTP front door without TLS (the MCP endpoint, the console): each
+/// address once; `no_tls` says why a `tls` table is refused.
+pub(super) fn http_listeners(base: &Path, raw: Option<OneOrMany>, no_tls: &str) -> Result<Vec<Listener>, KeyProblem> {
+    let entries = match raw {
+        None => Vec::new(),
+        Some(OneOrMany::One(entry)) => vec![entry],
+        Some(OneOrMany::Many(entries)) => entries,
+    };
+    let mut listen: Vec<Listener> = Vec::with_capacity(entries.len());
+    for (idx, entry) in entries.iter().enumerate() {
+        let listener = parse_listener(base, entry).map_err(|problem| (format!("listen[{idx}]"), problem))?;
+        if listener.tls.is_some() {
+            return Err((format!("listen[{idx}]"), no_tls.to_owned()));
+        }
+        if listen.iter().any(|other| other.addr == listener.addr) {
+            return Err((format!("listen[{idx}]"), "names the same address twice".into()));
+        }
+        listen.push(listener);
+    }
+    Ok(listen)
 }
 
 /// Browser origins a listener admits besides loopback ones, checked and normalized (lower case,

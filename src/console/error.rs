@@ -39,6 +39,8 @@ pub enum ConsoleError {
     Search(#[from] SearchError),
     #[error("the store failed; the daemon's log has the details")]
     Store(#[from] StoreError),
+    #[error("too many pages are following the catalog now; try again later")]
+    Busy,
     #[error("the daemon is stopping")]
     ShuttingDown,
 }
@@ -61,7 +63,7 @@ impl ConsoleError {
             },
             ConsoleError::Search(SearchError::UnknownServer(_)) => StatusCode::NOT_FOUND,
             ConsoleError::Search(SearchError::Store(_)) | ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ConsoleError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::Busy | ConsoleError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

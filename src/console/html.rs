@@ -43,14 +43,7 @@ pub(super) fn page(ctx: &Ctx, tab: Tab, title: &str, controls: Markup, live: Mar
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · toolhost" }
-                link rel="icon" href="/static/icon.svg" type="image/svg+xml";
-                link rel="stylesheet" href="/static/console.css";
-                script src="/static/console.js" defer {}
-            }
+            (head(title, true))
             body data-revision=(ctx.revision) {
                 header {
                     a.brand href="/servers" { "toolhost" }
@@ -89,12 +82,7 @@ pub(super) fn message_page(title: &str, message: &str, login: bool) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                title { (title) " · toolhost" }
-                link rel="icon" href="/static/icon.svg" type="image/svg+xml";
-                link rel="stylesheet" href="/static/console.css";
-            }
+            (head(title, false))
             body {
                 header { a.brand href="/servers" { "toolhost" } }
                 main.narrow {
@@ -104,6 +92,20 @@ pub(super) fn message_page(title: &str, message: &str, login: bool) -> Markup {
                     p { a href="/servers" { "Back to the servers" } }
                 }
             }
+        }
+    }
+}
+
+/// A page's `<head>`: its title, the stylesheet, and the script when the page is live.
+pub(super) fn head(title: &str, live: bool) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · toolhost" }
+            link rel="icon" href="/static/icon.svg" type="image/svg+xml";
+            link rel="stylesheet" href="/static/console.css";
+            @if live { script src="/static/console.js" defer {} }
         }
     }
 }

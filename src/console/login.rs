@@ -4,19 +4,15 @@
 
 use maud::{DOCTYPE, Markup, html};
 
+use super::html::head;
+
 /// `who`: the agent the caller is now, if the kernel identified it; `problem`: why the last
 /// attempt (or the request that led here) was refused.
 pub(super) fn view(csrf: &str, who: Option<&str>, problem: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "Sign in · toolhost" }
-                link rel="icon" href="/static/icon.svg" type="image/svg+xml";
-                link rel="stylesheet" href="/static/console.css";
-            }
+            (head("Sign in", false))
             body {
                 header { a.brand href="/servers" { "toolhost" } }
                 main.narrow {

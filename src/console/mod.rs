@@ -28,7 +28,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use maud::Markup;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
@@ -213,7 +212,7 @@ impl Console {
                 trail::view(&ctx, &self.store, &query, crate::catalog::record::now_ms()).await?
             }
             "/events" => {
-                let slot = events::slot(&self.streams).ok_or(ConsoleError::BadRequest("too many open event streams".into()))?;
+                let slot = events::slot(&self.streams).ok_or(ConsoleError::Busy)?;
                 return Ok(events::stream(&self.door, caller.identity, stop.clone(), slot));
             }
             _ => return Err(ConsoleError::NotFound),
@@ -383,21 +382,36 @@ pub async fn bind(config: &ConsoleConfig) -> Result<(Vec<BoundAddr>, BoundListen
 pub fn serve(listeners: BoundListeners, console: Arc<Console>, tracker: &TaskTracker, cancel: &CancellationToken) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     for listener in listeners.0 {
-        let (console, tracker_inner, cancel, slots) = (console.clone(), tracker.clone(), cancel.clone(), slots.clone());
+        let (console, connections, cancel, slots) = (console.clone(), tracker.clone(), cancel.clone(), slots.clone());
         tracker.spawn(async move {
-            match listener {
-                Bound::Tcp(tcp) => accept_tcp(tcp, console, tracker_inner, cancel, slots).await,
-                Bound::Unix(unix, path) => {
-                    accept_unix(unix, console, tracker_inner, cancel, slots).await;
-                    let _ = std::fs::remove_file(&path);
-                }
+            let socket = match &listener {
+                Bound::Unix(_, path) => Some(path.clone()),
+                Bound::Tcp(_) => None,
+            };
+            accept(listener, console, connections, cancel, slots).await;
+            if let Some(path) = socket {
+                let _ = std::fs::remove_file(path);
             }
         });
     }
 }
 
-async fn accept_tcp(
-    listener: tokio::net::TcpListener,
+/// A connection just accepted.
+enum Accepted {
+    Tcp(tokio::net::TcpStream, std::net::SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept_one(listener: &Bound) -> std::io::Result<Accepted> {
+    match listener {
+        Bound::Tcp(tcp) => tcp.accept().await.map(|(stream, remote)| Accepted::Tcp(stream, remote)),
+        Bound::Unix(unix, _) => unix.accept().await.map(|(stream, _)| Accepted::Unix(stream)),
+    }
+}
+
+/// Accepts connections until `cancel`, each served on its own task while a slot is free.
+async fn accept(
+    listener: Bound,
     console: Arc<Console>,
     tracker: TaskTracker,
     cancel: CancellationToken,
@@ -406,69 +420,45 @@ async fn accept_tcp(
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
-            accepted = listener.accept() => accepted,
+            accepted = accept_one(&listener) => accepted,
         };
-        let Some(slot) = accepted_slot(&console, &slots, accepted.as_ref().err()).await else { continue };
-        let Ok((stream, remote)) = accepted else { continue };
-        let local = stream.local_addr().ok();
+        let accepted = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                if let Some(suppressed) = console.warnings.admit() {
+                    tracing::warn!(%error, suppressed, "cannot accept a console connection");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Some(suppressed) = console.warnings.admit() {
+                tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "a console connection was refused: too many open");
+            }
+            continue;
+        };
         let (console, cancel) = (console.clone(), cancel.clone());
         tracker.spawn(async move {
-            // The socket table is read on the blocking pool, never on the accept loop.
-            let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
-            let peer = Peer { unix: false, peer: lookup.await.ok().flatten() };
-            serve_connection(stream, peer, console, cancel).await;
+            match accepted {
+                Accepted::Tcp(stream, remote) => {
+                    // The socket table is read on the blocking pool, never on the accept loop.
+                    let local = stream.local_addr().ok();
+                    let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
+                    let peer = Peer { unix: false, peer: lookup.await.ok().flatten() };
+                    serve_connection(stream, peer, console, &cancel).await;
+                }
+                Accepted::Unix(stream) => {
+                    let peer = Peer { unix: true, peer: UnixPeer::of(&stream) };
+                    serve_connection(stream, peer, console, &cancel).await;
+                }
+            }
             drop(slot);
         });
     }
 }
 
-async fn accept_unix(
-    listener: tokio::net::UnixListener,
-    console: Arc<Console>,
-    tracker: TaskTracker,
-    cancel: CancellationToken,
-    slots: Arc<tokio::sync::Semaphore>,
-) {
-    loop {
-        let accepted = tokio::select! {
-            () = cancel.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let Some(slot) = accepted_slot(&console, &slots, accepted.as_ref().err()).await else { continue };
-        let Ok((stream, _)) = accepted else { continue };
-        let peer = Peer { unix: true, peer: UnixPeer::of(&stream) };
-        let (console, cancel) = (console.clone(), cancel.clone());
-        tracker.spawn(async move {
-            serve_connection(stream, peer, console, cancel).await;
-            drop(slot);
-        });
-    }
-}
-
-/// A slot for an accepted connection; `None` after a failed accept (paused briefly) or when
-/// every slot is taken (the connection is dropped).
-async fn accepted_slot(
-    console: &Console,
-    slots: &Arc<tokio::sync::Semaphore>,
-    failed: Option<&std::io::Error>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    if let Some(error) = failed {
-        if let Some(suppressed) = console.warnings.admit() {
-            tracing::warn!(%error, suppressed, "cannot accept a console connection");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        return None;
-    }
-    let slot = slots.clone().try_acquire_owned().ok();
-    if slot.is_none()
-        && let Some(suppressed) = console.warnings.admit()
-    {
-        tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "a console connection was refused: too many open");
-    }
-    slot
-}
-
-async fn serve_connection<S>(stream: S, peer: Peer, console: Arc<Console>, cancel: CancellationToken)
+async fn serve_connection<S>(stream: S, peer: Peer, console: Arc<Console>, cancel: &CancellationToken)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -478,16 +468,5 @@ where
         let (console, peer, stop) = (console.clone(), peer.clone(), stop.clone());
         async move { Ok::<_, Infallible>(console.handle(&peer, request, &stop).await) }
     });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    tokio::select! {
-        _ = connection.as_mut() => {}
-        () = cancel.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
-        }
-    }
+    listen::http::serve_connection(stream, service, HEADER_TIMEOUT, cancel).await;
 }

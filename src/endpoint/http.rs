@@ -16,7 +16,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +25,7 @@ use super::message::{self, Message, Params};
 use super::sessions::{Session, Sessions};
 use super::{Admission, ChangeWatch, Endpoint, Era, Origin, View, reply};
 use crate::access::{Identity, UnixPeer};
-use crate::listen::http::{Body, sse};
+use crate::listen::http::{Body, serve_connection, sse};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
 use crate::telemetry::mcp::Wire;
@@ -75,18 +74,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
                 let front = front.clone();
                 async move { Ok::<_, Infallible>(front.handle(request).await) }
             });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = cancel.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
-                }
-            }
+            serve_connection(stream, service, HEADER_TIMEOUT, &cancel).await;
             drop(slot);
         });
     }

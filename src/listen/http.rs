@@ -70,3 +70,28 @@ impl tokio_stream::Stream for EventStream {
         }
     }
 }
+
+/// How long a connection being closed at shutdown has to finish what it is answering.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Serves one HTTP/1.1 connection until the client closes it or `cancel`; at `cancel` the
+/// connection finishes the exchange in progress (at most [`CLOSE_GRACE`]) and closes.
+pub async fn serve_connection<I, S>(io: I, service: S, header_timeout: Duration, cancel: &tokio_util::sync::CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = Response<Body>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = cancel.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
+        }
+    }
+}
