@@ -168,6 +168,17 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether the caller's entry is an operator's (`admin = true`), as every action needs.
+    ///
+    /// # Errors
+    /// [`Refusal::NotAdmin`] naming the entry.
+    pub fn require_admin(&self) -> Result<(), Refusal> {
+        match self.agent.admin {
+            true => Ok(()),
+            false => Err(Refusal::NotAdmin { agent: self.agent.name.to_string() }),
+        }
+    }
+
     /// Who this caller is, as one string: the agent entry and the strongest credential it
     /// presented (a token's hash, else a certificate subject, else the kernel's uid), not the
     /// connection, the process or the door, so an agent that reconnects, over either door, is

@@ -4,7 +4,7 @@
 
 use tonic::{Request, Status};
 
-use crate::access::{Caller, Identity, Refusal};
+use crate::access::{Caller, Identity};
 use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
@@ -20,7 +20,8 @@ impl ToolHostService {
     /// The caller, if it is an operator.
     pub(crate) fn admit_admin<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         let caller = self.admit(request)?;
-        if caller.agent.admin { Ok(caller) } else { Err(Refusal::NotAdmin { agent: caller.agent.name.to_string() }.into()) }
+        caller.require_admin()?;
+        Ok(caller)
     }
 
     pub(crate) async fn who_am_i_in(&self, request: &Request<pb::WhoAmIRequest>) -> Result<pb::WhoAmIResponse, Status> {

@@ -13,15 +13,14 @@ use crate::api::{convert, pb, watch};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
 use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
-use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
 use crate::door::changes::Changes;
 use crate::door::paging::{self, Position};
 use crate::door::{Door, Presentation, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
-use crate::registry::{CatalogSnapshot, Registry, ServerState, ServerView};
-use crate::supervisor::Refresher;
+use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::supervisor::integrity::Approver;
+use crate::supervisor::{Refresher, ServerAction};
 use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::propagation;
 use serde_json::value::RawValue;
@@ -218,23 +217,13 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 
     async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
         self.admit_admin(&request)?;
-        let server = request.into_inner().server;
-        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
-        if view.state == ServerState::Disabled {
-            return Err(ApiError::Disabled(server).into());
-        }
-        self.refresher.refresh(&server, EnumerationReason::Manual);
+        self.refresher.operate(&request.into_inner().server, ServerAction::Refresh).map_err(ApiError::from)?;
         Ok(Response::new(pb::RefreshServerResponse {}))
     }
 
     async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
         self.admit_admin(&request)?;
-        let server = request.into_inner().server;
-        let view = self.registry.server(&server).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
-        if view.state == ServerState::Disabled {
-            return Err(ApiError::Disabled(server).into());
-        }
-        self.refresher.restart(&server);
+        self.refresher.operate(&request.into_inner().server, ServerAction::Restart).map_err(ApiError::from)?;
         Ok(Response::new(pb::RestartServerResponse {}))
     }
 

@@ -46,6 +46,15 @@ pub(crate) enum LoginError {
     Auth { server: String, error: crate::upstream::oauth::authorizer::AuthError },
 }
 
+impl From<crate::supervisor::OperateError> for ApiError {
+    fn from(error: crate::supervisor::OperateError) -> ApiError {
+        match error {
+            crate::supervisor::OperateError::UnknownServer(server) => ApiError::UnknownServer(server),
+            crate::supervisor::OperateError::Disabled(server) => ApiError::Disabled(server),
+        }
+    }
+}
+
 impl From<ApiError> for Status {
     fn from(error: ApiError) -> Status {
         let message = error.to_string();

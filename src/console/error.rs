@@ -31,8 +31,8 @@ pub enum ConsoleError {
     UnknownServer(String),
     #[error("{server:?} offers no tool {tool:?}")]
     UnknownTool { server: String, tool: String },
-    #[error("{0:?} is disabled in the configuration")]
-    Disabled(String),
+    #[error(transparent)]
+    Operate(#[from] crate::supervisor::OperateError),
     #[error(transparent)]
     Approve(#[from] ApproveError),
     #[error(transparent)]
@@ -55,7 +55,8 @@ impl ConsoleError {
             ConsoleError::LoginLimited => StatusCode::TOO_MANY_REQUESTS,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::NotFound | ConsoleError::UnknownServer(_) | ConsoleError::UnknownTool { .. } => StatusCode::NOT_FOUND,
-            ConsoleError::Disabled(_) => StatusCode::CONFLICT,
+            ConsoleError::Operate(crate::supervisor::OperateError::UnknownServer(_)) => StatusCode::NOT_FOUND,
+            ConsoleError::Operate(crate::supervisor::OperateError::Disabled(_)) => StatusCode::CONFLICT,
             ConsoleError::Approve(error) => match error {
                 ApproveError::UnknownServer(_) | ApproveError::UnknownTool { .. } => StatusCode::NOT_FOUND,
                 ApproveError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -34,15 +34,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access::{Caller, Identity, Refusal, UnixPeer};
-use crate::catalog::record::EnumerationReason;
 use crate::catalog::store::Store;
 use crate::config::ConsoleConfig;
 use crate::door::Door;
 use crate::listen::http::Body;
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
-use crate::registry::ServerState;
-use crate::supervisor::Refresher;
 use crate::supervisor::integrity::Approver;
+use crate::supervisor::{Refresher, ServerAction};
 use crate::telemetry::throttle::Throttle;
 pub use error::ConsoleError;
 use html::Ctx;
@@ -146,49 +144,47 @@ impl Console {
     ) -> Result<Response<Body>, ConsoleError> {
         let path = parts.uri.path();
         let query = parts.uri.query().unwrap_or_default();
-        match (&parts.method, path) {
-            (&Method::GET, "/") => return Ok(redirect("/servers")),
-            (&Method::GET, "/login") => {
-                let who = self.admit(peer, session.token.clone()).ok().map(|caller| caller.agent.name.to_string());
-                return Ok(html_response(StatusCode::OK, login::view(&session.csrf, who.as_deref(), None)));
-            }
-            (&Method::POST, "/login") => return self.login(session, &read_form(parts, body).await?),
-            (&Method::POST, "/logout") => {
-                if !guard::csrf_matches(&session.csrf, read_form(parts, body).await?.get("csrf")) {
-                    return Err(ConsoleError::Csrf);
-                }
-                self.sessions.remove(&session.id);
-                let mut response = redirect("/login");
-                response.headers_mut().insert(header::SET_COOKIE, guard::clear_cookie());
-                return Ok(response);
-            }
-            _ => {}
-        }
-        let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
         if parts.method == Method::POST {
+            // Every POST (an action, a sign-in, a sign-out) is a form of this session's pages.
             let form = read_form(parts, body).await?;
             if !guard::csrf_matches(&session.csrf, form.get("csrf")) {
                 return Err(ConsoleError::Csrf);
             }
-            if !caller.agent.admin {
-                return Err(ConsoleError::NotAdmin(Refusal::NotAdmin { agent: caller.agent.name.to_string() }));
-            }
-            let (flash, back) = self.act(&caller, path, &form).await?;
-            self.sessions.flash(&session.id, flash);
-            return Ok(redirect(back));
+            return match path {
+                "/login" => self.login(session, &form),
+                "/logout" => {
+                    self.sessions.remove(&session.id);
+                    let mut response = redirect("/login");
+                    response.headers_mut().insert(header::SET_COOKIE, guard::clear_cookie());
+                    Ok(response)
+                }
+                _ => {
+                    let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
+                    caller.require_admin().map_err(ConsoleError::NotAdmin)?;
+                    let (flash, back) = self.act(&caller, path, &form).await?;
+                    self.sessions.flash(&session.id, flash);
+                    Ok(redirect(back))
+                }
+            };
         }
         if parts.method != Method::GET {
             return Err(ConsoleError::NotFound);
         }
+        match path {
+            "/" => return Ok(redirect("/servers")),
+            "/login" => {
+                let who = self.admit(peer, session.token.clone()).ok().map(|caller| caller.agent.name.to_string());
+                return Ok(html_response(StatusCode::OK, login::view(&session.csrf, who.as_deref(), None)));
+            }
+            _ => {}
+        }
+        let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
         let snapshot = self.door.registry().snapshot();
         let fragment = parts.headers.get("x-console-fragment").is_some();
         let ctx = Ctx { caller: &caller, csrf: &session.csrf, signed_in: session.token.is_some(), fragment, revision: snapshot.revision };
         let params = Form::parse(query.as_bytes());
         let flash = if fragment { None } else { self.sessions.take_flash(&session.id) };
-        let admin = || match caller.agent.admin {
-            true => Ok(()),
-            false => Err(ConsoleError::NotAdmin(Refusal::NotAdmin { agent: caller.agent.name.to_string() })),
-        };
+        let admin = || caller.require_admin().map_err(ConsoleError::NotAdmin);
         let page = match path {
             "/servers" => servers::view(&ctx, &snapshot, self.store.degraded().map(|why| why.to_string()), flash.as_deref()),
             "/catalog" => {
@@ -228,18 +224,13 @@ impl Console {
     async fn act(&self, caller: &Caller, path: &str, form: &Form) -> Result<(String, &'static str), ConsoleError> {
         let server = form.text("server", 200);
         match path {
-            "/servers/refresh" | "/servers/restart" => {
-                let view = self.door.registry().server(&server).ok_or_else(|| ConsoleError::UnknownServer(server.clone()))?;
-                if view.state == ServerState::Disabled {
-                    return Err(ConsoleError::Disabled(server));
-                }
-                if path == "/servers/refresh" {
-                    self.refresher.refresh(&server, EnumerationReason::Manual);
-                    Ok((format!("Asked {server} for its tools again."), "/servers"))
-                } else {
-                    self.refresher.restart(&server);
-                    Ok((format!("Restarting {server}."), "/servers"))
-                }
+            "/servers/refresh" => {
+                self.refresher.operate(&server, ServerAction::Refresh)?;
+                Ok((format!("Asked {server} for its tools again."), "/servers"))
+            }
+            "/servers/restart" => {
+                self.refresher.operate(&server, ServerAction::Restart)?;
+                Ok((format!("Restarting {server}."), "/servers"))
             }
             "/review/approve" => {
                 let (tool, hash) = (form.text("tool", 1000), form.text("hash", 100));
@@ -255,10 +246,8 @@ impl Console {
         }
     }
 
+    /// A sign-in (its form's CSRF token already checked).
     fn login(&self, session: &Session, form: &Form) -> Result<Response<Body>, ConsoleError> {
-        if !guard::csrf_matches(&session.csrf, form.get("csrf")) {
-            return Err(ConsoleError::Csrf);
-        }
         if self.logins.admit().is_none() {
             return Err(ConsoleError::LoginLimited);
         }
@@ -425,19 +414,11 @@ async fn accept(
         let accepted = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
-                if let Some(suppressed) = console.warnings.admit() {
-                    tracing::warn!(%error, suppressed, "cannot accept a console connection");
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                listen::accept_failed(&error, "console").await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if let Some(suppressed) = console.warnings.admit() {
-                tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "a console connection was refused: too many open");
-            }
-            continue;
-        };
+        let Some(slot) = listen::connection_slot(&slots, &console.warnings, "console", MAX_CONNECTIONS) else { continue };
         let (console, cancel) = (console.clone(), cancel.clone());
         tracker.spawn(async move {
             match accepted {

@@ -17,7 +17,7 @@ use crate::supervisor::integrity::{Approver, DefinitionDiff};
 
 /// Held tools reviewed on one page at most.
 const MAX_HELD: usize = 100;
-/// Approvals listed per server, and in all.
+/// Approvals listed.
 const APPROVALS: u32 = 20;
 
 pub(super) async fn view(
@@ -44,14 +44,7 @@ pub(super) async fn view(
             }
         }
     }
-    let mut approvals = Vec::new();
-    for server in snapshot.servers.keys() {
-        for (name, approval) in store.approval_history(server, APPROVALS).await? {
-            approvals.push((server.to_string(), name, approval));
-        }
-    }
-    approvals.sort_by_key(|(_, _, approval)| std::cmp::Reverse(approval.approved_at_ms));
-    approvals.truncate(APPROVALS as usize);
+    let approvals = store.recent_approvals(APPROVALS).await?;
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
         h2 { (held.len()) " held" @if held.len() == MAX_HELD { " (the first " (MAX_HELD) ")" } }

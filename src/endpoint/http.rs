@@ -48,8 +48,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    tracing::warn!(%error, "cannot accept an MCP HTTP connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    crate::listen::accept_failed(&error, super::DOOR).await;
                     continue;
                 }
             },

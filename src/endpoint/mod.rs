@@ -532,19 +532,16 @@ running it, when the tool changed since you listed it.";
 /// task and a file descriptor, and an agent needs one).
 const MAX_CONNECTIONS: usize = 1024;
 
-/// A connection slot; a listener that has none left turns connections away.
+/// A connection slot of an endpoint listener ([`listen::connection_slot`]).
 fn connection_slot(
     slots: &Arc<tokio::sync::Semaphore>,
     warnings: &crate::telemetry::throttle::Throttle,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let slot = slots.clone().try_acquire_owned().ok();
-    if slot.is_none()
-        && let Some(suppressed) = warnings.admit()
-    {
-        tracing::warn!(limit = MAX_CONNECTIONS, suppressed, "an MCP connection was refused: too many open");
-    }
-    slot
+    listen::connection_slot(slots, warnings, DOOR, MAX_CONNECTIONS)
 }
+
+/// The endpoint's name in the listeners' warnings.
+const DOOR: &str = "mcp";
 
 /// The endpoint's listeners, bound before the daemon says it is ready.
 pub struct BoundListeners(Vec<Bound>);

@@ -52,8 +52,7 @@ pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
-                    tracing::warn!(%error, "cannot accept an MCP connection");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    crate::listen::accept_failed(&error, super::DOOR).await;
                     continue;
                 }
             },

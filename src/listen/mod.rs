@@ -48,6 +48,33 @@ pub async fn bind_all(listeners: &[Listener]) -> Result<(Vec<BoundAddr>, Vec<Bou
     Ok((addrs, bound))
 }
 
+/// A connection slot of one of `door`'s listeners (`slots` holds `limit`); `None` when every
+/// slot is taken and the connection is to be closed, said at most as often as `warnings` lets.
+pub fn connection_slot(
+    slots: &std::sync::Arc<tokio::sync::Semaphore>,
+    warnings: &crate::telemetry::throttle::Throttle,
+    door: &'static str,
+    limit: usize,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let slot = slots.clone().try_acquire_owned().ok();
+    if slot.is_none()
+        && let Some(suppressed) = warnings.admit()
+    {
+        tracing::warn!(door, limit, suppressed, "a connection was refused: too many open");
+    }
+    slot
+}
+
+/// After an accept of one of `door`'s listeners failed (out of file descriptors, say): said,
+/// and a pause, so that the accept loop does not spin while the cause lasts.
+pub async fn accept_failed(error: &std::io::Error, door: &'static str) {
+    tracing::warn!(%error, door, "cannot accept a connection");
+    tokio::time::sleep(ACCEPT_PAUSE).await;
+}
+
+/// How long an accept loop waits after a failed accept.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {source}")]

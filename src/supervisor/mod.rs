@@ -156,7 +156,7 @@ impl Supervisor {
 
     /// A cheap, cloneable way to ask workers for refreshes and restarts from other tasks.
     pub fn refresher(&self) -> Refresher {
-        Refresher { senders: self.senders.clone() }
+        Refresher { senders: self.senders.clone(), registry: self.registry.clone() }
     }
 
     /// Brings the running servers in line with a new configuration: starts added servers, stops
@@ -341,13 +341,49 @@ impl Drop for Supervisor {
     }
 }
 
-/// Sends refresh and restart requests to workers; held by the API and the call path.
+/// Sends refresh and restart requests to workers; held by the front doors and the call path.
 #[derive(Clone)]
 pub struct Refresher {
     senders: Senders,
+    registry: Arc<Registry>,
+}
+
+/// What an operator asks of a server's worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerAction {
+    /// List the tools again.
+    Refresh,
+    /// Start a fresh session.
+    Restart,
+}
+
+/// Why an operator's refresh or restart was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OperateError {
+    #[error("no server named {0:?}")]
+    UnknownServer(String),
+    #[error("server {0:?} is disabled")]
+    Disabled(String),
 }
 
 impl Refresher {
+    /// An operator's refresh or restart of `server` (every front door's): refused for a server
+    /// that does not exist or is disabled, which no worker runs.
+    ///
+    /// # Errors
+    /// [`OperateError`].
+    pub fn operate(&self, server: &str, action: ServerAction) -> Result<(), OperateError> {
+        let view = self.registry.server(server).ok_or_else(|| OperateError::UnknownServer(server.to_owned()))?;
+        if view.state == ServerState::Disabled {
+            return Err(OperateError::Disabled(server.to_owned()));
+        }
+        match action {
+            ServerAction::Refresh => self.refresh(server, EnumerationReason::Manual),
+            ServerAction::Restart => self.restart(server),
+        }
+        Ok(())
+    }
+
     /// Asks for a re-enumeration; requests that find the worker busy coalesce.
     pub fn refresh(&self, server: &str, reason: EnumerationReason) {
         self.send(server, WorkerCommand::Refresh(reason, None));

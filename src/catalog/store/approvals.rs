@@ -93,6 +93,22 @@ impl Store {
             .collect())
     }
 
+    /// The newest approvals of every server: `(server, tool, approval)`, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn recent_approvals(&self, limit: u32) -> Result<Vec<(String, String, Approval)>, StoreError> {
+        let rows: Vec<(String, String, String, String, i64)> =
+            sqlx::query_as("SELECT server, name, hash, approved_by, approved_at_ms FROM approvals ORDER BY id DESC LIMIT ?")
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool())
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(server, name, hash, approved_by, approved_at_ms)| (server, name, Approval { hash, approved_by, approved_at_ms }))
+            .collect())
+    }
+
     /// The approval history of `server`'s tools, newest first.
     ///
     /// # Errors
