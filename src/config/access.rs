@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use super::listeners::resolve_group;
 use super::raw::{RawAccess, RawAgent};
-use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerSpec, parse_duration, resolve_group};
+use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerSpec, parse_duration};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 

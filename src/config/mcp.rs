@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::raw::{OneOrMany, RawMcp, RawProfile};
-use super::{KeyProblem, Listener, McpConfig, ProfileConfig, ServerSpec, parse_listener};
+use super::listeners::{http_listeners, origins};
+use super::raw::{RawMcp, RawProfile};
+use super::{KeyProblem, McpConfig, ProfileConfig, ServerSpec};
 
 const DEFAULT_PAGE_SIZE: u32 = 500;
 const MAX_PAGE_SIZE: u32 = 10_000;
@@ -27,42 +28,6 @@ pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, Serv
         return Err(("listen".into(), "profiles are configured but the endpoint listens nowhere".into()));
     }
     Ok(McpConfig { listen, page_size: usize::try_from(page_size).unwrap_or(usize::MAX), allowed_origins, profiles })
-}
-
-/// The listeners of an HTTP front door without TLS (the MCP endpoint, the console): each
-/// address once; `no_tls` says why a `tls` table is refused.
-pub(super) fn http_listeners(base: &Path, raw: Option<OneOrMany>, no_tls: &str) -> Result<Vec<Listener>, KeyProblem> {
-    let entries = match raw {
-        None => Vec::new(),
-        Some(OneOrMany::One(entry)) => vec![entry],
-        Some(OneOrMany::Many(entries)) => entries,
-    };
-    let mut listen: Vec<Listener> = Vec::with_capacity(entries.len());
-    for (idx, entry) in entries.iter().enumerate() {
-        let listener = parse_listener(base, entry).map_err(|problem| (format!("listen[{idx}]"), problem))?;
-        if listener.tls.is_some() {
-            return Err((format!("listen[{idx}]"), no_tls.to_owned()));
-        }
-        if listen.iter().any(|other| other.addr == listener.addr) {
-            return Err((format!("listen[{idx}]"), "names the same address twice".into()));
-        }
-        listen.push(listener);
-    }
-    Ok(listen)
-}
-
-/// Browser origins a listener admits besides loopback ones, checked and normalized (lower case,
-/// no trailing slash).
-pub(super) fn origins(raw: &[String]) -> Result<Vec<String>, KeyProblem> {
-    for (idx, origin) in raw.iter().enumerate() {
-        let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
-        let valid =
-            rest.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/') && !rest.contains(char::is_whitespace));
-        if !valid {
-            return Err((format!("allowed_origins[{idx}]"), format!("{origin:?} is not an origin like \"https://app.example\"")));
-        }
-    }
-    Ok(raw.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect())
 }
 
 fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, ServerSpec>) -> Result<ProfileConfig, KeyProblem> {

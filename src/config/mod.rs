@@ -8,6 +8,9 @@ mod access;
 pub mod auth;
 mod console;
 mod fleet;
+mod listeners;
+use listeners::parse_listener;
+pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
 pub mod places;
 mod raw;
@@ -16,7 +19,6 @@ pub mod sandbox;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -190,51 +192,6 @@ pub struct ProfileConfig {
     pub original_names: Option<String>,
     /// `lazy = true`: the globs `find_tools` and `call_tool` reach (`find`, default everything).
     pub lazy: Option<Vec<String>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListenAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-/// One API listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listener {
-    pub addr: ListenAddr,
-    /// Who may connect, for a Unix socket (the file's mode and group).
-    pub socket: SocketAccess,
-    /// TLS, for a TCP listener (required off loopback).
-    pub tls: Option<TlsFiles>,
-}
-
-/// A TLS listener's files (absolute paths, readable when the configuration was loaded).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
-
-/// A Unix socket file's permission bits and owning group. The kernel checks them on every
-/// connect: with the default 0660, the daemon's user and the socket's group get in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketAccess {
-    pub mode: u32,
-    /// `None`: the daemon's own group.
-    pub group: Option<SocketGroup>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketGroup {
-    pub name: String,
-    pub gid: u32,
-}
-
-impl Default for SocketAccess {
-    fn default() -> SocketAccess {
-        SocketAccess { mode: 0o660, group: None }
-    }
 }
 
 /// OpenTelemetry export. Off unless an endpoint is set here or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
@@ -686,74 +643,6 @@ fn check_server_name(name: &str) -> Result<(), String> {
         return Err("a server name must not contain \"__\" or end with '_' (it prefixes tool names as SERVER__TOOL)".to_owned());
     }
     Ok(())
-}
-
-fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
-    let (address, mode, group, tls) = match entry {
-        RawListen::Address(address) => (address, None, None, None),
-        RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref(), table.tls.as_ref()),
-    };
-    let addr = parse_listen(base, address)?;
-    let tls = match (tls, &addr) {
-        (None, _) => None,
-        (Some(_), ListenAddr::Unix(_)) => return Err("tls applies to TCP listeners, not unix: sockets".to_owned()),
-        (Some(tls), ListenAddr::Tcp(_)) => {
-            let file = |path: &str| {
-                let path = base.join(path);
-                std::fs::metadata(&path).map(|_| path.clone()).map_err(|err| format!("tls: cannot read {}: {err}", path.display()))
-            };
-            Some(TlsFiles { cert: file(&tls.cert)?, key: file(&tls.key)?, client_ca: tls.client_ca.as_deref().map(file).transpose()? })
-        }
-    };
-    if let ListenAddr::Tcp(socket) = &addr
-        && !socket.ip().is_loopback()
-        && tls.is_none()
-    {
-        return Err(format!(
-            "{address:?} is not a loopback address: tool calls run with the daemon's privileges, so off loopback the API \
-             needs tls = {{ cert, key, client_ca }} (or use a Unix socket)"
-        ));
-    }
-    if matches!(addr, ListenAddr::Tcp(_)) && (mode.is_some() || group.is_some()) {
-        return Err("mode and group apply to unix: sockets only".to_owned());
-    }
-    let mut socket = SocketAccess::default();
-    if let Some(mode) = mode {
-        socket.mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
-            .ok()
-            .filter(|mode| *mode <= 0o777)
-            .ok_or_else(|| format!("mode {mode:?} is not octal permission bits like \"0660\""))?;
-        if socket.mode & 0o200 == 0 {
-            return Err(format!("mode {mode:?} leaves the daemon's own user unable to use its socket"));
-        }
-    }
-    if let Some(group) = group {
-        socket.group = Some(resolve_group(group)?);
-    }
-    Ok(Listener { addr, socket, tls })
-}
-
-/// A group by name or numeric id, which must exist on this machine.
-fn resolve_group(group: &str) -> Result<SocketGroup, String> {
-    let found = match group.parse::<u32>() {
-        Ok(gid) => nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)),
-        Err(_) => nix::unistd::Group::from_name(group),
-    };
-    match found {
-        Ok(Some(entry)) => Ok(SocketGroup { name: entry.name, gid: entry.gid.as_raw() }),
-        Ok(None) => Err(format!("there is no group {group:?} on this machine")),
-        Err(err) => Err(format!("cannot look up the group {group:?}: {err}")),
-    }
-}
-
-fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
-    if let Some(path) = addr.strip_prefix("unix:") {
-        if path.is_empty() {
-            return Err("a unix: address needs a path".into());
-        }
-        return Ok(ListenAddr::Unix(base.join(path)));
-    }
-    addr.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| format!("{addr:?} is neither unix:/path nor host:port with a numeric IP"))
 }
 
 type KeyProblem = (String, String);
