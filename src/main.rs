@@ -9,5 +9,7 @@ fn main() -> ExitCode {
         let plan = argv.next().and_then(|plan| plan.into_string().ok()).unwrap_or_default();
         toolhost::sandbox::run(&plan);
     }
+    // Nothing this process inherited reaches a child it starts (servers above all).
+    toolhost::sandbox::seal_inherited_descriptors();
     toolhost::cli::command_line::main()
 }

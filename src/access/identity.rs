@@ -60,24 +60,41 @@ impl UnixPeer {
     /// The owner of the other end of a loopback TCP connection, from the kernel's socket table
     /// (`/proc/net/tcp`, `/proc/net/tcp6`): the socket whose local end is our peer's address and
     /// whose remote end is ours. Its uid is the kernel's word, as `SO_PEERCRED` is on a Unix
-    /// socket; pid, groups and unit are not known (the primary group comes from the user database).
-    /// Only a live, established entry that belongs to an open socket (it has an inode) counts: a
-    /// client that already closed leaves an orphaned entry whose uid reads 0, and that must never
-    /// make it root. Blocking (it reads a table as long as the host's connections): call it off
-    /// the accept loop.
+    /// socket; groups and unit are not known (the primary group comes from the user database).
+    /// Addresses are compared in their canonical form, and an IPv4 peer is also looked for as
+    /// an IPv6 socket connected to the v4-mapped address (`::ffff:127.0.0.1`), which the kernel
+    /// lists in `tcp6`.
+    ///
+    /// Fails closed: a loopback peer that cannot be found (a client that already closed leaves
+    /// an orphaned entry whose uid reads 0, which must never make it root), or whose process
+    /// cannot be told from a server's ([`servers::SocketHolder`]), is [`UnixPeer::unidentified`],
+    /// never a caller. Blocking (it reads tables as long as the host's connections and
+    /// processes): call it off the accept loop.
+    ///
+    /// [`servers::SocketHolder`]: crate::sandbox::servers::SocketHolder
     pub fn of_loopback(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<UnixPeer> {
-        use std::io::BufRead;
+        use crate::sandbox::servers::{self, SocketHolder};
+        let (local, remote) = (canonical(local), canonical(remote));
         if !remote.ip().is_loopback() {
             return None;
         }
-        let table = if remote.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
-        let file = std::fs::File::open(table).ok()?;
-        let (local, remote) = (proc_address(remote), proc_address(local));
-        let (uid, inode) =
-            std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok).find_map(|line| socket_owner(&line, &local, &remote))?;
+        let Some((uid, inode)) = find_socket(remote, local) else { return Some(UnixPeer::unidentified()) };
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
-        let server = crate::sandbox::servers::may_be_a_server(uid) && crate::sandbox::servers::owns_socket(inode);
-        Some(UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None, server })
+        let mut peer = UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None, server: false };
+        if servers::may_be_a_server(uid) {
+            match servers::socket_holder(inode, uid) {
+                SocketHolder::Caller(pid) => peer.pid = Some(pid),
+                SocketHolder::Server => peer.server = true,
+                SocketHolder::Hidden | SocketHolder::Gone => return Some(UnixPeer::unidentified()),
+            }
+        }
+        Some(peer)
+    }
+
+    /// A loopback peer the kernel's tables do not name: no uid any entry could match, and
+    /// refused as a server's process would be (it may be one).
+    pub fn unidentified() -> UnixPeer {
+        UnixPeer { uid: u32::MAX, gid: u32::MAX, pid: None, groups: Vec::new(), unit: None, server: true }
     }
 
     /// The primary group and every supplementary one.
@@ -108,17 +125,41 @@ fn database_groups(uid: u32, gid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// `/proc/net/tcp{,6}` state of an established connection.
-const ESTABLISHED: &str = "01";
+/// `/proc/net/tcp{,6}` states of a connection whose client may still send: established, or
+/// closed for writing only (FIN_WAIT1, FIN_WAIT2).
+const OPEN_STATES: [&str; 3] = ["01", "04", "05"];
+
+/// An address with an IPv4-mapped IPv6 address written as the IPv4 one.
+fn canonical(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
+/// The uid and inode of the client socket `client` → `listener`: an IPv4 client in `tcp`, or an
+/// IPv6 socket connected to the v4-mapped address in `tcp6`; an IPv6 client in `tcp6`.
+fn find_socket(client: std::net::SocketAddr, listener: std::net::SocketAddr) -> Option<(u32, u64)> {
+    use std::io::BufRead;
+    let mapped = |addr: std::net::SocketAddr| match addr.ip() {
+        std::net::IpAddr::V4(ip) => std::net::SocketAddr::new(ip.to_ipv6_mapped().into(), addr.port()),
+        std::net::IpAddr::V6(_) => addr,
+    };
+    let mut places = vec![("/proc/net/tcp6", proc_address(mapped(client)), proc_address(mapped(listener)))];
+    if client.is_ipv4() {
+        places.insert(0, ("/proc/net/tcp", proc_address(client), proc_address(listener)));
+    }
+    places.into_iter().find_map(|(table, local, remote)| {
+        let file = std::fs::File::open(table).ok()?;
+        std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok).find_map(|line| socket_owner(&line, &local, &remote))
+    })
+}
 
 /// The uid owning the socket `local` → `remote` (both as [`proc_address`] writes them) and the
-/// socket's inode, if this table line is that socket, established and open.
+/// socket's inode, if this table line is that socket, in an open state and held (an inode).
 fn socket_owner(line: &str, local: &str, remote: &str) -> Option<(u32, u64)> {
     // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode …
     let fields: Vec<&str> = line.split_whitespace().take(10).collect();
     let [_, line_local, line_remote, state, _, _, _, uid, _, inode] = fields[..] else { return None };
     let this_socket = line_local.eq_ignore_ascii_case(local) && line_remote.eq_ignore_ascii_case(remote);
-    if !this_socket || state != ESTABLISHED || inode == "0" {
+    if !this_socket || !OPEN_STATES.contains(&state) || inode == "0" {
         return None;
     }
     Some((uid.parse().ok()?, inode.parse().ok()?))
@@ -262,13 +303,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_ipv6_socket_on_the_v4_mapped_address_is_found_and_names_its_process() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mapped = format!("[::ffff:127.0.0.1]:{}", listener.local_addr().unwrap().port());
+        let client = tokio::net::TcpStream::connect(&mapped).await.unwrap();
+        assert!(client.local_addr().unwrap().is_ipv6(), "an AF_INET6 socket");
+        let (server, remote) = listener.accept().await.unwrap();
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("found in /proc/net/tcp6");
+        assert_eq!(peer.uid, nix::unistd::getuid().as_raw());
+        assert!(!peer.server);
+        // Its uid may be a server's (it is this daemon's own): so its process was looked up.
+        assert_eq!(peer.pid, Some(i32::try_from(std::process::id()).unwrap()));
+    }
+
+    #[tokio::test]
     async fn a_client_that_closed_is_nobody_not_root() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (server, remote) = listener.accept().await.unwrap();
         // Its entry lingers (FIN_WAIT2, no inode, uid 0) after the client closed.
         drop(client);
-        assert!(UnixPeer::of_loopback(server.local_addr().unwrap(), remote).is_none());
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("a loopback peer");
+        assert!(peer.server && peer.uid == u32::MAX, "refused, and no uid at all: {peer:?}");
     }
 
     #[test]
@@ -281,7 +337,8 @@ mod tests {
         let (local, remote) = ("0100007F:A1B2", "0100007F:1F90");
         assert_eq!(socket_owner(&line("01", "48213"), local, remote), Some((1000, 48213)));
         assert_eq!(socket_owner(&line("01", "0"), local, remote), None, "an orphan");
-        assert_eq!(socket_owner(&line("05", "48213"), local, remote), None, "FIN_WAIT2");
+        assert_eq!(socket_owner(&line("05", "48213"), local, remote), Some((1000, 48213)), "FIN_WAIT2, still held");
+        assert_eq!(socket_owner(&line("06", "48213"), local, remote), None, "TIME_WAIT");
         assert_eq!(socket_owner(&line("01", "48213"), remote, local), None, "the other end");
         assert_eq!(socket_owner("   3: 0100007F:A1B2 0100007F:1F90 01", local, remote), None, "a short line");
     }

@@ -28,7 +28,7 @@ pub(crate) async fn from_a_server(stream: &TcpStream) -> bool {
     if refused {
         static WARNINGS: std::sync::OnceLock<Throttle> = std::sync::OnceLock::new();
         if WARNINGS.get_or_init(|| Throttle::new(1)).admit().is_some() {
-            tracing::warn!(%remote, "refused a gRPC connection from a process of a supervised server: servers are never callers");
+            tracing::warn!(%remote, "refused a gRPC connection from a process of a supervised server, or one that cannot be told from one: servers are never callers");
         }
     }
     refused

@@ -159,11 +159,30 @@ pub fn evaluate(
 }
 
 /// Whether a definition carries an invisible or bidirectional-control character
-/// ([`is_invisible`]). A JCS definition holds non-ASCII characters as themselves, so its text
-/// is scanned directly.
+/// ([`is_invisible`]) or a control character other than newline and tab (ESC starts the
+/// sequences that clear a terminal, recolour it or plant a hyperlink; CR overwrites a line). A
+/// JCS definition holds non-ASCII characters (DEL and the C1 controls among them) as
+/// themselves, so its text is scanned directly; the C0 controls are escaped in it (`\u001b`,
+/// `\r`), so those are looked for in its strings once the text shows such an escape.
 pub fn has_invisible(definition: &str) -> bool {
-    // Every character looked for is outside ASCII, and most definitions are ASCII only.
-    !definition.is_ascii() && definition.chars().any(is_invisible)
+    let hidden = |c: char| is_invisible(c) || (c.is_control() && c != '\n' && c != '\t');
+    if definition.chars().any(hidden) {
+        return true;
+    }
+    let escapes_a_control = ["\\u00", "\\r", "\\b", "\\f"].iter().any(|escape| definition.contains(escape));
+    escapes_a_control
+        && serde_json::from_str::<serde_json::Value>(definition).is_ok_and(|value| strings_of(&value).any(|text| text.chars().any(hidden)))
+}
+
+/// Every string in a JSON value, object keys included.
+fn strings_of(value: &serde_json::Value) -> Box<dyn Iterator<Item = &str> + '_> {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => Box::new(std::iter::once(text.as_str())),
+        Value::Array(items) => Box::new(items.iter().flat_map(strings_of)),
+        Value::Object(map) => Box::new(map.iter().flat_map(|(key, item)| std::iter::once(key.as_str()).chain(strings_of(item)))),
+        _ => Box::new(std::iter::empty()),
+    }
 }
 
 /// Invisible or bidirectional-control characters: Unicode tags (U+E0000–E007F), zero-width
@@ -333,6 +352,20 @@ mod tests {
         }
         for fine in ["plain", "ünïcödé", "日本語", "emoji 😀", "tab\tand newline\n"] {
             assert!(!has_invisible(fine), "{fine:?}");
+        }
+        // Terminal controls, as a definition's canonical JSON escapes them, in values and keys.
+        for hostile in [
+            json!({"description": "Lists files\u{1b}[2J"}),
+            json!({"description": "ok\rdeleted everything"}),
+            json!({"inputSchema": {"properties": {"p\u{1b}]8;;x\u{7}": {}}}}),
+            json!({"title": "C1 \u{9b}31m"}),
+        ] {
+            let text = crate::catalog::model::canonical_json(&hostile);
+            assert!(has_invisible(&text), "{text}");
+        }
+        for fine in [json!({"description": "a \\u00e9 written out, a \\r too"}), json!({"description": "line\nbreak\ttab"})] {
+            let text = crate::catalog::model::canonical_json(&fine);
+            assert!(!has_invisible(&text), "{text}");
         }
     }
 

@@ -232,7 +232,7 @@ fn check_config(config: &std::path::Path, json: bool) -> ExitCode {
     };
     let _ = match json {
         true => writeln!(std::io::stdout(), "{}", report.json()),
-        false => write!(std::io::stdout(), "{}", report.text()),
+        false => write!(std::io::stdout(), "{}", crate::cli::output::printable(&report.text())),
     };
     if report.ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_CONFIG) }
 }
@@ -283,6 +283,7 @@ fn fail_json(message: &str, kind: &str, code: u8) -> ExitCode {
 
 fn fail(message: &str, code: u8) -> ExitCode {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "toolhost: {message}");
+    // A daemon's message may quote a server (its error, a tool's name): never raw to a terminal.
+    let _ = writeln!(std::io::stderr(), "toolhost: {}", crate::cli::output::printable(message));
     ExitCode::from(code)
 }

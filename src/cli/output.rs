@@ -2,6 +2,7 @@
 
 #![allow(clippy::print_stdout)]
 
+use std::borrow::Cow;
 use std::io::Write;
 
 use serde_json::{Value, json};
@@ -10,12 +11,51 @@ use crate::api::pb;
 
 pub(crate) struct Printer {
     json: bool,
-    out: std::io::Stdout,
+    out: Terminal<std::io::Stdout>,
+}
+
+/// Text as a terminal should get it: every control character but newline and tab (ESC, CR,
+/// BEL, backspace, DEL, the C1 controls) and every invisible or bidirectional-control character
+/// written as its escape (`\u{1b}`), so that nothing a server wrote (a description, an error)
+/// can move the cursor, clear the screen, recolour, hide or reorder text, or plant a hyperlink.
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || crate::catalog::integrity::is_invisible(c);
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// A writer that passes what it is given through [`printable`]. JSON output needs none of it
+/// (serde_json escapes every control character), but goes through it all the same.
+pub(crate) struct Terminal<W>(pub(crate) W);
+
+impl<W: Write> Write for Terminal<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => self.0.write_all(printable(text).as_bytes())?,
+            // Never split by the formatter (it writes whole `str`s); escaped byte by byte if it were.
+            Err(_) => self.0.write_all(printable(&String::from_utf8_lossy(buf)).as_bytes())?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 impl Printer {
     pub(crate) fn new(json: bool) -> Printer {
-        Printer { json, out: std::io::stdout() }
+        Printer { json, out: Terminal(std::io::stdout()) }
     }
 
     pub(crate) fn servers(&mut self, servers: &[pb::Server], store: Option<&pb::StoreStatus>) -> std::io::Result<()> {
@@ -578,6 +618,18 @@ fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_gets_no_control_sequence_a_server_wrote() {
+        let hostile = "Reads files\u{1b}[2J\u{1b}]8;;http://evil.example\u{7}click\u{1b}]8;;\u{7}\r\u{9b}31m\u{202e}txt.exe";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
+        assert!(shown.contains("\\u{1b}[2J") && shown.contains("\\u{d}") && shown.contains("\\u{202e}"), "{shown}");
+        assert!(matches!(printable("plain\ttext\n"), Cow::Borrowed(_)));
+        let mut out = Terminal(Vec::new());
+        write!(out, "{hostile}").unwrap();
+        assert!(!out.0.contains(&0x1b) && !out.0.contains(&b'\r'));
+    }
 
     #[test]
     fn binary_content_is_summarised_and_text_printed() {

@@ -13,8 +13,30 @@ use super::{Network, Plan, sandbox_ids};
 /// The init's stack (it runs the filesystem setup and Landlock's and seccomp's builders).
 const INIT_STACK: usize = 8 << 20;
 
+/// Marks every descriptor above stderr close-on-exec: whatever the daemon inherited from what
+/// started it (a shell's, a supervisor's) never reaches a server it runs, sandboxed or not.
+/// Call it first, before anything opens a descriptor of its own.
+pub fn seal_inherited_descriptors() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC changes flags only; no memory is touched.
+    let sealed = unsafe { nix::libc::close_range(3, nix::libc::c_uint::MAX, nix::libc::CLOSE_RANGE_CLOEXEC as nix::libc::c_int) };
+    if sealed != 0 {
+        // Kernels before 5.11: one descriptor at a time, as /proc lists them.
+        let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+            .map(|fds| fds.flatten().filter_map(|fd| fd.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        for fd in open.into_iter().filter(|fd| *fd > 2) {
+            // SAFETY: F_SETFD on a number that is, or was a moment ago, a descriptor: at worst EBADF.
+            unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC) };
+        }
+    }
+}
+
 /// The helper's main: never returns.
 pub fn run(plan_json: &str) -> ! {
+    // Only stdio and the report channel cross into the sandbox: close anything else the
+    // helper was started with before a process of the sandbox exists.
+    // SAFETY: closes descriptors nothing in this fresh process has opened or owns.
+    unsafe { nix::libc::close_range(super::REPORT_FD as nix::libc::c_uint + 1, nix::libc::c_uint::MAX, 0) };
     let mut reporter = Reporter::from_fd();
     let plan: Plan = match serde_json::from_str(plan_json) {
         Ok(plan) => plan,

@@ -15,7 +15,10 @@ pub(super) struct Reporter(Option<std::fs::File>);
 impl Reporter {
     pub(super) fn from_fd() -> Reporter {
         // Only ours if it is open; then close-on-exec, so that the server never holds it.
-        let open = nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(REPORT_FD) }, nix::fcntl::FcntlArg::F_GETFD).is_ok();
+        // Asked by number: a `BorrowedFd` may only be made of a descriptor known to be open,
+        // which is what this asks.
+        // SAFETY: F_GETFD reads a flag; on a closed number it fails with EBADF and touches nothing.
+        let open = unsafe { nix::libc::fcntl(REPORT_FD, nix::libc::F_GETFD) } >= 0;
         if !open {
             return Reporter(None);
         }

@@ -11,8 +11,6 @@ use std::sync::{Mutex, PoisonError};
 
 /// How far up the process tree a lookup walks (init is rarely more than a dozen away).
 const MAX_ANCESTORS: usize = 64;
-/// How many processes of one server a socket lookup looks at.
-const MAX_PROCESSES: usize = 4096;
 
 static LEADERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
@@ -58,25 +56,50 @@ pub fn owns_pid(pid: i32) -> bool {
     false
 }
 
-/// Whether a process of a supervised server holds the socket with this inode (the peer of a
-/// loopback TCP connection, which names no pid). Walks each server's process tree.
-pub fn owns_socket(inode: u64) -> bool {
+/// Who holds a loopback socket whose owner's uid may be a server's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketHolder {
+    /// A process that is not a supervised server's: a caller, with its pid.
+    Caller(i32),
+    /// A process of a supervised server.
+    Server,
+    /// No process shows it, and a process of that uid hides its descriptors (it made itself
+    /// non-dumpable, which an unprivileged daemon cannot see past): it cannot be told from a
+    /// server, so it is taken for one.
+    Hidden,
+    /// Nobody holds it any more (the client is gone).
+    Gone,
+}
+
+/// Which process holds the socket with this inode, created by `uid` (the peer of a loopback
+/// TCP connection, which names no pid). Looks at every process in `/proc`, newest first (the
+/// client is usually young); a process whose descriptors cannot be read counts only when it
+/// runs as `uid`, and then, if nobody readable holds the socket, the answer is
+/// [`SocketHolder::Hidden`], never a caller.
+pub fn socket_holder(inode: u64, uid: u32) -> SocketHolder {
     let wanted = format!("socket:[{inode}]");
-    let mut seen = 0;
-    for leader in leaders() {
-        let mut stack = vec![leader];
-        while let Some(pid) = stack.pop() {
-            seen += 1;
-            if seen > MAX_PROCESSES {
-                return false;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return SocketHolder::Hidden };
+    let mut pids: Vec<i32> = entries.flatten().filter_map(|entry| entry.file_name().to_str()?.parse().ok()).collect();
+    pids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut hidden = false;
+    for pid in pids {
+        match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => {
+                if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str())) {
+                    return if owns_pid(pid) { SocketHolder::Server } else { SocketHolder::Caller(pid) };
+                }
             }
-            if holds(pid, &wanted) {
-                return true;
-            }
-            stack.extend(children(pid));
+            Err(_) => hidden |= runs_as(pid, uid),
         }
     }
-    false
+    if hidden { SocketHolder::Hidden } else { SocketHolder::Gone }
+}
+
+/// Whether any of the process's real, effective, saved or filesystem uids is `uid` (from
+/// `/proc/PID/status`, which stays readable when the process hides the rest).
+fn runs_as(pid: i32, uid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    status.lines().find_map(|line| line.strip_prefix("Uid:")).is_some_and(|ids| ids.split_whitespace().any(|id| id.parse() == Ok(uid)))
 }
 
 /// The parent and the process group of `pid`, from `/proc/PID/stat` (after the command name,
@@ -88,20 +111,6 @@ fn stat(pid: i32) -> Option<(i32, i32)> {
     let parent = fields.next()?.parse().ok()?;
     let group = fields.next()?.parse().ok()?;
     Some((parent, group))
-}
-
-fn children(pid: i32) -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| list.split_whitespace().filter_map(|child| child.parse().ok()).collect::<Vec<i32>>())
-        .collect()
-}
-
-fn holds(pid: i32, wanted: &str) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted))
 }
 
 #[cfg(test)]
