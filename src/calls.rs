@@ -250,9 +250,9 @@ impl Calls {
                 reason: view.last_error.clone(),
             });
         }
-        let Some(session) = view.session.clone() else {
+        if view.session.is_none() {
             return Err(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason: None });
-        };
+        }
         let arguments = check_arguments(request.arguments)?;
         let responses = match request.answer {
             Some(answer) => Some(continuation::check_responses(answer.responses)?),
@@ -277,6 +277,10 @@ impl Calls {
         if remaining < MIN_FORWARD_BUDGET {
             return Err(expired());
         }
+        // The wait may have been long: what was checked before it is checked again now, with
+        // nothing awaited between this check and the request leaving for the server. A tool held,
+        // changed or removed while the call waited is not called.
+        let (view, session) = self.still_callable(&request.tool, tool).await?;
         // From here the request goes to the server: its client span and duration start.
         let mut operation = session.operation(METHOD_TOOLS_CALL, Some(&tool.name));
         operation.tool(&tool.name);
@@ -467,6 +471,43 @@ impl Calls {
         let generation = view.generation.clone().ok_or_else(|| unknown(tool))?;
         self.check_preconditions(&view, &generation.tools[idx], generation.number, expected_hash, expected_revision)?;
         held(&view, idx).map_or(Ok(()), Err)
+    }
+
+    /// The tool as the catalog shows it now, after a wait for a slot: still listed with the same
+    /// definition, not held, its server available. Its view and the session to send on.
+    async fn still_callable(&self, tool_ref: &ToolRef, waited_for: &ToolDef) -> Result<(Arc<ServerView>, crate::upstream::SessionHandle), CallError> {
+        let snapshot = self.registry.snapshot();
+        let (view, idx) = self.resolve(&snapshot.servers, tool_ref).await?;
+        let generation = view.generation.as_ref().ok_or_else(|| unknown(tool_ref))?;
+        let current = &generation.tools[idx];
+        // Held first: that is what the caller (or its operator) has to act on.
+        if let Some(held) = held(&view, idx) {
+            return Err(held);
+        }
+        if current.hash != waited_for.hash {
+            view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
+            self.race_event(&view, RaceKind::ChangedSinceListed, &current.name, generation.number, Some(generation.number));
+            tracing::warn!(server = %view.name, tool = %current.name, generation = generation.number, "stale tool: changed while the call waited for the server");
+            return Err(CallError::Stale(Box::new(StaleTool {
+                kind: RaceKind::ChangedSinceListed,
+                server: view.name.to_string(),
+                tool: current.name.clone(),
+                current_generation: generation.number,
+                removed_in_generation: None,
+                current_hash: Some(current.hash.clone()),
+                detail: format!("the definition changed while the call waited for the server; the current hash is {}", current.hash),
+            })));
+        }
+        let session = view.session.clone().filter(|_| view.is_available());
+        let Some(session) = session else {
+            return Err(CallError::Unavailable {
+                server: view.name.to_string(),
+                tool: current.name.clone(),
+                state: view.state,
+                reason: view.last_error.clone(),
+            });
+        };
+        Ok((view.clone(), session))
     }
 
     /// Finds the server view and the tool's index in its current generation, or explains why not.

@@ -435,6 +435,7 @@ impl Server {
                 let calls_file = self.script.calls_file.clone();
                 // With a progress token, one progress notification halfway through.
                 let progress_token = params.pointer("/_meta/progressToken").cloned();
+                let until = arguments.get("until").and_then(Value::as_str).map(str::to_owned);
                 append(calls_file.as_deref(), &format!("start {id}"));
                 std::thread::spawn(move || {
                     if let Some(token) = progress_token {
@@ -442,6 +443,12 @@ impl Server {
                         let params = json!({"progressToken": token, "progress": 1, "total": 2, "message": "halfway"});
                         write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
                         std::thread::sleep(Duration::from_millis(millis - millis / 2));
+                    } else if let Some(until) = &until {
+                        // Until a file appears (a test's event), at most `ms`.
+                        let started = std::time::Instant::now();
+                        while !std::path::Path::new(until).exists() && started.elapsed() < Duration::from_millis(millis) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
                     } else {
                         std::thread::sleep(Duration::from_millis(millis));
                     }

@@ -14,19 +14,39 @@ pub(crate) struct Printer {
     out: Terminal<std::io::Stdout>,
 }
 
-/// Text as a terminal should get it: every control character but newline and tab (ESC, CR,
-/// BEL, backspace, DEL, the C1 controls) and every invisible or bidirectional-control character
-/// written as its escape (`\u{1b}`), so that nothing a server wrote (a description, an error)
-/// can move the cursor, clear the screen, recolour, hide or reorder text, or plant a hyperlink.
+/// Whether a terminal must not get `c` as it is: a control character but newline and tab
+/// (ESC, CR, BEL, backspace, DEL, the C1 controls), or an invisible or bidirectional-control one.
+fn unsafe_for_a_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t') || crate::catalog::integrity::is_invisible(c)
+}
+
+/// Text as a terminal should get it: every character [`unsafe_for_a_terminal`] written as its
+/// escape (`\u{1b}`), so that nothing a server wrote (a description, an error) can move the
+/// cursor, clear the screen, recolour, hide or reorder text, or plant a hyperlink.
 pub(crate) fn printable(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || crate::catalog::integrity::is_invisible(c);
-    if !text.chars().any(unsafe_char) {
+    escape_with(text, |c, out| out.extend(c.escape_unicode()))
+}
+
+/// JSON as a terminal should get it: the same characters as JSON escapes (`\u202e`, surrogate
+/// pairs above U+FFFF), which only ever stand inside JSON strings, so the JSON stays valid and
+/// means the same. serde_json escapes the C0 controls itself, but not DEL, C1 or the invisibles.
+fn printable_json(text: &str) -> Cow<'_, str> {
+    escape_with(text, |c, out| {
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{unit:04x}"));
+        }
+    })
+}
+
+fn escape_with(text: &str, escape: impl Fn(char, &mut String)) -> Cow<'_, str> {
+    if !text.chars().any(unsafe_for_a_terminal) {
         return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if unsafe_char(c) {
-            escaped.extend(c.escape_unicode());
+        if unsafe_for_a_terminal(c) {
+            escape(c, &mut escaped);
         } else {
             escaped.push(c);
         }
@@ -34,28 +54,30 @@ pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// A writer that passes what it is given through [`printable`]. JSON output needs none of it
-/// (serde_json escapes every control character), but goes through it all the same.
-pub(crate) struct Terminal<W>(pub(crate) W);
+/// A writer that passes what it is given through [`printable`], or [`printable_json`] for a
+/// `--json` caller.
+pub(crate) struct Terminal<W> {
+    out: W,
+    json: bool,
+}
 
 impl<W: Write> Write for Terminal<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match std::str::from_utf8(buf) {
-            Ok(text) => self.0.write_all(printable(text).as_bytes())?,
-            // Never split by the formatter (it writes whole `str`s); escaped byte by byte if it were.
-            Err(_) => self.0.write_all(printable(&String::from_utf8_lossy(buf)).as_bytes())?,
-        }
+        // The formatter writes whole `str`s; a split character would be replaced, never passed raw.
+        let text = String::from_utf8_lossy(buf);
+        let shown = if self.json { printable_json(&text) } else { printable(&text) };
+        self.out.write_all(shown.as_bytes())?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
+        self.out.flush()
     }
 }
 
 impl Printer {
     pub(crate) fn new(json: bool) -> Printer {
-        Printer { json, out: Terminal(std::io::stdout()) }
+        Printer { json, out: Terminal { out: std::io::stdout(), json } }
     }
 
     pub(crate) fn servers(&mut self, servers: &[pb::Server], store: Option<&pb::StoreStatus>) -> std::io::Result<()> {
@@ -626,9 +648,17 @@ mod tests {
         assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
         assert!(shown.contains("\\u{1b}[2J") && shown.contains("\\u{d}") && shown.contains("\\u{202e}"), "{shown}");
         assert!(matches!(printable("plain\ttext\n"), Cow::Borrowed(_)));
-        let mut out = Terminal(Vec::new());
+        let mut out = Terminal { out: Vec::new(), json: false };
         write!(out, "{hostile}").unwrap();
-        assert!(!out.0.contains(&0x1b) && !out.0.contains(&b'\r'));
+        assert!(!out.out.contains(&0x1b) && !out.out.contains(&b'\r'));
+        // As JSON: still JSON, and the same text once parsed.
+        let mut out = Terminal { out: Vec::new(), json: true };
+        write!(out, "{}", serde_json::json!({"description": hostile, "tag": "\u{E0041}"})).unwrap();
+        let text = String::from_utf8(out.out).unwrap();
+        assert!(!text.chars().any(unsafe_for_a_terminal), "{text}");
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["description"], hostile);
+        assert_eq!(parsed["tag"], "\u{E0041}");
     }
 
     #[test]
