@@ -475,7 +475,11 @@ impl Calls {
 
     /// The tool as the catalog shows it now, after a wait for a slot: still listed with the same
     /// definition, not held, its server available. Its view and the session to send on.
-    async fn still_callable(&self, tool_ref: &ToolRef, waited_for: &ToolDef) -> Result<(Arc<ServerView>, crate::upstream::SessionHandle), CallError> {
+    async fn still_callable(
+        &self,
+        tool_ref: &ToolRef,
+        waited_for: &ToolDef,
+    ) -> Result<(Arc<ServerView>, crate::upstream::SessionHandle), CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, tool_ref).await?;
         let generation = view.generation.as_ref().ok_or_else(|| unknown(tool_ref))?;

@@ -73,6 +73,19 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
         if let Some(line) = oauth_status(name, spec) {
             report.note(Some(name), line);
         }
+        if let Transport::Http(http) = &spec.transport
+            && let Some(AuthSpec::OAuth(oauth)) = &http.auth
+            && oauth.issuer.is_none()
+            && oauth.trust_first_issuer
+            && (oauth.client_secret.is_some() || oauth.private_key.is_some())
+        {
+            report.warn(
+                Some(name),
+                "trust_first_issuer: its client credential goes to the first authorization server the MCP server names; \
+                 a hostile server names its own (give auth.issuer instead)"
+                    .to_owned(),
+            );
+        }
         // (A program found nowhere is said once, above: its sandbox cannot be planned either.)
         if let crate::config::Transport::Stdio(stdio) = &spec.transport
             && program_found

@@ -140,6 +140,10 @@ fn auth_table(scenario: &str, context: &serde_json::Value) -> String {
     if let Some(secret) = text("client_secret") {
         table.push_str(&format!("client_secret = {secret:?}\n"));
     }
+    // The suite's authorization server listens where the run puts it: trusted at first sight.
+    if context.get("client_secret").is_some() || context.get("private_key_pem").is_some() {
+        table.push_str("trust_first_issuer = true\n");
+    }
     if let Some(key) = text("private_key_pem") {
         table.push_str(&format!("private_key = {key:?}\n"));
         if let Some(algorithm) = text("signing_algorithm") {

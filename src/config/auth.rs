@@ -46,8 +46,12 @@ pub struct OAuthSpec {
     /// Where the refresh token and the client registration are kept (0600).
     pub token_file: PathBuf,
     /// The authorization server credentials may go to. Without it, the first one seen (at login
-    /// or the first token request) is pinned in the token file.
+    /// or the first token request) is pinned in the token file; a pre-shared credential
+    /// (`client_secret`, `private_key`) needs it, unless `trust_first_issuer` says otherwise.
     pub issuer: Option<String>,
+    /// The operator accepts that a pre-shared credential goes to the first authorization server
+    /// the MCP server names (trust on first use), which `check-config` warns about.
+    pub trust_first_issuer: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +109,7 @@ pub(crate) struct RawAuth {
     refresh_before: Option<String>,
     token_file: Option<String>,
     issuer: Option<String>,
+    trust_first_issuer: Option<bool>,
 }
 
 /// Checks an `auth` table. `state_dir` holds the default token file, named after the server.
@@ -209,6 +214,16 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
     {
         return Err(at("issuer")(format!("{issuer:?} is not an https:// URL (or a loopback http:// one)")));
     }
+    // The MCP server names its authorization server, and a hostile one names its own: a secret
+    // the operator holds goes only where the operator says, from the first request on.
+    let trust_first_issuer = raw.trust_first_issuer.unwrap_or(false);
+    if (client_secret.is_some() || private_key.is_some()) && raw.issuer.is_none() && !trust_first_issuer {
+        return Err(at("issuer")(
+            "missing: a client_secret or private_key is sent only to the authorization server named here, never to the one the \
+             MCP server names at first sight (a hostile server names its own); give issuer = \"https://…\" (or, accepting \
+             that risk, trust_first_issuer = true)",
+        ));
+    }
     Ok(AuthSpec::OAuth(Box::new(OAuthSpec {
         grant,
         client_id: raw.client_id,
@@ -222,6 +237,7 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         refresh_before,
         token_file,
         issuer: raw.issuer.map(|issuer| issuer.trim_end_matches('/').to_owned()),
+        trust_first_issuer,
     })))
 }
 

@@ -306,8 +306,9 @@ fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
     assert_eq!(code.redirect_uri, auth::DEFAULT_REDIRECT_URI);
     assert_eq!(code.token_file, Path::new("/var/lib/toolhost/remote.oauth.json"));
     assert_eq!(code.refresh_before, Duration::from_secs(60));
-    let credentials =
-        oauth(&http("grant = \"client_credentials\", client_id = \"svc\", client_secret = \"literal-secret\", token_file = \"t.json\""));
+    let credentials = oauth(&http(
+        "grant = \"client_credentials\", client_id = \"svc\", client_secret = \"literal-secret\", token_file = \"t.json\", issuer = \"https://login.example\"",
+    ));
     assert_eq!(credentials.token_file, Path::new("/etc/toolhost/t.json"));
     assert!(!format!("{credentials:?}").contains("literal-secret"), "a secret written in the file is never printed");
     match &load("t.toml", &http("token = \"tok-123456\"")).unwrap().servers["remote"].transport {
@@ -330,11 +331,16 @@ fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
         ("grant = \"client_credentials\", token = \"t\"", "servers.remote.auth.token: only grant = \"bearer\""),
         ("token = \"has space\"", "servers.remote.auth.token: must be a non-empty token"),
         ("grant = \"authorization_code\", colour = 1", "unknown field `colour`"),
+        // A pre-shared credential goes only to an authorization server the operator named.
+        ("grant = \"client_credentials\", client_id = \"a\", client_secret = \"s\"", "servers.remote.auth.issuer: missing"),
+        ("grant = \"authorization_code\", client_id = \"a\", client_secret = \"s\"", "servers.remote.auth.issuer: missing"),
     ];
     for (auth, expected) in cases {
         let message = load("t.toml", &http(auth)).unwrap_err();
         assert!(message.contains(expected), "{message:?} should contain {expected:?}");
     }
+    let first_seen = oauth(&http("grant = \"client_credentials\", client_id = \"a\", client_secret = \"s\", trust_first_issuer = true"));
+    assert!(first_seen.trust_first_issuer && first_seen.issuer.is_none());
     let plain = "[servers.remote]\nurl = \"http://mcp.example/mcp\"\nauth = { grant = \"authorization_code\" }\n";
     assert!(load("t.toml", plain).unwrap_err().contains("servers.remote.url: OAuth tokens are sent over HTTPS only"));
     let both = "[servers.remote]\nurl = \"https://h\"\nheaders = { Authorization = \"Bearer x\" }\nauth = { token = \"y-123456\" }\n";
@@ -350,8 +356,12 @@ fn the_credential_fingerprint_follows_the_authorization() {
         load("t.toml", &text).unwrap().servers["remote"].credential_fingerprint("remote")
     };
     let none = fingerprint("");
-    let alice = fingerprint("auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\" }");
-    let bob = fingerprint("auth = { grant = \"client_credentials\", client_id = \"bob\", client_secret = \"secret-1\" }");
+    let alice = fingerprint(
+        "auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\", issuer = \"https://login.example\" }",
+    );
+    let bob = fingerprint(
+        "auth = { grant = \"client_credentials\", client_id = \"bob\", client_secret = \"secret-1\", issuer = \"https://login.example\" }",
+    );
     let login = fingerprint("auth = { grant = \"authorization_code\" }");
     let other_login = fingerprint("auth = { grant = \"authorization_code\", token_file = \"other.json\" }");
     let token = fingerprint("auth = { token = \"token-123456\" }");
@@ -361,7 +371,12 @@ fn the_credential_fingerprint_follows_the_authorization() {
             assert_ne!(a, b);
         }
     }
-    assert_eq!(alice, fingerprint("auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\" }"));
+    assert_eq!(
+        alice,
+        fingerprint(
+            "auth = { grant = \"client_credentials\", client_id = \"alice\", client_secret = \"secret-1\", issuer = \"https://login.example\" }"
+        )
+    );
 }
 
 #[test]

@@ -251,7 +251,8 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
     wait_for_server(app.registry(), "busy", "ready", |v| v.state == ServerState::Ready).await;
     let grpc = client(&app).await;
     let call = |name: &str, arguments: Value| {
-        let request = pb::CallToolRequest { qualified_name: format!("busy__{name}"), arguments_json: arguments.to_string(), ..Default::default() };
+        let request =
+            pb::CallToolRequest { qualified_name: format!("busy__{name}"), arguments_json: arguments.to_string(), ..Default::default() };
         let mut grpc = grpc.clone();
         async move { grpc.call_tool(request).await }
     };

@@ -314,9 +314,12 @@ async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_rev
 async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials_are_auth_required() {
     let server = AuthServer::start(&["2", "daemon-client", "daemon-secret-value"]);
     let dir = TestDir::new();
-    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\", \
-                token_endpoint_auth = \"client_secret_post\"";
-    let app = start(config(&dir, &server.base, auth)).await;
+    let auth = format!(
+        "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\", \
+         token_endpoint_auth = \"client_secret_post\", issuer = \"{}\"",
+        server.base
+    );
+    let app = start(config(&dir, &server.base, &auth)).await;
     wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
     let mut client = client(&app).await;
     let (mut calls, mut pace) = (0, pace(Duration::from_millis(20)));
@@ -327,9 +330,9 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
         assert!(calls < 5_000, "tokens are renewed: {}", server.stats());
     }
     assert_eq!(server.stat("expired_token_rejections"), 0, "{}", server.stats());
-    // Client credentials keep no token in the file: only the authorization server they pinned.
-    let kept: Value = serde_json::from_str(&std::fs::read_to_string(dir.path("remote.oauth.json")).unwrap()).unwrap();
-    assert_eq!(kept.as_object().unwrap().keys().collect::<Vec<_>>(), ["issuer", "server_url", "version"], "{kept}");
+    // Client credentials keep no token in a file, and with a configured issuer nothing to pin.
+    let kept = std::fs::read_to_string(dir.path("remote.oauth.json")).unwrap_or_default();
+    assert!(!kept.contains("token") && !kept.contains("daemon-secret-value"), "{kept}");
     let refused = client.begin_login(pb::BeginLoginRequest { server: "remote".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "LOGIN_NOT_APPLICABLE"));
     // Idle, the token is renewed all the same (2 s tokens): two renewals while no call is made.
@@ -342,8 +345,11 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
     app.shutdown().await;
 
     let dir = TestDir::new();
-    let wrong = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"not-the-secret\"";
-    let app = start(config(&dir, &server.base, wrong)).await;
+    let wrong = format!(
+        "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"not-the-secret\", issuer = \"{}\"",
+        server.base
+    );
+    let app = start(config(&dir, &server.base, &wrong)).await;
     let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
     let error = view.last_error.clone().unwrap_or_default();
     assert!(error.contains("invalid_client") && !error.contains("not-the-secret"), "{error}");
@@ -358,11 +364,12 @@ async fn a_hostile_authorization_server_costs_its_own_server_only_with_a_specifi
     let garbage = AuthServer::start_in_mode(&credentials, "garbage-token");
     let healthy = AuthServer::start(&credentials);
     let dir = TestDir::new();
-    let auth = "auth = { grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\" }";
+    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\"";
     let table = |name: &str, server: &AuthServer| {
         format!(
-            "[servers.{name}]\nurl = \"{}/mcp\"\nrequest_timeout = \"1s\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"400ms\" }}\n{auth}\n",
-            server.base
+            "[servers.{name}]\nurl = \"{base}/mcp\"\nrequest_timeout = \"1s\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"400ms\" }}\n\
+             auth = {{ {auth}, issuer = \"{base}\" }}\n",
+            base = server.base
         )
     };
     let app =
@@ -405,7 +412,9 @@ async fn credentials_go_only_to_the_pinned_authorization_server() {
     // Another authorization server that would take the same credentials.
     let rogue = AuthServer::start(&credentials);
     let dir = TestDir::new();
-    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\"";
+    // Trust on first use, as the operator may choose explicitly (check-config warns about it).
+    let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\", \
+                trust_first_issuer = true";
     let app = start(config(&dir, &honest.base, auth)).await;
     wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
     let pinned = std::fs::read_to_string(dir.path("remote.oauth.json")).expect("the pin is kept in the token file");

@@ -95,7 +95,7 @@ async fn a_hostile_server_reaches_nothing_and_every_server_keeps_working() {
         hostile_through_a_shell("shell"),
         format!(
             "[servers.remote]\nurl = \"http://127.0.0.1:9/mcp\"\nauth = {{ grant = \"client_credentials\", client_id = \"c\", \
-             client_secret = \"s\", token_file = {:?} }}\n",
+             client_secret = \"s\", issuer = \"http://127.0.0.1:9\", token_file = {:?} }}\n",
             token_file.display().to_string()
         ),
     ];

@@ -231,3 +231,48 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
     let (generation, integrity) = stored_generation(&db, "changing").await;
     assert_eq!((generation, integrity.as_str()), (2, "ok"));
 }
+
+/// A store filesystem of 3 MiB filled and freed: the WAL never takes the freed bytes (SQLite's
+/// own checkpoint waits for 4 MiB of it), so the commits after the recovery, the checkpoint at
+/// the stop and the commits of the next start all have room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_store_filesystem_filled_and_freed_keeps_committing_across_a_restart() {
+    let dir = TestDir::new();
+    let Some(fs) = SmallFs::mount_or_skip(&dir, "a_small_store_filesystem_filled_and_freed") else { return };
+    let db = fs.path.join("catalog.db");
+    let wal = fs.path.join("catalog.db-wal");
+    let tools_file = dir.path("tools.json");
+    std::fs::write(&tools_file, json!(tools("t", 3)).to_string()).unwrap();
+    let script = dir.script("changing", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let mut config = dir.config(&server_table("changing", &script, ""));
+    config.store.path = db.clone();
+    config.store.history_generations = 2;
+    let app = start(config.clone()).await;
+    wait_for_server(app.registry(), "changing", "ready", |v| v.state == ServerState::Ready && v.generation_number() == 1).await;
+    let filler = fs.path.join("filler");
+    fs.fill(&filler);
+    std::fs::write(&tools_file, bulky_tools(1).to_string()).unwrap();
+    wait_for_server(app.registry(), "changing", "the full disk shown", |v| v.last_error.as_deref().is_some_and(|e| e.contains("full")))
+        .await;
+    std::fs::remove_file(&filler).unwrap();
+    wait_for_server(app.registry(), "changing", "recovered", |v| v.state == ServerState::Ready && v.generation_number() == 2).await;
+    // Change after change: each is committed, and the WAL stays far below the free space.
+    for round in 2..8 {
+        std::fs::write(&tools_file, bulky_tools(round).to_string()).unwrap();
+        let generation = round as u64 + 1;
+        wait_for_server(app.registry(), "changing", "the next change", |v| v.generation_number() == generation).await;
+        let size = std::fs::metadata(&wal).map_or(0, |meta| meta.len());
+        assert!(size <= 1 << 20, "round {round}: the WAL holds {size} bytes");
+    }
+    app.shutdown().await;
+    assert!(std::fs::metadata(&wal).map_or(true, |meta| meta.len() == 0), "the stop checkpointed the WAL");
+    let app = start(config).await;
+    wait_for_server(app.registry(), "changing", "ready again", |v| v.state == ServerState::Ready).await;
+    std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
+    let view = wait_for_server(app.registry(), "changing", "a commit after the restart", |v| v.generation_number() == 9).await;
+    assert_eq!(tool_names(&view), ["u0", "u1"]);
+    assert!(app.store().degraded().is_none());
+    app.shutdown().await;
+    let (generation, integrity) = stored_generation(&db, "changing").await;
+    assert_eq!((generation, integrity.as_str()), (9, "ok"));
+}

@@ -23,13 +23,16 @@ const ROOM: u64 = 1 << 20;
 /// Whether the filesystem that holds `path` has room for the store to work normally. A
 /// filesystem that cannot be asked is taken to have room (the open's own error then stands).
 pub(super) fn has_room(path: &Path) -> bool {
+    free_bytes(path).is_none_or(|free| free >= ROOM)
+}
+
+/// The bytes free to this user on the filesystem that holds `path`, if it can be asked.
+pub(super) fn free_bytes(path: &Path) -> Option<u64> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    match nix::sys::statvfs::statvfs(dir) {
-        // The block count is narrower than u64 on some targets.
-        #[allow(clippy::useless_conversion)]
-        Ok(stats) => u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())) >= ROOM,
-        Err(_) => true,
-    }
+    let stats = nix::sys::statvfs::statvfs(dir).ok()?;
+    // The block count is narrower than u64 on some targets.
+    #[allow(clippy::useless_conversion)]
+    Some(u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())))
 }
 
 /// The degraded reader for the store at `path`, if it is a toolhost store this version can read

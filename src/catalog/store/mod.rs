@@ -10,7 +10,7 @@
 //! refuses writes until there is room.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +71,9 @@ async fn open_healthy(path: &Path, options: &SqliteConnectOptions) -> Result<Sql
         .await
         .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
     let prepared = async {
+        // What an earlier run left in the WAL goes into the database first, and the WAL's space
+        // back to the filesystem (a WAL that took the last free bytes would block every commit).
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&pool).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA application_id = {APPLICATION_ID}"))).execute(&pool).await?;
         Ok::<(), StoreError>(())
@@ -103,8 +106,8 @@ pub struct StoredServer {
     pub private_to: Option<String>,
 }
 
-/// Most a WAL file keeps after a checkpoint: it never grows without bound.
-const JOURNAL_SIZE_LIMIT: &str = "67108864";
+/// Most a WAL file keeps after a checkpoint resets it.
+const JOURNAL_SIZE_LIMIT: &str = "1048576";
 
 #[derive(Clone)]
 pub struct Store {
@@ -125,6 +128,8 @@ pub struct Store {
 struct Writer {
     options: SqliteConnectOptions,
     connection: Option<SqliteConnection>,
+    /// The database's WAL file, whose size each commit looks at ([`writer::WAL_BOUND`]).
+    wal: PathBuf,
 }
 
 /// An open `BEGIN IMMEDIATE` transaction on the writer. Dropped without [`WriteTx::commit`], it
@@ -173,7 +178,9 @@ impl Store {
         };
         // A commit that returned is on disk, even across a power loss: a published generation
         // number is never handed out twice.
-        let writer = Writer { options: options.clone().synchronous(SqliteSynchronous::Full), connection: None };
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let writer = Writer { options: options.clone().synchronous(SqliteSynchronous::Full), connection: None, wal: PathBuf::from(wal) };
         let healthy = degraded.is_none();
         let store = Store {
             pool: Arc::new(ArcSwap::from_pointee(pool)),

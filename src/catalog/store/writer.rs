@@ -7,6 +7,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
 use super::{APPLICATION_ID, StoreError, WriteTx};
 
+/// The WAL's size past which a commit checkpoints and truncates it.
+pub(super) const WAL_BOUND: u64 = 1 << 20;
+
 // === impl WriteTx ===
 
 impl WriteTx<'_> {
@@ -16,10 +19,30 @@ impl WriteTx<'_> {
     }
 
     /// Commits. On failure the connection is closed (rolling back whatever SQLite still holds).
+    /// Then keeps the WAL bounded ([`WAL_BOUND`]).
     pub(super) async fn commit(mut self) -> Result<(), StoreError> {
         sqlx::query("COMMIT").execute(self.conn()).await?;
         self.committed = true;
+        self.bound_the_wal().await;
         Ok(())
+    }
+
+    /// Checkpoints the WAL into the database and truncates it once it is larger than
+    /// [`WAL_BOUND`] or an eighth of the filesystem's free space, whichever is less: SQLite's
+    /// own checkpoint waits for 1,000 pages (4 MiB), which on a small or nearly full filesystem
+    /// is every byte there is, and a WAL that holds the last free bytes leaves a checkpoint no
+    /// room to grow the database, so nothing could ever be committed again. The commit has
+    /// happened whatever this does; a checkpoint that fails (readers busy, no room) is tried
+    /// again after the next commit.
+    async fn bound_the_wal(&mut self) {
+        let Ok(size) = std::fs::metadata(&self.writer.wal).map(|meta| meta.len()) else { return };
+        let bound = super::degraded::free_bytes(&self.writer.wal).map_or(WAL_BOUND, |free| WAL_BOUND.min(free / 8));
+        if size <= bound {
+            return;
+        }
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(self.conn()).await {
+            tracing::debug!(%error, wal_bytes = size, "the store's WAL could not be checkpointed yet");
+        }
     }
 }
 
