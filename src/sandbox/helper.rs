@@ -31,6 +31,24 @@ pub fn seal_inherited_descriptors() {
     }
 }
 
+/// Makes the process `command` starts the child subreaper of its descendants (kept across its
+/// `execve`): a server run without a sandbox that double-forks a process into a session of
+/// its own (`setsid`) still has that process below it, where [`super::servers::owns_pid`]
+/// finds it, instead of under pid 1, where it would pass for anyone of the daemon's user. What
+/// outlives the server itself does go to pid 1: only a sandbox (a PID namespace) holds that.
+pub fn adopt_orphans(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl, which
+    // is async-signal-safe, with integer arguments.
+    unsafe {
+        command.pre_exec(|| {
+            if nix::libc::prctl(nix::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The helper's main: never returns.
 pub fn run(plan_json: &str) -> ! {
     // Only stdio and the report channel cross into the sandbox: close anything else the

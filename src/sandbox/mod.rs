@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 pub use setup::KernelGap;
 
-pub use helper::{run, seal_inherited_descriptors};
+pub use helper::{adopt_orphans, run, seal_inherited_descriptors};
 
 /// The uid and gid a sandbox's processes run as outside it (and inside: the map is one to one):
 /// the daemon's own, or for a daemon run as root [`SANDBOX_ID`], so that no server is ever root

@@ -89,7 +89,9 @@ impl UpstreamError {
 pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> {
     let sandbox = &spec.sandbox;
     if !sandbox.enabled {
-        return Ok("sandbox = \"off\": this server can reach everything toolhost's user can".to_owned());
+        return Ok("sandbox = \"off\": this server can reach everything toolhost's user can; its processes are told apart from \
+                   callers only while it runs (one it leaves behind after it exits may act as toolhost's user on its sockets)"
+            .to_owned());
     }
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;

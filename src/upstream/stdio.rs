@@ -78,6 +78,7 @@ pub(crate) fn spawn(
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
+        crate::sandbox::adopt_orphans(&mut command);
         (command, None)
     };
     // A clean environment: a server never sees another's credentials, nor the service
@@ -114,7 +115,11 @@ pub(crate) fn spawn(
 
 /// `sandbox = "off"` is the operator's explicit choice, said at every start.
 fn warn_unconfined(server: &Arc<str>) {
-    tracing::warn!(server = %server, "starting without a sandbox (sandbox = \"off\"): this server can reach everything toolhost's user can");
+    tracing::warn!(
+        server = %server,
+        "starting without a sandbox (sandbox = \"off\"): this server can reach everything toolhost's user can, and a process it \
+         leaves running after it exits is no longer known as a server's: it may act as toolhost's own user on toolhost's sockets"
+    );
 }
 
 /// Reads the helper's reports until it exits; the last one that is not `ready` is the news.

@@ -216,6 +216,13 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
             }
         }
     }
+    // A helper the unconfined server double-forks into a session of its own, whose parent then
+    // exits: still a server's process (the server is its subreaper), never an operator.
+    let results = attack(&app, "unconfined", &json!({"orphan_run": [approve(&unix)]})).await;
+    assert_eq!(results.len(), 2);
+    for (probe, result) in &results {
+        assert!(result.starts_with("blocked") && result.contains("SERVER_PROCESS"), "{probe}: {result}");
+    }
     let servers = client(&app).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
     let unconfined = servers.iter().find(|s| s.name == "unconfined").unwrap().sandbox.clone().unwrap();
     assert!(!unconfined.enabled, "sandbox = \"off\" is shown");
@@ -224,7 +231,7 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
     let store = toolhost::catalog::store::Store::open(&dir.db_path(), 50).await.unwrap();
     let records = store.query_audit(0, None, 100).await.unwrap();
     let refused: Vec<_> = records.iter().filter(|record| record.outcome == "server_process").collect();
-    assert_eq!(refused.len(), 2, "the two attempts on the Unix socket: {records:?}");
+    assert_eq!(refused.len(), 4, "the four attempts on the Unix socket: {records:?}");
     assert!(refused.iter().all(|record| record.agent.as_ref() == "(a server's process)" && record.caller.contains("pid")), "{refused:?}");
 }
 
@@ -362,6 +369,117 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
             .output()
             .unwrap();
         assert!(!read.status.success(), "{file} of the daemon was readable by its own user");
+    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
+}
+
+/// The daemon as its own unprivileged user, as the shipped unit runs it, with a server whose
+/// network is open: the server makes itself non-dumpable (so that the daemon cannot read its
+/// descriptors) and, holding the operator's token, knocks on the MCP endpoint and the console
+/// over IPv4 and over the IPv4-mapped IPv6 address; and writes to a descriptor the daemon
+/// inherited from what started it. Nothing answers it, while the operator, the same user, is
+/// served over the same addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprivileged_daemons_networked_server_is_never_a_caller_on_any_loopback_address() {
+    if !is_root() {
+        return skipped("skipped: switching to an unprivileged user needs root");
+    }
+    const NOBODY: u32 = 65534;
+    let dir = TestDir::new();
+    let home = dir.path("home");
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let token = "operator-token-0123456789abcdef";
+    std::fs::write(home.join("operator.token"), token).unwrap();
+    let config = home.join("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n[mcp]\nlisten = [\"127.0.0.1:0\"]\n\n\
+             [console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n[[access.agents]]\nname = \"operator\"\n\
+             uids = [{NOBODY}]\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\nadmin = true\n\n{}",
+            home.join("operator.token").display(),
+            hostile_table("networked", "network = \"all\"\nchanges = \"hold\"")
+        ),
+    )
+    .unwrap();
+    chown_tree(&dir.path(""), NOBODY);
+    // A root-only file the daemon's starter left open as fd 7.
+    let inherited = dir.path("root-only.log");
+    std::fs::write(&inherited, "").unwrap();
+    std::os::unix::fs::chown(&inherited, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&inherited, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let log_path = dir.path("daemon.log");
+    let mut daemon = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 7>>{:?}; exec setpriv --reuid 65534 --regid 65534 --clear-groups {TOOLHOST} serve --config {:?}",
+            inherited.display().to_string(),
+            config.display().to_string()
+        ))
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let socket = home.join("toolhost.sock");
+    eventually("the unprivileged daemon's server is ready", async || {
+        let output = cli_as_blocking(NOBODY, None, &socket, &["servers", "--json"]);
+        String::from_utf8_lossy(&output.stdout).contains("\"state\":\"ready\"").then_some(())
+    })
+    .await;
+    let port_of = |what: &str| -> u16 {
+        let text = log();
+        let line = text.lines().find(|line| line.contains(what)).unwrap_or_else(|| panic!("no {what:?} in {text}"));
+        let after = &line[line.find("127.0.0.1:").unwrap_or_else(|| panic!("{line}")) + "127.0.0.1:".len()..];
+        after.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+    };
+    let (mcp, console) = (port_of("serving the MCP endpoint"), port_of("serving the operator console"));
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    // The Host header the daemon accepts, whatever address the socket uses: only who connects decides.
+    let requests: Vec<Value> = ["127.0.0.1", "::ffff:127.0.0.1"]
+        .into_iter()
+        .flat_map(|host| {
+            [
+                json!({"host": host, "port": mcp, "method": "POST", "path": "/mcp", "body": initialize,
+                       "headers": {"Authorization": format!("Bearer {token}"), "Content-Type": "application/json",
+                                   "Accept": "application/json, text/event-stream", "Host": format!("127.0.0.1:{mcp}")}}),
+                json!({"host": host, "port": console, "path": "/review",
+                       "headers": {"Authorization": format!("Bearer {token}"), "Host": format!("127.0.0.1:{console}")}}),
+                json!({"host": host, "port": console, "path": "/", "headers": {"Host": format!("127.0.0.1:{console}")}}),
+            ]
+        })
+        .collect();
+    let targets = json!({"http": requests, "write_fd": [7]});
+    let output = cli_as(NOBODY, None, &socket, &["call", "networked__attack", "--args", &targets.to_string(), "--json"]).await;
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log());
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = serde_json::from_str(reply["content"][0]["text"].as_str().unwrap()).unwrap();
+    let mut probes = 0;
+    for side in ["process", "child"] {
+        for (probe, result) in report[side].as_object().unwrap() {
+            probes += 1;
+            assert!(result.as_str().unwrap().starts_with("blocked"), "{side}: {probe}: {result}\n{}", log());
+        }
+    }
+    assert_eq!(probes, 14, "{report}");
+    assert_eq!(std::fs::read_to_string(&inherited).unwrap(), "", "nothing reached the inherited descriptor");
+    // The operator, the same user in a process of its own, is served over both addresses.
+    for host in ["127.0.0.1", "::ffff:127.0.0.1"] {
+        let script = format!(
+            "import http.client; c = http.client.HTTPConnection({host:?}, {mcp}, timeout=5); \
+             c.request('POST', '/mcp', body={initialize:?}, headers={{'Authorization': 'Bearer {token}', \
+             'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream', \
+             'Host': '127.0.0.1:{mcp}'}}); print(c.getresponse().status)"
+        );
+        let answered = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", PYTHON, "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&answered.stdout).trim(), "200", "{host}: {answered:?}\n{}", log());
     }
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
     assert!(daemon.wait().unwrap().success(), "{}", log());
