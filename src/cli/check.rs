@@ -94,6 +94,18 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
                 Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
                 Ok(line) | Err(line) => report.warn(Some(name), line),
             }
+            if stdio.sandbox.enabled {
+                for file in crate::upstream::private_files_in_write_grants(stdio) {
+                    report.warn(
+                        Some(name),
+                        format!(
+                            "{} is toolhost's and lies in a directory this server may write: it is masked, but once it is replaced \
+                             by rename (an editor, a rotation) a running server sees the new one; keep it out of write grants",
+                            file.display()
+                        ),
+                    );
+                }
+            }
         }
     }
     if let Some(fleet) = &config.fleet {

@@ -46,9 +46,7 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     for (path, writable) in &binds {
         bind(path, *writable)?;
     }
-    for hidden in &plan.hidden {
-        mask(hidden)?;
-    }
+    hide(&plan.hidden)?;
     let proc_dir = inside(Path::new("/proc"));
     mkdir_all(&proc_dir)?;
     mount_ctx(
@@ -168,34 +166,137 @@ fn read_only(view: &Path, path: &Path) -> Result<(), SetupError> {
     mount_ctx(None, view, None, flags, None, format!("make {} read-only", path.display()))
 }
 
-/// Hides a private place of the daemon's that a grant would show: an empty read-only tmpfs on
-/// a directory, an empty read-only file on anything else.
-fn mask(path: &Path) -> Result<(), SetupError> {
-    let view = inside(path);
-    let Ok(meta) = std::fs::symlink_metadata(&view) else { return Ok(()) };
-    if meta.is_dir() {
-        mount_tmpfs(
-            &view,
-            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            "mode=0000,size=4k",
-            format!("hide {}", path.display()),
-        )
-    } else {
-        // An empty regular file on the scratch root, read-only: reads find nothing and writes
-        // fail (the null device would take writes and say they worked).
-        let empty = Path::new("/masked");
-        if !empty.exists() {
-            std::fs::File::create(empty).during("create the mask file")?;
+/// Hides the private places of the daemon's that a grant would show. A directory gets an empty
+/// read-only tmpfs on it. A file in a read-only directory of the view is hidden by its
+/// directory, not by a mount on the file itself: the kernel detaches a mount whose file is
+/// replaced by rename on the host (as rotation tools, editors and toolhost's own token writes
+/// replace files), which would show the new content; the directory becomes a read-only
+/// snapshot of its other entries ([`snapshot_without`]). In a writable directory the server
+/// must still be able to add files, so the file is masked by a mount (`check-config` warns
+/// that replacing it by rename shows it to a running server).
+fn hide(hidden: &[PathBuf]) -> Result<(), SetupError> {
+    let mut files_by_dir: std::collections::BTreeMap<&Path, Vec<&std::ffi::OsStr>> = std::collections::BTreeMap::new();
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    for path in hidden {
+        let Ok(meta) = std::fs::symlink_metadata(inside(path)) else { continue };
+        match (meta.is_dir(), path.parent(), path.file_name()) {
+            (true, ..) => dirs.push(path),
+            (false, Some(dir), Some(name)) if !writable(&inside(dir)) => files_by_dir.entry(dir).or_default().push(name),
+            (false, ..) => files.push(path),
         }
-        mount_ctx(Some(empty), &view, None, MsFlags::MS_BIND, None, format!("hide {}", path.display()))?;
-        mount_ctx(
-            None,
-            &view,
-            None,
-            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-            None,
-            format!("seal {}", path.display()),
-        )
+    }
+    // Shallow directories first: a deeper one is then found inside the snapshot of its parent.
+    for (dir, names) in &files_by_dir {
+        snapshot_without(dir, names)?;
+    }
+    for file in files {
+        mask_file(file)?;
+    }
+    for dir in dirs {
+        mask_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Whether the view's mount at `path` takes writes.
+fn writable(path: &Path) -> bool {
+    statvfs(path).is_ok_and(|stats| !stats.flags().contains(FsFlags::ST_RDONLY))
+}
+
+/// An empty read-only file bound on a private file: reads find nothing and writes fail (the
+/// null device would take writes and say they worked).
+fn mask_file(path: &Path) -> Result<(), SetupError> {
+    let view = inside(path);
+    let empty = Path::new("/masked");
+    if !empty.exists() {
+        std::fs::File::create(empty).during("create the mask file")?;
+    }
+    mount_ctx(Some(empty), &view, None, MsFlags::MS_BIND, None, format!("hide {}", path.display()))?;
+    mount_ctx(
+        None,
+        &view,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        None,
+        format!("seal {}", path.display()),
+    )
+}
+
+/// An empty, read-only tmpfs on a private directory.
+fn mask_dir(path: &Path) -> Result<(), SetupError> {
+    mount_tmpfs(
+        inside(path),
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        "mode=0000,size=4k",
+        format!("hide {}", path.display()),
+    )
+}
+
+/// Most entries a directory holding a private file may have to be shown as a snapshot; a
+/// larger one is hidden whole (each entry costs a mount).
+const MAX_SNAPSHOT_ENTRIES: usize = 512;
+
+/// Replaces the view of `dir` with a read-only tmpfs holding its entries but `names`: each a
+/// bind of the entry as the grant shows it (so with the grant's read-only or writable mount),
+/// each symbolic link recreated. Private files are then simply not there, whatever the host
+/// renames onto their names; an entry the host replaces by rename disappears from the view
+/// (its bind is detached), and one the host adds later does not appear: the directory's names
+/// are fixed at the server's start, their contents are live.
+fn snapshot_without(dir: &Path, names: &[&std::ffi::OsStr]) -> Result<(), SetupError> {
+    let view = inside(dir);
+    let listed: Option<Vec<std::fs::DirEntry>> = std::fs::read_dir(&view).ok().map(|entries| entries.flatten().collect());
+    let Some(entries) = listed.filter(|entries| entries.len() <= MAX_SNAPSHOT_ENTRIES) else { return mask_dir(dir) };
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&view).during(format!("stat {}", dir.display()))?.permissions());
+    // Staged outside the view first, since the view's own entries are about to be covered.
+    let stage = Path::new("/stage");
+    mkdir_all(stage)?;
+    mount_tmpfs(stage, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0700,size=64k", "mount the staging area")?;
+    let mut links = Vec::new();
+    let mut staged = Vec::new();
+    for entry in entries.iter().filter(|entry| !names.contains(&entry.file_name().as_os_str())) {
+        let (name, from) = (entry.file_name(), entry.path());
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_symlink() {
+            links.push((name, std::fs::read_link(&from).during(format!("read the link {}", from.display()))?));
+            continue;
+        }
+        let to = stage.join(&name);
+        place_mount_point(&to, kind.is_dir())?;
+        mount_ctx(Some(from.as_path()), &to, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, format!("stage {}", from.display()))?;
+        staged.push((name, kind.is_dir()));
+    }
+    mount_tmpfs(
+        &view,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        &format!("mode={:o},size=64k", mode & 0o7777),
+        format!("snapshot {}", dir.display()),
+    )?;
+    for (name, is_dir) in staged {
+        let to = view.join(&name);
+        place_mount_point(&to, is_dir)?;
+        mount_ctx(Some(stage.join(&name).as_path()), &to, None, MsFlags::MS_MOVE, None, format!("show {}", to.display()))?;
+    }
+    for (name, target) in links {
+        symlink(&target, view.join(&name)).during(format!("link {}", view.join(&name).display()))?;
+    }
+    umount2(stage, MntFlags::MNT_DETACH).during("unmount the staging area")?;
+    mount_ctx(
+        None,
+        &view,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None,
+        format!("seal the snapshot of {}", dir.display()),
+    )
+}
+
+/// An empty directory or file to mount on.
+fn place_mount_point(path: &Path, is_dir: bool) -> Result<(), SetupError> {
+    if is_dir {
+        mkdir_all(path)
+    } else {
+        std::fs::File::create(path).map(drop).during(format!("create the mount point {}", path.display()))
     }
 }
 

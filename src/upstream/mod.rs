@@ -106,6 +106,18 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     ))
 }
 
+/// The daemon's private files that lie directly in a directory the server may write: masked,
+/// but a mask on a file goes when the file is replaced by rename on the host, so a running
+/// server would then see the new content (in a read-only directory the sandbox shows a
+/// snapshot without them instead). For `check-config` to warn about.
+pub fn private_files_in_write_grants(spec: &crate::config::StdioSpec) -> Vec<std::path::PathBuf> {
+    let Ok(plan) = confinement::plan_for(spec) else { return Vec::new() };
+    plan.hidden
+        .into_iter()
+        .filter(|path| path.is_file() && path.parent().is_some_and(|dir| plan.write.iter().any(|grant| dir.starts_with(grant))))
+        .collect()
+}
+
 /// Timeouts and limits that apply to one server's sessions.
 #[derive(Clone)]
 pub struct SessionSettings {

@@ -172,6 +172,33 @@ fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
     assert!(error["error"]["message"].as_str().unwrap().contains("request_timeout"), "{error}");
 }
 
+#[test]
+fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
+    let dir = TestDir::new();
+    let (shared, readable) = (dir.path("shared"), dir.path("readable"));
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&readable).unwrap();
+    std::fs::write(shared.join("api.token"), "a-secret").unwrap();
+    std::fs::write(readable.join("db.token"), "another-secret").unwrap();
+    let config = dir.path("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.writer]\ncommand = \"sh\"\nwrite = [{shared:?}]\nenv = {{ T = \"${{file:{}}}\" }}\n\n\
+             [servers.reader]\ncommand = \"sh\"\nread = [{readable:?}]\nenv = {{ T = \"${{file:{}}}\" }}\n",
+            shared.join("api.token").display(),
+            readable.join("db.token").display()
+        ),
+    )
+    .unwrap();
+    let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
+    assert!(
+        said.contains("warning: writer:") && said.contains("api.token is toolhost's and lies in a directory this server may write"),
+        "{said}"
+    );
+    assert!(!said.contains("db.token"), "a read grant shows a snapshot without it: nothing to warn about: {said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
     let dir = TestDir::new();

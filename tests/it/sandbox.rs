@@ -360,6 +360,23 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
     assert_eq!(reached.len(), 2, "{stdout}");
     assert!(reached.iter().all(|before| before.contains("public.txt")), "{stdout}");
     assert!(stdout.contains("blocked"), "{stdout}");
+    // The secret is rotated as rotation tools do it, by a rename over it, while the server runs:
+    // the server still sees nothing of it (the home is a snapshot without the private files).
+    let rotated = home.join("secret.new");
+    std::fs::write(&rotated, "rotated-secret").unwrap();
+    std::fs::rename(&rotated, &secret).unwrap();
+    let targets = json!({"read": [secret, public]});
+    let output = cli_as(NOBODY, None, &socket, &["call", "hostile__attack", "--args", &targets.to_string(), "--json"]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && !stdout.contains("rotated"), "{stdout}");
+    let reply: Value = serde_json::from_str(&stdout).unwrap();
+    let report: Value = serde_json::from_str(reply["content"][0]["text"].as_str().unwrap()).unwrap();
+    for side in ["process", "child"] {
+        let read_secret = report[side][format!("read {}", secret.display())].as_str().unwrap_or_default();
+        assert!(read_secret.starts_with("blocked"), "{side}: the rotated secret: {read_secret}");
+        let read_public = report[side][format!("read {}", public.display())].as_str().unwrap_or_default();
+        assert!(read_public.starts_with("reached"), "{side}: the public file: {read_public}");
+    }
     // Non-dumpable: another process of the daemon's own user (an unconfined server, an agent)
     // cannot read its environment or memory.
     for file in ["environ", "mem"] {
