@@ -97,6 +97,17 @@ impl UnixPeer {
         UnixPeer { uid: u32::MAX, gid: u32::MAX, pid: None, groups: Vec::new(), unit: None, server: true }
     }
 
+    /// Whose share of a door's connections a connection from `peer` counts against: its uid; a
+    /// peer the kernel does not name, or that cannot be told from a server's process, shares
+    /// one key with all its kind.
+    pub fn share_key(peer: Option<&UnixPeer>) -> String {
+        match peer {
+            Some(peer) if !peer.server => format!("uid {}", peer.uid),
+            Some(_) => "unidentified".to_owned(),
+            None => "unknown".to_owned(),
+        }
+    }
+
     /// The primary group and every supplementary one.
     pub fn gids(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.gid).chain(self.groups.iter().copied())

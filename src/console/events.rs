@@ -13,13 +13,17 @@ use crate::access::Identity;
 use crate::door::Door;
 use crate::door::changes::{Changes, Seen};
 use crate::listen::http::{Body, sse};
+use crate::listen::shares::{Share, Shares};
 
 /// Event streams open at once (each holds one connection).
 pub(super) const MAX_STREAMS: usize = 256;
+/// Event streams one agent entry may hold: its pages in a few browsers, never all of them.
+pub(super) const STREAMS_PER_AGENT: usize = 16;
 
 /// A stream of `identity`'s catalog changes until the page closes, the caller is no longer
-/// admitted, or the daemon stops. `permit` is its place among [`MAX_STREAMS`].
-pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, permit: OwnedSemaphorePermit) -> Response<Body> {
+/// admitted, or the daemon stops. `permit` is its place among [`MAX_STREAMS`] and among its
+/// agent's [`STREAMS_PER_AGENT`].
+pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, permit: (OwnedSemaphorePermit, Share)) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<String>(4);
     let mut changes = Changes::new(door, identity, 0, Vec::new());
     let revision = door.registry().snapshot().revision;
@@ -52,7 +56,8 @@ pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, p
     sse(rx, "catalog", Some(Box::pin(feeder)))
 }
 
-/// Room for another stream.
-pub(super) fn slot(streams: &Arc<tokio::sync::Semaphore>) -> Option<OwnedSemaphorePermit> {
-    streams.clone().try_acquire_owned().ok()
+/// Room for another stream of `agent`'s: within its share, and within the whole.
+pub(super) fn slot(streams: &Arc<tokio::sync::Semaphore>, shares: &Arc<Shares>, agent: &str) -> Option<(OwnedSemaphorePermit, Share)> {
+    let share = shares.take(agent)?;
+    Some((streams.clone().try_acquire_owned().ok()?, share))
 }

@@ -38,6 +38,7 @@ use crate::catalog::store::Store;
 use crate::config::ConsoleConfig;
 use crate::door::Door;
 use crate::listen::http::Body;
+use crate::listen::shares::{PeerRate, Shares};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
 use crate::supervisor::integrity::Approver;
 use crate::supervisor::{Refresher, ServerAction};
@@ -47,13 +48,16 @@ use html::Ctx;
 use sessions::{Session, Sessions};
 
 /// Connections open at once.
-const MAX_CONNECTIONS: usize = 256;
+const MAX_CONNECTIONS: usize = 1024;
+/// Connections one peer (a uid, as the kernel says) may hold open: a browser's handful of
+/// tabs, never everyone's room.
+const CONNECTIONS_PER_PEER: usize = 48;
 /// How long a connection may take to send its request head, and then a form.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest form accepted (a token, a few names).
 const MAX_FORM_BYTES: usize = 16 * 1024;
-/// Sign-in attempts per second, all callers together.
+/// Sign-in attempts per second of one peer.
 const LOGINS_PER_SECOND: u32 = 5;
 
 const CSS: &str = include_str!("assets/console.css");
@@ -69,7 +73,9 @@ pub struct Console {
     origins: Origins,
     sessions: Sessions,
     streams: Arc<tokio::sync::Semaphore>,
-    logins: Throttle,
+    stream_shares: Arc<Shares>,
+    connections: Arc<Shares>,
+    logins: PeerRate,
     warnings: Throttle,
 }
 
@@ -78,6 +84,13 @@ pub struct Console {
 struct Peer {
     unix: bool,
     peer: Option<UnixPeer>,
+}
+
+impl Peer {
+    /// Whose share the connection counts against ([`UnixPeer::share_key`]).
+    fn key(&self) -> String {
+        UnixPeer::share_key(self.peer.as_ref())
+    }
 }
 
 impl Console {
@@ -90,9 +103,24 @@ impl Console {
             origins: Origins::new(config.allowed_origins.clone()),
             sessions: Sessions::new(config.session_ttl),
             streams: Arc::new(tokio::sync::Semaphore::new(events::MAX_STREAMS)),
-            logins: Throttle::new(LOGINS_PER_SECOND),
+            stream_shares: Shares::new(events::STREAMS_PER_AGENT),
+            connections: Shares::new(CONNECTIONS_PER_PEER),
+            logins: PeerRate::new(LOGINS_PER_SECOND),
             warnings: Throttle::new(1),
         }
+    }
+
+    /// A place among the connections of `peer`'s share; `None` (said at WARN, at most once a
+    /// second) when it holds all of it.
+    fn connection_share(&self, peer: &Peer) -> Option<listen::shares::Share> {
+        let key = peer.key();
+        let share = self.connections.take(&key);
+        if share.is_none()
+            && let Some(suppressed) = self.warnings.admit()
+        {
+            tracing::warn!(peer = %key, limit = CONNECTIONS_PER_PEER, suppressed, "a console connection was refused: its peer holds its share");
+        }
+        share
     }
 
     async fn handle(&self, peer: &Peer, request: http::Request<Incoming>, stop: &CancellationToken) -> Response<Body> {
@@ -151,7 +179,7 @@ impl Console {
                 return Err(ConsoleError::Csrf);
             }
             return match path {
-                "/login" => self.login(session, &form),
+                "/login" => self.login(peer, session, &form),
                 "/logout" => {
                     self.sessions.remove(&session.id);
                     let mut response = redirect("/login");
@@ -208,7 +236,7 @@ impl Console {
                 trail::view(&ctx, &self.store, &query, crate::catalog::record::now_ms()).await?
             }
             "/events" => {
-                let slot = events::slot(&self.streams).ok_or(ConsoleError::Busy)?;
+                let slot = events::slot(&self.streams, &self.stream_shares, &caller.agent.name).ok_or(ConsoleError::Busy)?;
                 return Ok(events::stream(&self.door, caller.identity, stop.clone(), slot));
             }
             _ => return Err(ConsoleError::NotFound),
@@ -247,8 +275,8 @@ impl Console {
     }
 
     /// A sign-in (its form's CSRF token already checked).
-    fn login(&self, session: &Session, form: &Form) -> Result<Response<Body>, ConsoleError> {
-        if self.logins.admit().is_none() {
+    fn login(&self, peer: &Peer, session: &Session, form: &Form) -> Result<Response<Body>, ConsoleError> {
+        if !self.logins.admit(&peer.key()) {
             return Err(ConsoleError::LoginLimited);
         }
         let token = form.get("token").unwrap_or_default().trim().as_bytes().to_vec();
@@ -427,10 +455,12 @@ async fn accept(
                     let local = stream.local_addr().ok();
                     let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
                     let peer = Peer { unix: false, peer: lookup.await.ok().flatten() };
+                    let Some(_share) = console.connection_share(&peer) else { return };
                     serve_connection(stream, peer, console, &cancel).await;
                 }
                 Accepted::Unix(stream) => {
                     let peer = Peer { unix: true, peer: UnixPeer::of(&stream) };
+                    let Some(_share) = console.connection_share(&peer) else { return };
                     serve_connection(stream, peer, console, &cancel).await;
                 }
             }

@@ -1,7 +1,8 @@
 //! Browser sessions: a random id in an `HttpOnly; SameSite=Strict` cookie, the CSRF token its
 //! forms carry, and the bearer token a caller signed in with (never sent back to the browser).
 //! In memory only: a restarted daemon asks token callers to sign in again. Bounded: past
-//! [`MAX_SESSIONS`], the session that would expire first goes.
+//! [`MAX_SESSIONS`], the session that would expire first goes, one nobody signed in to before
+//! any signed-in one.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -69,8 +70,11 @@ impl Sessions {
         if table.len() >= MAX_SESSIONS {
             table.retain(|_, session| session.expires > now);
         }
+        // Room is made from the sessions nobody signed in to first: any stranger can make
+        // those by the thousand, and they must never push out an operator's.
         if table.len() >= MAX_SESSIONS
-            && let Some(first) = table.values().min_by_key(|session| session.expires).map(|session| session.id.clone())
+            && let Some(first) =
+                table.values().min_by_key(|session| (session.token.is_some(), session.expires)).map(|session| session.id.clone())
         {
             table.remove(&first);
         }
@@ -105,6 +109,16 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flood_of_sessions_nobody_signed_in_to_never_pushes_out_a_signed_in_one() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let signed = sessions.create(Some(b"operator".to_vec())).unwrap();
+        for _ in 0..MAX_SESSIONS * 2 {
+            sessions.create(None);
+        }
+        assert!(sessions.get(&signed.id).is_some());
+    }
 
     #[test]
     fn sessions_are_random_expire_and_stay_bounded() {

@@ -41,7 +41,8 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
     let sessions = Arc::new(Sessions::default());
     tracker.spawn(sessions.clone().expire(cancel.clone()));
     let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
-    let warnings = crate::telemetry::throttle::Throttle::new(1);
+    let shares = crate::listen::shares::Shares::new(super::CONNECTIONS_PER_PEER);
+    let warnings = Arc::new(crate::telemetry::throttle::Throttle::new(1));
     loop {
         let (stream, remote) = tokio::select! {
             () = cancel.cancelled() => return,
@@ -57,11 +58,13 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok();
         let (endpoint, sessions, cancel) = (endpoint.clone(), sessions.clone(), cancel.clone());
+        let (shares, warnings) = (shares.clone(), warnings.clone());
         tracker.spawn(async move {
             // The socket table is read on the blocking pool, never on the accept loop: a host
             // with a huge table slows this connection's start, not everyone's.
             let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
             let peer = lookup.await.ok().flatten();
+            let Some(_share) = super::connection_share(&shares, &UnixPeer::share_key(peer.as_ref()), &warnings) else { return };
             let origin = Arc::new(Origin {
                 wire: Wire::http(Some(Arc::from(remote.ip().to_string())), Some(remote.port())),
                 session: None,

@@ -45,6 +45,7 @@ const FLUSH_ON_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// Accepts connections until `cancel`; each becomes a task in `tracker`.
 pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
     let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
+    let shares = crate::listen::shares::Shares::new(super::CONNECTIONS_PER_PEER);
     let warnings = crate::telemetry::throttle::Throttle::new(1);
     loop {
         let stream = tokio::select! {
@@ -62,11 +63,12 @@ pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker
             tracing::warn!("an MCP connection without peer credentials was closed");
             continue;
         };
+        let Some(share) = super::connection_share(&shares, &UnixPeer::share_key(Some(&peer)), &warnings) else { continue };
         let connection = Connection::new(endpoint.clone(), Identity::unix(peer));
         let cancel = cancel.clone();
         tracker.spawn(async move {
             connection.run(stream, cancel).await;
-            drop(slot);
+            drop((slot, share));
         });
     }
 }

@@ -354,3 +354,74 @@ async fn the_console_on_a_unix_socket_knows_its_caller_from_the_kernel() {
     app.shutdown().await;
     assert!(!dir.path("console.sock").exists(), "the socket is removed at shutdown");
 }
+
+/// A local user with no agent entry floods the console: thousands of requests without a cookie,
+/// failed sign-ins, and hundreds of idle connections. Each spends its own share only: a
+/// signed-in session stays, the operator signs in and loads every page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_flooding_the_console_takes_only_its_own_share() {
+    if !is_root() {
+        return skipped("skipped: a stranger of another uid needs root to start");
+    }
+    let dir = TestDir::new();
+    let (app, base) = console_daemon(&dir).await;
+    let host = base.trim_start_matches("http://").to_owned();
+    let port = host.rsplit(':').next().unwrap().to_owned();
+    let stranger = |mode: &str, count: usize| {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/console_stranger.py"))
+            .args([mode, &count.to_string(), &port]);
+        command
+    };
+    let cookie_of = |response: &str| response.split("toolhost_console=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let sign_in = async |token: &str| {
+        let (_, page) = raw(&base, &format!("GET /login HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
+        let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+        raw(&base, &post(&base, "/login", &base, &cookie_of(&page), &format!("csrf={csrf}&token={token}"))).await
+    };
+    let page_as = async |cookie: &str| {
+        raw(&base, &format!("GET /servers HTTP/1.1\r\nHost: {host}\r\nCookie: toolhost_console={cookie}\r\nConnection: close\r\n\r\n"))
+            .await
+    };
+    let (status, signed) = sign_in(VIEWER_TOKEN).await;
+    assert_eq!(status, 303, "{signed}");
+    let viewer = cookie_of(&signed);
+    let (status, page) = page_as(&viewer).await;
+    assert!(status == 200 && page.contains("viewer"), "{status} {page}");
+
+    // Thousands of sessions nobody signed in to push out only their own kind.
+    let mut flood = stranger("sessions", 4200);
+    let flood = tokio::task::spawn_blocking(move || flood.output().unwrap()).await.unwrap();
+    assert!(flood.status.success(), "{flood:?}");
+    let (status, page) = page_as(&viewer).await;
+    assert!(status == 200 && page.contains("viewer"), "the signed-in session survives: {status} {page}");
+
+    // The stranger's failed sign-ins spend its own attempts: it is limited, the operator is not.
+    let mut logins = stranger("logins", 30);
+    let tried = tokio::task::spawn_blocking(move || logins.output().unwrap()).await.unwrap();
+    let said = String::from_utf8_lossy(&tried.stdout).into_owned();
+    assert!(said.contains("429:"), "the stranger was rate-limited: {said} {tried:?}");
+    let (status, signed) = sign_in(VIEWER_TOKEN).await;
+    assert_eq!(status, 303, "the operator's sign-in right after: {signed}");
+
+    // Hundreds of idle connections: the operator's pages all load meanwhile.
+    let mut holder = stranger("hold", 300).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert_eq!(line.trim(), "holding 300");
+    for page in ["/servers", "/catalog", "/review", "/audit"].iter().cycle().take(18) {
+        let (status, text) = raw(&base, &format!("GET {page} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
+        assert_eq!(status, 200, "{page} while a stranger holds 300 connections: {text}");
+    }
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    app.shutdown().await;
+}
