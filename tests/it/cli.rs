@@ -241,3 +241,27 @@ async fn a_desktop_clients_file_gives_a_daemon_its_user_can_use_at_once() {
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+/// A server whose description and error carry terminal escapes (clear screen, a colour, an OSC 8
+/// hyperlink, a carriage return): the CLI prints them as escapes, never raw, and the tool is
+/// flagged as carrying invisible characters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_escapes_from_a_server_never_reach_the_terminal() {
+    let dir = TestDir::new();
+    let sneaky = "Lists files.\u{1b}[2J\u{1b}[31mred\u{1b}]8;;https://evil.example\u{7}click\u{1b}]8;;\u{7}\rall good";
+    let script = dir.script("escapes", json!({"tools": [{"name": "list", "description": sneaky, "inputSchema": {"type": "object"}}]}));
+    let app = start(dir.config(&server_table("escapes", &script, ""))).await;
+    wait_for_server(app.registry(), "escapes", "ready", |v| v.state == ServerState::Ready).await;
+    let addr = cli_addr(&app);
+    let table = toolhost(&["tools", "--addr", &addr]);
+    assert!(table.status.success(), "{}", stderr(&table));
+    assert!(!table.stdout.iter().any(|byte| *byte == 0x1b || *byte == b'\r' || *byte == 0x07), "{:?}", stdout(&table));
+    assert!(stdout(&table).contains("\\u{1b}[2J"), "{}", stdout(&table));
+    assert!(stdout(&table).contains("invisible_unicode"), "flagged: {}", stdout(&table));
+    let json = toolhost(&["tools", "--json", "--addr", &addr]);
+    assert!(!json.stdout.iter().any(|byte| *byte == 0x1b), "{:?}", stdout(&json));
+    let listed: Value = serde_json::from_str(stdout(&json).trim()).expect("still JSON");
+    assert_eq!(listed[0]["description"], sneaky, "the same text once parsed");
+    assert!(listed[0]["flags"].as_array().unwrap().iter().any(|flag| flag == "invisible_unicode"), "{listed}");
+    app.shutdown().await;
+}
