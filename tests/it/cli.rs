@@ -259,7 +259,7 @@ async fn terminal_escapes_from_a_server_never_reach_the_terminal() {
     assert!(stdout(&table).contains("\\u{1b}[2J"), "{}", stdout(&table));
     assert!(stdout(&table).contains("invisible_unicode"), "flagged: {}", stdout(&table));
     let json = toolhost(&["tools", "--json", "--addr", &addr]);
-    assert!(!json.stdout.iter().any(|byte| *byte == 0x1b), "{:?}", stdout(&json));
+    assert!(!json.stdout.contains(&0x1b), "{:?}", stdout(&json));
     let listed: Value = serde_json::from_str(stdout(&json).trim()).expect("still JSON");
     assert_eq!(listed[0]["description"], sneaky, "the same text once parsed");
     assert!(listed[0]["flags"].as_array().unwrap().iter().any(|flag| flag == "invisible_unicode"), "{listed}");

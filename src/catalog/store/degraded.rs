@@ -13,7 +13,7 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteLockingMode, SqlitePoolOptions};
 
-use super::writer::ownership_of;
+use super::writer::{free_bytes, ownership_of};
 use super::{Store, StoreError};
 
 /// Free space a store needs before it leaves degraded mode (or is opened degraded at all):
@@ -24,15 +24,6 @@ const ROOM: u64 = 1 << 20;
 /// filesystem that cannot be asked is taken to have room (the open's own error then stands).
 pub(super) fn has_room(path: &Path) -> bool {
     free_bytes(path).is_none_or(|free| free >= ROOM)
-}
-
-/// The bytes free to this user on the filesystem that holds `path`, if it can be asked.
-pub(super) fn free_bytes(path: &Path) -> Option<u64> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let stats = nix::sys::statvfs::statvfs(dir).ok()?;
-    // The block count is narrower than u64 on some targets.
-    #[allow(clippy::useless_conversion)]
-    Some(u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())))
 }
 
 /// The degraded reader for the store at `path`, if it is a toolhost store this version can read

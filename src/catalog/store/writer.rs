@@ -36,7 +36,7 @@ impl WriteTx<'_> {
     /// again after the next commit.
     async fn bound_the_wal(&mut self) {
         let Ok(size) = std::fs::metadata(&self.writer.wal).map(|meta| meta.len()) else { return };
-        let bound = super::degraded::free_bytes(&self.writer.wal).map_or(WAL_BOUND, |free| WAL_BOUND.min(free / 8));
+        let bound = free_bytes(&self.writer.wal).map_or(WAL_BOUND, |free| WAL_BOUND.min(free / 8));
         if size <= bound {
             return;
         }
@@ -54,6 +54,15 @@ impl Drop for WriteTx<'_> {
             self.writer.connection = None;
         }
     }
+}
+
+/// The bytes free to this user on the filesystem that holds `path`, if it can be asked.
+pub(super) fn free_bytes(path: &Path) -> Option<u64> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let stats = nix::sys::statvfs::statvfs(dir).ok()?;
+    // The block count is narrower than u64 on some targets.
+    #[allow(clippy::useless_conversion)]
+    Some(u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())))
 }
 
 /// Refuses a database that belongs to someone else: a non-zero `application_id` other than
