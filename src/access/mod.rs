@@ -238,8 +238,8 @@ impl Access {
         let policy = self.policy.load();
         match policy.agent_for(&identity) {
             Some(agent) => Ok(Caller { identity, agent }),
-            // Over TCP a missing or wrong token is a failed authentication.
-            None if identity.peer().is_none() => Err(Refusal::Unauthenticated),
+            // A wrong token, or none over TCP, is a failed authentication.
+            None if identity.has_token() || identity.peer().is_none() => Err(Refusal::Unauthenticated),
             None => Err(Refusal::NoMatchingAgent { identity: identity.describe() }),
         }
     }
@@ -284,9 +284,16 @@ impl Policy {
             let operator = identity.peer().is_some_and(|peer| peer.uid == 0 || peer.uid == self.daemon_uid);
             return operator.then(|| self.local_operator.clone());
         }
-        let matched = self.agents.iter().find(|agent| agent.matches(identity)).cloned();
-        // The default covers callers the kernel identified; over TCP only a valid token (or a
-        // client certificate an entry names) admits.
+        // One rule on every door: a token presented decides (one no entry names admits nobody,
+        // whoever the kernel says the caller is); else a certificate an entry names; else the
+        // kernel's identity, and the default covers only callers the kernel identified.
+        if identity.has_token() {
+            return self.agents.iter().find(|agent| agent.matches_token(identity)).cloned();
+        }
+        if let Some(agent) = self.agents.iter().find(|agent| agent.matches_certificate(identity)) {
+            return Some(agent.clone());
+        }
+        let matched = self.agents.iter().find(|agent| agent.matches_peer(identity)).cloned();
         matched.or_else(|| identity.peer().and(self.default.clone()))
     }
 
@@ -364,19 +371,18 @@ impl Agent {
         Agent::compile(&allowing_everything(name.to_owned()))
     }
 
-    fn matches(&self, identity: &Identity) -> bool {
-        if let Some(token) = identity.token() {
-            // Every configured token is compared, in constant time, whatever matches first.
-            let matched = self.tokens.iter().fold(0u8, |found, known| found | known.as_slice().ct_eq(token).unwrap_u8());
-            if matched == 1 {
-                return true;
-            }
-        }
-        if let Some(subject) = identity.certificate()
-            && self.subjects.iter().any(|glob| glob.matches(subject))
-        {
-            return true;
-        }
+    /// Whether the caller's token is one of this entry's. Every configured token is compared,
+    /// in constant time, whatever matches first.
+    fn matches_token(&self, identity: &Identity) -> bool {
+        let Some(token) = identity.token() else { return false };
+        self.tokens.iter().fold(0u8, |found, known| found | known.as_slice().ct_eq(token).unwrap_u8()) == 1
+    }
+
+    fn matches_certificate(&self, identity: &Identity) -> bool {
+        identity.certificate().is_some_and(|subject| self.subjects.iter().any(|glob| glob.matches(subject)))
+    }
+
+    fn matches_peer(&self, identity: &Identity) -> bool {
         let Some(peer) = identity.peer() else { return false };
         self.uids.contains(&peer.uid)
             || peer.gids().any(|gid| self.gids.contains(&gid))
@@ -500,6 +506,26 @@ mod tests {
         assert_eq!(&*access.admit(Identity::unix(unit_peer)).unwrap().agent.name, "research", "matched by systemd unit");
         let open = Access::new(&config(vec![], true));
         assert!(open.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))).unwrap().agent.may_use("anything__at_all"));
+    }
+
+    #[test]
+    fn a_token_presented_decides_before_the_kernels_word() {
+        let operator = AgentConfig { admin: true, uids: vec![1001], ..agent("operator", &["*"], &[]) };
+        let viewer = AgentConfig {
+            uids: vec![],
+            units: vec![],
+            tokens: vec![crate::secrets::resolve("viewer-token-0123456789").unwrap()],
+            ..agent("viewer", &["files__list"], &[])
+        };
+        // The operator's entry comes first and names the caller's uid: the token still decides.
+        let access = Access::new(&config(vec![operator, viewer], false));
+        let peer = || Some(UnixPeer::new(1001, 1001, 1));
+        let with = |token: &[u8]| Identity::unix_with_token(peer(), Some(token.to_vec()));
+        assert_eq!(&*access.admit(with(b"viewer-token-0123456789")).unwrap().agent.name, "viewer");
+        assert_eq!(&*access.admit(Identity::unix(peer().unwrap())).unwrap().agent.name, "operator", "no token: the kernel's word");
+        // A token no entry names admits nobody, whoever the kernel says the caller is.
+        assert_eq!(access.admit(with(b"not-anyones-token-000")).err(), Some(Refusal::Unauthenticated));
+        assert_eq!(&*access.admit(Identity::loopback(peer(), Some(b"viewer-token-0123456789".to_vec()))).unwrap().agent.name, "viewer");
     }
 
     #[test]

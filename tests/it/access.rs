@@ -357,3 +357,61 @@ async fn an_agent_admitted_by_its_group_gets_in_where_proc_hides_it() {
     assert_eq!(who["agent"], "by-group", "{who}");
     assert_eq!(who["uid"], 4401);
 }
+
+/// One rule on every door: this process's uid names the operator's entry, listed first; a token
+/// it presents still decides (over the gRPC Unix socket, gRPC over TCP, and MCP over HTTP), and a
+/// token nobody's entry lists admits nobody rather than falling back to the uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_presented_decides_on_every_door_before_the_kernels_word() {
+    let dir = TestDir::new();
+    let token = "viewer-token-0123456789abcdef";
+    std::fs::write(dir.path("viewer.token"), token).unwrap();
+    let script = dir.script("demo", json!({}));
+    let policy = format!(
+        "[access]\ndefault = \"deny\"\n[[access.agents]]\nname = \"operator\"\nuids = [{}]\nallow = [\"*\"]\nadmin = true\n\
+         [[access.agents]]\nname = \"viewer\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__echo\"]\n",
+        nix::unistd::getuid(),
+        dir.path("viewer.token").display()
+    );
+    let app =
+        start(dir.config_with(&format!("{}\n{policy}", crate::mcp_endpoint::mcp_section("")), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let unix = format!("unix:{}", dir.path("toolhost.sock").display());
+    let tcp = tcp_addr(&app).to_string();
+    for addr in [&unix, &tcp] {
+        let whoami = |token: Option<&str>| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+            command.args(["whoami", "--json", "--addr", addr]).env_remove("TOOLHOST_TOKEN");
+            if let Some(token) = token {
+                command.env("TOOLHOST_TOKEN", token);
+            }
+            command.output().unwrap()
+        };
+        let viewer = whoami(Some(token));
+        let said: Value = serde_json::from_slice(&viewer.stdout).unwrap_or_else(|_| panic!("{addr}: {}", stderr(&viewer)));
+        assert_eq!(said["agent"], "viewer", "{addr}: {said}");
+        let wrong = whoami(Some("nobodys-token-0123456789"));
+        assert!(stderr(&wrong).contains("UNAUTHENTICATED"), "{addr}: a wrong token never falls back to the uid: {}", stderr(&wrong));
+        if addr == &unix {
+            let operator = whoami(None);
+            let said: Value = serde_json::from_slice(&operator.stdout).unwrap();
+            assert_eq!(said["agent"], "operator", "no token: the kernel's word");
+        }
+    }
+    // MCP over HTTP from this process, the operator's uid, with the viewer's token.
+    let mcp = crate::mcp_endpoint::mcp_http(&app);
+    let bearer = format!("Bearer {token}");
+    let headers = [crate::mcp_endpoint::JSON_HEADERS[0], crate::mcp_endpoint::JSON_HEADERS[1], ("Authorization", bearer.as_str())];
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let modern = [headers[0], headers[1], headers[2], ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
+    let (status, _, body) = crate::mcp_endpoint::http(mcp, "POST", "/mcp", &modern, list).await;
+    assert_eq!(status, 200, "{body}");
+    let names: Vec<String> = serde_json::from_str::<Value>(&body).unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["demo__echo"], "the viewer's tools, not the operator's: {body}");
+    app.shutdown().await;
+}

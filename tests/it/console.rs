@@ -113,10 +113,12 @@ async fn console_daemon(dir: &TestDir) -> (toolhost::app::App, String) {
     let token_file = dir.path("viewer.token");
     std::fs::write(&token_file, VIEWER_TOKEN).unwrap();
     let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    // The operator's entry first: the browser's user (this process's) matches it, and a token
+    // signed in with still decides who the console acts as.
     let sections = format!(
         "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
-         [[access.agents]]\nname = \"viewer\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"files__list\"]\n\n\
-         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
+         [[access.agents]]\nname = \"viewer\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"files__list\"]\n",
         token_file.display()
     );
     let app = start(dir.config_with(&sections, &server_table("files", &script, "changes = \"hold\"\n"))).await;
@@ -424,4 +426,69 @@ async fn a_stranger_flooding_the_console_takes_only_its_own_share() {
     drop(holder.stdin.take());
     let _ = holder.wait();
     app.shutdown().await;
+}
+
+/// Established connections to the console, as its own end of each counts them.
+fn console_connections(port: u16) -> usize {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .map(|table| {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            text.lines()
+                .skip(1)
+                .filter(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == "01"
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// A person browsing: fifty page changes in one tab by the page's own links and the back
+/// button, none of them waiting for a connection a page already left still holds; then two tabs
+/// open at once, both following the same live change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_navigations_and_two_tabs_never_stall_and_hold_few_connections() {
+    let dir = TestDir::new();
+    let (app, base) = console_daemon(&dir).await;
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut browser = Browser::launch().await;
+    assert_eq!(browser.open(&format!("{base}/servers")).await, 200);
+    let pages = ["/catalog", "/review", "/audit", "/servers"];
+    let mut slowest = Duration::ZERO;
+    for (step, page) in pages.iter().cycle().take(50).enumerate() {
+        let started = std::time::Instant::now();
+        let answer = if step % 7 == 6 {
+            browser.run(json!({"op": "back"})).await
+        } else {
+            browser.run(json!({"op": "click", "selector": format!("nav a[href='{page}']")})).await
+        };
+        slowest = slowest.max(started.elapsed());
+        // A stalled load waits for a connection until the browser gives up (seconds); a page
+        // load here takes milliseconds.
+        assert!(started.elapsed() < Duration::from_secs(5), "step {step} ({page}) took {:?}: {answer}", started.elapsed());
+        let status = answer["status"].as_u64().unwrap();
+        assert!(status == 200 || status == 0, "step {step} ({page}): {answer}");
+        // The page shown, its stream, a fetch: never one per page visited.
+        let held = console_connections(port);
+        assert!(held <= 4, "after step {step} the console holds {held} connections");
+    }
+    assert!(browser.errors().await.is_empty());
+
+    // Two tabs open at once, on the catalog: both follow the same change.
+    browser.open(&format!("{base}/catalog")).await;
+    browser.wait("tr[data-tool=files__list]", None).await;
+    browser.run(json!({"op": "newtab"})).await;
+    browser.open(&format!("{base}/catalog")).await;
+    browser.wait("tr[data-tool=files__list]", None).await;
+    std::fs::write(dir.path("tools.json"), file_tools("Reads a file.", true).to_string()).unwrap();
+    browser.wait("tr[data-tool=files__grep]", None).await;
+    browser.run(json!({"op": "tab", "index": 0})).await;
+    browser.wait("tr[data-tool=files__grep]", None).await;
+    assert!(console_connections(port) <= 6, "two tabs hold {} connections", console_connections(port));
+    browser.close().await;
+    app.shutdown().await;
+    assert!(slowest < Duration::from_secs(5));
 }

@@ -425,12 +425,12 @@ async fn the_policy_decides_what_an_mcp_caller_sees_and_calls() {
     let (_, _, answer) = http(addr, "POST", "/mcp", &modern("tools/call", "demo__add"), &call).await;
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["error"]["data"]["reason"], "UNKNOWN_TOOL", "a tool it may not use looks like no tool: {answer}");
-    // A wrong token is refused; without a token, the loopback caller is identified by uid and
-    // matches no entry (the default is deny).
+    // A wrong token is a failed authentication, whoever the kernel says the caller is (a token
+    // presented decides).
     let (status, headers, _) =
         http(addr, "POST", "/mcp", &[JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer wrong-token-0123456789")], &list).await;
-    assert_eq!(status, 403, "a wrong token over loopback: the uid matches no entry either");
-    assert!(header(&headers, "www-authenticate").is_none());
+    assert_eq!(status, 401, "a wrong token over loopback");
+    assert!(header(&headers, "www-authenticate").is_some_and(|value| value.starts_with("Bearer")), "{headers:?}");
     let (status, _, _) = http(addr, "POST", "/mcp", &bearer, &list).await;
     assert_eq!(status, 400, "a 2026 body without the 2026 headers");
     eventually("the refused call is audited", async || {

@@ -42,17 +42,46 @@
     }
   }
 
-  const events = new EventSource("/events");
-  events.addEventListener("open", function () {
-    status.className = "up";
-  });
-  events.addEventListener("error", function () {
-    status.className = "down";
-  });
-  events.addEventListener("catalog", function (event) {
-    status.className = "up";
-    if (Number(event.data) > shown) {
-      refresh();
+  // One stream while the page is shown, none while it is hidden or kept in the back/forward
+  // cache: a stream held by a page nobody looks at would hold one of the few connections a
+  // browser opens to a host, and the next page load would wait for it. A page shown again
+  // reconnects, and the stream's first event (the revision now) catches it up.
+  let events = null;
+
+  function connect() {
+    if (events || document.hidden) {
+      return;
+    }
+    events = new EventSource("/events");
+    events.addEventListener("open", function () {
+      status.className = "up";
+    });
+    events.addEventListener("error", function () {
+      status.className = "down";
+    });
+    events.addEventListener("catalog", function (event) {
+      status.className = "up";
+      if (Number(event.data) > shown) {
+        refresh();
+      }
+    });
+  }
+
+  function disconnect() {
+    if (events) {
+      events.close();
+      events = null;
+    }
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      disconnect();
+    } else {
+      connect();
     }
   });
+  window.addEventListener("pagehide", disconnect);
+  window.addEventListener("pageshow", connect);
+  connect();
 })();
