@@ -154,7 +154,7 @@ impl Worker {
                     tracing::warn!(server = %self.name, error = %text, "cannot start a session");
                     // A remembered era may be out of date: probe again next time.
                     self.era = None;
-                    let refused = match error {
+                    let refused = match error.root() {
                         UpstreamError::AuthFailed(_) => Some(ServerState::AuthFailed),
                         UpstreamError::AuthRequired(_) => Some(ServerState::AuthRequired),
                         UpstreamError::Handshake(_)
@@ -352,18 +352,29 @@ impl Worker {
             };
             life.end(error_type);
         }
-        if let Some(report) = ended.sandbox {
+        if let Some(report) = &ended.sandbox {
             let text = report.describe();
             tracing::warn!(server = %self.name, error = %text, "the server's sandbox stopped it");
             self.session_stopped_by_sandbox = true;
             let limit = match report {
-                crate::sandbox::Report::Limit { kind, .. } => Some(kind),
+                crate::sandbox::Report::Limit { kind, .. } => Some(*kind),
                 _ => None,
             };
             self.registry.update(&self.name, |view| {
                 view.last_error = Some(text);
                 if let (Some(sandbox), Some(limit)) = (view.sandbox.as_mut(), limit) {
                     sandbox.last_limit = Some(limit);
+                }
+            });
+        }
+        // A server that went away by itself says how and why, at WARN and in its last error:
+        // "the session is closed" alone tells an operator nothing.
+        if ended.sandbox.is_none() && matches!(end, SessionEnd::Closed) && !self.session_needed_authorization {
+            let why = format!("the server {}", ended.explain());
+            tracing::warn!(server = %self.name, error = %why, "the server ended its session");
+            self.registry.update(&self.name, |view| {
+                if view.last_error.is_none() {
+                    view.last_error = Some(why);
                 }
             });
         }

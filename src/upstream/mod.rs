@@ -4,6 +4,7 @@
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
 mod confinement;
+mod exit;
 pub(crate) mod http;
 pub(crate) mod lines;
 pub mod oauth;
@@ -61,9 +62,23 @@ pub enum UpstreamError {
     /// The server's sandbox could not be planned or built, or stopped it at a limit.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// A stdio server went away before it answered: how, and what it said (`exit`).
+    #[error("the server {0}")]
+    Exited(String),
+    /// Another failure of a stdio server, with what it said on stderr meanwhile.
+    #[error("{error}; {said}")]
+    Explained { error: Box<UpstreamError>, said: String },
 }
 
 impl UpstreamError {
+    /// The failure itself, without what a server said about it.
+    pub fn root(&self) -> &UpstreamError {
+        match self {
+            UpstreamError::Explained { error, .. } => error.root(),
+            other => other,
+        }
+    }
+
     /// A low-cardinality name for the failure (`error.type` in telemetry).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -77,6 +92,8 @@ impl UpstreamError {
             UpstreamError::Protocol(_) | UpstreamError::UnsupportedTransport(_) => "protocol_error",
             UpstreamError::AuthFailed(_) | UpstreamError::AuthRequired(_) => "auth_failed",
             UpstreamError::Sandbox(_) => "sandbox",
+            UpstreamError::Exited(_) => "server_exited",
+            UpstreamError::Explained { error, .. } => error.kind(),
         }
     }
 }
@@ -165,6 +182,18 @@ pub struct Ended {
     pub status: Option<ExitStatus>,
     /// What its sandbox reported: the limit that stopped it.
     pub sandbox: Option<crate::sandbox::Report>,
+    /// A stdio child's last stderr lines (redacted, bounded).
+    pub stderr: Vec<String>,
+}
+
+impl Ended {
+    /// How it ended and what it said, for an operator: "exited with status 1; its last stderr
+    /// lines: «…»; hint: …".
+    pub fn explain(&self) -> String {
+        let said = exit::explain_stderr(&self.stderr);
+        let how = exit::status_text(self.status);
+        if said.is_empty() { how } else { format!("{how}; {said}") }
+    }
 }
 
 /// What is behind a session.
@@ -207,10 +236,14 @@ pub async fn connect(
                 }),
                 Err(error) => {
                     tasks.close_input();
-                    let (_, report) = process.shutdown(settings.shutdown_grace).await;
+                    let stopped = process.shutdown(settings.shutdown_grace).await;
                     tasks.join(settings.shutdown_grace).await;
-                    // A sandbox that could not be built explains the silence better than the silence.
-                    Err(report.map_or(error, |report| SandboxError::Reported(report).into()))
+                    // A sandbox that could not be built explains the silence better than the
+                    // silence; else the server's own words do.
+                    Err(match stopped.report {
+                        Some(report) => SandboxError::Reported(report).into(),
+                        None => explained(error, &stopped),
+                    })
                 }
             }
         }
@@ -252,6 +285,24 @@ pub async fn connect(
                 }
             }
         }
+    }
+}
+
+/// A failure to start a stdio server, with how it ended and what it said: a server whose output
+/// ended went away by itself, so its exit is the news.
+fn explained(error: UpstreamError, stopped: &stdio::Stopped) -> UpstreamError {
+    let said = exit::explain_stderr(&stopped.stderr);
+    match error {
+        UpstreamError::Closed => {
+            let how = exit::status_text(stopped.status);
+            UpstreamError::Exited(if said.is_empty() {
+                format!("{how} before it answered")
+            } else {
+                format!("{how} before it answered; {said}")
+            })
+        }
+        error if said.is_empty() => error,
+        error => UpstreamError::Explained { error: Box::new(error), said },
     }
 }
 
@@ -393,13 +444,13 @@ impl Connection {
         match self.endpoint {
             Endpoint::Stdio { process, tasks } => {
                 tasks.close_input();
-                let (status, sandbox) = process.shutdown(self.shutdown_grace).await;
+                let stopped = process.shutdown(self.shutdown_grace).await;
                 tasks.join(self.shutdown_grace).await;
-                Ended { status, sandbox }
+                Ended { status: stopped.status, sandbox: stopped.report, stderr: stopped.stderr }
             }
             Endpoint::Http(link) => {
                 link.shutdown(self.shutdown_grace).await;
-                Ended { status: None, sandbox: None }
+                Ended { status: None, sandbox: None, stderr: Vec::new() }
             }
         }
     }

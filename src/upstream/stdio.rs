@@ -17,6 +17,7 @@ use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::confinement::{self, SandboxError};
+use crate::upstream::exit::StderrTail;
 use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
 
@@ -24,6 +25,15 @@ use crate::upstream::reaper::Reaper;
 const STDERR_LINE_BYTES: usize = 4096;
 /// stderr lines logged per second per server; the rest are counted and summarised.
 const STDERR_LINES_PER_SECOND: u32 = 50;
+
+/// How a stdio server's process ended.
+pub(crate) struct Stopped {
+    pub(crate) status: Option<ExitStatus>,
+    /// What its sandbox reported, if anything.
+    pub(crate) report: Option<Report>,
+    /// Its last stderr lines (redacted, bounded).
+    pub(crate) stderr: Vec<String>,
+}
 
 /// A running stdio server process and the task that drains its stderr.
 pub(crate) struct ChildProcess {
@@ -36,6 +46,8 @@ pub(crate) struct ChildProcess {
     /// While set, the server's stderr goes to DEBUG: what a legacy server writes about the
     /// era probe (`server/discover`, a method it does not know) is not news to an operator.
     stderr_quiet: Arc<AtomicBool>,
+    /// Its last stderr lines, whatever level they were logged at, for the next failure's message.
+    stderr_tail: Arc<StderrTail>,
     reaper: Arc<Reaper>,
     /// The shutdown sequence ran to the end; until then, dropping kills the whole group.
     reaped: bool,
@@ -109,8 +121,9 @@ pub(crate) fn spawn(
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
     };
     let stderr_quiet = Arc::new(AtomicBool::new(false));
-    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone()));
-    Ok((ChildProcess { child, pgid, stderr_pump, reports, stderr_quiet, reaper, reaped: false }, stdout, stdin))
+    let stderr_tail = Arc::new(StderrTail::default());
+    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone()));
+    Ok((ChildProcess { child, pgid, stderr_pump, reports, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, stdin))
 }
 
 /// `sandbox = "off"` is the operator's explicit choice, said at every start.
@@ -145,9 +158,9 @@ impl ChildProcess {
     /// Waits for the process to exit on its own, signalling its group if it does not.
     ///
     /// The caller has already closed the child's stdin. Returns the exit status once reaped,
-    /// and what its sandbox reported (a limit it crossed, a sandbox it could not build);
-    /// anything left in the process group afterwards is killed.
-    pub(crate) async fn shutdown(mut self, grace: Duration) -> (Option<ExitStatus>, Option<Report>) {
+    /// what its sandbox reported (a limit it crossed, a sandbox it could not build) and its last
+    /// stderr lines; anything left in the process group afterwards is killed.
+    pub(crate) async fn shutdown(mut self, grace: Duration) -> Stopped {
         let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
         if status.is_none() {
             self.signal_group(Signal::SIGTERM);
@@ -178,7 +191,7 @@ impl ChildProcess {
             },
             None => None,
         };
-        (status, report)
+        Stopped { status, report, stderr: self.stderr_tail.lines() }
     }
 
     fn signal_group(&self, signal: Signal) {
@@ -214,7 +227,7 @@ impl ChildProcess {
 }
 
 /// Logs the server's stderr line by line, never letting a chatty child block on a full pipe.
-async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: Arc<AtomicBool>) {
+async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: Arc<AtomicBool>, tail: Arc<StderrTail>) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
     let throttle = Throttle::new(STDERR_LINES_PER_SECOND);
@@ -225,6 +238,7 @@ async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: A
             Ok(Line::Eof) | Err(_) => break,
         };
         let line = crate::secrets::redact_owned(line);
+        tail.push(&line);
         if quiet.load(Ordering::Relaxed) {
             tracing::debug!(target: "toolhost::server_stderr", server = %server, "{line}");
             continue;

@@ -510,3 +510,71 @@ fn chown_tree(path: &Path, uid: u32) {
         }
     }
 }
+
+/// A server that fails says why, in its last error and at WARN: a Python server run by its path
+/// whose sibling module is outside its view exits before it answers (status, its traceback's
+/// last lines, and the grant that would fix it); one that dies in the middle of a session after
+/// writing to stderr is shown with its status and those lines, not "the session is closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
+    let dir = TestDir::new();
+    let code = dir.path("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("helpers.py"), "GREETING = 'hello'\n").unwrap();
+    std::fs::write(code.join("server.py"), "import helpers\n").unwrap();
+    // Answers the handshake and listing; its one tool writes a line to stderr and exits 4.
+    let dying = dir.path("dying.py");
+    std::fs::write(
+        &dying,
+        r#"import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    method, id = message.get("method"), message.get("id")
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "dying", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "die", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        sys.stderr.write("fatal: the journal at /var/lib/dying/journal is locked by another process\n")
+        sys.stderr.flush()
+        sys.exit(4)
+    elif id is None:
+        continue
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}), flush=True)
+"#,
+    )
+    .unwrap();
+    let restart = "restart = { initial_backoff = \"10s\", max_backoff = \"10s\" }";
+    let servers = [
+        format!("[servers.imports]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", code.join("server.py").display().to_string()),
+        format!("[servers.dying]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", dying.display().to_string()),
+    ];
+    let app = start(dir.config(&servers.join("\n"))).await;
+    let view = wait_for_server(app.registry(), "imports", "its failure explained", |v| {
+        v.last_error.as_deref().is_some_and(|error| error.contains("exited with status"))
+    })
+    .await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("before it answered") && error.contains("No module named 'helpers'"), "{error}");
+    assert!(error.contains("hint: a module it imports is not in its view"), "{error}");
+    assert!(!error.contains("the session is closed"), "{error}");
+
+    wait_for_server(app.registry(), "dying", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let call = pb::CallToolRequest { qualified_name: "dying__die".into(), arguments_json: "{}".into(), ..Default::default() };
+    let failed = client.call_tool(call).await.expect_err("the server died under the call");
+    assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
+    let view = wait_for_server(app.registry(), "dying", "its end explained", |v| v.last_error.is_some()).await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("exited with status 4") && error.contains("journal at /var/lib/dying/journal is locked"), "{error}");
+    // The CLI shows it, escaped and whole in JSON.
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "--json", "--addr", &cli_addr(&app)]).output().unwrap();
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let shown =
+        listed.as_array().and_then(|servers| servers.iter().find(|s| s["name"] == "dying")).cloned().unwrap_or_else(|| listed.clone());
+    assert!(shown.to_string().contains("exited with status 4"), "{shown}");
+    app.shutdown().await;
+}

@@ -1,0 +1,156 @@
+//! Why a stdio server went away, said so that an operator can act on it: its exit status or
+//! signal, the last lines of its stderr (redacted, bounded), and, where the cause is one the
+//! sandbox or a clean environment typically brings, the grant or key that would fix it.
+//! "The session is closed" alone is never all an operator sees.
+
+use std::collections::VecDeque;
+use std::process::ExitStatus;
+use std::sync::{Mutex, PoisonError};
+
+/// Lines of a server's stderr kept for the next failure's message.
+const TAIL_LINES: usize = 8;
+/// Characters kept of each of those lines.
+const TAIL_LINE_CHARS: usize = 300;
+
+/// The last lines a server wrote on stderr, whatever level they were logged at (during the era
+/// probe they go to DEBUG, which is exactly when a failing launcher explains itself).
+#[derive(Debug, Default)]
+pub(crate) struct StderrTail(Mutex<VecDeque<String>>);
+
+impl StderrTail {
+    /// Keeps `line` (already redacted), dropping the oldest past [`TAIL_LINES`]; blank lines
+    /// say nothing and are not kept.
+    pub(crate) fn push(&self, line: &str) {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            return;
+        }
+        let mut kept: String = line.chars().take(TAIL_LINE_CHARS).collect();
+        if kept.len() < line.len() {
+            kept.push('…');
+        }
+        let mut tail = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(kept);
+    }
+
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+    }
+}
+
+/// How a process ended, in words: "exited with status 1", "killed by SIGKILL".
+pub(crate) fn status_text(status: Option<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => match nix::sys::signal::Signal::try_from(signal) {
+                Ok(name) => format!("killed by {name}"),
+                Err(_) => format!("killed by signal {signal}"),
+            },
+            (None, None) => "ended".to_owned(),
+        },
+        None => "ended (its status is unknown)".to_owned(),
+    }
+}
+
+/// The server's own words and what they point to: its last stderr lines, and a hint where one
+/// applies. Empty when it wrote nothing.
+pub(crate) fn explain_stderr(stderr: &[String]) -> String {
+    if stderr.is_empty() {
+        return String::new();
+    }
+    let quoted: Vec<String> = stderr.iter().map(|line| format!("«{line}»")).collect();
+    let mut text = format!("its last stderr lines: {}", quoted.join(" "));
+    if let Some(hint) = hint(stderr) {
+        text.push_str("; ");
+        text.push_str(hint);
+    }
+    text
+}
+
+/// What would fix a failure whose stderr shows a cause the sandbox or a clean environment
+/// typically brings. Matched on the text servers and their launchers (Python, Node.js, npm,
+/// uv) print; `None` when nothing is recognised.
+pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
+    let text = stderr.join("\n");
+    let has = |needle: &str| text.contains(needle);
+    if has("ModuleNotFoundError") || has("No module named") || has("Cannot find module") || has("ERR_MODULE_NOT_FOUND") {
+        return Some(
+            "hint: a module it imports is not in its view: grant the directory it lives in (read = [\"DIR\"]), or run the \
+             interpreter of the virtualenv or package that has it",
+        );
+    }
+    if has("EAI_AGAIN") || has("ENOTFOUND") || has("getaddrinfo") || has("Network is unreachable") || has("dns error") {
+        return Some(
+            "hint: it tried to reach the network, which its sandbox does not give (network = \"none\" by default): \
+             give network = \"all\" (a package launcher fetching its package needs it), or install the package beforehand",
+        );
+    }
+    if has("UnknownIssuer") || has("CERTIFICATE_VERIFY_FAILED") || has("unable to get local issuer certificate") || has("SELF_SIGNED_CERT")
+    {
+        return Some(
+            "hint: TLS trust: the host's CA settings are not in its clean environment; inherit them \
+             (inherit_env = [\"SSL_CERT_FILE\", \"NODE_EXTRA_CA_CERTS\", \"REQUESTS_CA_BUNDLE\"])",
+        );
+    }
+    if has("Read-only file system") || has("EROFS") {
+        return Some("hint: it wrote outside its write grants: add the directory it writes to with write = [\"DIR\"]");
+    }
+    if has("EACCES") || has("Permission denied") || has("PermissionError") || has("Operation not permitted") {
+        return Some(
+            "hint: a path was refused: grant what it needs (read = [...], write = [...]); a daemon run as root runs it as an \
+             unprivileged id, which must be able to read and write its grants",
+        );
+    }
+    if has("No such file or directory") || has("ENOENT") || has("FileNotFoundError") {
+        return Some("hint: a path it needs is not in its view: grant it (read = [\"PATH\"]), or check the path exists");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_lines_bounded() {
+        let tail = StderrTail::default();
+        for n in 0..20 {
+            tail.push(&format!("line {n}"));
+        }
+        tail.push("   ");
+        tail.push(&"x".repeat(1000));
+        let lines = tail.lines();
+        assert_eq!(lines.len(), TAIL_LINES);
+        assert_eq!(lines[0], "line 13");
+        assert_eq!(lines[TAIL_LINES - 1].chars().count(), TAIL_LINE_CHARS + 1);
+    }
+
+    #[test]
+    fn causes_are_recognised_and_named_with_their_fix() {
+        let cases = [
+            ("ModuleNotFoundError: No module named 'helpers'", "read = [\"DIR\"]"),
+            ("npm error code EAI_AGAIN", "network = \"all\""),
+            ("npm error code EACCES", "unprivileged id"),
+            ("invalid peer certificate: UnknownIssuer", "SSL_CERT_FILE"),
+            ("OSError: [Errno 30] Read-only file system: '/data/db.sqlite'", "write = [\"DIR\"]"),
+        ];
+        for (line, fix) in cases {
+            let hint = hint(&[line.to_owned()]).unwrap_or_else(|| panic!("{line}: no hint"));
+            assert!(hint.contains(fix), "{line}: {hint}");
+        }
+        assert_eq!(hint(&["listening on stdio".to_owned()]), None);
+        assert!(explain_stderr(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_status_is_said_in_words() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status_text(Some(ExitStatus::from_raw(1 << 8))), "exited with status 1");
+        assert_eq!(status_text(Some(ExitStatus::from_raw(9))), "killed by SIGKILL");
+    }
+}
