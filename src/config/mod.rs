@@ -380,10 +380,57 @@ pub struct StdioSpec {
     pub sandbox: sandbox::SandboxSpec,
 }
 
-/// What every stdio server inherits from toolhost's environment: enough to find programs and
-/// speak the locale, nothing that could be another server's credential.
-pub const BASE_ENV: &[&str] =
-    &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM"];
+/// What every stdio server inherits from toolhost's environment: enough to find programs, speak
+/// the locale and trust what the host trusts (a private CA, as behind a TLS-inspecting proxy,
+/// through the variables each runtime reads: OpenSSL, Node.js, Python's requests and pip, curl),
+/// nothing that could be another server's credential.
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+];
+
+/// Where package launchers (`npx`, `uvx`, `pip`) fetch from and through, as the operator's own
+/// clients are set: inherited only when the value carries no credentials (a URL with a
+/// `user:password@`), since a server is untrusted code; one that does is inherited only by
+/// name in `inherit_env`.
+pub const LAUNCHER_ENV: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "NPM_CONFIG_REGISTRY",
+    "npm_config_registry",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+];
+
+/// Whether an environment value may carry a credential: a URL's `user:password@` part.
+pub fn carries_credentials(value: &str) -> bool {
+    value
+        .split([',', ' '])
+        .any(|part| part.split_once("://").is_some_and(|(_, rest)| rest.split('/').next().is_some_and(|authority| authority.contains('@'))))
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpSpec {

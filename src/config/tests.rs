@@ -399,3 +399,13 @@ fn the_console_listens_on_loopback_or_a_socket_and_on_its_own_address() {
     let origin = load("toolhost.toml", "[console]\nallowed_origins = [\"tools.example\"]\n").unwrap_err();
     assert!(origin.contains("console.allowed_origins[0]"), "{origin}");
 }
+
+#[test]
+fn a_launcher_setting_with_a_credential_is_told_apart() {
+    for safe in ["http://proxy.internal:3128", "https://registry.npmjs.org/", "localhost,127.0.0.1,.internal", ""] {
+        assert!(!super::carries_credentials(safe), "{safe}");
+    }
+    for secret in ["http://user:pass@proxy:3128", "https://__token__:pypi-abc@pypi.internal/simple", "x, http://u@h"] {
+        assert!(super::carries_credentials(secret), "{secret}");
+    }
+}

@@ -97,8 +97,13 @@ pub(crate) fn spawn(
     // manager's variables (NOTIFY_SOCKET and the like), only the base set, what it inherits by
     // name, and its own `env`.
     let inherited = crate::config::BASE_ENV.iter().copied().chain(spec.inherit_env.iter().map(String::as_str));
+    let launchers = crate::config::LAUNCHER_ENV.iter().copied().filter_map(|name| {
+        let value = std::env::var(name).ok()?;
+        (!crate::config::carries_credentials(&value)).then_some((name, value))
+    });
     command
         .env_clear()
+        .envs(launchers)
         .envs(inherited.filter_map(|name| std::env::var_os(name).map(|value| (name, value))))
         .envs(spec.env.iter().map(|(name, value)| (name, value.expose())))
         .stdin(Stdio::piped())

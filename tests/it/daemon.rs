@@ -401,6 +401,11 @@ async fn a_stdio_server_gets_a_clean_environment() {
             ("ANOTHER_SERVERS_TOKEN", "must-not-leak".to_owned()),
             ("ALLOWED_EXTRA", "shared".to_owned()),
             ("FOR_THIS_SERVER", "resolved-secret".to_owned()),
+            // What the host trusts and where launchers fetch through pass; a credential does not.
+            ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt".to_owned()),
+            ("NODE_EXTRA_CA_CERTS", "/etc/ssl/certs/ca-certificates.crt".to_owned()),
+            ("NPM_CONFIG_REGISTRY", "https://registry.internal.example/".to_owned()),
+            ("HTTPS_PROXY", "http://proxy-user:proxy-password@proxy.internal.example:3128".to_owned()),
         ],
     );
     daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
@@ -412,6 +417,9 @@ async fn a_stdio_server_gets_a_clean_environment() {
         env.contains("ALLOWED_EXTRA=shared\n") && env.contains("OWN=own-value\n") && env.contains("FROM_REF=resolved-secret\n"),
         "{env}"
     );
+    assert!(env.contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n") && env.contains("NODE_EXTRA_CA_CERTS="), "{env}");
+    assert!(env.contains("NPM_CONFIG_REGISTRY=https://registry.internal.example/\n"), "{env}");
+    assert!(!env.contains("proxy-password") && !names.contains(&"HTTPS_PROXY"), "a proxy with a password is not passed on: {env}");
     let log = daemon.log_text();
     assert!(!log.contains("resolved-secret"), "a resolved reference is never logged");
 }

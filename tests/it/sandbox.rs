@@ -578,3 +578,55 @@ for line in sys.stdin:
     assert!(shown.to_string().contains("exited with status 4"), "{shown}");
     app.shutdown().await;
 }
+
+/// A file named in a server's arguments that lies in its write grant stays writable across
+/// restarts (it was bound read-only on top of the grant once it existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_named_in_the_arguments_inside_a_write_grant_stays_writable_across_restarts() {
+    let dir = TestDir::new();
+    let data = dir.path("data");
+    std::fs::create_dir_all(&data).unwrap();
+    open_to_all(&data);
+    let journal = data.join("journal.log");
+    // Appends a line at every start, and dies if it cannot: the journal must take it.
+    let server = dir.path("journal.py");
+    std::fs::write(
+        &server,
+        r#"import json, sys
+with open(sys.argv[1], "a") as journal:
+    journal.write("started\n")
+for line in sys.stdin:
+    message = json.loads(line)
+    method, id = message.get("method"), message.get("id")
+    if id is None:
+        continue
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "journal", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "noop", "inputSchema": {"type": "object"}}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}), flush=True)
+"#,
+    )
+    .unwrap();
+    let table = format!(
+        "[servers.journal]\ncommand = {PYTHON:?}\nargs = [{:?}, {:?}]\nwrite = [{:?}]\n",
+        server.display().to_string(),
+        journal.display().to_string(),
+        data.display().to_string()
+    );
+    let app = start(dir.config(&table)).await;
+    let starts = |n: usize| move |v: &toolhost::registry::ServerView| v.state == ServerState::Ready && v.num_restarts as usize >= n;
+    wait_for_server(app.registry(), "journal", "ready", starts(0)).await;
+    let mut client = client(&app).await;
+    for restart in 1..=3 {
+        let before = app.registry().server("journal").unwrap().num_restarts;
+        client.restart_server(pb::RestartServerRequest { server: "journal".into() }).await.unwrap();
+        wait_for_server(app.registry(), "journal", "restarted", |v| v.state == ServerState::Ready && v.num_restarts > before).await;
+        let lines = std::fs::read_to_string(&journal).unwrap().lines().count();
+        assert_eq!(lines, restart + 1, "after restart {restart}");
+    }
+    app.shutdown().await;
+}
