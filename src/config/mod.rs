@@ -476,6 +476,12 @@ pub const MAX_SERVER_NAME_LEN: usize = 32;
 // === impl Config ===
 
 impl Config {
+    /// Where each sandboxed stdio server's home is kept: `servers/NAME/` beside the store (in
+    /// the state directory unless `[store] path` puts the store elsewhere).
+    pub fn homes(&self) -> PathBuf {
+        self.store.path.parent().unwrap_or(Path::new(".")).join("servers")
+    }
+
     /// Reads and validates a configuration file: TOML, or JSON with an `mcpServers` object.
     ///
     /// # Errors
@@ -509,9 +515,11 @@ impl Config {
         let raw = if is_json { parse_json(file, text)? } else { parse_toml(file, text)? };
         let mut config = validate(file, raw)?;
         config.private = sandbox::private_places(&config, text);
-        for server in config.servers.values_mut() {
+        let homes = config.homes();
+        for (name, server) in &mut config.servers {
             if let Transport::Stdio(stdio) = &mut server.transport {
                 stdio.sandbox.hidden.clone_from(&config.private);
+                stdio.sandbox.home = Some(homes.join(name));
             }
         }
         Ok(config)

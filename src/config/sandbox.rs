@@ -21,6 +21,9 @@ pub struct SandboxSpec {
     pub limits: Limits,
     /// The daemon's private places ([`super::Config::private`]), which it must never show.
     pub hidden: Vec<PathBuf>,
+    /// Its own persistent home ([`super::Config::homes`]): `HOME` and the XDG directories,
+    /// owned by the uid it runs as, so launcher caches work and survive restarts.
+    pub home: Option<PathBuf>,
 }
 
 impl Default for SandboxSpec {
@@ -32,6 +35,7 @@ impl Default for SandboxSpec {
             network: Network::None,
             limits: Limits::default(),
             hidden: Vec::new(),
+            home: None,
         }
     }
 }
@@ -103,7 +107,7 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
             tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p))?,
         },
     };
-    Ok(SandboxSpec { enabled, read, write, network, limits, hidden: Vec::new() })
+    Ok(SandboxSpec { enabled, read, write, network, limits, hidden: Vec::new(), home: None })
 }
 
 fn expand_home(path: &str) -> PathBuf {

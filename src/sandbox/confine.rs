@@ -159,8 +159,12 @@ fn clear_inheritable() -> Result<(), SetupError> {
 /// kernel without Landlock still has the read-only mounts.
 fn landlock(plan: &Plan) -> Result<(), SetupError> {
     let abi = ABI::V6;
-    let writable: Vec<&std::path::Path> =
-        ["/tmp", "/dev/shm"].iter().map(std::path::Path::new).chain(plan.write.iter().map(std::path::PathBuf::as_path)).collect();
+    let writable: Vec<&std::path::Path> = ["/tmp", "/dev/shm"]
+        .iter()
+        .map(std::path::Path::new)
+        .chain(plan.write.iter().map(std::path::PathBuf::as_path))
+        .chain(plan.home.as_deref())
+        .collect();
     let devices = AccessFs::from_read(abi) | AccessFs::WriteFile | AccessFs::IoctlDev;
     let created = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)

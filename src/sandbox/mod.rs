@@ -85,6 +85,10 @@ pub struct Plan {
     /// The daemon's private places: directories and files never shown, masked where a grant
     /// would show them.
     pub hidden: Vec<PathBuf>,
+    /// The server's own home, shown writable at its path (through a private place's mask when
+    /// it lies inside one, as it does in the state directory).
+    #[serde(default)]
+    pub home: Option<PathBuf>,
     pub network: Network,
     pub limits: Limits,
 }

@@ -39,6 +39,11 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     binds.extend(plan.read.iter().map(|path| (path.clone(), false)));
     binds.extend(plan.cwd.iter().map(|path| (path.clone(), false)));
     binds.extend(plan.write.iter().map(|path| (path.clone(), true)));
+    // The server's home, writable; one inside a private place is shown through its mask.
+    let home_in_private = plan.home.as_ref().is_some_and(|home| plan.hidden.iter().any(|place| home.starts_with(place)));
+    if let Some(home) = plan.home.as_ref().filter(|_| !home_in_private) {
+        binds.push((home.clone(), true));
+    }
     // What lies inside a write grant is shown by it, writable: bound again read-only on top (a
     // file named in the arguments, the cwd), it would turn a writable file read-only.
     let writable: Vec<PathBuf> = plan.write.clone();
@@ -50,7 +55,12 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     for (path, writable) in &binds {
         bind(path, *writable)?;
     }
-    hide(&plan.hidden)?;
+    let home_shown = hide(&plan.hidden, plan.home.as_deref().filter(|_| home_in_private))?;
+    // A home in a private place the view does not show at all (below the private /tmp, say)
+    // is bound at its path all the same.
+    if let Some(home) = plan.home.as_ref().filter(|_| home_in_private && !home_shown) {
+        bind(home, true)?;
+    }
     let proc_dir = inside(Path::new("/proc"));
     mkdir_all(&proc_dir)?;
     mount_ctx(
@@ -177,8 +187,9 @@ fn read_only(view: &Path, path: &Path) -> Result<(), SetupError> {
 /// replace files), which would show the new content; the directory becomes a read-only
 /// snapshot of its other entries ([`snapshot_without`]). In a writable directory the server
 /// must still be able to add files, so the file is masked by a mount (`check-config` warns
-/// that replacing it by rename shows it to a running server).
-fn hide(hidden: &[PathBuf]) -> Result<(), SetupError> {
+/// that replacing it by rename shows it to a running server). Whether the server's `home`
+/// (inside one of the directories) was shown through its mask.
+fn hide(hidden: &[PathBuf], home: Option<&Path>) -> Result<bool, SetupError> {
     let mut files_by_dir: std::collections::BTreeMap<&Path, Vec<&std::ffi::OsStr>> = std::collections::BTreeMap::new();
     let mut dirs = Vec::new();
     let mut files = Vec::new();
@@ -197,10 +208,41 @@ fn hide(hidden: &[PathBuf]) -> Result<(), SetupError> {
     for file in files {
         mask_file(file)?;
     }
+    let mut home_shown = false;
     for dir in dirs {
-        mask_dir(dir)?;
+        match home.filter(|home| home.starts_with(dir)) {
+            Some(home) => {
+                mask_dir_around(dir, home)?;
+                home_shown = true;
+            }
+            None => mask_dir(dir)?,
+        }
     }
-    Ok(())
+    Ok(home_shown)
+}
+
+/// A private directory that holds the server's home (the state directory does): an empty
+/// tmpfs on it that can be walked through but not listed, the home bound writable at its own
+/// path inside, then the tmpfs sealed read-only. Nothing else of the directory is there.
+fn mask_dir_around(dir: &Path, home: &Path) -> Result<(), SetupError> {
+    let view = inside(dir);
+    mount_tmpfs(
+        &view,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        "mode=0711,size=4k",
+        format!("hide {}", dir.display()),
+    )?;
+    let home_view = inside(home);
+    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(&home_view).during(format!("create the home {}", home.display()))?;
+    mount_ctx(Some(outside(home).as_path()), &home_view, None, MsFlags::MS_BIND, None, format!("bind the home {}", home.display()))?;
+    mount_ctx(
+        None,
+        &view,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0711,size=4k"),
+        format!("seal {}", dir.display()),
+    )
 }
 
 /// Whether the view's mount at `path` takes writes.

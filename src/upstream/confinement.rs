@@ -22,6 +22,41 @@ pub enum SandboxError {
     /// What the sandbox itself said: it could not be built, or stopped the server at a limit.
     #[error("{}", .0.describe())]
     Reported(crate::sandbox::Report),
+    #[error("cannot make its home {}: {source}", .path.display())]
+    Home { path: PathBuf, source: std::io::Error },
+}
+
+/// Makes the server's home (and the homes' directory) if missing: mode 0700, owned by the uid
+/// the server runs as (the sandbox's id under a root daemon), with the XDG directories in it.
+///
+/// # Errors
+/// [`SandboxError::Home`]: it cannot be made (a full disk, a directory it may not write).
+pub(crate) fn make_home(home: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let failed = |source| SandboxError::Home { path: home.to_path_buf(), source };
+    if let Some(homes) = home.parent() {
+        // Traversable, not listable: the homes of the other servers are nobody's business.
+        std::fs::DirBuilder::new().recursive(true).mode(0o711).create(homes).map_err(failed)?;
+    }
+    let (uid, gid) = crate::sandbox::sandbox_ids();
+    for dir in [home.to_path_buf(), home.join(".cache"), home.join(".config"), home.join(".local/share"), home.join(".local/state")] {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(failed)?;
+        std::os::unix::fs::chown(&dir, Some(uid.as_raw()), Some(gid.as_raw())).map_err(failed)?;
+    }
+    // `.local` was made on the way to its two directories.
+    std::os::unix::fs::chown(home.join(".local"), Some(uid.as_raw()), Some(gid.as_raw())).map_err(failed)?;
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).map_err(failed)
+}
+
+/// The variables that put a server's caches and settings in its home.
+pub(crate) fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
+    [
+        ("HOME", home.to_path_buf()),
+        ("XDG_CACHE_HOME", home.join(".cache")),
+        ("XDG_CONFIG_HOME", home.join(".config")),
+        ("XDG_DATA_HOME", home.join(".local/share")),
+        ("XDG_STATE_HOME", home.join(".local/state")),
+    ]
 }
 
 /// Why a stdio server's sandbox cannot be planned: it does not start.
@@ -86,6 +121,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         read,
         write,
         hidden,
+        home: sandbox.home.as_deref().and_then(canonical),
         network: sandbox.network,
         limits: sandbox.limits,
     })

@@ -112,8 +112,9 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     }
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
+    let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
     Ok(format!(
-        "sandbox: network {}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}",
+        "sandbox: network {}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}{home}",
         sandbox.network.label(),
         sandbox.limits.memory_bytes >> 20,
         sandbox.limits.processes,

@@ -77,6 +77,9 @@ pub(crate) fn spawn(
             crate::sandbox::kernel_support()
         };
         support.map_err(SandboxError::Kernel)?;
+        if let Some(home) = &spec.sandbox.home {
+            confinement::make_home(home)?;
+        }
         let plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
         let plan = serde_json::to_string(&plan).map_err(SandboxError::Encode)?;
         let mut command = Command::new(helper);
@@ -101,10 +104,13 @@ pub(crate) fn spawn(
         let value = std::env::var(name).ok()?;
         (!crate::config::carries_credentials(&value)).then_some((name, value))
     });
+    // A sandboxed server's caches and settings live in its own home, never the operator's.
+    let home = spec.sandbox.home.as_deref().filter(|_| spec.sandbox.enabled).map(confinement::home_env).into_iter().flatten();
     command
         .env_clear()
         .envs(launchers)
         .envs(inherited.filter_map(|name| std::env::var_os(name).map(|value| (name, value))))
+        .envs(home)
         .envs(spec.env.iter().map(|(name, value)| (name, value.expose())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

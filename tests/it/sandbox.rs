@@ -630,3 +630,67 @@ for line in sys.stdin:
     }
     app.shutdown().await;
 }
+
+/// Each sandboxed server has a home of its own beside the store (in the private state
+/// directory): its HOME and XDG directories, owned by the uid it runs as, writable, kept across
+/// restarts; the rest of the state directory stays out of its sight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_has_a_home_of_its_own_that_outlives_its_restarts() {
+    let dir = TestDir::new();
+    let state = dir.path("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let config = dir.path("toolhost.toml");
+    // No [store] path: the store, and the servers' homes beside it, go to the state directory.
+    std::fs::write(&config, format!("[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{}", hostile_table("hostile", ""))).unwrap();
+    let log = dir.path("daemon.log");
+    let mut daemon = std::process::Command::new(TOOLHOST)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("STATE_DIRECTORY", &state)
+        .env("RUNTIME_DIRECTORY", dir.path("run"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr = format!("unix:{}", dir.path("toolhost.sock").display());
+    let cli = |args: &[&str]| std::process::Command::new(TOOLHOST).args(args).args(["--addr", &addr]).output().unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually("the server is ready", async || {
+        String::from_utf8_lossy(&cli(&["servers", "--json"]).stdout).contains("\"state\":\"ready\"").then_some(())
+    })
+    .await;
+    let call = |tool: &str, arguments: Value| {
+        let output = cli(&["call", &format!("hostile__{tool}"), "--args", &arguments.to_string(), "--json"]);
+        assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log_text());
+        let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+        serde_json::from_str::<Value>(reply["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let home = state.join("servers/hostile");
+    let who = call("whoami", json!({}));
+    assert_eq!(who["home"], home.display().to_string(), "{who}");
+    assert_eq!(who["cache"], home.join(".cache").display().to_string(), "{who}");
+    let meta = std::fs::metadata(&home).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), who["uid"].as_u64().unwrap() as u32, "owned by the uid it runs as");
+    // It writes in its home; the store beside it stays hidden, and so does the directory.
+    let mark = home.join(".cache/mark");
+    let report = call("attack", json!({"write": [mark], "read": [state.join("catalog.db")], "run": [["ls", state.display().to_string()]]}));
+    assert!(report["process"][format!("write {}", mark.display())].as_str().unwrap().starts_with("reached"), "{report}");
+    assert!(report["process"][format!("read {}", state.join("catalog.db").display())].as_str().unwrap().starts_with("blocked"), "{report}");
+    // At most the way to its home: nothing of the state directory itself.
+    let listed = report["process"][format!("run ls {}", state.display())].as_str().unwrap();
+    assert!(listed.starts_with("blocked") || listed.ends_with(": servers"), "{report}");
+    // Restarted: its home is still there, with what it wrote.
+    let restarted = cli(&["restart", "hostile"]);
+    assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
+    eventually("ready again", async || {
+        let listed: Value = serde_json::from_slice(&cli(&["servers", "--json"]).stdout).ok()?;
+        let server = listed.as_array()?.iter().find(|server| server["name"] == "hostile")?.clone();
+        (server["state"] == "ready" && server["restarts"].as_u64() >= Some(1)).then_some(())
+    })
+    .await;
+    let report = call("attack", json!({"read": [mark]}));
+    assert!(report["process"][format!("read {}", mark.display())].as_str().unwrap().starts_with("reached"), "{report}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log_text());
+}
