@@ -94,6 +94,9 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
                 Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
                 Ok(line) | Err(line) => report.warn(Some(name), line),
             }
+            if let Some(hint) = crate::upstream::launcher_warning(stdio) {
+                report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
+            }
             if stdio.sandbox.enabled {
                 for file in crate::upstream::private_files_in_write_grants(stdio) {
                     report.warn(

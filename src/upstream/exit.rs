@@ -112,6 +112,28 @@ pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
     None
 }
 
+/// What a package launcher needs that its sandbox does not give: `npx`, `bunx`, `uvx`, `pipx`,
+/// `npm exec` and `uv tool run` fetch the package from their registry on a first start (and check
+/// it later), which `network = "none"` or `"loopback"` cannot reach; they retry for minutes
+/// before they say anything. `None` for any other program, or one with the network open.
+pub(crate) fn launcher_hint(command: &std::path::Path, args: &[String], network: crate::sandbox::Network) -> Option<String> {
+    if network == crate::sandbox::Network::All {
+        return None;
+    }
+    let program = command.file_name()?.to_str()?;
+    let first = args.iter().find(|arg| !arg.starts_with('-')).map(String::as_str);
+    let launcher = match (program, first) {
+        ("npx" | "bunx" | "uvx" | "pipx", _) => program.to_owned(),
+        ("npm" | "pnpm", Some("exec" | "dlx")) | ("uv", Some("tool")) => format!("{program} {}", first.unwrap_or_default()),
+        _ => return None,
+    };
+    Some(format!(
+        "hint: {launcher} fetches its package from its registry, which this sandbox cannot reach (network = \"{}\"): give \
+         network = \"all\" (the package is cached in the server's home, so later starts are quick)",
+        network.label()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +167,17 @@ mod tests {
         }
         assert_eq!(hint(&["listening on stdio".to_owned()]), None);
         assert!(explain_stderr(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_launcher_without_network_is_told_what_it_needs() {
+        use crate::sandbox::Network;
+        let args = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+        let npx = launcher_hint(std::path::Path::new("/usr/bin/npx"), &args(&["-y", "@scope/server"]), Network::None).unwrap();
+        assert!(npx.contains("npx fetches") && npx.contains("network = \"all\""), "{npx}");
+        assert!(launcher_hint(std::path::Path::new("uv"), &args(&["tool", "run", "x"]), Network::Loopback).is_some());
+        assert!(launcher_hint(std::path::Path::new("npx"), &args(&["x"]), Network::All).is_none());
+        assert!(launcher_hint(std::path::Path::new("python3"), &args(&["server.py"]), Network::None).is_none());
     }
 
     #[test]

@@ -136,6 +136,11 @@ pub fn private_files_in_write_grants(spec: &crate::config::StdioSpec) -> Vec<std
         .collect()
 }
 
+/// What `check-config` says of a package launcher run without the network it fetches with.
+pub fn launcher_warning(spec: &crate::config::StdioSpec) -> Option<String> {
+    spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, spec.sandbox.network)).flatten()
+}
+
 /// Timeouts and limits that apply to one server's sessions.
 #[derive(Clone)]
 pub struct SessionSettings {
@@ -241,9 +246,14 @@ pub async fn connect(
                     tasks.join(settings.shutdown_grace).await;
                     // A sandbox that could not be built explains the silence better than the
                     // silence; else the server's own words do.
+                    let launcher = stdio_spec
+                        .sandbox
+                        .enabled
+                        .then(|| exit::launcher_hint(&stdio_spec.command, &stdio_spec.args, stdio_spec.sandbox.network))
+                        .flatten();
                     Err(match stopped.report {
                         Some(report) => SandboxError::Reported(report).into(),
-                        None => explained(error, &stopped),
+                        None => explained(error, &stopped, launcher),
                     })
                 }
             }
@@ -291,8 +301,12 @@ pub async fn connect(
 
 /// A failure to start a stdio server, with how it ended and what it said: a server whose output
 /// ended went away by itself, so its exit is the news.
-fn explained(error: UpstreamError, stopped: &stdio::Stopped) -> UpstreamError {
-    let said = exit::explain_stderr(&stopped.stderr);
+fn explained(error: UpstreamError, stopped: &stdio::Stopped, launcher: Option<String>) -> UpstreamError {
+    let mut said = exit::explain_stderr(&stopped.stderr);
+    // A launcher that cannot reach its registry often says nothing before it is given up on.
+    if let Some(launcher) = launcher.filter(|_| exit::hint(&stopped.stderr).is_none()) {
+        said = if said.is_empty() { launcher } else { format!("{said}; {launcher}") };
+    }
     match error {
         UpstreamError::Closed => {
             let how = exit::status_text(stopped.status);

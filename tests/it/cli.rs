@@ -197,6 +197,11 @@ fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
         "{said}"
     );
     assert!(!said.contains("db.token"), "a read grant shows a snapshot without it: nothing to warn about: {said}");
+    // A package launcher without the network it fetches with is told so before it starts.
+    std::fs::write(&config, "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\"]\n")
+        .unwrap();
+    let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
+    assert!(said.contains("warning: files: npx fetches its package from its registry") && said.contains("network = \"all\""), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
