@@ -11,8 +11,14 @@ use nix::unistd::{ForkResult, Pid, fork};
 use super::reporter::Reporter;
 use super::{LimitKind, Limits, Plan, Report};
 
-/// How often the init looks at what the sandbox uses.
+/// How often the init looks at what the sandbox uses while its processes work.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// The longest it waits between looks while they are idle: the wait doubles from
+/// [`SAMPLE_EVERY`] for as long as they used no CPU, since nothing can grow without it (an
+/// allocation, a fork, a file opened all take CPU), and a child starting or ending wakes it at once.
+const IDLE_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// Clock ticks a second in `/proc/PID/stat` (`USER_HZ`, 100 on every Linux ABI).
+const TICKS_PER_SECOND: u64 = 100;
 /// The init's exit code when it stopped the sandbox at a limit.
 const STOPPED_AT_LIMIT: i32 = 137;
 
@@ -45,18 +51,74 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
         Ok(ForkResult::Parent { child }) => child,
     };
     reporter.send(&Report::Ready);
+    let (mut wait, mut last) = (SAMPLE_EVERY, None);
     loop {
-        wait_for_child(&chld);
+        let woken_by_a_child = wait_for_child(&chld, wait);
         if let Some(code) = reap(server, reporter) {
             stop_all();
             std::process::exit(code);
         }
-        if let Some((kind, detail)) = over_limit(&plan.limits) {
+        // The cheap look first: the CPU its processes used, all together (the reaped ones'
+        // included). Unchanged, nothing else can have changed: wait longer.
+        let now = activity();
+        if now == last && !woken_by_a_child {
+            wait = wait.saturating_mul(2).min(IDLE_SAMPLE_EVERY);
+            continue;
+        }
+        (wait, last) = (SAMPLE_EVERY, now);
+        let over = now
+            .filter(|used| used.ticks >= plan.limits.cpu_seconds.saturating_mul(TICKS_PER_SECOND))
+            .map(|used| {
+                (
+                    LimitKind::Cpu,
+                    format!("its processes used {} s of CPU together, of {}", used.ticks / TICKS_PER_SECOND, plan.limits.cpu_seconds),
+                )
+            })
+            .or_else(|| over_limit(&plan.limits));
+        if let Some((kind, detail)) = over {
             reporter.send(&Report::Limit { kind, detail });
             stop_all();
             std::process::exit(STOPPED_AT_LIMIT);
         }
     }
+}
+
+/// What the sandbox's processes did, as cheaply as it can be read: their CPU ticks together
+/// (the live ones' and, through the init's own children's counters, every one it reaped) and
+/// how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Activity {
+    ticks: u64,
+    processes: u64,
+}
+
+fn activity() -> Option<Activity> {
+    // The init's own line: fields 16 and 17 are the CPU of the children it reaped.
+    let reaped = stat_fields(1).map_or(0, |fields| field(&fields, 16).saturating_add(field(&fields, 17)));
+    let mut used = Activity { ticks: reaped, processes: 0 };
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        if pid == 1 {
+            continue;
+        }
+        if let Some(fields) = stat_fields(pid) {
+            used.ticks = used.ticks.saturating_add(field(&fields, 14)).saturating_add(field(&fields, 15));
+            used.processes += 1;
+        }
+    }
+    Some(used)
+}
+
+/// The fields of `/proc/PID/stat` after the command name (which may hold spaces), so that
+/// field N of proc(5) is at index N - 3.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(text.get(text.rfind(')')? + 2..)?.split(' ').map(str::to_owned).collect())
+}
+
+/// Field `n` (numbered as proc(5) numbers them) as a number, 0 when it is not one.
+fn field(fields: &[String], n: usize) -> u64 {
+    fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
 }
 
 fn exec_server(plan: &Plan, chld: &SigSet, reporter: &mut Reporter) -> ! {
@@ -66,11 +128,12 @@ fn exec_server(plan: &Plan, chld: &SigSet, reporter: &mut Reporter) -> ! {
     std::process::exit(127)
 }
 
-/// Sleeps until a child changes state or the next sample is due.
-fn wait_for_child(chld: &SigSet) {
-    let timeout = nix::libc::timespec { tv_sec: 0, tv_nsec: SAMPLE_EVERY.as_nanos() as nix::libc::c_long };
+/// Sleeps until a child changes state or `wait` has passed; whether a child woke it.
+fn wait_for_child(chld: &SigSet, wait: Duration) -> bool {
+    let timeout =
+        nix::libc::timespec { tv_sec: wait.as_secs() as nix::libc::time_t, tv_nsec: nix::libc::c_long::from(wait.subsec_nanos() as i32) };
     // SAFETY: a valid signal set and timeout; the siginfo is not wanted.
-    unsafe { nix::libc::sigtimedwait(chld.as_ref(), std::ptr::null_mut(), &timeout) };
+    unsafe { nix::libc::sigtimedwait(chld.as_ref(), std::ptr::null_mut(), &timeout) > 0 }
 }
 
 /// Reaps every exited process. `Some(code)`: the server itself exited, and the init should end

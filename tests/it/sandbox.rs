@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
@@ -693,4 +694,71 @@ async fn a_sandboxed_server_has_a_home_of_its_own_that_outlives_its_restarts() {
     assert!(report["process"][format!("read {}", mark.display())].as_str().unwrap().starts_with("reached"), "{report}");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
     assert!(daemon.wait().unwrap().success(), "{}", log_text());
+}
+
+/// The CPU limit is the whole sandbox's: three processes that each stay under `cpu_time` but
+/// together pass it stop the sandbox, the limit named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_limit_counts_every_process_of_the_sandbox_together() {
+    let dir = TestDir::new();
+    let limits = "limits = { cpu_time = \"3s\" }\nrestart = { initial_backoff = \"30s\", max_backoff = \"30s\" }";
+    let table = hostile_table("spinner", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", "");
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "spinner", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let call = pb::CallToolRequest {
+        qualified_name: "spinner__runaway".into(),
+        arguments_json: json!({"kind": "cpu"}).to_string(),
+        ..Default::default()
+    };
+    let failed = client.call_tool(call).await.expect_err("stopped under the call");
+    assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
+    let view = wait_for_server(app.registry(), "spinner", "stopped at its CPU limit", |v| {
+        v.last_error.as_deref().is_some_and(|e| e.contains("the cpu limit"))
+    })
+    .await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("together"), "the sum, not one process's own limit: {error}");
+    assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some("cpu"));
+    app.shutdown().await;
+}
+
+/// Voluntary context switches of a process so far (each sleep it wakes from counts one).
+fn wakeups(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|line| line.strip_prefix("voluntary_ctxt_switches:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Idle sandboxes cost no CPU: once their servers have settled, each sandbox's init wakes at
+/// most every few seconds (it used to sample every 50 ms, 100 times in 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandboxes_leave_the_cpu_alone() {
+    const SERVERS: usize = 8;
+    let dir = TestDir::new();
+    let tables: Vec<String> =
+        (0..SERVERS).map(|n| server_table(&format!("idle{n}"), &dir.script(&format!("idle{n}"), json!({})), "")).collect();
+    let app = start(dir.config(&tables.join("\n"))).await;
+    wait_until(app.registry(), "all ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    // Each sandbox's init is its server's parent.
+    let inits: Vec<i32> = (0..SERVERS)
+        .map(|n| {
+            let server = *dir.pids(&format!("idle{n}")).last().expect("a server pid");
+            let stat = std::fs::read_to_string(format!("/proc/{server}/stat")).unwrap();
+            stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(1).unwrap().parse().unwrap()
+        })
+        .collect();
+    // Settled: the inits have backed off (their waits double from 50 ms to 5 s).
+    let mut settle = pace(Duration::from_secs(1));
+    let mut before: Vec<u64> = inits.iter().map(|pid| wakeups(*pid)).collect();
+    for _ in 0..8 {
+        settle.tick().await;
+        before = inits.iter().map(|pid| wakeups(*pid)).collect();
+    }
+    // A window of 5 s: at most two wake-ups each.
+    let mut window = pace(Duration::from_secs(5));
+    window.tick().await;
+    window.tick().await;
+    let woke: Vec<u64> = inits.iter().zip(&before).map(|(pid, before)| wakeups(*pid) - before).collect();
+    assert!(woke.iter().all(|n| *n <= 2), "wake-ups of each idle sandbox's init in 5 s: {woke:?}");
+    app.shutdown().await;
 }

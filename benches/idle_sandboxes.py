@@ -1,0 +1,94 @@
+"""What idle sandboxed servers cost: starts a daemon with N sandboxed scripted servers, waits
+until every one is ready, lets them settle, then reads the CPU time the daemon and all its
+descendants (sandbox helpers, inits, servers) used over a window, and their wake-ups.
+
+    python3 benches/idle_sandboxes.py TOOLHOST SCRIPTED_SERVER [N ...]
+
+Prints one line per N: start to all ready, CPU over the window as a share of one core, and the
+voluntary context switches per server per second. Standard library only.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SETTLE = 10.0
+WINDOW = 10.0
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def descendants(root):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            ppid = int(text[text.rfind(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def usage(pids):
+    ticks = switches = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read()
+            fields = fields[fields.rfind(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        switches += int(line.split()[1])
+        except OSError:
+            pass
+    return ticks, switches
+
+
+def run(toolhost, server, n):
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/script.json", "w") as f:
+            f.write("{}")
+        tables = "".join(f'[servers.s{i}]\ncommand = "{server}"\nargs = ["{d}/script.json"]\n' for i in range(n))
+        with open(f"{d}/t.toml", "w") as f:
+            f.write(f'[store]\npath = "catalog.db"\n[grpc]\nlisten = ["unix:{d}/t.sock"]\n{tables}')
+        started = time.monotonic()
+        daemon = subprocess.Popen([toolhost, "serve", "--config", f"{d}/t.toml"], stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                out = subprocess.run([toolhost, "servers", "--json", "--addr", f"unix:{d}/t.sock"], capture_output=True).stdout
+                try:
+                    servers = json.loads(out)
+                except ValueError:
+                    servers = []
+                if len(servers) == n and all(s["state"] == "ready" for s in servers):
+                    break
+                time.sleep(0.2)
+            ready = time.monotonic() - started
+            time.sleep(SETTLE)
+            pids = descendants(daemon.pid)
+            ticks0, switches0 = usage(pids)
+            time.sleep(WINDOW)
+            ticks1, switches1 = usage(pids)
+            cpu = (ticks1 - ticks0) / TICKS / WINDOW
+            wakeups = (switches1 - switches0) / n / WINDOW
+            print(f"{n:>5} servers: all ready in {ready:6.1f} s; idle: {cpu * 100:5.1f} % of a core, {wakeups:6.2f} wake-ups per server per second", flush=True)
+        finally:
+            daemon.terminate()
+            daemon.wait()
+
+
+if __name__ == "__main__":
+    for count in [int(arg) for arg in sys.argv[3:]] or [100]:
+        run(sys.argv[1], sys.argv[2], count)
