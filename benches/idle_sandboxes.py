@@ -78,11 +78,17 @@ def run(toolhost, server, n):
             ready = time.monotonic() - started
             time.sleep(SETTLE)
             pids = descendants(daemon.pid)
+            # The window runs from the middle of one reading to the middle of the next: on a
+            # saturated machine reading thousands of processes takes seconds, and so does a sleep.
+            read0 = time.monotonic()
             ticks0, switches0 = usage(pids)
+            read1 = time.monotonic()
             time.sleep(WINDOW)
+            read2 = time.monotonic()
             ticks1, switches1 = usage(pids)
-            cpu = (ticks1 - ticks0) / TICKS / WINDOW
-            wakeups = (switches1 - switches0) / n / WINDOW
+            elapsed = (read2 + time.monotonic()) / 2 - (read0 + read1) / 2
+            cpu = (ticks1 - ticks0) / TICKS / elapsed
+            wakeups = (switches1 - switches0) / n / elapsed
             print(f"{n:>5} servers: all ready in {ready:6.1f} s; idle: {cpu * 100:5.1f} % of a core, {wakeups:6.2f} wake-ups per server per second", flush=True)
         finally:
             daemon.terminate()

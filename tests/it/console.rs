@@ -492,3 +492,61 @@ async fn fifty_navigations_and_two_tabs_never_stall_and_hold_few_connections() {
     app.shutdown().await;
     assert!(slowest < Duration::from_secs(5));
 }
+
+/// Every string a server controls stays text on every page: a title, a description, a schema's
+/// keys, an icon's `javascript:` URL, bidirectional controls, and what a failing server wrote
+/// on stderr (now part of its last error). Loaded in the browser, nothing runs and no element
+/// the server wrote exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_string_a_server_controls_stays_text_on_every_page() {
+    let dir = TestDir::new();
+    let payload = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>";
+    let hostile = json!([{
+        "name": "read",
+        "title": format!("Read {payload}"),
+        "description": format!("Reads.\u{202e}txt.exe {payload} <a href=\"javascript:window.__pwned=3\">click</a>"),
+        "icons": [{"src": "javascript:window.__pwned=4", "mimeType": "image/svg+xml"}],
+        "inputSchema": {"type": "object", "properties": {payload: {"type": "string", "description": payload}}},
+    }]);
+    let script = dir.script("evil", json!({"tools": hostile}));
+    // Writes the payload on stderr and exits before answering: its last error quotes it.
+    let failing = dir.path("failing.py");
+    std::fs::write(&failing, format!("import sys\nsys.stderr.write({payload:?} + '\\n')\nsys.exit(1)\n")).unwrap();
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let sections = format!(
+        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n"
+    );
+    let servers = [
+        server_table("evil", &script, ""),
+        format!(
+            "[servers.failing]\ncommand = \"/usr/bin/python3\"\nargs = [{:?}]\nrestart = {{ initial_backoff = \"30s\", max_backoff = \"30s\" }}\n",
+            failing.display().to_string()
+        ),
+    ];
+    let app = start(dir.config_with(&sections, &servers.join("\n"))).await;
+    wait_for_server(app.registry(), "evil", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "failing", "its failure quoted", |v| v.last_error.as_deref().is_some_and(|e| e.contains("onerror")))
+        .await;
+    let port = app.console_addrs().iter().find_map(|addr| match addr {
+        BoundAddr::Tcp(socket) => Some(socket.port()),
+        BoundAddr::Unix(_) => None,
+    });
+    let base = format!("http://127.0.0.1:{}", port.unwrap());
+    let mut browser = Browser::launch().await;
+    for page in ["/servers", "/catalog", "/tool?server=evil&name=read", "/review", "/audit", "/catalog?q=read"] {
+        assert_eq!(browser.open(&format!("{base}{page}")).await, 200, "{page}");
+        let pwned = browser.eval("window.__pwned === undefined && document.querySelectorAll('img[src=x], a[href^=javascript], img[src^=javascript]').length === 0").await;
+        assert_eq!(pwned, json!(true), "{page}: something the server wrote became markup");
+        let text = browser.eval("document.body.innerText").await;
+        if page == "/servers" {
+            assert!(text.as_str().unwrap().contains("onerror"), "its last error is shown, as text: {text}");
+        }
+        if page.starts_with("/tool") {
+            assert!(text.as_str().unwrap().contains("<img src=x"), "the definition is shown, as text: {text}");
+        }
+    }
+    assert!(browser.errors().await.is_empty());
+    browser.close().await;
+    app.shutdown().await;
+}
