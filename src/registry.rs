@@ -137,6 +137,11 @@ pub struct SandboxView {
     pub network: crate::sandbox::Network,
     pub limits: crate::sandbox::Limits,
     pub last_limit: Option<crate::sandbox::LimitKind>,
+    /// What its entry grants beyond the system and its program: read-only, writable.
+    pub read: Vec<std::path::PathBuf>,
+    pub write: Vec<std::path::PathBuf>,
+    /// Its own home (`HOME`), where its caches live.
+    pub home: Option<std::path::PathBuf>,
 }
 
 /// Per-server state shared by every snapshot of that server.

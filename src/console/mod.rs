@@ -215,6 +215,7 @@ impl Console {
         let admin = || caller.require_admin().map_err(ConsoleError::NotAdmin);
         let page = match path {
             "/servers" => servers::view(&ctx, &snapshot, self.store.degraded().map(|why| why.to_string()), flash.as_deref()),
+            "/server" => servers::server(&ctx, &snapshot, &params.text("name", 200), flash.as_deref()).ok_or(ConsoleError::NotFound)?,
             "/catalog" => {
                 let query =
                     catalog::Query { q: params.text("q", 200), server: params.text("server", 200), state: params.text("state", 20) };

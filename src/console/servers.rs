@@ -1,6 +1,7 @@
-//! The servers page: each server the caller may know of, its state, era, transport,
+//! The servers page: each server the caller may know of, its state, protocol, transport,
 //! generation, tools, last error (secrets redacted), sandbox and limits, restarts; an operator
-//! gets Refresh and Restart.
+//! gets Refresh and Restart. And one server's own page: why it stopped (its exit and stderr),
+//! its last listing, its sandbox and home, its tools.
 
 use maud::{Markup, html};
 
@@ -17,17 +18,23 @@ pub(super) fn view(ctx: &Ctx, snapshot: &CatalogSnapshot, store_degraded: Option
         }
         @if servers.is_empty() { p { "No server to show." } }
         table.servers {
-            thead { tr {
-                th { "server" } th { "state" } th { "era · transport" } th { "generation" } th { "tools" }
-                th { "calls" } th { "restarts" } th { "sandbox and limits" } th { "last error" }
-                @if ctx.caller.agent.admin { th { "actions" } }
-            } }
+            (head(ctx))
             tbody {
                 @for view in &servers { (row(ctx, view)) }
             }
         }
     };
     page(ctx, Tab::Servers, "Servers", html! {}, live)
+}
+
+fn head(ctx: &Ctx) -> Markup {
+    html! {
+        thead { tr {
+            th { "server" } th { "state" } th { "protocol · transport" } th { "generation" } th { "tools" }
+            th { "calls" } th { "restarts" } th { "sandbox and limits" } th { "last error" }
+            @if ctx.caller.agent.admin { th { "actions" } }
+        } }
+    }
 }
 
 fn row(ctx: &Ctx, view: &ServerView) -> Markup {
@@ -37,10 +44,11 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
     let error = view.last_error.as_deref().map(crate::secrets::redact);
     html! {
         tr data-server=(view.name) {
-            td { a href=(format!("/catalog?server={}", urlencode(&view.name))) { strong { (view.name) } } }
+            td { a href=(format!("/server?name={}", urlencode(&view.name))) { strong { (view.name) } }
+                br; small { a href=(format!("/catalog?server={}", urlencode(&view.name))) { "tools" } } }
             td { span class=(format!("state {}", state_class(view.state))) { (view.state.name()) }
                 @if view.revalidating { " " span.badge title="Serving the stored catalog until the server lists again" { "revalidating" } } }
-            td { (hello.map_or("–", |hello| hello.era.as_str())) " · " (view.transport)
+            td { (hello.map_or_else(|| "–".to_owned(), protocol_shown)) " · " (view.transport)
                 @if let Some(hello) = hello { br; small { (hello.protocol_version) } } }
             td { (view.generation_number()) br; small title="Last verified" { (when(view.last_verified_at_ms.unwrap_or(0))) } }
             td { (tools) @if held > 0 { " " a.badge.held href="/review" { (held) " held" } } }
@@ -64,6 +72,53 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
             }
         }
     }
+}
+
+/// One server's page: everything the row says, and what it leaves out: the last error whole
+/// (with the server's exit and stderr lines), the last listing, the grants and home, the tools.
+pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: Option<&str>) -> Option<Markup> {
+    let view = snapshot.servers.get(name).filter(|view| server_visible(ctx.caller, view))?;
+    let hello = view.hello.as_ref();
+    let tools: Vec<(usize, &crate::catalog::model::ToolDef)> =
+        view.generation.as_ref().map(|generation| generation.tools.iter().enumerate().collect()).unwrap_or_default();
+    let error = view.last_error.as_deref().map(crate::secrets::redact);
+    let live = html! {
+        @if let Some(flash) = flash { p.flash { (flash) } }
+        table.servers { (head(ctx)) tbody { (row(ctx, view)) } }
+        h2 { "Why it last stopped or failed" }
+        @match &error {
+            Some(error) => pre.definition.error-text { (marked(error)) },
+            None => p { "Nothing went wrong since it last started." },
+        }
+        h2 { "Its last listing" }
+        @match &view.last_enumeration {
+            Some(record) => p {
+                (record.outcome.as_str()) " (" (record.reason.as_str()) "), " (when(record.started_at_ms)) ": "
+                (record.tools) " tools in " (record.pages) " pages, " (record.duration_ms) " ms; generation " (record.generation)
+                @if let Some(error) = &record.error { br; span.error-text { (marked(&crate::secrets::redact(error))) } }
+            },
+            None => p { "None yet." },
+        }
+        h2 { "What it runs in" }
+        p { (hello.map_or_else(|| "not connected".to_owned(), protocol_shown)) " · " (view.transport) }
+        @if let Some(sandbox) = &view.sandbox {
+            p { (self::sandbox(view)) }
+            @if let Some(home) = &sandbox.home { p { "Home (HOME, its caches): " code { (home.display().to_string()) } } }
+            @if !sandbox.read.is_empty() { p { "Reads: " @for path in &sandbox.read { code { (path.display().to_string()) } " " } } }
+            @if !sandbox.write.is_empty() { p { "Writes: " @for path in &sandbox.write { code { (path.display().to_string()) } " " } } }
+        }
+        h2 { "Its tools" }
+        @if tools.is_empty() { p { "None listed." } }
+        ul {
+            @for (idx, tool) in &tools {
+                li {
+                    a href=(format!("/tool?server={}&name={}", urlencode(&view.name), urlencode(&tool.name))) { (marked(&tool.name)) }
+                    @if view.held(*idx).is_some() { " " span.badge.held { "held" } }
+                }
+            }
+        }
+    };
+    Some(page(ctx, Tab::Servers, &format!("Server {name}"), html! {}, live))
 }
 
 fn sandbox(view: &ServerView) -> Markup {
@@ -91,4 +146,15 @@ fn state_class(state: ServerState) -> &'static str {
 /// A query-string value.
 pub(super) fn urlencode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// A server's protocol as a person reads it: the version it agreed to and how it works
+/// (sessions up to 2025-11-25, stateless from 2026-07-28), never "legacy" for the current
+/// stable version.
+fn protocol_shown(hello: &crate::mcp::lifecycle::ServerHello) -> String {
+    let how = match hello.era {
+        crate::mcp::lifecycle::Era::Legacy => "sessions",
+        crate::mcp::lifecycle::Era::Modern => "stateless",
+    };
+    format!("{} ({how})", hello.protocol_version)
 }

@@ -187,10 +187,18 @@ impl Worker {
                     paths.join(", ")
                 })
                 .unwrap_or_default();
-            tracing::warn!(
-                server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash, changes = %summary,
-                approved = state.approved(&tool.hash).unwrap_or("none"), "tool definition held or flagged"
-            );
+            // Held needs an operator: a WARN. Flagged but accepted by the server's policy is news,
+            // not a problem: an INFO that says so.
+            match state.held {
+                Some(_) => tracing::warn!(
+                    server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash, changes = %summary,
+                    approved = state.approved(&tool.hash).unwrap_or("none"), "tool definition held until an operator approves it"
+                ),
+                None => tracing::info!(
+                    server = %self.name, tool = %tool.name, flags = %flags, hash = %tool.hash, changes = %summary,
+                    "tool definition flagged, and accepted by the server's policy"
+                ),
+            }
             span.add_event(
                 "toolhost.definition_held",
                 vec![

@@ -274,6 +274,9 @@ impl Supervisor {
                 network: sandbox.network,
                 limits: sandbox.limits,
                 last_limit: None,
+                read: sandbox.read.clone(),
+                write: sandbox.write.clone(),
+                home: sandbox.home.clone(),
             });
         }
         // A private listing made with another credential is not this credential's to see: the

@@ -534,7 +534,16 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
     });
     let base = format!("http://127.0.0.1:{}", port.unwrap());
     let mut browser = Browser::launch().await;
-    for page in ["/servers", "/catalog", "/tool?server=evil&name=read", "/review", "/audit", "/catalog?q=read"] {
+    for page in [
+        "/servers",
+        "/catalog",
+        "/tool?server=evil&name=read",
+        "/review",
+        "/audit",
+        "/catalog?q=read",
+        "/server?name=evil",
+        "/server?name=failing",
+    ] {
         assert_eq!(browser.open(&format!("{base}{page}")).await, 200, "{page}");
         let pwned = browser.eval("window.__pwned === undefined && document.querySelectorAll('img[src=x], a[href^=javascript], img[src^=javascript]').length === 0").await;
         assert_eq!(pwned, json!(true), "{page}: something the server wrote became markup");
@@ -545,8 +554,26 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         if page.starts_with("/tool") {
             assert!(text.as_str().unwrap().contains("<img src=x"), "the definition is shown, as text: {text}");
         }
+        // A server's own page: why it failed (its exit, its stderr), where it lives, its tools.
+        if page == "/server?name=failing" {
+            let text = text.as_str().unwrap();
+            assert!(text.contains("exited with status 1 before it answered") && text.contains("onerror"), "{text}");
+        }
+        if page == "/server?name=evil" {
+            let text = text.as_str().unwrap();
+            assert!(text.contains("Home (HOME, its caches)") && text.contains("servers/evil"), "{text}");
+            assert_eq!(browser.eval("document.querySelectorAll('a[href^=\"/tool?server=evil\"]').length").await, json!(1));
+        }
     }
-    assert!(browser.errors().await.is_empty());
+    // From the servers table to a server's page, as a person clicks.
+    browser.open(&format!("{base}/servers")).await;
+    let clicked = browser.run(json!({"op": "click", "selector": "tr[data-server=failing] a[href^='/server?']"})).await;
+    assert!(clicked["url"].as_str().unwrap().ends_with("/server?name=failing"), "{clicked}");
+    browser.screenshot("server").await;
+    let errors = browser.errors().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    // (The browser logs a 404 as an error of the page's: asked last.)
+    assert_eq!(browser.open(&format!("{base}/server?name=nosuch")).await, 404);
     browser.close().await;
     app.shutdown().await;
 }
