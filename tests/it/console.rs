@@ -474,9 +474,10 @@ async fn fifty_navigations_and_two_tabs_never_stall_and_hold_few_connections() {
         assert!(started.elapsed() < Duration::from_secs(5), "step {step} ({page}) took {:?}: {answer}", started.elapsed());
         let status = answer["status"].as_u64().unwrap();
         assert!(status == 200 || status == 0, "step {step} ({page}): {answer}");
-        // The page shown, its stream, a fetch: never one per page visited.
+        // The page shown, its stream, a fetch, the browser's idle keep-alives: never one per page
+        // visited (those stalled the seventh load: a browser opens six to a host).
         let held = console_connections(port);
-        assert!(held <= 4, "after step {step} the console holds {held} connections");
+        assert!(held <= 6, "after step {step} the console holds {held} connections");
     }
     assert!(browser.errors().await.is_empty());
 
