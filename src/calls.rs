@@ -489,18 +489,7 @@ impl Calls {
             return Err(held);
         }
         if current.hash != waited_for.hash {
-            view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
-            self.race_event(&view, RaceKind::ChangedSinceListed, &current.name, generation.number, Some(generation.number));
-            tracing::warn!(server = %view.name, tool = %current.name, generation = generation.number, "stale tool: changed while the call waited for the server");
-            return Err(CallError::Stale(Box::new(StaleTool {
-                kind: RaceKind::ChangedSinceListed,
-                server: view.name.to_string(),
-                tool: current.name.clone(),
-                current_generation: generation.number,
-                removed_in_generation: None,
-                current_hash: Some(current.hash.clone()),
-                detail: format!("the definition changed while the call waited for the server; the current hash is {}", current.hash),
-            })));
+            return Err(self.changed_since(&view, current, generation.number, "while the call waited for the server"));
         }
         let session = view.session.clone().filter(|_| view.is_available());
         let Some(session) = session else {
@@ -563,20 +552,7 @@ impl Calls {
         expected_hash: Option<&str>,
         expected_revision: Option<u64>,
     ) -> Result<(), CallError> {
-        let stale = |listed: &str| {
-            view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
-            self.race_event(view, RaceKind::ChangedSinceListed, &tool.name, generation, Some(generation));
-            tracing::warn!(server = %view.name, tool = %tool.name, generation, "stale tool: changed since the caller listed it");
-            CallError::Stale(Box::new(StaleTool {
-                kind: RaceKind::ChangedSinceListed,
-                server: view.name.to_string(),
-                tool: tool.name.clone(),
-                current_generation: generation,
-                removed_in_generation: None,
-                current_hash: Some(tool.hash.clone()),
-                detail: format!("the definition changed since {listed}; the current hash is {}", tool.hash),
-            }))
-        };
+        let stale = |listed: &str| self.changed_since(view, tool, generation, &format!("since {listed}"));
         if let Some(expected) = expected_hash.filter(|hash| !hash.is_empty())
             && expected != tool.hash
         {
@@ -595,6 +571,24 @@ impl Calls {
 }
 
 impl Calls {
+    /// The race of a tool whose definition changed `when` ("since the hash the caller sent",
+    /// "while the call waited for the server"): counted, recorded on the span, logged, and the
+    /// caller's error, with the current hash.
+    fn changed_since(&self, view: &ServerView, tool: &ToolDef, generation: u64, when: &str) -> CallError {
+        view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
+        self.race_event(view, RaceKind::ChangedSinceListed, &tool.name, generation, Some(generation));
+        tracing::warn!(server = %view.name, tool = %tool.name, generation, when, "stale tool: changed since the caller listed it");
+        CallError::Stale(Box::new(StaleTool {
+            kind: RaceKind::ChangedSinceListed,
+            server: view.name.to_string(),
+            tool: tool.name.clone(),
+            current_generation: generation,
+            removed_in_generation: None,
+            current_hash: Some(tool.hash.clone()),
+            detail: format!("the definition changed {when}; the current hash is {}", tool.hash),
+        }))
+    }
+
     /// Records a race on the call span: an event, a link to the enumeration that published the
     /// generation in question (the one that removed or changed the tool), and the metric.
     fn race_event(&self, view: &ServerView, kind: RaceKind, tool: &str, current_generation: u64, link_generation: Option<u64>) {

@@ -110,17 +110,9 @@ impl Console {
         }
     }
 
-    /// A place among the connections of `peer`'s share; `None` (said at WARN, at most once a
-    /// second) when it holds all of it.
+    /// A place among the connections of `peer`'s share ([`listen::connection_share`]).
     fn connection_share(&self, peer: &Peer) -> Option<listen::shares::Share> {
-        let key = peer.key();
-        let share = self.connections.take(&key);
-        if share.is_none()
-            && let Some(suppressed) = self.warnings.admit()
-        {
-            tracing::warn!(peer = %key, limit = CONNECTIONS_PER_PEER, suppressed, "a console connection was refused: its peer holds its share");
-        }
-        share
+        listen::connection_share(&self.connections, &peer.key(), &self.warnings, "console")
     }
 
     async fn handle(&self, peer: &Peer, request: http::Request<Incoming>, stop: &CancellationToken) -> Response<Body> {

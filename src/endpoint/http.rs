@@ -64,7 +64,9 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
             // with a huge table slows this connection's start, not everyone's.
             let lookup = tokio::task::spawn_blocking(move || local.and_then(|local| UnixPeer::of_loopback(local, remote)));
             let peer = lookup.await.ok().flatten();
-            let Some(_share) = super::connection_share(&shares, &UnixPeer::share_key(peer.as_ref()), &warnings) else { return };
+            let Some(_share) = crate::listen::connection_share(&shares, &UnixPeer::share_key(peer.as_ref()), &warnings, super::DOOR) else {
+                return;
+            };
             let origin = Arc::new(Origin {
                 wire: Wire::http(Some(Arc::from(remote.ip().to_string())), Some(remote.port())),
                 session: None,

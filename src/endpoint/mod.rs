@@ -536,22 +536,6 @@ const CONNECTIONS_PER_PEER: usize = 256;
 const MAX_CONNECTIONS: usize = 1024;
 
 /// A connection slot of an endpoint listener ([`listen::connection_slot`]).
-/// A place among the connections of the peer `key`'s share; `None` (said at WARN, at most
-/// once a second) when it holds all of it.
-fn connection_share(
-    shares: &Arc<crate::listen::shares::Shares>,
-    key: &str,
-    warnings: &crate::telemetry::throttle::Throttle,
-) -> Option<crate::listen::shares::Share> {
-    let share = shares.take(key);
-    if share.is_none()
-        && let Some(suppressed) = warnings.admit()
-    {
-        tracing::warn!(door = DOOR, peer = %key, limit = CONNECTIONS_PER_PEER, suppressed, "a connection was refused: its peer holds its share");
-    }
-    share
-}
-
 fn connection_slot(
     slots: &Arc<tokio::sync::Semaphore>,
     warnings: &crate::telemetry::throttle::Throttle,

@@ -63,7 +63,9 @@ pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker
             tracing::warn!("an MCP connection without peer credentials was closed");
             continue;
         };
-        let Some(share) = super::connection_share(&shares, &UnixPeer::share_key(Some(&peer)), &warnings) else { continue };
+        let Some(share) = crate::listen::connection_share(&shares, &UnixPeer::share_key(Some(&peer)), &warnings, super::DOOR) else {
+            continue;
+        };
         let connection = Connection::new(endpoint.clone(), Identity::unix(peer));
         let cancel = cancel.clone();
         tracker.spawn(async move {

@@ -66,6 +66,23 @@ pub fn connection_slot(
     slot
 }
 
+/// A place among the connections of the peer `key`'s share of `door`'s; `None` (said at WARN,
+/// at most as often as `warnings` lets) when it holds all of it.
+pub fn connection_share(
+    shares: &std::sync::Arc<shares::Shares>,
+    key: &str,
+    warnings: &crate::telemetry::throttle::Throttle,
+    door: &'static str,
+) -> Option<shares::Share> {
+    let share = shares.take(key);
+    if share.is_none()
+        && let Some(suppressed) = warnings.admit()
+    {
+        tracing::warn!(door, peer = %key, limit = shares.per_peer(), suppressed, "a connection was refused: its peer holds its share");
+    }
+    share
+}
+
 /// After an accept of one of `door`'s listeners failed (out of file descriptors, say): said,
 /// and a pause, so that the accept loop does not spin while the cause lasts.
 pub async fn accept_failed(error: &std::io::Error, door: &'static str) {

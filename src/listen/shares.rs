@@ -37,6 +37,11 @@ impl Shares {
         Some(Share { shares: self.clone(), peer: peer.to_owned() })
     }
 
+    /// How many one peer may hold.
+    pub fn per_peer(&self) -> usize {
+        self.per_peer
+    }
+
     /// What `peer` holds now.
     pub fn held_by(&self, peer: &str) -> usize {
         self.held.lock().unwrap_or_else(PoisonError::into_inner).get(peer).copied().unwrap_or(0)

@@ -9,6 +9,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::reporter::Reporter;
+use super::servers::stat_fields;
 use super::{LimitKind, Limits, Plan, Report};
 
 /// How often the init looks at what the sandbox uses while its processes work.
@@ -107,13 +108,6 @@ fn activity() -> Option<Activity> {
         }
     }
     Some(used)
-}
-
-/// The fields of `/proc/PID/stat` after the command name (which may hold spaces), so that
-/// field N of proc(5) is at index N - 3.
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(text.get(text.rfind(')')? + 2..)?.split(' ').map(str::to_owned).collect())
 }
 
 /// Field `n` (numbered as proc(5) numbers them) as a number, 0 when it is not one.

@@ -46,8 +46,7 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     }
     // What lies inside a write grant is shown by it, writable: bound again read-only on top (a
     // file named in the arguments, the cwd), it would turn a writable file read-only.
-    let writable: Vec<PathBuf> = plan.write.clone();
-    binds.retain(|(path, is_writable)| *is_writable || !writable.iter().any(|grant| path.starts_with(grant)));
+    binds.retain(|(path, is_writable)| *is_writable || !plan.write.iter().any(|grant| path.starts_with(grant)));
     // Shallow before deep (a grant inside another lands on top of it); a path granted both
     // ways is bound writable, once.
     binds.sort_by(|(a, a_writable), (b, b_writable)| depth(a).cmp(&depth(b)).then(a.cmp(b)).then(b_writable.cmp(a_writable)));

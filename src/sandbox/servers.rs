@@ -102,15 +102,17 @@ fn runs_as(pid: i32, uid: u32) -> bool {
     status.lines().find_map(|line| line.strip_prefix("Uid:")).is_some_and(|ids| ids.split_whitespace().any(|id| id.parse() == Ok(uid)))
 }
 
-/// The parent and the process group of `pid`, from `/proc/PID/stat` (after the command name,
-/// which may itself hold spaces and parentheses).
+/// The parent and the process group of `pid`.
 fn stat(pid: i32) -> Option<(i32, i32)> {
+    let fields = stat_fields(pid)?;
+    Some((fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?))
+}
+
+/// The fields of `/proc/PID/stat` after the command name (which may itself hold spaces and
+/// parentheses), so that field N of proc(5) is at index N - 3.
+pub(super) fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = text.get(text.rfind(')')? + 2..)?.split(' ');
-    let _state = fields.next()?;
-    let parent = fields.next()?.parse().ok()?;
-    let group = fields.next()?.parse().ok()?;
-    Some((parent, group))
+    Some(text.get(text.rfind(')')? + 2..)?.split(' ').map(str::to_owned).collect())
 }
 
 #[cfg(test)]

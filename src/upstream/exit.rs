@@ -72,6 +72,15 @@ pub(crate) fn explain_stderr(stderr: &[String]) -> String {
     text
 }
 
+/// Two parts of an explanation, either of which may be empty, as one: "a; b".
+pub(crate) fn joined(first: String, second: String) -> String {
+    match (first.is_empty(), second.is_empty()) {
+        (_, true) => first,
+        (true, false) => second,
+        (false, false) => format!("{first}; {second}"),
+    }
+}
+
 /// What would fix a failure whose stderr shows a cause the sandbox or a clean environment
 /// typically brings. Matched on the text servers and their launchers (Python, Node.js, npm,
 /// uv) print; `None` when nothing is recognised.

@@ -196,9 +196,18 @@ impl Ended {
     /// How it ended and what it said, for an operator: "exited with status 1; its last stderr
     /// lines: «…»; hint: …".
     pub fn explain(&self) -> String {
+        exit::joined(exit::status_text(self.status), self.said(None))
+    }
+
+    /// What it said on stderr and the hint that points to; `launcher`'s hint (a package
+    /// launcher without network, which often says nothing before it is given up on) where its
+    /// words point to nothing else. Empty when there is nothing to say.
+    fn said(&self, launcher: Option<String>) -> String {
         let said = exit::explain_stderr(&self.stderr);
-        let how = exit::status_text(self.status);
-        if said.is_empty() { how } else { format!("{how}; {said}") }
+        match launcher.filter(|_| exit::hint(&self.stderr).is_none()) {
+            Some(launcher) => exit::joined(said, launcher),
+            None => said,
+        }
     }
 }
 
@@ -242,18 +251,13 @@ pub async fn connect(
                 }),
                 Err(error) => {
                     tasks.close_input();
-                    let stopped = process.shutdown(settings.shutdown_grace).await;
+                    let mut ended = process.shutdown(settings.shutdown_grace).await;
                     tasks.join(settings.shutdown_grace).await;
                     // A sandbox that could not be built explains the silence better than the
                     // silence; else the server's own words do.
-                    let launcher = stdio_spec
-                        .sandbox
-                        .enabled
-                        .then(|| exit::launcher_hint(&stdio_spec.command, &stdio_spec.args, stdio_spec.sandbox.network))
-                        .flatten();
-                    Err(match stopped.report {
+                    Err(match ended.sandbox.take() {
                         Some(report) => SandboxError::Reported(report).into(),
-                        None => explained(error, &stopped, launcher),
+                        None => explained(error, &ended, launcher_warning(stdio_spec)),
                     })
                 }
             }
@@ -301,20 +305,11 @@ pub async fn connect(
 
 /// A failure to start a stdio server, with how it ended and what it said: a server whose output
 /// ended went away by itself, so its exit is the news.
-fn explained(error: UpstreamError, stopped: &stdio::Stopped, launcher: Option<String>) -> UpstreamError {
-    let mut said = exit::explain_stderr(&stopped.stderr);
-    // A launcher that cannot reach its registry often says nothing before it is given up on.
-    if let Some(launcher) = launcher.filter(|_| exit::hint(&stopped.stderr).is_none()) {
-        said = if said.is_empty() { launcher } else { format!("{said}; {launcher}") };
-    }
+fn explained(error: UpstreamError, ended: &Ended, launcher: Option<String>) -> UpstreamError {
+    let said = ended.said(launcher);
     match error {
         UpstreamError::Closed => {
-            let how = exit::status_text(stopped.status);
-            UpstreamError::Exited(if said.is_empty() {
-                format!("{how} before it answered")
-            } else {
-                format!("{how} before it answered; {said}")
-            })
+            UpstreamError::Exited(exit::joined(format!("{} before it answered", exit::status_text(ended.status)), said))
         }
         error if said.is_empty() => error,
         error => UpstreamError::Explained { error: Box::new(error), said },
@@ -459,9 +454,9 @@ impl Connection {
         match self.endpoint {
             Endpoint::Stdio { process, tasks } => {
                 tasks.close_input();
-                let stopped = process.shutdown(self.shutdown_grace).await;
+                let ended = process.shutdown(self.shutdown_grace).await;
                 tasks.join(self.shutdown_grace).await;
-                Ended { status: stopped.status, sandbox: stopped.report, stderr: stopped.stderr }
+                ended
             }
             Endpoint::Http(link) => {
                 link.shutdown(self.shutdown_grace).await;

@@ -1,7 +1,7 @@
 //! stdio servers: a child process in its own process group, its stderr in toolhost's log, and
 //! the MCP shutdown sequence (close stdin, wait, SIGTERM, wait, SIGKILL to the group, reap).
 
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,25 +15,16 @@ use tokio::task::JoinHandle;
 use crate::config::StdioSpec;
 use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
-use crate::upstream::UpstreamError;
 use crate::upstream::confinement::{self, SandboxError};
 use crate::upstream::exit::StderrTail;
 use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
+use crate::upstream::{Ended, UpstreamError};
 
 /// Longest stderr line kept whole; longer lines are logged truncated.
 const STDERR_LINE_BYTES: usize = 4096;
 /// stderr lines logged per second per server; the rest are counted and summarised.
 const STDERR_LINES_PER_SECOND: u32 = 50;
-
-/// How a stdio server's process ended.
-pub(crate) struct Stopped {
-    pub(crate) status: Option<ExitStatus>,
-    /// What its sandbox reported, if anything.
-    pub(crate) report: Option<Report>,
-    /// Its last stderr lines (redacted, bounded).
-    pub(crate) stderr: Vec<String>,
-}
 
 /// A running stdio server process and the task that drains its stderr.
 pub(crate) struct ChildProcess {
@@ -171,7 +162,7 @@ impl ChildProcess {
     /// The caller has already closed the child's stdin. Returns the exit status once reaped,
     /// what its sandbox reported (a limit it crossed, a sandbox it could not build) and its last
     /// stderr lines; anything left in the process group afterwards is killed.
-    pub(crate) async fn shutdown(mut self, grace: Duration) -> Stopped {
+    pub(crate) async fn shutdown(mut self, grace: Duration) -> Ended {
         let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
         if status.is_none() {
             self.signal_group(Signal::SIGTERM);
@@ -202,7 +193,7 @@ impl ChildProcess {
             },
             None => None,
         };
-        Stopped { status, report, stderr: self.stderr_tail.lines() }
+        Ended { status, sandbox: report, stderr: self.stderr_tail.lines() }
     }
 
     fn signal_group(&self, signal: Signal) {
