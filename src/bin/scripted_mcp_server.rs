@@ -444,11 +444,9 @@ impl Server {
                         write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
                         std::thread::sleep(Duration::from_millis(millis - millis / 2));
                     } else if let Some(until) = &until {
-                        // Until a file appears (a test's event), at most `ms`.
-                        let started = std::time::Instant::now();
-                        while !std::path::Path::new(until).exists() && started.elapsed() < Duration::from_millis(millis) {
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
+                        // Until the test says so: opening a named pipe for reading blocks until
+                        // its writer opens it (the test's event), no clock involved.
+                        let _ = std::fs::File::open(until);
                     } else {
                         std::thread::sleep(Duration::from_millis(millis));
                     }

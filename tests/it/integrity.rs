@@ -257,7 +257,9 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
         async move { grpc.call_tool(request).await }
     };
     // The only slot is taken until the test says so.
+    // A named pipe: the slot's call ends when the test opens it, never on a clock.
     let release = dir.path("release");
+    nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let holder = tokio::spawn(call("sleep", json!({"ms": 60_000, "until": release})));
     let queue = app.registry().server("busy").unwrap().shared.call_queue.clone();
     eventually("the slot taken", async || (queue.in_use() == 1).then_some(())).await;
@@ -270,7 +272,8 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
         v.held_names() == ["busy__echo"] && !tool_names(v).iter().any(|name| name == "gone")
     })
     .await;
-    std::fs::write(&release, "").unwrap();
+    let opened = release.clone();
+    tokio::task::spawn_blocking(move || std::fs::write(opened, "")).await.unwrap().unwrap();
     holder.await.unwrap().expect("the slot's own call ends well");
     let held = queued_echo.await.unwrap().expect_err("a held tool is not called");
     assert_eq!(error_info(&held).0, "DEFINITION_HELD", "{held:?}");

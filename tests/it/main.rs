@@ -30,6 +30,7 @@ mod mrtr;
 mod oauth;
 mod restart;
 mod sandbox;
+mod sandbox_life;
 mod search;
 mod semconv;
 mod store_faults;

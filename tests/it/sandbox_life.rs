@@ -1,0 +1,258 @@
+//! A server's life inside its sandbox, past containment (`sandbox.rs`): it has a home of its
+//! own, writes what its grants name across restarts, says why when it fails, and costs nothing
+//! while idle; its CPU limit is the whole sandbox's.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+use crate::sandbox::{PYTHON, TOOLHOST, hostile_table};
+
+/// Writes a minimal MCP server in Python at `path`: `prelude` runs first, then it answers the
+/// handshake, lists one tool named `tool`, and runs `on_call` (which sets `result` or exits) for
+/// a call of it; anything else is -32601.
+fn python_server(path: &Path, prelude: &str, tool: &str, on_call: &str) {
+    let indent = |code: &str| code.lines().map(|line| format!("        {line}\n")).collect::<String>();
+    let text = format!(
+        "import json, sys\n{prelude}\n\
+         for line in sys.stdin:\n\
+         \x20   message = json.loads(line)\n\
+         \x20   method, id = message.get(\"method\"), message.get(\"id\")\n\
+         \x20   if id is None:\n\
+         \x20       continue\n\
+         \x20   if method == \"initialize\":\n\
+         \x20       result = {{\"protocolVersion\": message[\"params\"][\"protocolVersion\"], \"capabilities\": {{\"tools\": {{}}}}, \"serverInfo\": {{\"name\": \"{tool}\", \"version\": \"1\"}}}}\n\
+         \x20   elif method == \"tools/list\":\n\
+         \x20       result = {{\"tools\": [{{\"name\": \"{tool}\", \"inputSchema\": {{\"type\": \"object\"}}}}]}}\n\
+         \x20   elif method == \"tools/call\":\n{}\
+         \x20   else:\n\
+         \x20       print(json.dumps({{\"jsonrpc\": \"2.0\", \"id\": id, \"error\": {{\"code\": -32601, \"message\": \"no\"}}}}), flush=True)\n\
+         \x20       continue\n\
+         \x20   print(json.dumps({{\"jsonrpc\": \"2.0\", \"id\": id, \"result\": result}}), flush=True)\n",
+        indent(on_call)
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// A server that fails says why, in its last error and at WARN: a Python server run by its path
+/// whose sibling module is outside its view exits before it answers (status, its traceback's
+/// last lines, and the grant that would fix it); one that dies in the middle of a session after
+/// writing to stderr is shown with its status and those lines, not "the session is closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
+    let dir = TestDir::new();
+    let code = dir.path("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("helpers.py"), "GREETING = 'hello'\n").unwrap();
+    std::fs::write(code.join("server.py"), "import helpers\n").unwrap();
+    // Answers the handshake and listing; its one tool writes a line to stderr and exits 4.
+    let dying = dir.path("dying.py");
+    python_server(
+        &dying,
+        "",
+        "die",
+        "sys.stderr.write(\"fatal: the journal at /var/lib/dying/journal is locked by another process\\n\")\nsys.stderr.flush()\nsys.exit(4)",
+    );
+    let restart = "restart = { initial_backoff = \"10s\", max_backoff = \"10s\" }";
+    let servers = [
+        format!("[servers.imports]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", code.join("server.py").display().to_string()),
+        format!("[servers.dying]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", dying.display().to_string()),
+    ];
+    let app = start(dir.config(&servers.join("\n"))).await;
+    let view = wait_for_server(app.registry(), "imports", "its failure explained", |v| {
+        v.last_error.as_deref().is_some_and(|error| error.contains("exited with status"))
+    })
+    .await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("before it answered") && error.contains("No module named 'helpers'"), "{error}");
+    assert!(error.contains("hint: a module it imports is not in its view"), "{error}");
+    assert!(!error.contains("the session is closed"), "{error}");
+
+    wait_for_server(app.registry(), "dying", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let call = pb::CallToolRequest { qualified_name: "dying__die".into(), arguments_json: "{}".into(), ..Default::default() };
+    let failed = client.call_tool(call).await.expect_err("the server died under the call");
+    assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
+    let view = wait_for_server(app.registry(), "dying", "its end explained", |v| v.last_error.is_some()).await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("exited with status 4") && error.contains("journal at /var/lib/dying/journal is locked"), "{error}");
+    // The CLI shows it, escaped and whole in JSON.
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "--json", "--addr", &cli_addr(&app)]).output().unwrap();
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let shown =
+        listed.as_array().and_then(|servers| servers.iter().find(|s| s["name"] == "dying")).cloned().unwrap_or_else(|| listed.clone());
+    assert!(shown.to_string().contains("exited with status 4"), "{shown}");
+    app.shutdown().await;
+}
+
+/// A file named in a server's arguments that lies in its write grant stays writable across
+/// restarts (it was bound read-only on top of the grant once it existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_named_in_the_arguments_inside_a_write_grant_stays_writable_across_restarts() {
+    let dir = TestDir::new();
+    let data = dir.path("data");
+    std::fs::create_dir_all(&data).unwrap();
+    open_to_all(&data);
+    let journal = data.join("journal.log");
+    // Appends a line at every start, and dies if it cannot: the journal must take it.
+    let server = dir.path("journal.py");
+    python_server(
+        &server,
+        "with open(sys.argv[1], \"a\") as journal:\n    journal.write(\"started\\n\")",
+        "noop",
+        "result = {\"content\": []}",
+    );
+    let table = format!(
+        "[servers.journal]\ncommand = {PYTHON:?}\nargs = [{:?}, {:?}]\nwrite = [{:?}]\n",
+        server.display().to_string(),
+        journal.display().to_string(),
+        data.display().to_string()
+    );
+    let app = start(dir.config(&table)).await;
+    let starts = |n: usize| move |v: &toolhost::registry::ServerView| v.state == ServerState::Ready && v.num_restarts as usize >= n;
+    wait_for_server(app.registry(), "journal", "ready", starts(0)).await;
+    let mut client = client(&app).await;
+    for restart in 1..=3 {
+        let before = app.registry().server("journal").unwrap().num_restarts;
+        client.restart_server(pb::RestartServerRequest { server: "journal".into() }).await.unwrap();
+        wait_for_server(app.registry(), "journal", "restarted", |v| v.state == ServerState::Ready && v.num_restarts > before).await;
+        let lines = std::fs::read_to_string(&journal).unwrap().lines().count();
+        assert_eq!(lines, restart + 1, "after restart {restart}");
+    }
+    app.shutdown().await;
+}
+
+/// Each sandboxed server has a home of its own beside the store (in the private state
+/// directory): its HOME and XDG directories, owned by the uid it runs as, writable, kept across
+/// restarts; the rest of the state directory stays out of its sight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_has_a_home_of_its_own_that_outlives_its_restarts() {
+    let dir = TestDir::new();
+    let state = dir.path("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let config = dir.path("toolhost.toml");
+    // No [store] path: the store, and the servers' homes beside it, go to the state directory.
+    std::fs::write(&config, format!("[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{}", hostile_table("hostile", ""))).unwrap();
+    let log = dir.path("daemon.log");
+    let mut daemon = std::process::Command::new(TOOLHOST)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("STATE_DIRECTORY", &state)
+        .env("RUNTIME_DIRECTORY", dir.path("run"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr = format!("unix:{}", dir.path("toolhost.sock").display());
+    let cli = |args: &[&str]| std::process::Command::new(TOOLHOST).args(args).args(["--addr", &addr]).output().unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually("the server is ready", async || {
+        String::from_utf8_lossy(&cli(&["servers", "--json"]).stdout).contains("\"state\":\"ready\"").then_some(())
+    })
+    .await;
+    let call = |tool: &str, arguments: Value| {
+        let output = cli(&["call", &format!("hostile__{tool}"), "--args", &arguments.to_string(), "--json"]);
+        assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), log_text());
+        let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+        serde_json::from_str::<Value>(reply["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let home = state.join("servers/hostile");
+    let who = call("whoami", json!({}));
+    assert_eq!(who["home"], home.display().to_string(), "{who}");
+    assert_eq!(who["cache"], home.join(".cache").display().to_string(), "{who}");
+    let meta = std::fs::metadata(&home).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), who["uid"].as_u64().unwrap() as u32, "owned by the uid it runs as");
+    // It writes in its home; the store beside it stays hidden, and so does the directory.
+    let mark = home.join(".cache/mark");
+    let report = call("attack", json!({"write": [mark], "read": [state.join("catalog.db")], "run": [["ls", state.display().to_string()]]}));
+    assert!(report["process"][format!("write {}", mark.display())].as_str().unwrap().starts_with("reached"), "{report}");
+    assert!(report["process"][format!("read {}", state.join("catalog.db").display())].as_str().unwrap().starts_with("blocked"), "{report}");
+    // At most the way to its home: nothing of the state directory itself.
+    let listed = report["process"][format!("run ls {}", state.display())].as_str().unwrap();
+    assert!(listed.starts_with("blocked") || listed.ends_with(": servers"), "{report}");
+    // Restarted: its home is still there, with what it wrote.
+    let restarted = cli(&["restart", "hostile"]);
+    assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
+    eventually("ready again", async || {
+        let listed: Value = serde_json::from_slice(&cli(&["servers", "--json"]).stdout).ok()?;
+        let server = listed.as_array()?.iter().find(|server| server["name"] == "hostile")?.clone();
+        (server["state"] == "ready" && server["restarts"].as_u64() >= Some(1)).then_some(())
+    })
+    .await;
+    let report = call("attack", json!({"read": [mark]}));
+    assert!(report["process"][format!("read {}", mark.display())].as_str().unwrap().starts_with("reached"), "{report}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log_text());
+}
+
+/// The CPU limit is the whole sandbox's: three processes that each stay under `cpu_time` but
+/// together pass it stop the sandbox, the limit named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_limit_counts_every_process_of_the_sandbox_together() {
+    let dir = TestDir::new();
+    let limits = "limits = { cpu_time = \"3s\" }\nrestart = { initial_backoff = \"30s\", max_backoff = \"30s\" }";
+    let table = hostile_table("spinner", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", "");
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "spinner", "ready", |v| v.state == ServerState::Ready).await;
+    let mut client = client(&app).await;
+    let call = pb::CallToolRequest {
+        qualified_name: "spinner__runaway".into(),
+        arguments_json: json!({"kind": "cpu"}).to_string(),
+        ..Default::default()
+    };
+    let failed = client.call_tool(call).await.expect_err("stopped under the call");
+    assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
+    let view = wait_for_server(app.registry(), "spinner", "stopped at its CPU limit", |v| {
+        v.last_error.as_deref().is_some_and(|e| e.contains("the cpu limit"))
+    })
+    .await;
+    let error = view.last_error.clone().unwrap();
+    assert!(error.contains("together"), "the sum, not one process's own limit: {error}");
+    assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some("cpu"));
+    app.shutdown().await;
+}
+
+/// Voluntary context switches of a process so far (each sleep it wakes from counts one).
+fn wakeups(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|line| line.strip_prefix("voluntary_ctxt_switches:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Idle sandboxes cost no CPU: once their servers have settled, each sandbox's init wakes at
+/// most every few seconds (it used to sample every 50 ms, 100 times in 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandboxes_leave_the_cpu_alone() {
+    const SERVERS: usize = 8;
+    let dir = TestDir::new();
+    let tables: Vec<String> =
+        (0..SERVERS).map(|n| server_table(&format!("idle{n}"), &dir.script(&format!("idle{n}"), json!({})), "")).collect();
+    let app = start(dir.config(&tables.join("\n"))).await;
+    wait_until(app.registry(), "all ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    // Each sandbox's init is its server's parent.
+    let inits: Vec<i32> = (0..SERVERS)
+        .map(|n| {
+            let server = *dir.pids(&format!("idle{n}")).last().expect("a server pid");
+            let stat = std::fs::read_to_string(format!("/proc/{server}/stat")).unwrap();
+            stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(1).unwrap().parse().unwrap()
+        })
+        .collect();
+    // Settled: the inits have backed off (their waits double from 50 ms to 5 s).
+    let mut settle = pace(Duration::from_secs(1));
+    let mut before: Vec<u64> = inits.iter().map(|pid| wakeups(*pid)).collect();
+    for _ in 0..8 {
+        settle.tick().await;
+        before = inits.iter().map(|pid| wakeups(*pid)).collect();
+    }
+    // A window of 5 s: at most two wake-ups each.
+    let mut window = pace(Duration::from_secs(5));
+    window.tick().await;
+    window.tick().await;
+    let woke: Vec<u64> = inits.iter().zip(&before).map(|(pid, before)| wakeups(*pid) - before).collect();
+    assert!(woke.iter().all(|n| *n <= 2), "wake-ups of each idle sandbox's init in 5 s: {woke:?}");
+    app.shutdown().await;
+}
