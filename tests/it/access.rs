@@ -13,6 +13,16 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// The CLI against `addr` with `args`, presenting `token` (`TOOLHOST_TOKEN`) or none at all.
+fn cli_with_token(args: &[&str], addr: &str, token: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    command.args(args).args(["--addr", addr]).env_remove("TOOLHOST_TOKEN");
+    if let Some(token) = token {
+        command.env("TOOLHOST_TOKEN", token);
+    }
+    command.output().unwrap()
+}
+
 fn listed(output: &Output) -> Vec<String> {
     let tools: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("not JSON: {}", stderr(output)));
     let mut names: Vec<String> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
@@ -128,14 +138,7 @@ async fn tcp_callers_need_the_right_token() {
     let app = start(dir.config(&format!("{policy}\n{}", server_table("demo", &script, "")))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let addr = tcp_addr(&app).to_string();
-    let cli = |token: Option<&str>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        command.args(["tools", "--json", "--addr", &addr]).env_remove("TOOLHOST_TOKEN");
-        if let Some(token) = token {
-            command.env("TOOLHOST_TOKEN", token);
-        }
-        command.output().unwrap()
-    };
+    let cli = |token: Option<&str>| cli_with_token(&["tools", "--json"], &addr, token);
     let anonymous = cli(None);
     assert!(stderr(&anonymous).contains("UNAUTHENTICATED: "), "{}", stderr(&anonymous));
     let wrong = cli(Some("tcp-token-not-the-right-one"));
@@ -379,14 +382,7 @@ async fn a_token_presented_decides_on_every_door_before_the_kernels_word() {
     let unix = format!("unix:{}", dir.path("toolhost.sock").display());
     let tcp = tcp_addr(&app).to_string();
     for addr in [&unix, &tcp] {
-        let whoami = |token: Option<&str>| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-            command.args(["whoami", "--json", "--addr", addr]).env_remove("TOOLHOST_TOKEN");
-            if let Some(token) = token {
-                command.env("TOOLHOST_TOKEN", token);
-            }
-            command.output().unwrap()
-        };
+        let whoami = |token: Option<&str>| cli_with_token(&["whoami", "--json"], addr, token);
         let viewer = whoami(Some(token));
         let said: Value = serde_json::from_slice(&viewer.stdout).unwrap_or_else(|_| panic!("{addr}: {}", stderr(&viewer)));
         assert_eq!(said["agent"], "viewer", "{addr}: {said}");
