@@ -133,7 +133,8 @@ pub fn refused(outcome: &str) -> bool {
     )
 }
 
-/// Whether an audit outcome records a call (that ran or was refused), not a task's start.
+/// Whether an audit outcome records a call (that ran or was refused), not a task's start or
+/// cancellation.
 pub fn is_call(outcome: &str) -> bool {
-    !outcome.starts_with("task_started:")
+    !outcome.starts_with("task_started:") && !outcome.starts_with("task_cancelled:")
 }

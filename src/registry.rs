@@ -28,6 +28,8 @@ use crate::config::AuditArguments;
 use crate::mcp::lifecycle::ServerHello;
 use crate::upstream::SessionHandle;
 
+pub mod history;
+
 /// Snapshots kept for paging and revision preconditions.
 const SNAPSHOTS_KEPT: usize = 64;
 
@@ -162,6 +164,8 @@ pub struct ServerShared {
     /// The trace span of the refresh that published each recent generation, so that a stale-tool
     /// race can link to the enumeration that observed the change.
     generation_spans: Mutex<VecDeque<(u64, SpanContext)>>,
+    /// Its recent life (starts, exits, restarts, limits hit), for its own page.
+    pub history: history::History,
 }
 
 /// Generations whose publishing span is remembered.
@@ -318,6 +322,7 @@ impl ServerView {
                 approvals: tokio::sync::Mutex::default(),
                 races: RaceCounters::default(),
                 generation_spans: Mutex::default(),
+                history: history::History::default(),
             }),
             sandbox: None,
         }
@@ -415,6 +420,14 @@ impl Registry {
     /// Adds or replaces a server's view; `change` says why, for watchers (none at boot).
     pub(crate) fn insert(&self, view: ServerView, change: Option<ConfigChange>) {
         self.publish(|servers, events| {
+            if let Some(previous) = servers.get(&view.name) {
+                view.shared.history.continue_from(&previous.shared.history);
+            }
+            let what = match change {
+                Some(ConfigChange::Changed) => "its configuration changed",
+                _ => "configured",
+            };
+            view.shared.history.record(crate::catalog::record::now_ms(), view.state, what.to_owned());
             if let Some(change) = change {
                 events.push(CatalogChange::ConfigChanged { server: view.name.clone(), change });
             }
@@ -426,7 +439,9 @@ impl Registry {
     /// Publishes many servers at once (boot): one snapshot, however many servers.
     pub(crate) fn insert_all(&self, views: Vec<ServerView>) {
         self.publish(|servers, _| {
+            let now = crate::catalog::record::now_ms();
             for view in views {
+                view.shared.history.record(now, view.state, "configured".to_owned());
                 servers.insert(view.name.clone(), Arc::new(view));
             }
             true
@@ -451,6 +466,9 @@ impl Registry {
             let before = view.clone();
             let after = Arc::make_mut(view);
             change(after);
+            if let Some(what) = history::transition(&before, after) {
+                after.shared.history.record(crate::catalog::record::now_ms(), after.state, what);
+            }
             let generation_changed = match (&before.generation, &after.generation) {
                 (Some(old), Some(new)) => !Arc::ptr_eq(old, new),
                 (None, Some(_)) => true,

@@ -44,6 +44,13 @@ impl Gcra {
         }
     }
 
+    /// How long from `now` until the next call may start (zero when one may start now).
+    pub fn wait(&self, now: Instant) -> Duration {
+        let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let ahead = self.next_at.load(Ordering::Acquire).saturating_sub(now);
+        Duration::from_nanos(ahead.saturating_sub(self.tolerance))
+    }
+
     /// Calls that could start at once now (what `whoami` shows as left).
     pub fn available(&self, now: Instant) -> u32 {
         let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
@@ -71,6 +78,8 @@ mod tests {
         }
         let wait = limit.take(start).unwrap_err();
         assert_eq!(wait, Duration::from_millis(100), "one interval (1 s / 10) until the next call");
+        assert_eq!(limit.wait(start), wait, "what the limits page shows is what a call is told");
+        assert_eq!(limit.wait(start + Duration::from_millis(100)), Duration::ZERO);
         assert!(limit.take(start + Duration::from_millis(99)).is_err());
         limit.take(start + Duration::from_millis(100)).unwrap();
         assert_eq!(limit.available(start + Duration::from_secs(10)), 3, "a quiet spell refills the burst, no more");

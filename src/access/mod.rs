@@ -297,6 +297,15 @@ impl Policy {
         matched.or_else(|| identity.peer().and(self.default.clone()))
     }
 
+    /// Every agent entry, in the configured order, then the default's (without `[access]`,
+    /// the local operators' entry alone).
+    pub fn entries(&self) -> Vec<Arc<Agent>> {
+        if !self.configured {
+            return vec![self.local_operator.clone()];
+        }
+        self.agents.iter().chain(self.default.as_ref()).cloned().collect()
+    }
+
     /// Whether `[access]` was configured (without it, only local operators get in).
     pub fn is_configured(&self) -> bool {
         self.configured

@@ -41,21 +41,9 @@ impl ToolHostService {
                 callable_tools = callable_tools.saturating_add(count(Presentation::Callable));
             }
         }
-        let mut limits = agent_limits(&caller.agent);
         let now = crate::catalog::record::now_ms();
-        for quota in &caller.agent.quotas {
-            let (window, ends_at) = quota.window(now);
-            // Counted in the store, less what this daemon counted ahead and has not used.
-            let counted = self.store.quota_used(&caller.agent.name, &quota.key, window).await.map_err(ApiError::from)?;
-            let used = counted.saturating_sub(quota.leased(window).await);
-            limits.quotas.push(pb::QuotaStatus {
-                tools: quota.patterns.clone(),
-                calls: quota.calls,
-                per_ms: u64::try_from(quota.per.as_millis()).unwrap_or(u64::MAX),
-                used,
-                resets_at_unix_ms: ends_at,
-            });
-        }
+        let limits = crate::door::limits::read(&self.store, &caller.agent, now).await.map_err(ApiError::from)?;
+        let limits = agent_limits(&limits);
         let peer = caller.identity.peer();
         Ok(pb::WhoAmIResponse {
             transport: caller.identity.transport.to_owned(),
@@ -110,15 +98,26 @@ fn audit_message(record: AuditRecord) -> pb::AuditRecord {
 }
 
 /// An agent entry's limits as `WhoAmI` tells them.
-fn agent_limits(agent: &crate::access::Agent) -> pb::AgentLimits {
-    let rate = agent.rate.as_ref();
+fn agent_limits(limits: &crate::door::limits::AgentLimits) -> pb::AgentLimits {
+    let millis = |duration: std::time::Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    let rate = limits.rate.as_ref();
     pb::AgentLimits {
-        concurrency: u32::try_from(agent.concurrency).unwrap_or(u32::MAX),
-        in_flight: u32::try_from(agent.in_flight()).unwrap_or(u32::MAX),
-        rate_calls: rate.map_or(0, |rate| rate.limit.calls),
-        rate_per_ms: rate.map_or(0, |rate| u64::try_from(rate.limit.per.as_millis()).unwrap_or(u64::MAX)),
-        rate_burst: rate.map_or(0, |rate| rate.limit.burst),
-        rate_available: rate.map_or(0, |rate| rate.available(std::time::Instant::now())),
-        quotas: Vec::new(),
+        concurrency: u32::try_from(limits.concurrency).unwrap_or(u32::MAX),
+        in_flight: u32::try_from(limits.in_flight).unwrap_or(u32::MAX),
+        rate_calls: rate.map_or(0, |rate| rate.calls),
+        rate_per_ms: rate.map_or(0, |rate| millis(rate.per)),
+        rate_burst: rate.map_or(0, |rate| rate.burst),
+        rate_available: rate.map_or(0, |rate| rate.available),
+        quotas: limits
+            .quotas
+            .iter()
+            .map(|quota| pb::QuotaStatus {
+                tools: quota.tools.clone(),
+                calls: quota.calls,
+                per_ms: millis(quota.per),
+                used: quota.used,
+                resets_at_unix_ms: quota.renews_at_ms,
+            })
+            .collect(),
     }
 }

@@ -6,6 +6,7 @@ use http::StatusCode;
 use crate::access::Refusal;
 use crate::catalog::store::StoreError;
 use crate::door::SearchError;
+use crate::door::tasks::TaskError;
 use crate::supervisor::integrity::ApproveError;
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,8 @@ pub enum ConsoleError {
     Search(#[from] SearchError),
     #[error("the store failed; the daemon's log has the details")]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Task(#[from] TaskError),
     #[error("too many pages are following the catalog now; try again later")]
     Busy,
     #[error("the daemon is stopping")]
@@ -64,6 +67,12 @@ impl ConsoleError {
             },
             ConsoleError::Search(SearchError::UnknownServer(_)) => StatusCode::NOT_FOUND,
             ConsoleError::Search(SearchError::Store(_)) | ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::Task(error) => match error {
+                TaskError::Unknown(_) => StatusCode::NOT_FOUND,
+                TaskError::Store(_) | TaskError::NoRandom => StatusCode::INTERNAL_SERVER_ERROR,
+                TaskError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::CONFLICT,
+            },
             ConsoleError::Busy | ConsoleError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -71,9 +80,10 @@ impl ConsoleError {
     /// What the page says: a store failure's own text stays in the log.
     pub fn message(&self) -> String {
         match self {
-            ConsoleError::Approve(ApproveError::Store(_)) | ConsoleError::Search(SearchError::Store(_)) | ConsoleError::Store(_) => {
-                "the store failed; the daemon's log has the details".to_owned()
-            }
+            ConsoleError::Approve(ApproveError::Store(_))
+            | ConsoleError::Search(SearchError::Store(_))
+            | ConsoleError::Store(_)
+            | ConsoleError::Task(TaskError::Store(_)) => "the store failed; the daemon's log has the details".to_owned(),
             other => other.to_string(),
         }
     }

@@ -17,6 +17,9 @@ pub(super) struct Ctx<'a> {
     /// Only the live region is wanted (the page refreshing itself after a catalog change).
     pub(super) fragment: bool,
     pub(super) revision: u64,
+    /// Fetch the live region this often (milliseconds) as well: what moves without a catalog
+    /// change (a server's own page: its history).
+    pub(super) poll_ms: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +28,19 @@ pub(super) enum Tab {
     Catalog,
     Review,
     Audit,
+    Tasks,
+    Limits,
+}
+
+impl Tab {
+    /// How often the page's live region is fetched again besides catalog changes: tasks and
+    /// limits move with every call, which the catalog watch does not tell.
+    fn poll_ms(self) -> Option<u32> {
+        match self {
+            Tab::Tasks | Tab::Limits => Some(2000),
+            _ => None,
+        }
+    }
 }
 
 /// A whole page: `controls` (forms the reader is filling in) stay as they are when the page
@@ -37,14 +53,17 @@ pub(super) fn page(ctx: &Ctx, tab: Tab, title: &str, controls: Markup, live: Mar
     let tabs = [
         (Tab::Servers, "/servers", "Servers", true),
         (Tab::Catalog, "/catalog", "Catalog", true),
+        (Tab::Tasks, "/tasks", "Tasks", true),
+        (Tab::Limits, "/limits", "Limits", true),
         (Tab::Review, "/review", "Review", admin),
         (Tab::Audit, "/audit", "Audit", admin),
     ];
+    let poll = ctx.poll_ms.or(tab.poll_ms());
     html! {
         (DOCTYPE)
         html lang="en" {
             (head(title, true))
-            body data-revision=(ctx.revision) {
+            body data-revision=(ctx.revision) data-poll=[poll] {
                 header {
                     a.brand href="/servers" { "toolhost" }
                     nav {

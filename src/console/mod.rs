@@ -1,11 +1,12 @@
-//! The operator console: HTML pages served by the daemon (servers, catalog, review, audit),
-//! kept live by the catalog watch over server-sent events, under the same identities and policy
-//! as the other doors. Loopback TCP and Unix sockets only. Everything it serves is in the binary.
+//! The operator console: HTML pages served by the daemon (servers, catalog, tasks, limits,
+//! review, audit), kept live by the catalog watch over server-sent events (and, for what moves
+//! with every call, by fetching again), under the same identities and policy as the other doors.
+//! Loopback TCP and Unix sockets only. Everything it serves is in the binary.
 //!
 //! A request passes [`guard`] (Host, Origin, fetch metadata), gets a session (a cookie, a CSRF
 //! token, the token it signed in with), is admitted like any caller (the kernel's word for a
 //! loopback peer, else the session's token) and answered by one view. Actions are POSTs with the
-//! session's CSRF token and need `admin`.
+//! session's CSRF token and need `admin`, but for cancelling one's own task.
 
 mod catalog;
 mod chart;
@@ -14,10 +15,12 @@ mod error;
 mod events;
 mod guard;
 mod html;
+mod limits;
 mod login;
 mod review;
 mod servers;
 mod sessions;
+mod tasks;
 mod trail;
 
 use std::convert::Infallible;
@@ -180,7 +183,6 @@ impl Console {
                 }
                 _ => {
                     let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
-                    caller.require_admin().map_err(ConsoleError::NotAdmin)?;
                     let (flash, back) = self.act(&caller, path, &form).await?;
                     self.sessions.flash(&session.id, flash);
                     Ok(redirect(back))
@@ -201,7 +203,15 @@ impl Console {
         let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
         let snapshot = self.door.registry().snapshot();
         let fragment = parts.headers.get("x-console-fragment").is_some();
-        let ctx = Ctx { caller: &caller, csrf: &session.csrf, signed_in: session.token.is_some(), fragment, revision: snapshot.revision };
+        let poll_ms = (path == "/server").then_some(2000);
+        let ctx = Ctx {
+            caller: &caller,
+            csrf: &session.csrf,
+            signed_in: session.token.is_some(),
+            fragment,
+            revision: snapshot.revision,
+            poll_ms,
+        };
         let params = Form::parse(query.as_bytes());
         let flash = if fragment { None } else { self.sessions.take_flash(&session.id) };
         let admin = || caller.require_admin().map_err(ConsoleError::NotAdmin);
@@ -228,6 +238,12 @@ impl Console {
                 };
                 trail::view(&ctx, &self.store, &query, crate::catalog::record::now_ms()).await?
             }
+            "/tasks" => {
+                let query =
+                    tasks::Query { agent: params.text("agent", 200), state: params.text("state", 20), tool: params.text("tool", 200) };
+                tasks::view(&ctx, &self.door, &query, crate::catalog::record::now_ms(), flash.as_deref()).await?
+            }
+            "/limits" => limits::view(&ctx, &self.door, &self.store, crate::catalog::record::now_ms()).await?,
             "/events" => {
                 let slot = events::slot(&self.streams, &self.stream_shares, &caller.agent.name).ok_or(ConsoleError::Busy)?;
                 return Ok(events::stream(&self.door, caller.identity, stop.clone(), slot));
@@ -241,9 +257,19 @@ impl Console {
         Ok(response)
     }
 
-    /// An operator's action; what it did (for the next page) and where to go back to.
+    /// An action; what it did (for the next page) and where to go back to. Cancelling one's own
+    /// task is anyone's; everything else is an operator's.
     async fn act(&self, caller: &Caller, path: &str, form: &Form) -> Result<(String, &'static str), ConsoleError> {
         let server = form.text("server", 200);
+        if path == "/tasks/cancel" {
+            let id = form.text("id", 200);
+            let task = match caller.agent.admin {
+                true => self.door.cancel_task_as_operator(caller, &id).await?,
+                false => self.door.cancel_task(caller, &id).await?,
+            };
+            return Ok((format!("Cancelled task {} ({}).", task.id, task.qualified_name), "/tasks"));
+        }
+        caller.require_admin().map_err(ConsoleError::NotAdmin)?;
         match path {
             "/servers/refresh" => {
                 self.refresher.operate(&server, ServerAction::Refresh)?;

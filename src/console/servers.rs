@@ -1,7 +1,8 @@
 //! The servers page: each server the caller may know of, its state, protocol, transport,
 //! generation, tools, last error (secrets redacted), sandbox and limits, restarts; an operator
 //! gets Refresh and Restart. And one server's own page: why it stopped (its exit and stderr),
-//! its last listing, its sandbox and home, its tools.
+//! what happened to it (starts, exits, restarts, limits hit), its last listing, its sandbox and
+//! home, its tools.
 
 use maud::{Markup, html};
 
@@ -89,6 +90,16 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         @match &error {
             Some(error) => pre.definition.error-text { (marked(error)) },
             None => p { "Nothing went wrong since it last started." },
+        }
+        h2 { "What happened to it" }
+        table.history {
+            thead { tr { th { "when" } th { "state after" } th { "what" } } }
+            tbody {
+                @for happening in view.shared.history.newest_first() {
+                    tr { td { (when(happening.at_ms)) } td { span class=(format!("state {}", state_class(happening.state))) { (happening.state.name()) } }
+                        td.error-text[state_class(happening.state) == "bad"] { (marked(&happening.what)) } }
+                }
+            }
         }
         h2 { "Its last listing" }
         @match &view.last_enumeration {

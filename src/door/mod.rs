@@ -4,6 +4,7 @@
 //! implementation, so that the doors cannot drift apart.
 
 pub mod changes;
+pub mod limits;
 pub mod paging;
 pub mod tasks;
 
@@ -77,6 +78,12 @@ impl Door {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.start(self, caller, call).await?;
         // The start in the trail (the call's end follows when it ends, as any call's does).
+        self.audit_task(caller, &task, format!("task_started:{}", task.id), started);
+        Ok(task)
+    }
+
+    /// A task's start or cancellation in the trail, by `caller`.
+    fn audit_task(&self, caller: &Caller, task: &tasks::Task, outcome: String, started: (i64, Instant)) {
         let server = names::server_of(&task.qualified_name).unwrap_or_default().to_owned();
         self.auditor.record(AuditRecord {
             at_ms: started.0,
@@ -88,11 +95,10 @@ impl Door {
             tool: String::new(),
             generation: 0,
             definition_hash: String::new(),
-            outcome: format!("task_started:{}", task.id),
+            outcome,
             duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
             arguments: None,
         });
-        Ok(task)
     }
 
     /// Cancels `caller`'s working task, and the task its server runs for it, if any.
@@ -100,7 +106,24 @@ impl Door {
     /// # Errors
     /// [`tasks::TaskError`].
     pub async fn cancel_task(&self, caller: &Caller, id: &str) -> Result<tasks::Task, tasks::TaskError> {
+        let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.cancel(caller, id).await?;
+        self.audit_task(caller, &task, format!("task_cancelled:{}", task.id), started);
+        if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
+            self.calls.cancel_upstream_task(server, upstream).await;
+        }
+        Ok(task)
+    }
+
+    /// An operator cancels anyone's working task, and the task its server runs for it, if any.
+    ///
+    /// # Errors
+    /// [`tasks::TaskError`].
+    pub async fn cancel_task_as_operator(&self, caller: &Caller, id: &str) -> Result<tasks::Task, tasks::TaskError> {
+        let started = (crate::catalog::record::now_ms(), Instant::now());
+        let task = self.tasks.cancel_as_operator(caller, id).await?;
+        // Whose task it was is in the record's tool and the task's own; who cancelled is the caller.
+        self.audit_task(caller, &task, format!("task_cancelled:{}:{}", task.id, task.agent), started);
         if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
             self.calls.cancel_upstream_task(server, upstream).await;
         }

@@ -16,6 +16,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub mod overview;
+
 use super::Door;
 use crate::access::Caller;
 use crate::calls::{CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
@@ -249,26 +251,35 @@ impl Tasks {
     /// [`TaskError::Unknown`], [`TaskError::Ended`], [`TaskError::Store`].
     pub(super) async fn cancel(&self, caller: &Caller, id: &str) -> Result<Task, TaskError> {
         let task = self.get(caller, id).await?;
+        if !self.end_cancelled(&task.id, "cancelled by its caller").await? {
+            let now = self.get(caller, id).await?;
+            return Err(TaskError::Ended { id: now.id, status: now.status.as_str() });
+        }
+        let mut cancelled = self.get(caller, id).await?;
+        // The server's own task id, read after the call stopped (it may have just been kept).
+        cancelled.upstream = self.inner.store.task(id).await?.and_then(|task| task.upstream);
+        Ok(cancelled)
+    }
+
+    /// Marks a working task cancelled (durably, with `message`), then stops its call; `false`
+    /// when it had already ended.
+    async fn end_cancelled(&self, id: &str, message: &str) -> Result<bool, TaskError> {
         let end = TaskEnd {
             status: TaskStatus::Cancelled,
-            message: Some("cancelled by its caller"),
+            message: Some(message),
             outcome: "cancelled",
             result: None,
             failure: None,
             ran_against: None,
         };
-        if !self.inner.store.end_task(&task.id, &end, now_ms()).await? {
-            let now = self.get(caller, id).await?;
-            return Err(TaskError::Ended { id: now.id, status: now.status.as_str() });
+        if !self.inner.store.end_task(id, &end, now_ms()).await? {
+            return Ok(false);
         }
-        if let Some(call) = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&task.id) {
+        if let Some(call) = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(id) {
             call.cancel();
         }
         self.inner.ended.send_modify(|count| *count = count.wrapping_add(1));
-        let mut cancelled = self.get(caller, id).await?;
-        // The server's own task id, read after the call stopped (it may have just been kept).
-        cancelled.upstream = self.inner.store.task(id).await?.and_then(|task| task.upstream);
-        Ok(cancelled)
+        Ok(true)
     }
 
     /// Starts `call` as a task of `caller`'s, after the checks a call gets before anything is

@@ -15,13 +15,13 @@ use toolhost::registry::ServerState;
 use crate::harness::*;
 use crate::interop::{node, npm_tools, npm_tools_present};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
 const VIEWER_TOKEN: &str = "viewer-token-0123456789abcdef";
 /// How long one browser step may take before the test gives up on the browser.
 const STEP: Duration = Duration::from_secs(120);
 
 /// A headless Chromium, one command at a time.
-struct Browser {
+pub(crate) struct Browser {
     child: tokio::process::Child,
     input: tokio::process::ChildStdin,
     output: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -29,7 +29,7 @@ struct Browser {
 
 impl Browser {
     /// Chromium, or `None` (the test skipped, saying why) under a plain `cargo test` without it.
-    async fn launch() -> Option<Browser> {
+    pub(crate) async fn launch() -> Option<Browser> {
         if !requires("Debian's chromium and playwright-core", std::path::Path::new(CHROMIUM).exists() && npm_tools_present()) {
             return None;
         }
@@ -48,7 +48,7 @@ impl Browser {
     }
 
     /// Runs one command; a command the browser could not do fails the test.
-    async fn run(&mut self, command: Value) -> Value {
+    pub(crate) async fn run(&mut self, command: Value) -> Value {
         self.input.write_all(format!("{command}\n").as_bytes()).await.unwrap();
         let line = tokio::time::timeout(STEP, self.output.next_line())
             .await
@@ -62,20 +62,20 @@ impl Browser {
         answer
     }
 
-    async fn open(&mut self, url: &str) -> u64 {
+    pub(crate) async fn open(&mut self, url: &str) -> u64 {
         self.run(json!({"op": "open", "url": url})).await["status"].as_u64().unwrap()
     }
 
-    async fn wait(&mut self, selector: &str, text: Option<&str>) -> String {
+    pub(crate) async fn wait(&mut self, selector: &str, text: Option<&str>) -> String {
         let answer = self.run(json!({"op": "wait", "selector": selector, "text": text})).await;
         answer["text"].as_str().unwrap_or_default().to_owned()
     }
 
-    async fn eval(&mut self, js: &str) -> Value {
+    pub(crate) async fn eval(&mut self, js: &str) -> Value {
         self.run(json!({"op": "eval", "js": js})).await["value"].clone()
     }
 
-    async fn screenshot(&mut self, name: &str) {
+    pub(crate) async fn screenshot(&mut self, name: &str) {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.png"));
@@ -84,12 +84,12 @@ impl Browser {
     }
 
     /// Console and page errors since the last ask.
-    async fn errors(&mut self) -> Vec<String> {
+    pub(crate) async fn errors(&mut self) -> Vec<String> {
         let answer = self.run(json!({"op": "errors"})).await;
         answer["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_owned()).collect()
     }
 
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         drop(self.input);
         let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
     }
@@ -459,7 +459,7 @@ async fn fifty_navigations_and_two_tabs_never_stall_and_hold_few_connections() {
     let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
     let Some(mut browser) = Browser::launch().await else { return };
     assert_eq!(browser.open(&format!("{base}/servers")).await, 200);
-    let pages = ["/catalog", "/review", "/audit", "/servers"];
+    let pages = ["/catalog", "/tasks", "/limits", "/review", "/audit", "/servers"];
     let mut slowest = Duration::ZERO;
     for (step, page) in pages.iter().cycle().take(50).enumerate() {
         let started = std::time::Instant::now();
@@ -537,8 +537,23 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         BoundAddr::Unix(_) => None,
     });
     let base = format!("http://127.0.0.1:{}", port.unwrap());
+    // A task whose result (the tool echoes its arguments) carries the payload.
+    let call = pb::CallToolRequest {
+        qualified_name: "evil__read".into(),
+        arguments_json: json!({"path": payload}).to_string(),
+        ..Default::default()
+    };
+    let task = client(&app).await.start_task(pb::StartTaskRequest { call: Some(call), ttl_ms: 0 }).await.unwrap().into_inner();
+    let mut waiter = client(&app).await;
+    eventually("the task ended", async || {
+        let now = waiter.get_task(pb::TaskRequest { task_id: task.task_id.clone() }).await.unwrap().into_inner();
+        (now.status == pb::TaskStatus::Completed as i32).then_some(())
+    })
+    .await;
     let Some(mut browser) = Browser::launch().await else { return };
     for page in [
+        "/tasks",
+        "/limits",
         "/servers",
         "/catalog",
         "/tool?server=evil&name=read",
@@ -555,6 +570,9 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         if page == "/servers" {
             assert!(text.as_str().unwrap().contains("onerror"), "its last error is shown, as text: {text}");
         }
+        if page == "/tasks" {
+            assert!(text.as_str().unwrap().contains("<img src=x"), "the task's result is shown, as data: {text}");
+        }
         if page.starts_with("/tool") {
             assert!(text.as_str().unwrap().contains("<img src=x"), "the definition is shown, as text: {text}");
         }
@@ -562,6 +580,7 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         if page == "/server?name=failing" {
             let text = text.as_str().unwrap();
             assert!(text.contains("exited with status 1 before it answered") && text.contains("onerror"), "{text}");
+            assert_eq!(browser.eval("document.querySelectorAll('table.history td').length > 0").await, json!(true), "its history");
         }
         if page == "/server?name=evil" {
             let text = text.as_str().unwrap();

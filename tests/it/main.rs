@@ -13,6 +13,7 @@ mod cli;
 mod collector;
 mod config_cli;
 mod console;
+mod console_pages;
 mod daemon;
 mod enumeration;
 mod fair_share;

@@ -26,6 +26,12 @@ impl TaskStatus {
         }
     }
 
+    /// A status by its name, if it is one.
+    #[must_use]
+    pub fn named(text: &str) -> Option<TaskStatus> {
+        [TaskStatus::Working, TaskStatus::Completed, TaskStatus::Failed, TaskStatus::Cancelled].into_iter().find(|s| s.as_str() == text)
+    }
+
     fn parse(text: &str) -> TaskStatus {
         match text {
             "working" => TaskStatus::Working,
@@ -77,6 +83,16 @@ pub struct TaskEnd<'a> {
     pub result: Option<&'a str>,
     pub failure: Option<&'a str>,
     pub ran_against: Option<(u64, &'a str)>,
+}
+
+/// Which tasks a listing keeps (every one when all are `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub owner: Option<String>,
+    pub agent: Option<String>,
+    pub status: Option<TaskStatus>,
+    /// Part of the qualified name.
+    pub tool: Option<String>,
 }
 
 /// What the open tasks and stored results of one agent, and of everyone, amount to.
@@ -187,6 +203,27 @@ impl Store {
         .bind(owner)
         .bind(before.map(|(at, _)| at))
         .bind(before.map_or("", |(_, id)| id))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool())
+        .await?;
+        Ok(rows.iter().map(record).collect())
+    }
+
+    /// Tasks as the console lists them, newest first: of one owner or all, and of the agent,
+    /// in the status, whose qualified name contains `tool`, where given.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn tasks_filtered(&self, filter: &TaskFilter, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM tasks WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR agent = ?2) \
+             AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR instr(qualified_name, ?4) > 0) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT ?5",
+        )
+        .bind(filter.owner.as_deref())
+        .bind(filter.agent.as_deref())
+        .bind(filter.status.map(TaskStatus::as_str))
+        .bind(filter.tool.as_deref())
         .bind(i64::from(limit))
         .fetch_all(&self.pool())
         .await?;

@@ -74,11 +74,25 @@
     }
   }
 
+  // Pages whose contents move without a catalog change (tasks, limits, a server's history)
+  // also fetch their live region every `data-poll` milliseconds while they are shown.
+  const poll = Number(document.body.dataset.poll || 0);
+  if (poll > 0) {
+    window.setInterval(function () {
+      if (!document.hidden) {
+        refresh();
+      }
+    }, poll);
+  }
+
   document.addEventListener("visibilitychange", function () {
     if (document.hidden) {
       disconnect();
     } else {
       connect();
+      if (poll > 0) {
+        refresh();
+      }
     }
   });
   window.addEventListener("pagehide", disconnect);

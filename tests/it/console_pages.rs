@@ -1,0 +1,163 @@
+//! The console's tasks, limits and server pages in a real browser, as an agent signed in with
+//! its token and as the operator the kernel names: a real task cancelled from the page by each,
+//! a rate-limited agent's limits, and the history of a server that fails at start, all live.
+
+use std::os::unix::fs::MetadataExt;
+
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::listen::BoundAddr;
+use toolhost::registry::ServerState;
+
+use crate::console::Browser;
+use crate::harness::*;
+
+const VIEWER_TOKEN: &str = "limited-viewer-token-0123456789";
+
+/// A task whose call runs ten minutes: it is cancelled long before.
+fn start_sleep() -> pb::StartTaskRequest {
+    let arguments = json!({"ms": 600_000}).to_string();
+    pb::StartTaskRequest {
+        call: Some(pb::CallToolRequest { qualified_name: "demo__sleep".into(), arguments_json: arguments, ..Default::default() }),
+        ttl_ms: 0,
+    }
+}
+
+fn echo() -> pb::CallToolRequest {
+    pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: r#"{"text":"hi"}"#.into(), ..Default::default() }
+}
+
+async fn count(browser: &mut Browser, selector: &str) -> u64 {
+    browser.eval(&format!("document.querySelectorAll({selector:?}).length")).await.as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_operator() {
+    let dir = TestDir::new();
+    std::fs::write(dir.path("viewer.token"), VIEWER_TOKEN).unwrap();
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    // The operator's entry first: the browser's user matches it; the viewer's token, once
+    // signed in with, decides instead.
+    let sections = format!(
+        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
+         [[access.agents]]\nname = \"viewer\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\n\
+         rate = {{ calls = 3, per = \"1h\", burst = 3 }}\nquota = {{ tools = [\"demo__echo\"], calls = 5, per = \"1d\" }}\n",
+        dir.path("viewer.token").display()
+    );
+    let failing = dir.path("failing.py");
+    std::fs::write(&failing, "import sys\nsys.stderr.write('cannot read settings.json\\n')\nsys.exit(2)\n").unwrap();
+    let servers = [
+        server_table("demo", &dir.script("demo", json!({})), ""),
+        format!(
+            "[servers.failing]\ncommand = \"/usr/bin/python3\"\nargs = [{:?}]\nrestart = {{ initial_backoff = \"1s\", max_backoff = \"3s\" }}\n",
+            failing.display().to_string()
+        ),
+    ];
+    let app = start(dir.config_with(&sections, &servers.join("\n"))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let port = app.console_addrs().iter().find_map(|addr| match addr {
+        BoundAddr::Tcp(socket) => Some(socket.port()),
+        BoundAddr::Unix(_) => None,
+    });
+    let base = format!("http://127.0.0.1:{}", port.unwrap());
+
+    // The viewer: two tasks working, a call, then a call refused by its rate (3 an hour).
+    let mut viewer = agent_client(&app, VIEWER_TOKEN).await;
+    let first = viewer.start_task(start_sleep()).await.unwrap().into_inner().task_id;
+    let second = viewer.start_task(start_sleep()).await.unwrap().into_inner().task_id;
+    // And one of the operator's own, which the viewer must not reach.
+    let theirs = client(&app).await.start_task(start_sleep()).await.unwrap().into_inner().task_id;
+    eventually("the three tasks' calls are at the server", async || {
+        (app.registry().server("demo").unwrap().shared.call_queue.in_use() == 3).then_some(())
+    })
+    .await;
+    viewer.call_tool(echo()).await.unwrap();
+    let refused = viewer.call_tool(echo()).await.unwrap_err();
+    assert_eq!(error_info(&refused).0, "RATE_LIMITED");
+
+    let Some(mut browser) = Browser::launch().await else { return };
+    browser.open(&format!("{base}/login")).await;
+    browser.run(json!({"op": "fill", "selector": "#token", "value": VIEWER_TOKEN})).await;
+    browser.run(json!({"op": "click", "selector": "form.login button"})).await;
+
+    // Its own tasks, no agent column, a Cancel on each working one.
+    browser.run(json!({"op": "click", "selector": "nav a[href='/tasks']"})).await;
+    browser.wait(&format!("tr[data-task='{first}'][data-status=working]"), None).await;
+    assert_eq!(count(&mut browser, "tr[data-task]").await, 2);
+    assert_eq!(count(&mut browser, "table.tasks th").await, 7, "an agent's own tasks need no agent column");
+    let cancelled = browser.run(json!({"op": "click", "selector": format!("tr[data-task='{first}'] button")})).await;
+    assert!(cancelled["url"].as_str().unwrap().ends_with("/tasks"), "{cancelled}");
+    let flash = browser.wait("p.flash", None).await;
+    assert!(flash.contains(&first) && flash.contains("demo__sleep"), "{flash}");
+    let message = browser.wait(&format!("tr[data-task='{first}'][data-status=cancelled]"), None).await;
+    assert!(message.contains("cancelled by its caller"), "{message}");
+    browser.screenshot("tasks").await;
+    // Another agent's task, posted by id with this session's own CSRF token: not found.
+    let status = browser
+        .eval(&format!(
+            "fetch('/tasks/cancel', {{ method: 'POST', headers: {{ 'content-type': 'application/x-www-form-urlencoded' }}, \
+             body: 'csrf=' + encodeURIComponent(document.querySelector('input[name=csrf]').value) + '&id={theirs}' }}).then(r => r.status)"
+        ))
+        .await;
+    assert_eq!(status, json!(404), "a task of someone else's does not exist for the viewer");
+    browser.errors().await;
+
+    // Its limits only: the rate used up (the next call in about 20 minutes), a quota counted,
+    // the refusal among the recent calls (the trail is written behind the calls: the page
+    // follows).
+    browser.run(json!({"op": "click", "selector": "nav a[href='/limits']"})).await;
+    assert_eq!(count(&mut browser, "tr[data-agent]").await, 1, "an agent sees its own limits only");
+    let rate = browser.wait("tr[data-agent=viewer] td.rate", None).await;
+    assert!(rate.contains("3 per 1h") && rate.contains("next call in"), "{rate}");
+    let quota = browser.wait("tr[data-agent=viewer] td.quotas", None).await;
+    assert!(quota.contains("demo__echo") && quota.contains("1 of 5 used") && quota.contains("4 left"), "{quota}");
+    browser.wait("tr[data-agent=viewer] td.in-flight", Some("1 of 1024")).await;
+    browser.wait("tr[data-agent=viewer] td.recent", Some("1 by its limits")).await;
+    browser.wait("tr[data-server=demo] td.running", Some("2")).await;
+    browser.screenshot("limits").await;
+
+    // Signed out, the kernel's word: the operator sees every agent's tasks, filters, cancels.
+    browser.run(json!({"op": "click", "selector": "form[action='/logout'] button"})).await;
+    browser.open(&format!("{base}/tasks")).await;
+    browser.wait("table.tasks th", Some("agent")).await;
+    browser.eval("(() => { document.querySelector('select[name=agent]').value = 'viewer'; document.querySelector('select[name=state]').value = 'working'; return 1; })()").await;
+    let filtered = browser.run(json!({"op": "click", "selector": "form.filters button"})).await;
+    assert!(filtered["url"].as_str().unwrap().contains("agent=viewer&state=working"), "{filtered}");
+    assert_eq!(count(&mut browser, "tr[data-task]").await, 1, "only the working task");
+    browser.run(json!({"op": "click", "selector": format!("tr[data-task='{second}'] button")})).await;
+    browser.open(&format!("{base}/tasks?state=cancelled")).await;
+    let by_operator = browser.wait(&format!("tr[data-task='{second}'][data-status=cancelled]"), None).await;
+    assert!(by_operator.contains("cancelled by operator operator") && by_operator.contains("viewer"), "{by_operator}");
+    assert_eq!(count(&mut browser, "tr[data-task]").await, 2);
+    // The viewer's own client sees the operator's cancellation as the task's end.
+    let seen = viewer.get_task(pb::TaskRequest { task_id: second.clone() }).await.unwrap().into_inner();
+    assert_eq!(seen.status, pb::TaskStatus::Cancelled as i32, "{seen:?}");
+    eventually("the cancelled calls left the server's queue", async || {
+        (app.registry().server("demo").unwrap().shared.call_queue.in_use() == 1).then_some(())
+    })
+    .await;
+    let wanted = format!("task_cancelled:{second}:viewer");
+    eventually("the operator's cancellation is in the trail", async || {
+        let trail = client(&app).await.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
+        trail.records.iter().find(|record| record.outcome == wanted).map(|record| assert_eq!(record.agent, "operator"))
+    })
+    .await;
+    let mine = client(&app).await.get_task(pb::TaskRequest { task_id: theirs }).await.unwrap().into_inner();
+    assert_eq!(mine.status, pb::TaskStatus::Working as i32, "the operator's own task still runs");
+    browser.open(&format!("{base}/limits")).await;
+    assert_eq!(count(&mut browser, "tr[data-agent]").await, 2, "an operator sees every entry");
+    browser.wait("tr[data-agent=viewer] td.in-flight", Some("0 of 1024")).await;
+
+    // The failing server's page: its history fills in live as it exits and is restarted.
+    browser.open(&format!("{base}/server?name=failing")).await;
+    browser.wait("table.history td", Some("exited with status 2")).await;
+    browser.wait("table.history td", Some("restart 2")).await;
+    let history = browser.wait("table.history", None).await;
+    assert!(history.contains("cannot read settings.json") && history.contains("configured"), "{history}");
+    browser.screenshot("server-history").await;
+    let errors = browser.errors().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    browser.close().await;
+    app.shutdown().await;
+}
