@@ -511,7 +511,7 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         "description": format!("Reads.\u{202e}txt.exe {payload} <a href=\"javascript:window.__pwned=3\">click</a>"),
         "icons": [{"src": "javascript:window.__pwned=4", "mimeType": "image/svg+xml"}],
         "inputSchema": {"type": "object", "properties": {payload: {"type": "string", "description": payload}}},
-    }]);
+    }, {"name": "sleep", "description": "Sleeps.", "inputSchema": {"type": "object"}}]);
     let script = dir.script("evil", json!({"tools": hostile}));
     // Writes the payload on stderr and exits before answering: its last error quotes it.
     let failing = dir.path("failing.py");
@@ -550,6 +550,18 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         (now.status == pb::TaskStatus::Completed as i32).then_some(())
     })
     .await;
+    // A task still working whose status message (the server's progress) carries the payload.
+    let call = pb::CallToolRequest {
+        qualified_name: "evil__sleep".into(),
+        arguments_json: json!({"ms": 600_000, "progress_after_ms": 0, "message": payload}).to_string(),
+        ..Default::default()
+    };
+    let working = client(&app).await.start_task(pb::StartTaskRequest { call: Some(call), ttl_ms: 0 }).await.unwrap().into_inner();
+    eventually("the task's message is the server's progress", async || {
+        let now = waiter.get_task(pb::TaskRequest { task_id: working.task_id.clone() }).await.unwrap().into_inner();
+        now.status_message.contains("onerror").then_some(())
+    })
+    .await;
     let Some(mut browser) = Browser::launch().await else { return };
     for page in [
         "/tasks",
@@ -571,6 +583,8 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
             assert!(text.as_str().unwrap().contains("onerror"), "its last error is shown, as text: {text}");
         }
         if page == "/tasks" {
+            let shown = browser.eval(&format!("document.querySelector(\"tr[data-task='{}']\").innerText", working.task_id)).await;
+            assert!(shown.as_str().unwrap().contains("<img src=x"), "the task's message is shown, as text: {shown}");
             assert!(text.as_str().unwrap().contains("<img src=x"), "the task's result is shown, as data: {text}");
         }
         if page.starts_with("/tool") {
@@ -585,7 +599,7 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         if page == "/server?name=evil" {
             let text = text.as_str().unwrap();
             assert!(text.contains("Home (HOME, its caches)") && text.contains("servers/evil"), "{text}");
-            assert_eq!(browser.eval("document.querySelectorAll('a[href^=\"/tool?server=evil\"]').length").await, json!(1));
+            assert_eq!(browser.eval("document.querySelectorAll('a[href^=\"/tool?server=evil\"]').length").await, json!(2));
         }
     }
     // From the servers table to a server's page, as a person clicks.
