@@ -75,7 +75,8 @@ pub enum PlanError {
 /// Besides the system and the entry's `read` and `write`, a server sees its `cwd`, its program
 /// (and the program's installation: the directory above a `bin/` it lies in, such as a virtual
 /// environment or a language runtime, both as configured and behind symbolic links), a script's
-/// interpreter named by its `#!` line, and the files and directories its arguments name.
+/// interpreter named by its `#!` line, the files and directories its arguments name, and what
+/// its launcher needs ([`super::launchers`]: a script's directory and project, module paths).
 ///
 /// # Errors
 /// The program cannot be found, or a grant lies inside one of the daemon's private places.
@@ -98,6 +99,12 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         }
         read.extend(canonical(&candidate));
     }
+    read.extend(super::launchers::grants(
+        &program,
+        &spec.args,
+        &base,
+        spec.env.iter().map(|(name, value)| (name.as_str(), value.expose())),
+    ));
     read.extend(sandbox.read.iter().filter_map(|path| canonical(path)));
     if sandbox.network == crate::sandbox::Network::All {
         // Name resolution: /etc is shown, but its resolv.conf is often a link into /run

@@ -6,6 +6,7 @@
 mod confinement;
 mod exit;
 pub(crate) mod http;
+mod launchers;
 pub(crate) mod lines;
 pub mod oauth;
 pub mod queue;

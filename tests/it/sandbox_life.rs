@@ -39,16 +39,28 @@ fn python_server(path: &Path, prelude: &str, tool: &str, on_call: &str) {
 }
 
 /// A server that fails says why, in its last error and at WARN: a Python server run by its path
-/// whose sibling module is outside its view exits before it answers (status, its traceback's
+/// imports the module beside it, but one whose library lies elsewhere exits before it answers (status, its traceback's
 /// last lines, and the grant that would fix it); one that dies in the middle of a session after
 /// writing to stderr is shown with its status and those lines, not "the session is closed".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
     let dir = TestDir::new();
+    // Its script's directory is shown (the module beside it imports), a library it adds to its
+    // path from elsewhere is not.
     let code = dir.path("code");
+    let lib = dir.path("lib");
     std::fs::create_dir_all(&code).unwrap();
-    std::fs::write(code.join("helpers.py"), "GREETING = 'hello'\n").unwrap();
-    std::fs::write(code.join("server.py"), "import helpers\n").unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(code.join("helpers.py"), "GREETING = 'hello from beside'\n").unwrap();
+    std::fs::write(lib.join("shared.py"), "GREETING = 'hello from elsewhere'\n").unwrap();
+    python_server(
+        &code.join("works.py"),
+        "import helpers",
+        "greet",
+        "result = {\"content\": [{\"type\": \"text\", \"text\": helpers.GREETING}]}",
+    );
+    std::fs::write(code.join("server.py"), format!("import sys\nsys.path.insert(0, {:?})\nimport shared\n", lib.display().to_string()))
+        .unwrap();
     // Answers the handshake and listing; its one tool writes a line to stderr and exits 4.
     let dying = dir.path("dying.py");
     python_server(
@@ -61,6 +73,7 @@ async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
     let servers = [
         format!("[servers.imports]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", code.join("server.py").display().to_string()),
         format!("[servers.dying]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", dying.display().to_string()),
+        format!("[servers.beside]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{restart}\n", code.join("works.py").display().to_string()),
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
     let view = wait_for_server(app.registry(), "imports", "its failure explained", |v| {
@@ -68,12 +81,17 @@ async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
     })
     .await;
     let error = view.last_error.clone().unwrap();
-    assert!(error.contains("before it answered") && error.contains("No module named 'helpers'"), "{error}");
+    assert!(error.contains("before it answered") && error.contains("No module named 'shared'"), "{error}");
     assert!(error.contains("hint: a module it imports is not in its view"), "{error}");
     assert!(!error.contains("the session is closed"), "{error}");
 
-    wait_for_server(app.registry(), "dying", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "beside", "ready", |v| v.state == ServerState::Ready).await;
     let mut client = client(&app).await;
+    let greet = pb::CallToolRequest { qualified_name: "beside__greet".into(), arguments_json: "{}".into(), ..Default::default() };
+    let greeted = client.call_tool(greet).await.unwrap().into_inner();
+    assert!(greeted.content_json.contains("hello from beside"), "{greeted:?}");
+
+    wait_for_server(app.registry(), "dying", "ready", |v| v.state == ServerState::Ready).await;
     let call = pb::CallToolRequest { qualified_name: "dying__die".into(), arguments_json: "{}".into(), ..Default::default() };
     let failed = client.call_tool(call).await.expect_err("the server died under the call");
     assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
