@@ -441,15 +441,15 @@ impl Server {
                 let halfway = arguments.get("progress_after_ms").and_then(Value::as_u64).unwrap_or(millis / 2).min(millis);
                 let message = arguments.get("message").and_then(Value::as_str).unwrap_or("halfway").to_owned();
                 std::thread::spawn(move || {
-                    if let Some(token) = progress_token {
+                    if let Some(until) = &until {
+                        // Until the test says so: opening a named pipe for reading blocks until
+                        // its writer opens it (the test's event), no clock involved.
+                        let _ = std::fs::File::open(until);
+                    } else if let Some(token) = progress_token {
                         std::thread::sleep(Duration::from_millis(halfway));
                         let params = json!({"progressToken": token, "progress": 1, "total": 2, "message": message});
                         write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
                         std::thread::sleep(Duration::from_millis(millis - halfway));
-                    } else if let Some(until) = &until {
-                        // Until the test says so: opening a named pipe for reading blocks until
-                        // its writer opens it (the test's event), no clock involved.
-                        let _ = std::fs::File::open(until);
                     } else {
                         std::thread::sleep(Duration::from_millis(millis));
                     }

@@ -227,6 +227,9 @@ pub struct TasksConfig {
     /// How long a task is kept from its creation when the caller does not say, and at most.
     pub default_ttl: Duration,
     pub max_ttl: Duration,
+    /// How long a 2026 call of a tool its server does not run as a task may take before the
+    /// MCP endpoint hands back a task instead of the result (`answer_within`).
+    pub answer_within: Duration,
 }
 
 impl Default for TasksConfig {
@@ -239,6 +242,7 @@ impl Default for TasksConfig {
             max_stored_bytes: 512 << 20,
             default_ttl: HOUR,
             max_ttl: 7 * DAY,
+            answer_within: Duration::from_millis(250),
         }
     }
 }
@@ -681,6 +685,8 @@ fn validate_tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
         default_ttl: optional_duration(raw.default_ttl.as_deref(), defaults.default_ttl.min(max_ttl), max_ttl)
             .map_err(at("default_ttl"))?,
         max_ttl,
+        answer_within: optional_duration(raw.answer_within.as_deref(), defaults.answer_within, Duration::from_secs(60))
+            .map_err(at("answer_within"))?,
     };
     if tasks.max_result_bytes > tasks.max_stored_bytes_per_agent {
         return Err(("max_result_bytes".into(), "must not be larger than max_stored_bytes_per_agent".into()));

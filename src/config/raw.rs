@@ -50,6 +50,7 @@ pub(crate) struct RawTasks {
     pub(crate) max_stored_bytes: Option<u64>,
     pub(crate) default_ttl: Option<String>,
     pub(crate) max_ttl: Option<String>,
+    pub(crate) answer_within: Option<String>,
 }
 
 /// `[fleet]`: a PostgreSQL store shared by several hosts.

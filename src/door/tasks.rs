@@ -134,6 +134,11 @@ impl Tasks {
         Ok(ended)
     }
 
+    /// How long a 2026 MCP call may take before it is answered as a task (`answer_within`).
+    pub fn answer_within(&self) -> Duration {
+        self.inner.settings.answer_within
+    }
+
     /// Deletes ended tasks whose TTL ran out, every minute, until `cancel`.
     pub async fn sweep(self, cancel: CancellationToken) {
         loop {

@@ -20,10 +20,6 @@ use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, fai
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 
 pub(super) use crate::mcp::tasks::{METHOD_CANCEL, METHOD_GET, METHOD_LIST, METHOD_RESULT, METHOD_UPDATE};
-/// How long a 2026 call of a tool its server does not call task-supporting may take before
-/// toolhost hands back a task instead of the result.
-const SYNC_GRACE: Duration = Duration::from_millis(250);
-
 /// Whether `method` names a task in `params.taskId` (and so, over HTTP, in `Mcp-Name`).
 pub(super) fn names_a_task(method: &str) -> bool {
     matches!(method, METHOD_GET | METHOD_CANCEL | METHOD_UPDATE)
@@ -34,7 +30,7 @@ const RESULT_WAIT: Duration = Duration::from_secs(300);
 impl Endpoint {
     /// Starts `call` as a task and answers with its handle. In 2026 the server decides: a tool
     /// its server calls task-supporting is always a task; any other call answers plainly if it
-    /// ends within [`SYNC_GRACE`], else with the handle of the task it goes on as.
+    /// ends within `[tasks] answer_within`, else with the handle of the task it goes on as.
     pub(super) async fn start_task(&self, view: &View, id: &RawValue, call: TaskCall, era: Era) -> String {
         let supporting = {
             let snapshot = self.door.registry().snapshot();
@@ -47,7 +43,7 @@ impl Endpoint {
             Err(error) => return task_error(id, &error),
         };
         if era == Era::Modern && !supporting {
-            let ended = self.door.tasks().wait(&view.caller, &task.id, crate::deadline::after(SYNC_GRACE)).await;
+            let ended = self.door.tasks().wait(&view.caller, &task.id, crate::deadline::after(self.door.tasks().answer_within())).await;
             if let Ok(ended) = ended {
                 let answer = match (failure_of(&ended), ended.result.as_deref().and_then(|raw| RawValue::from_string(raw.to_owned()).ok()))
                 {

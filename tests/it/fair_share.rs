@@ -2,7 +2,7 @@
 //! or the API with watch streams, loses its own oldest ones while another caller still opens
 //! its first.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use toolhost::api::pb;
 use toolhost::registry::ServerState;
 
@@ -102,18 +102,21 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
     let script = dir.script("slow", json!({}));
     let app = start(dir.config_with(&access, &server_table("slow", &script, "max_concurrent_calls = 1"))).await;
     wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
-    let sleep = |ms: u64| pb::CallToolRequest {
+    let sleep = |arguments: Value| pb::CallToolRequest {
         qualified_name: "slow__sleep".into(),
-        arguments_json: json!({"ms": ms}).to_string(),
+        arguments_json: arguments.to_string(),
         ..Default::default()
     };
+    // The first call holds the slot until the test opens this pipe: never on a clock.
+    let release = dir.path("release");
+    nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let finished = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let queue = app.registry().server("slow").unwrap().shared.call_queue.clone();
     let mut floods = Vec::new();
-    // The flood's first call holds the one slot for a while; nineteen more queue behind it.
+    // The flood's first call holds the one slot; nineteen more queue behind it.
     for index in 0..20 {
         let (mut client, finished) = (agent_client(&app, flood).await, finished.clone());
-        let request = sleep(if index == 0 { 1500 } else { 20 });
+        let request = sleep(if index == 0 { json!({"until": release}) } else { json!({"ms": 20}) });
         floods.push(tokio::spawn(async move {
             client.call_tool(request).await.unwrap();
             finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -126,8 +129,14 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
     let shown = agent_client(&app, polite).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
     assert_eq!((shown[0].calls_in_flight, shown[0].calls_waiting), (1, 19), "ListServers shows the queue");
     let mut client = agent_client(&app, polite).await;
-    client.call_tool(sleep(1)).await.unwrap();
-    let before_polite = finished.load(std::sync::atomic::Ordering::SeqCst);
+    let counted = finished.clone();
+    let polite_call = tokio::spawn(async move {
+        client.call_tool(sleep(json!({"ms": 1}))).await.unwrap();
+        counted.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    eventually("the polite call queued behind the flood", async || (queue.waiting() == 20).then_some(())).await;
+    tokio::task::spawn_blocking(move || std::fs::write(release, "")).await.unwrap().unwrap();
+    let before_polite = polite_call.await.unwrap();
     // Round-robin: the polite call went in after the call at the server and at most one more
     // of the flood's, never after the nineteen that were waiting before it.
     assert!(before_polite <= 2, "{before_polite} flood calls finished before the polite one");
@@ -196,7 +205,11 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
 
     // concurrency = 1: a second call while one is in flight is refused at once.
     let mut narrow_client = agent_client(&app, narrow).await;
-    let slow = pb::CallToolRequest { qualified_name: "demo__sleep".into(), arguments_json: r#"{"ms":1500}"#.into(), ..Default::default() };
+    // In flight until the test opens the pipe.
+    let release = dir.path("release");
+    nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let arguments = json!({"until": release}).to_string();
+    let slow = pb::CallToolRequest { qualified_name: "demo__sleep".into(), arguments_json: arguments, ..Default::default() };
     let mut first = agent_client(&app, narrow).await;
     let running = tokio::spawn(async move { first.call_tool(slow).await });
     let calls = dir.path("calls.log");
@@ -206,6 +219,7 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
     .await;
     let busy = narrow_client.call_tool(echo()).await.unwrap_err();
     assert_eq!(error_info(&busy).0, "CONCURRENCY_LIMITED");
+    tokio::task::spawn_blocking(move || std::fs::write(release, "")).await.unwrap().unwrap();
     running.await.unwrap().unwrap();
     narrow_client.call_tool(echo()).await.unwrap();
 

@@ -170,7 +170,12 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
 async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
-    let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
+    // A quick call answers plainly within this however slow the machine; the slow one waits on
+    // the test (a named pipe), not on a clock.
+    let sections = format!("{}\n[tasks]\nanswer_within = \"3s\"\n", mcp_section(""));
+    let release = dir.path("release");
+    nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
 
     // 2025-11-25 on the socket: the capability, every tool task-optional, a task-augmented call.
@@ -248,10 +253,15 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
     let kept = unix_client(&app).await.list_tasks(pb::ListTasksRequest::default()).await.unwrap().into_inner().tasks;
     assert!(kept.iter().any(|task| task.qualified_name == "demo__sleep"), "the same caller's tasks, from the socket: {kept:?}");
     assert!(kept.iter().all(|task| task.qualified_name != "demo__echo"), "a call answered plainly keeps no task: {kept:?}");
-    let handle = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__sleep", "arguments": {"ms": 700}, "_meta": meta}})).await;
+    let slow = json!({"ms": 700, "until": release});
+    let handle = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "demo__sleep", "arguments": slow, "_meta": meta}}),
+    )
+    .await;
     assert_eq!((handle["result"]["resultType"].as_str(), handle["result"]["status"].as_str()), (Some("task"), Some("working")), "{handle}");
     assert!(handle["result"]["ttlMs"].as_u64().is_some() && handle["result"].get("result").is_none(), "{handle}");
     let id = handle["result"]["taskId"].as_str().unwrap().to_owned();
+    tokio::task::spawn_blocking(move || std::fs::write(release, "")).await.unwrap().unwrap();
     let done = eventually("the 2026 task completed", async || {
         let got = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": id, "_meta": meta}})).await;
         (got["result"]["status"] == "completed").then_some(got)
