@@ -141,7 +141,8 @@ impl App {
         let api_cancel = CancellationToken::new();
         let tasks = Tasks::new(store.clone(), config.tasks);
         background.spawn(tasks.clone().sweep(background_cancel.clone()));
-        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone(), tasks.clone());
+        let approvals = crate::door::approvals::Approvals::new(store.clone(), config.approvals.clone());
+        let door = Door::new(registry.clone(), calls.clone(), access.clone(), auditor, store.clone(), tasks.clone(), approvals);
         // Tasks a previous daemon left running: followed again where their server keeps them,
         // else ended with it. A full disk must not keep the daemon from serving: what it cannot
         // write now, readers see all the same (a working task no call runs is shown as cut off).

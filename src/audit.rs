@@ -130,11 +130,16 @@ pub fn refused(outcome: &str) -> bool {
             | "overloaded"
             | "task_required"
             | "continuation"
+            | "approval_pending"
+            | "approval_denied"
+            | "approval_expired"
+            | "approval_stale"
+            | "approvals_exhausted"
     )
 }
 
 /// Whether an audit outcome records a call (that ran or was refused), not a task's start or
-/// cancellation.
+/// cancellation, nor an approval's request or decision.
 pub fn is_call(outcome: &str) -> bool {
-    !outcome.starts_with("task_started:") && !outcome.starts_with("task_cancelled:")
+    !["task_started:", "task_cancelled:", "approval_requested:", "approval_decided:"].iter().any(|prefix| outcome.starts_with(prefix))
 }

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub use continuation::{ContinuationError, Continuations, Pending};
-pub use error::{CallError, Explained, RaceKind, StaleTool};
+pub use error::{ApprovalError, CallError, Explained, RaceKind, StaleTool};
 
 use crate::catalog::model::ToolDef;
 use crate::catalog::names;

@@ -422,6 +422,7 @@ pub async fn policy() {
             concurrency: toolhost::config::DEFAULT_CONCURRENCY,
             rate: None,
             quotas: Vec::new(),
+            approve: Vec::new(),
         })
         .collect();
     let access = Access::new(&AccessConfig {
@@ -430,6 +431,7 @@ pub async fn policy() {
         agents,
         audit_retention: Duration::from_secs(3600),
         audit_max_records: 1000,
+        approve_everyone: Vec::new(),
     });
     let names: Vec<String> = (0..10_000).map(|i| format!("srv19__tool_{i}")).collect();
     let peer = UnixPeer::new(2019, 2019, 1);

@@ -64,6 +64,12 @@ pub struct Agent {
     pub rate: Option<limits::Gcra>,
     /// `quota`s, counted in the store.
     pub quotas: Vec<CompiledQuota>,
+    /// Its `approve` and every server's, qualified: calls that wait for a person's approval.
+    approve: Vec<WildMatch>,
+    /// A digest of what decides this entry's calls (its allow, deny and approve lists, the
+    /// servers' approve lists, whether it is an operator): an approval binds it, and a reload
+    /// that changes it makes the approval stale.
+    pub policy_revision: String,
 }
 
 /// One quota of an agent entry.
@@ -260,6 +266,7 @@ fn allowing_everything(name: String) -> AgentConfig {
         concurrency: crate::config::DEFAULT_CONCURRENCY,
         rate: None,
         quotas: Vec::new(),
+        approve: Vec::new(),
     }
 }
 
@@ -270,11 +277,14 @@ impl Policy {
         let everything = allowing_everything(String::new());
         Policy {
             configured: config.configured,
-            default: config
-                .default_allow
-                .then(|| Arc::new(Agent::compile(&AgentConfig { name: "default".to_owned(), ..everything.clone() }))),
-            agents: config.agents.iter().map(|agent| Arc::new(Agent::compile(agent))).collect(),
-            local_operator: Arc::new(Agent::compile(&AgentConfig { name: "local-operator".to_owned(), admin: true, ..everything })),
+            default: config.default_allow.then(|| {
+                Arc::new(Agent::compile(&AgentConfig { name: "default".to_owned(), ..everything.clone() }, &config.approve_everyone))
+            }),
+            agents: config.agents.iter().map(|agent| Arc::new(Agent::compile(agent, &config.approve_everyone))).collect(),
+            local_operator: Arc::new(Agent::compile(
+                &AgentConfig { name: "local-operator".to_owned(), admin: true, ..everything },
+                &config.approve_everyone,
+            )),
             daemon_uid: nix::unistd::getuid().as_raw(),
         }
     }
@@ -315,9 +325,13 @@ impl Policy {
 // === impl Agent ===
 
 impl Agent {
-    fn compile(config: &AgentConfig) -> Agent {
+    fn compile(config: &AgentConfig, approve_everyone: &[String]) -> Agent {
         let globs = |patterns: &[String]| patterns.iter().map(|p| WildMatch::new(p)).collect();
+        let approve: Vec<String> = config.approve.iter().chain(approve_everyone).cloned().collect();
+        let decides = serde_json::json!([config.name, config.admin, config.allow, config.deny, approve]);
         Agent {
+            approve: globs(&approve),
+            policy_revision: crate::catalog::model::sha256_hex(decides.to_string().as_bytes()),
             name: config.name.as_str().into(),
             admin: config.admin,
             uids: config.uids.clone(),
@@ -369,6 +383,11 @@ impl Agent {
         Ok(in_flight)
     }
 
+    /// Whether a call of `qualified` waits for a person's approval before it runs.
+    pub fn needs_approval(&self, qualified: &str) -> bool {
+        self.approve.iter().any(|glob| glob.matches(qualified))
+    }
+
     /// Calls in flight now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
@@ -377,7 +396,7 @@ impl Agent {
     /// An agent entry that allows everything, for tests of what is bound to a caller.
     #[cfg(test)]
     pub fn named_for_tests(name: &str) -> Agent {
-        Agent::compile(&allowing_everything(name.to_owned()))
+        Agent::compile(&allowing_everything(name.to_owned()), &[])
     }
 
     /// Whether the caller's token is one of this entry's. Every configured token is compared,
@@ -494,11 +513,19 @@ mod tests {
             concurrency: crate::config::DEFAULT_CONCURRENCY,
             rate: None,
             quotas: Vec::new(),
+            approve: Vec::new(),
         }
     }
 
     fn config(agents: Vec<AgentConfig>, default_allow: bool) -> AccessConfig {
-        AccessConfig { configured: true, default_allow, agents, audit_retention: std::time::Duration::from_secs(60), audit_max_records: 10 }
+        AccessConfig {
+            configured: true,
+            default_allow,
+            agents,
+            audit_retention: std::time::Duration::from_secs(60),
+            audit_max_records: 10,
+            approve_everyone: Vec::new(),
+        }
     }
 
     #[test]

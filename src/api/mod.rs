@@ -5,6 +5,7 @@
 //! standard health and reflection services beside `toolhost.v1.ToolHost`.
 
 mod access;
+mod approvals;
 pub(crate) mod authority;
 mod convert;
 mod fleet;

@@ -288,6 +288,18 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn list_tasks(&self, request: Request<pb::ListTasksRequest>) -> Result<Response<pb::ListTasksResponse>, Status> {
         self.list_tasks_in(request).await.map(Response::new)
     }
+
+    async fn list_approvals(&self, request: Request<pb::ListApprovalsRequest>) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        self.list_approvals_in(request).await.map(Response::new)
+    }
+
+    async fn get_approval(&self, request: Request<pb::ApprovalRequest>) -> Result<Response<pb::CallApproval>, Status> {
+        self.get_approval_in(request).await.map(Response::new)
+    }
+
+    async fn decide_approval(&self, request: Request<pb::DecideApprovalRequest>) -> Result<Response<pb::CallApproval>, Status> {
+        self.decide_approval_in(request).await.map(Response::new)
+    }
 }
 
 impl ToolHostService {

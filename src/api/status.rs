@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
-use crate::calls::{CallError, ContinuationError};
+use crate::calls::{ApprovalError, CallError, ContinuationError};
 use crate::catalog::store::StoreError;
 use crate::supervisor::integrity::ApproveError;
 
@@ -158,6 +158,11 @@ impl From<CallError> for Status {
             | CallError::QuotaExhausted { .. } => Code::ResourceExhausted,
             CallError::Upstream { .. } | CallError::InvalidResult { .. } => Code::Unknown,
             CallError::NotAllowed { .. } => Code::PermissionDenied,
+            CallError::Approval(approval) => match approval {
+                ApprovalError::Denied { .. } => Code::PermissionDenied,
+                ApprovalError::TooMany { .. } => Code::ResourceExhausted,
+                ApprovalError::Pending { .. } | ApprovalError::Expired { .. } | ApprovalError::Stale { .. } => Code::FailedPrecondition,
+            },
             CallError::Continuation(problem) => match problem {
                 ContinuationError::Unknown => Code::FailedPrecondition,
                 ContinuationError::TooMany => Code::ResourceExhausted,
@@ -197,6 +202,22 @@ impl From<crate::door::tasks::TaskError> for Status {
             TaskError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN", vec![]),
             TaskError::NoRandom => return internal(&error),
             TaskError::Store(store) => return internal(&store),
+        };
+        status(code, message, reason, metadata)
+    }
+}
+
+impl From<crate::door::approvals::DecideError> for Status {
+    fn from(error: crate::door::approvals::DecideError) -> Status {
+        use crate::door::approvals::DecideError;
+        let message = error.to_string();
+        let (code, reason, metadata) = match error {
+            DecideError::Unknown(id) => (Code::NotFound, "UNKNOWN_APPROVAL", vec![("approval_id", id)]),
+            DecideError::NotPending { id, status } => {
+                (Code::FailedPrecondition, "APPROVAL_NOT_PENDING", vec![("approval_id", id), ("status", status.to_owned())])
+            }
+            DecideError::OwnRequest { operator } => (Code::PermissionDenied, "SEPARATE_APPROVER", vec![("operator", operator)]),
+            DecideError::Store(store) => return internal(&store),
         };
         status(code, message, reason, metadata)
     }

@@ -77,6 +77,54 @@ pub enum CallError {
     /// the tool does not exist).
     #[error("agent {agent:?} may not use {tool:?} (its allow and deny lists)")]
     NotAllowed { agent: String, tool: String },
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
+}
+
+/// Why a call that needs a person's approval did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum ApprovalError {
+    #[error(
+        "the call waits for an operator's approval (request {id}); ask again with the same arguments, or start it as a task, to run it once approved"
+    )]
+    Pending { id: String, expires_at_ms: i64 },
+    #[error("an operator denied the call (request {id}, by {by}){}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Denied { id: String, by: String, reason: Option<String> },
+    #[error("the approval request {id} expired before it was decided or used; the call did not run")]
+    Expired { id: String },
+    #[error("the approval {id} no longer holds: {what} changed since it was asked for; the call did not run")]
+    Stale { id: String, what: String },
+    #[error("{whose} has {limit} calls waiting for approval, all it may: wait for some to be decided")]
+    TooMany { whose: String, limit: u32 },
+}
+
+impl ApprovalError {
+    fn kind(&self) -> &'static str {
+        match self {
+            ApprovalError::Pending { .. } => "approval_pending",
+            ApprovalError::Denied { .. } => "approval_denied",
+            ApprovalError::Expired { .. } => "approval_expired",
+            ApprovalError::Stale { .. } => "approval_stale",
+            ApprovalError::TooMany { .. } => "approvals_exhausted",
+        }
+    }
+
+    fn explain(&self) -> (&'static str, Vec<(&'static str, String)>) {
+        match self {
+            ApprovalError::Pending { id, expires_at_ms } => {
+                ("APPROVAL_PENDING", vec![("approval_id", id.clone()), ("expires_at_unix_ms", expires_at_ms.to_string())])
+            }
+            ApprovalError::Denied { id, by, reason } => (
+                "APPROVAL_DENIED",
+                vec![("approval_id", id.clone()), ("decided_by", by.clone()), ("reason", reason.clone().unwrap_or_default())],
+            ),
+            ApprovalError::Expired { id } => ("APPROVAL_EXPIRED", vec![("approval_id", id.clone())]),
+            ApprovalError::Stale { id, what } => ("APPROVAL_STALE", vec![("approval_id", id.clone()), ("changed", what.clone())]),
+            ApprovalError::TooMany { whose, limit } => {
+                ("APPROVALS_EXHAUSTED", vec![("whose", whose.clone()), ("limit", limit.to_string())])
+            }
+        }
+    }
 }
 
 // === impl RaceKind ===
@@ -117,6 +165,7 @@ impl CallError {
             CallError::Store(_) => "internal",
             CallError::Continuation(_) => "continuation",
             CallError::NotAllowed { .. } => "denied",
+            CallError::Approval(approval) => approval.kind(),
         }
     }
 
@@ -160,6 +209,7 @@ impl CallError {
             | CallError::CallerBusy { .. }
             | CallError::RateLimited { .. }
             | CallError::QuotaExhausted { .. }
+            | CallError::Approval(_)
             | CallError::Continuation(_) => None,
         }
     }
@@ -256,6 +306,7 @@ impl CallError {
                 ContinuationError::TooMany => ("CONTINUATIONS_EXHAUSTED", vec![]),
             },
             CallError::NotAllowed { agent, tool } => ("TOOL_NOT_ALLOWED", vec![("agent", agent.clone()), ("tool", tool.clone())]),
+            CallError::Approval(approval) => approval.explain(),
         };
         Explained { reason, details }
     }

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 the tool reported an error (`isError`) or a login failed, 2 a usage error, 3 an RPC
 //! error (the status is printed), 64 a bad configuration file.
 
+mod approvals;
 pub mod bridge;
 pub mod check;
 pub mod command_line;
@@ -88,6 +89,16 @@ pub enum ClientCommand {
     /// Cancel one of your working tasks (its server is told).
     Cancel {
         id: String,
+        #[command(flatten)]
+        options: ClientOptions,
+    },
+    /// Calls waiting for a person's approval (operators): list them, or show, approve or deny one.
+    Approvals {
+        #[command(subcommand)]
+        action: Option<approvals::ApprovalsAction>,
+        /// List only requests in this status: pending, approved, denied, expired, used, stale.
+        #[arg(long)]
+        status: Option<String>,
         #[command(flatten)]
         options: ClientOptions,
     },
@@ -206,7 +217,9 @@ impl ClientCommand {
     /// Where the daemon is and how to print, which every command carries.
     fn options(&self) -> &ClientOptions {
         match self {
+            ClientCommand::Approvals { action: Some(action), .. } => action.options(),
             ClientCommand::Servers { options }
+            | ClientCommand::Approvals { options, .. }
             | ClientCommand::Tools { options, .. }
             | ClientCommand::Call { options, .. }
             | ClientCommand::Tasks { options }
@@ -378,6 +391,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             tasks::start(&mut client, &mut out, &name, args, hash, ttl.as_deref()).await?;
         }
         ClientCommand::Tasks { .. } => tasks::list(&mut client, &mut out).await?,
+        ClientCommand::Approvals { action, status, .. } => approvals::run(&mut client, &mut out, action, status).await?,
         ClientCommand::Task { id, wait, .. } => tasks::show(&mut client, &mut out, &id, wait).await?,
         ClientCommand::Cancel { id, .. } => tasks::cancel(&mut client, &mut out, &id).await?,
         ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses, .. } => {

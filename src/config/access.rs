@@ -39,7 +39,11 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
         }
         agents.push(validate_agent(agent, servers).map_err(|(key, problem)| at(&key, problem))?);
     }
-    Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records })
+    let approve_everyone = servers
+        .iter()
+        .flat_map(|(server, spec)| spec.approve.iter().map(move |tool| crate::catalog::names::qualify(server, tool)))
+        .collect();
+    Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records, approve_everyone })
 }
 
 fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentConfig, KeyProblem> {
@@ -69,7 +73,7 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
         }
         tokens.push(resolved);
     }
-    for (key, patterns) in [("allow", &raw.allow), ("deny", &raw.deny)] {
+    for (key, patterns) in [("allow", &raw.allow), ("deny", &raw.deny), ("approve", &raw.approve)] {
         for pattern in patterns {
             check_tool_pattern(pattern, servers).map_err(|problem| (key.to_owned(), problem))?;
         }
@@ -135,11 +139,12 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
         allow: raw.allow,
         deny: raw.deny,
         admin: raw.admin,
+        approve: raw.approve,
     })
 }
 
 /// A glob of letters, digits and `_ - . @ : *  ?`.
-fn check_glob(pattern: &str) -> Result<(), String> {
+pub(super) fn check_glob(pattern: &str) -> Result<(), String> {
     let valid = !pattern.is_empty() && pattern.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@:*?".contains(c));
     if valid { Ok(()) } else { Err(format!("{pattern:?} is not a glob of letters, digits, _ - . @ : * and ?")) }
 }

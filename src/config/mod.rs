@@ -5,10 +5,12 @@
 //! against the configuration file's directory, never against the current directory.
 
 mod access;
+mod approvals;
 pub mod auth;
 mod console;
 mod fleet;
 mod listeners;
+pub use approvals::ApprovalsConfig;
 use listeners::parse_listener;
 pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
@@ -36,6 +38,7 @@ pub struct Config {
     pub mcp: McpConfig,
     pub daemon: DaemonConfig,
     pub tasks: TasksConfig,
+    pub approvals: ApprovalsConfig,
     pub console: ConsoleConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
@@ -73,6 +76,9 @@ pub struct AccessConfig {
     pub audit_retention: Duration,
     /// At most this many audit records are kept.
     pub audit_max_records: u64,
+    /// Globs over qualified names whose calls wait for approval whoever calls: each server's
+    /// `approve`, qualified.
+    pub approve_everyone: Vec<String>,
 }
 
 /// One `[[access.agents]]` entry. A caller matches it by any of its kernel identities (uid, gid,
@@ -101,6 +107,8 @@ pub struct AgentConfig {
     pub rate: Option<RateLimit>,
     /// Calls per fixed window to the tools some globs match, counted in the store.
     pub quotas: Vec<Quota>,
+    /// Globs over qualified names whose calls wait for a person's approval.
+    pub approve: Vec<String>,
 }
 
 /// `quota = { tools = ["billing__*"], calls = 10, per = "1d" }`.
@@ -269,6 +277,8 @@ pub struct ServerSpec {
     pub audit_arguments: AuditArguments,
     /// `changes`, `new_tools` and `pins`: which definitions may be called.
     pub integrity: IntegrityPolicy,
+    /// Globs over this server's tool names whose calls wait for a person's approval.
+    pub approve: Vec<String>,
     /// `fleet_identity`, when the operator names it.
     pub fleet_identity: Option<String>,
 }
@@ -661,6 +671,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         daemon: DaemonConfig { shutdown_timeout },
         console,
         tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
+        approvals: approvals::validate(&raw.approvals).map_err(|(key, problem)| error(format!("approvals.{key}"), problem))?,
         telemetry,
         servers,
         access,
@@ -838,6 +849,12 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
                 return Err(("fleet_identity".into(), "must be 1 to 512 characters".into()));
             }
             identity => identity,
+        },
+        approve: {
+            for pattern in &raw.approve {
+                access::check_glob(pattern).map_err(at("approve"))?;
+            }
+            raw.approve
         },
     })
 }

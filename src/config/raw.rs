@@ -27,6 +27,18 @@ pub(crate) struct RawConfig {
     pub(crate) tasks: RawTasks,
     #[serde(default)]
     pub(crate) console: RawConsole,
+    #[serde(default)]
+    pub(crate) approvals: RawApprovals,
+}
+
+/// `[approvals]`: calls a person approves before they run.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApprovals {
+    pub(crate) ttl: Option<String>,
+    pub(crate) separate_approver: Option<bool>,
+    pub(crate) max_pending_per_agent: Option<u32>,
+    pub(crate) max_pending: Option<u32>,
 }
 
 /// `[console]`: the operator console in the browser.
@@ -108,6 +120,9 @@ pub(crate) struct RawAgent {
     pub(crate) rate: Option<RawRate>,
     /// `{ tools = ["billing__*"], calls = 10, per = "1d" }`, or a list of them.
     pub(crate) quota: Option<RawQuotas>,
+    /// Globs over qualified names whose calls wait for a person's approval.
+    #[serde(default)]
+    pub(crate) approve: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -283,6 +298,9 @@ pub(crate) struct RawServer {
     /// "none" (the default), "loopback" or "all".
     pub(crate) network: Option<String>,
     pub(crate) limits: Option<super::sandbox::RawLimits>,
+    /// Globs over this server's tool names whose calls wait for a person's approval, whoever calls.
+    #[serde(default)]
+    pub(crate) approve: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -3,6 +3,7 @@
 //! the audit record; and search over one catalog snapshot under the caller's policy. One
 //! implementation, so that the doors cannot drift apart.
 
+pub mod approvals;
 pub mod changes;
 pub mod limits;
 pub mod paging;
@@ -24,6 +25,8 @@ use opentelemetry::KeyValue;
 
 /// Search hits fetched beyond the limit, for those the caller's policy then hides.
 const SEARCH_OVERFETCH: usize = 4;
+/// How long a call waits for a person's approval when neither it nor its server sets a deadline.
+const DEFAULT_APPROVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Longest tool name and server name an audit record keeps of what a caller sent.
 const AUDIT_NAME_BYTES: usize = 256;
 const AUDIT_SERVER_BYTES: usize = 64;
@@ -40,6 +43,8 @@ pub struct Door {
     continuations: Continuations,
     /// Calls run as tasks; in the store.
     tasks: tasks::Tasks,
+    /// Calls waiting for, or bound by, a person's approval; in the store.
+    approvals: approvals::Approvals,
 }
 
 /// One search hit: a tool of one server in the searched snapshot, and its score (higher first).
@@ -59,8 +64,42 @@ pub enum SearchError {
 }
 
 impl Door {
-    pub fn new(registry: Arc<Registry>, calls: Calls, access: Arc<Access>, auditor: Auditor, store: Store, tasks: tasks::Tasks) -> Door {
-        Door { registry, calls, access, auditor, store, continuations: Continuations::default(), tasks }
+    pub fn new(
+        registry: Arc<Registry>,
+        calls: Calls,
+        access: Arc<Access>,
+        auditor: Auditor,
+        store: Store,
+        tasks: tasks::Tasks,
+        approvals: approvals::Approvals,
+    ) -> Door {
+        Door { registry, calls, access, auditor, store, continuations: Continuations::default(), tasks, approvals }
+    }
+
+    /// The daemon's approval requests (listing; [`Door::decide_approval`] decides).
+    pub fn approvals(&self) -> &approvals::Approvals {
+        &self.approvals
+    }
+
+    /// An operator approves or denies a pending call (with a reason); audited.
+    ///
+    /// # Errors
+    /// [`approvals::DecideError`]; a caller that is no operator is told the request does not exist.
+    pub async fn decide_approval(
+        &self,
+        operator: &Caller,
+        id: &str,
+        approve: bool,
+        reason: Option<&str>,
+    ) -> Result<crate::catalog::store::call_approvals::ApprovalRecord, approvals::DecideError> {
+        if !operator.agent.admin {
+            return Err(approvals::DecideError::Unknown(truncate(id.to_owned(), 128)));
+        }
+        let started = (crate::catalog::record::now_ms(), Instant::now());
+        let record = self.approvals.decide(operator, id, approve, reason).await?;
+        let decision = if approve { "approved" } else { "denied" };
+        self.audit_event(operator, &record.qualified_name, format!("approval_decided:{}:{decision}", record.id), started);
+        Ok(record)
     }
 
     /// The daemon's tasks (reading, waiting, cancelling; [`Door::start_task`] starts one).
@@ -78,19 +117,20 @@ impl Door {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.start(self, caller, call).await?;
         // The start in the trail (the call's end follows when it ends, as any call's does).
-        self.audit_task(caller, &task, format!("task_started:{}", task.id), started);
+        self.audit_event(caller, &task.qualified_name, format!("task_started:{}", task.id), started);
         Ok(task)
     }
 
-    /// A task's start or cancellation in the trail, by `caller`.
-    fn audit_task(&self, caller: &Caller, task: &tasks::Task, outcome: String, started: (i64, Instant)) {
-        let server = names::server_of(&task.qualified_name).unwrap_or_default().to_owned();
+    /// What `caller` did about a call of `qualified` that is not the call itself (a task's start
+    /// or cancellation, an approval's request or decision), in the trail.
+    fn audit_event(&self, caller: &Caller, qualified: &str, outcome: String, started: (i64, Instant)) {
+        let server = names::server_of(qualified).unwrap_or_default().to_owned();
         self.auditor.record(AuditRecord {
             at_ms: started.0,
             agent: caller.agent.name.clone(),
             caller: caller.identity.describe(),
             transport: caller.identity.transport,
-            qualified_name: task.qualified_name.clone(),
+            qualified_name: truncate(qualified.to_owned(), AUDIT_NAME_BYTES),
             server: truncate(server, AUDIT_SERVER_BYTES),
             tool: String::new(),
             generation: 0,
@@ -108,7 +148,7 @@ impl Door {
     pub async fn cancel_task(&self, caller: &Caller, id: &str) -> Result<tasks::Task, tasks::TaskError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.cancel(caller, id).await?;
-        self.audit_task(caller, &task, format!("task_cancelled:{}", task.id), started);
+        self.audit_event(caller, &task.qualified_name, format!("task_cancelled:{}", task.id), started);
         if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
             self.calls.cancel_upstream_task(server, upstream).await;
         }
@@ -123,7 +163,7 @@ impl Door {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.cancel_as_operator(caller, id).await?;
         // Whose task it was is in the record's tool and the task's own; who cancelled is the caller.
-        self.audit_task(caller, &task, format!("task_cancelled:{}:{}", task.id, task.agent), started);
+        self.audit_event(caller, &task.qualified_name, format!("task_cancelled:{}:{}", task.id, task.agent), started);
         if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
             self.calls.cancel_upstream_task(server, upstream).await;
         }
@@ -310,6 +350,34 @@ impl Door {
             let refused = Err(refused_tool(caller, &self.registry.snapshot(), &target));
             self.audit_call(caller, &target, arguments, started, &refused, true);
             return refused;
+        }
+        // A call a person approves first: it waits here, holding no slot, and runs (once, with
+        // exactly the approved arguments and definition) only once approved.
+        let approved: Option<approvals::Approved>;
+        let mut request = shorten(request);
+        if caller.agent.needs_approval(&target.qualified()) {
+            let wait = request.timeout.unwrap_or_else(|| {
+                target
+                    .server()
+                    .and_then(|server| self.registry.server(server))
+                    .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared.request_timeout)
+            });
+            let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref() };
+            let requested = |record: &crate::catalog::store::call_approvals::ApprovalRecord| {
+                self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
+            };
+            match self.approvals.gate(asked, &self.registry, requested).await {
+                Ok(found) => approved = found,
+                Err(error) => {
+                    let refused = Err(error);
+                    self.audit_call(caller, &target, arguments, started, &refused, false);
+                    return refused;
+                }
+            }
+            if let Some(approved) = &approved {
+                request.arguments = Some(&approved.record.arguments);
+                request.expected_hash = Some(&approved.record.definition_hash);
+            }
         }
         // One agent's flood waits behind no one but itself.
         let _in_flight = match caller.agent.begin_call() {
@@ -526,4 +594,10 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text.truncate(end);
     text.push('…');
     text
+}
+
+/// A call request borrowed for less long: what the door substitutes (an approval's arguments)
+/// lives only as long as the call.
+fn shorten<'short, 'long: 'short>(request: CallRequest<'long>) -> CallRequest<'short> {
+    request
 }

@@ -551,6 +551,9 @@ fn progress_message(params: &serde_json::value::RawValue) -> Option<String> {
         None => format!("progress {}", update.progress),
     };
     let text = match update.message {
+        // Nothing done yet, nothing to count: the message alone (toolhost's own "waiting for
+        // approval", a server's "starting").
+        Some(message) if update.progress == 0.0 && update.total.is_none() => message,
         Some(message) => format!("{amount}: {message}"),
         None => amount,
     };

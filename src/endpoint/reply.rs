@@ -117,6 +117,7 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::QuotaExhausted { .. }
         | CallError::InvalidResult { .. }
         | CallError::TaskRequired { .. }
+        | CallError::Approval(_)
         | CallError::DefinitionHeld { .. } => SERVER_ERROR,
     };
     let explained = failure.explain();

@@ -167,6 +167,7 @@ async fn a_reload_applies_a_new_policy_to_open_watch_streams() {
         agents: vec![],
         audit_retention: std::time::Duration::from_secs(3600),
         audit_max_records: 100,
+        approve_everyone: vec![],
     };
     app.reload(config).await.unwrap();
     let ended = tokio::time::timeout(WAIT, stream.message()).await.expect("the stream answers at once");

@@ -6,6 +6,7 @@
 mod harness;
 
 mod access;
+mod approvals;
 
 mod calls;
 mod catalog_api;

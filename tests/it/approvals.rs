@@ -1,0 +1,269 @@
+//! Calls a person approves: a gRPC agent's call waits for an operator's decision made with the
+//! CLI and runs once with exactly the approved arguments; a denial carries its reason; a call
+//! past its deadline names its request and runs when asked again; a task waits in `working`;
+//! two operators racing get one decision; a flood stops at the limit; an operator may not
+//! approve their own call; a changed definition makes an approval stale; a restart keeps what
+//! is pending.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+
+const BOT_TOKEN: &str = "approval-bot-token-0123456789abc";
+
+fn tools(echo_description: &str) -> Value {
+    json!([
+        {"name": "echo", "description": echo_description, "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+        {"name": "add", "description": "Adds.", "inputSchema": {"type": "object"}},
+    ])
+}
+
+/// A daemon whose token agent `bot` must have `demo__echo` approved, and whose server makes
+/// everyone's `add` wait for approval; the test's own user is the operator.
+fn config(dir: &TestDir, extra: &str) -> toolhost::config::Config {
+    std::fs::write(dir.path("bot.token"), BOT_TOKEN).unwrap();
+    let tools_file = dir.path("tools.json");
+    if !tools_file.exists() {
+        std::fs::write(&tools_file, tools("Echoes.").to_string()).unwrap();
+    }
+    let script = dir.script("demo", json!({"tools_file": tools_file, "watch_tools_file": true}));
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let sections = format!(
+        "[approvals]\nseparate_approver = true\nmax_pending_per_agent = 3\n{extra}\n\
+         [access]\n[[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\napprove = [\"demo__echo\"]\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
+        dir.path("bot.token").display()
+    );
+    dir.config_with(&sections, &server_table("demo", &script, "approve = [\"add\"]\n"))
+}
+
+fn echo(text: &str) -> pb::CallToolRequest {
+    pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"text": text}).to_string(), ..Default::default() }
+}
+
+fn with_timeout(call: pb::CallToolRequest, timeout: Duration) -> tonic::Request<pb::CallToolRequest> {
+    let mut request = tonic::Request::new(call);
+    request.set_timeout(timeout);
+    request
+}
+
+/// The pending requests, once there are `count`.
+async fn pending(app: &toolhost::app::App, count: usize) -> Vec<pb::CallApproval> {
+    let mut operator = client(app).await;
+    eventually(&format!("{count} pending approvals"), async || {
+        let request = pb::ListApprovalsRequest { status: "pending".into() };
+        let listed = operator.list_approvals(request).await.unwrap().into_inner().approvals;
+        (listed.len() == count).then_some(listed)
+    })
+    .await
+}
+
+fn cli(app: &toolhost::app::App, args: &[&str]) -> (bool, String) {
+    let addr = cli_addr(app);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(args).args(["--addr", &addr]).output().unwrap();
+    (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
+
+fn echo_calls(dir: &TestDir) -> Vec<Value> {
+    dir.received("demo")
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
+        .map(|m| m["params"]["arguments"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_ending_is_typed() {
+    let dir = TestDir::new();
+    let app = start(config(&dir, "")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+
+    // Waits, is shown with its arguments and definition, approved with the CLI, runs once.
+    let mut waiting = agent_client(&app, BOT_TOKEN).await;
+    let call = tokio::spawn(async move { waiting.call_tool(with_timeout(echo("pay 10 to alice"), Duration::from_secs(120))).await });
+    let request = pending(&app, 1).await.remove(0);
+    assert_eq!((request.agent.as_str(), request.qualified_name.as_str()), ("bot", "demo__echo"));
+    assert_eq!(request.arguments_json, r#"{"text":"pay 10 to alice"}"#, "RFC 8785 canonical");
+    assert!(echo_calls(&dir).is_empty(), "nothing reached the server before the approval");
+    let (ok, shown) = cli(&app, &["approvals", "show", &request.approval_id]);
+    assert!(ok && shown.contains("pay 10 to alice") && shown.contains("Echoes.") && shown.contains("pending"), "{shown}");
+    let (ok, listed) = cli(&app, &["approvals"]);
+    assert!(ok && listed.contains(&request.approval_id) && listed.contains("demo__echo"), "{listed}");
+    let (ok, said) = cli(&app, &["approvals", "approve", &request.approval_id, "--reason", "invoice 7"]);
+    assert!(ok && said.contains("approved"), "{said}");
+    let result = call.await.unwrap().unwrap().into_inner();
+    assert!(result.content_json.contains("pay 10 to alice"), "{result:?}");
+    assert_eq!(echo_calls(&dir), vec![json!({"text": "pay 10 to alice"})]);
+    // Used: a second decision, or the same call again, gets nothing from it.
+    let again = client(&app)
+        .await
+        .decide_approval(pb::DecideApprovalRequest { approval_id: request.approval_id.clone(), approve: true, reason: String::new() })
+        .await
+        .unwrap_err();
+    assert_eq!(error_info(&again).0, "APPROVAL_NOT_PENDING", "{again:?}");
+
+    // A denial carries the operator's reason.
+    let mut waiting = agent_client(&app, BOT_TOKEN).await;
+    let call = tokio::spawn(async move { waiting.call_tool(with_timeout(echo("pay 1000 to mallory"), Duration::from_secs(120))).await });
+    let request = pending(&app, 1).await.remove(0);
+    let (ok, said) = cli(&app, &["approvals", "deny", &request.approval_id, "--reason", "not a known payee"]);
+    assert!(ok && said.contains("denied"), "{said}");
+    let denied = call.await.unwrap().unwrap_err();
+    let (reason, details) = error_info(&denied);
+    assert_eq!((reason.as_str(), details["reason"].as_str()), ("APPROVAL_DENIED", "not a known payee"), "{denied:?}");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+
+    // Past its deadline the call names its request; approved later, the same call asked again
+    // runs at once; other arguments are another request.
+    let late =
+        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_millis(300))).await.unwrap_err();
+    let (reason, details) = error_info(&late);
+    assert_eq!(reason, "APPROVAL_PENDING", "{late:?}");
+    let id = details["approval_id"].clone();
+    let mut operator = client(&app).await;
+    operator.decide_approval(pb::DecideApprovalRequest { approval_id: id.clone(), approve: true, reason: String::new() }).await.unwrap();
+    let swapped =
+        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5000 to bob"), Duration::from_millis(300))).await.unwrap_err();
+    assert_eq!(error_info(&swapped).0, "APPROVAL_PENDING", "other arguments are not approved: {swapped:?}");
+    assert_ne!(error_info(&swapped).1["approval_id"], id);
+    agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_secs(30))).await.unwrap();
+    assert_eq!(echo_calls(&dir).len(), 2, "exactly the approved calls ran: {:?}", echo_calls(&dir));
+
+    // Two operators at once: exactly one decision wins.
+    let pending_now = pending(&app, 1).await.remove(0);
+    let decide = |approve: bool| {
+        let (app_client, id) = (client(&app), pending_now.approval_id.clone());
+        async move { app_client.await.decide_approval(pb::DecideApprovalRequest { approval_id: id, approve, reason: "race".into() }).await }
+    };
+    let (first, second) = tokio::join!(decide(true), decide(false));
+    assert_eq!(u8::from(first.is_ok()) + u8::from(second.is_ok()), 1, "{first:?} {second:?}");
+    let loser = first.err().or(second.err()).unwrap();
+    assert_eq!(error_info(&loser).0, "APPROVAL_NOT_PENDING");
+
+    // A task waits in working, saying for what, and runs once approved.
+    let task = agent_client(&app, BOT_TOKEN)
+        .await
+        .start_task(pb::StartTaskRequest { call: Some(echo("task: pay 3 to carol")), ttl_ms: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let request = pending(&app, 1).await.remove(0);
+    let mut reader = agent_client(&app, BOT_TOKEN).await;
+    let seen = eventually("the task says it waits for an approval", async || {
+        let now = reader.get_task(pb::TaskRequest { task_id: task.task_id.clone() }).await.unwrap().into_inner();
+        now.status_message.contains("waiting for approval by an operator").then_some(now)
+    })
+    .await;
+    assert!(seen.status_message.contains(&request.approval_id), "{seen:?}");
+    operator
+        .decide_approval(pb::DecideApprovalRequest { approval_id: request.approval_id, approve: true, reason: String::new() })
+        .await
+        .unwrap();
+    let mut waiter = agent_client(&app, BOT_TOKEN).await;
+    let done = eventually("the task completed", async || {
+        let now = waiter.get_task(pb::TaskRequest { task_id: task.task_id.clone() }).await.unwrap().into_inner();
+        (now.status == pb::TaskStatus::Completed as i32).then_some(now)
+    })
+    .await;
+    assert_eq!(done.outcome, "ok");
+
+    // A flood stops at the agent's limit (3 pending), typed.
+    let mut floods = Vec::new();
+    for n in 0..3 {
+        let mut waiting = agent_client(&app, BOT_TOKEN).await;
+        floods.push(tokio::spawn(
+            async move { waiting.call_tool(with_timeout(echo(&format!("flood {n}")), Duration::from_secs(120))).await },
+        ));
+    }
+    pending(&app, 3).await;
+    let refused = agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("flood 4"), Duration::from_secs(5))).await.unwrap_err();
+    assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::ResourceExhausted, "APPROVALS_EXHAUSTED"), "{refused:?}");
+    for request in pending(&app, 3).await {
+        operator
+            .decide_approval(pb::DecideApprovalRequest { approval_id: request.approval_id, approve: false, reason: "flood".into() })
+            .await
+            .unwrap();
+    }
+    for flood in floods {
+        assert_eq!(error_info(&flood.await.unwrap().unwrap_err()).0, "APPROVAL_DENIED");
+    }
+
+    // The server's `approve` holds for everyone, operators too, who may not approve their own.
+    let mut own = client(&app).await;
+    let add = pb::CallToolRequest { qualified_name: "demo__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
+    let mine = own.call_tool(with_timeout(add, Duration::from_millis(300))).await.unwrap_err();
+    let id = error_info(&mine).1["approval_id"].clone();
+    let refused =
+        operator.decide_approval(pb::DecideApprovalRequest { approval_id: id, approve: true, reason: String::new() }).await.unwrap_err();
+    assert_eq!(error_info(&refused).0, "SEPARATE_APPROVER", "{refused:?}");
+
+    // Everything is in the trail: requests, decisions (who), and the calls' own outcomes.
+    let trail =
+        client(&app).await.query_audit(pb::QueryAuditRequest { limit: 1000, ..Default::default() }).await.unwrap().into_inner().records;
+    let outcomes: Vec<&str> = trail.iter().map(|record| record.outcome.as_str()).collect();
+    assert!(outcomes.iter().filter(|o| o.starts_with("approval_requested:")).count() >= 8, "{outcomes:?}");
+    assert!(trail.iter().any(|r| r.outcome.ends_with(":denied") && r.agent == "operator"), "{outcomes:?}");
+    assert!(
+        outcomes.contains(&"approval_denied") && outcomes.contains(&"approval_pending") && outcomes.contains(&"approvals_exhausted"),
+        "{outcomes:?}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_approval_stale() {
+    let dir = TestDir::new();
+    let app = start(config(&dir, "")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let late = agent_client(&app, BOT_TOKEN)
+        .await
+        .call_tool(with_timeout(echo("before the restart"), Duration::from_millis(200)))
+        .await
+        .unwrap_err();
+    let id = error_info(&late).1["approval_id"].clone();
+    app.shutdown().await;
+
+    let app = start(config(&dir, "")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(pending(&app, 1).await[0].approval_id, id, "still pending after the restart");
+    let (ok, said) = cli(&app, &["approvals", "approve", &id]);
+    assert!(ok, "{said}");
+    agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("before the restart"), Duration::from_secs(30))).await.unwrap();
+    assert_eq!(echo_calls(&dir), vec![json!({"text": "before the restart"})]);
+
+    // Approved, then the server changes the tool: the approval no longer holds.
+    let mut waiting = agent_client(&app, BOT_TOKEN).await;
+    let call = tokio::spawn(async move { waiting.call_tool(with_timeout(echo("after a change"), Duration::from_secs(120))).await });
+    let request = pending(&app, 1).await.remove(0);
+    let before = app.registry().server("demo").unwrap().generation_number();
+    std::fs::write(dir.path("tools.json"), tools("Echoes, and also mails what it echoes elsewhere.").to_string()).unwrap();
+    wait_for_server(app.registry(), "demo", "the changed definition", |v| v.generation_number() > before).await;
+    client(&app)
+        .await
+        .decide_approval(pb::DecideApprovalRequest { approval_id: request.approval_id, approve: true, reason: String::new() })
+        .await
+        .unwrap();
+    let stale = call.await.unwrap().unwrap_err();
+    let (reason, details) = error_info(&stale);
+    assert_eq!((reason.as_str(), details["changed"].as_str()), ("APPROVAL_STALE", "the tool's definition"), "{stale:?}");
+    assert_eq!(echo_calls(&dir).len(), 1, "the stale call never ran");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_request_expires_and_its_call_says_so() {
+    let dir = TestDir::new();
+    let app = start(config(&dir, "ttl = \"1s\"\n")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let expired = agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("too late"), Duration::from_secs(60))).await.unwrap_err();
+    assert_eq!(error_info(&expired).0, "APPROVAL_EXPIRED", "{expired:?}");
+    let listed = client(&app).await.list_approvals(pb::ListApprovalsRequest { status: "expired".into() }).await.unwrap().into_inner();
+    assert_eq!(listed.approvals.len(), 1);
+    assert!(echo_calls(&dir).is_empty());
+    app.shutdown().await;
+}
