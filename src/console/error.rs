@@ -42,6 +42,8 @@ pub enum ConsoleError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Task(#[from] TaskError),
+    #[error(transparent)]
+    Decide(#[from] crate::door::approvals::DecideError),
     #[error("too many pages are following the catalog now; try again later")]
     Busy,
     #[error("the daemon is stopping")]
@@ -73,6 +75,12 @@ impl ConsoleError {
                 TaskError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::CONFLICT,
             },
+            ConsoleError::Decide(error) => match error {
+                crate::door::approvals::DecideError::Unknown(_) => StatusCode::NOT_FOUND,
+                crate::door::approvals::DecideError::OwnRequest { .. } => StatusCode::FORBIDDEN,
+                crate::door::approvals::DecideError::NotPending { .. } => StatusCode::CONFLICT,
+                crate::door::approvals::DecideError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             ConsoleError::Busy | ConsoleError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -83,7 +91,10 @@ impl ConsoleError {
             ConsoleError::Approve(ApproveError::Store(_))
             | ConsoleError::Search(SearchError::Store(_))
             | ConsoleError::Store(_)
-            | ConsoleError::Task(TaskError::Store(_)) => "the store failed; the daemon's log has the details".to_owned(),
+            | ConsoleError::Task(TaskError::Store(_))
+            | ConsoleError::Decide(crate::door::approvals::DecideError::Store(_)) => {
+                "the store failed; the daemon's log has the details".to_owned()
+            }
             other => other.to_string(),
         }
     }

@@ -30,6 +30,7 @@ pub(super) enum Tab {
     Audit,
     Tasks,
     Limits,
+    Approvals,
 }
 
 impl Tab {
@@ -37,7 +38,7 @@ impl Tab {
     /// limits move with every call, which the catalog watch does not tell.
     fn poll_ms(self) -> Option<u32> {
         match self {
-            Tab::Tasks | Tab::Limits => Some(2000),
+            Tab::Tasks | Tab::Limits | Tab::Approvals => Some(2000),
             _ => None,
         }
     }
@@ -55,6 +56,7 @@ pub(super) fn page(ctx: &Ctx, tab: Tab, title: &str, controls: Markup, live: Mar
         (Tab::Catalog, "/catalog", "Catalog", true),
         (Tab::Tasks, "/tasks", "Tasks", true),
         (Tab::Limits, "/limits", "Limits", true),
+        (Tab::Approvals, "/approvals", "Approvals", admin),
         (Tab::Review, "/review", "Review", admin),
         (Tab::Audit, "/audit", "Audit", admin),
     ];

@@ -8,6 +8,7 @@
 //! loopback peer, else the session's token) and answered by one view. Actions are POSTs with the
 //! session's CSRF token and need `admin`, but for cancelling one's own task.
 
+mod approvals;
 mod catalog;
 mod chart;
 mod diff;
@@ -243,6 +244,10 @@ impl Console {
                     tasks::Query { agent: params.text("agent", 200), state: params.text("state", 20), tool: params.text("tool", 200) };
                 tasks::view(&ctx, &self.door, &query, crate::catalog::record::now_ms(), flash.as_deref()).await?
             }
+            "/approvals" => {
+                admin()?;
+                approvals::view(&ctx, &self.door, flash.as_deref()).await?
+            }
             "/limits" => limits::view(&ctx, &self.door, &self.store, crate::catalog::record::now_ms()).await?,
             "/events" => {
                 let slot = events::slot(&self.streams, &self.stream_shares, &caller.agent.name).ok_or(ConsoleError::Busy)?;
@@ -278,6 +283,12 @@ impl Console {
             "/servers/restart" => {
                 self.refresher.operate(&server, ServerAction::Restart)?;
                 Ok((format!("Restarting {server}."), "/servers"))
+            }
+            "/approvals/decide" => {
+                let said =
+                    approvals::decide(&self.door, caller, &form.text("id", 200), &form.text("decision", 20), &form.text("reason", 1000))
+                        .await?;
+                Ok((said, "/approvals"))
             }
             "/review/approve" => {
                 let (tool, hash) = (form.text("tool", 1000), form.text("hash", 100));

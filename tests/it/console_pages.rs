@@ -161,3 +161,82 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
     browser.close().await;
     app.shutdown().await;
 }
+
+/// An operator approves and denies calls on the approvals page: the arguments are shown as data
+/// (markup an agent sent stays text), the definition beside them; the approved call runs once,
+/// the denied one carries the reason typed, and a reason being typed survives the page's refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_approves_and_denies_calls_in_the_browser() {
+    let dir = TestDir::new();
+    std::fs::write(dir.path("bot.token"), VIEWER_TOKEN).unwrap();
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let sections = format!(
+        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
+         [[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\napprove = [\"demo__echo\"]\n",
+        dir.path("bot.token").display()
+    );
+    let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let port = app.console_addrs().iter().find_map(|addr| match addr {
+        BoundAddr::Tcp(socket) => Some(socket.port()),
+        BoundAddr::Unix(_) => None,
+    });
+    let base = format!("http://127.0.0.1:{}", port.unwrap());
+    let payload = "<img src=x onerror=\"window.__pwned=1\"> pay 10";
+    let ask = async |text: &str| {
+        let call = pb::CallToolRequest {
+            qualified_name: "demo__echo".into(),
+            arguments_json: json!({"text": text}).to_string(),
+            ..Default::default()
+        };
+        let mut request = tonic::Request::new(call);
+        request.set_timeout(std::time::Duration::from_secs(120));
+        let mut bot = agent_client(&app, VIEWER_TOKEN).await;
+        tokio::spawn(async move { bot.call_tool(request).await })
+    };
+    let first = ask(payload).await;
+
+    let Some(mut browser) = Browser::launch().await else { return };
+    browser.open(&format!("{base}/servers")).await;
+    browser.run(json!({"op": "click", "selector": "nav a[href='/approvals']"})).await;
+    let shown = browser.wait("section[data-approval] pre.arguments", Some("pay 10")).await;
+    assert!(shown.contains("<img src=x"), "the arguments, as text: {shown}");
+    assert_eq!(browser.eval("window.__pwned === undefined && document.querySelectorAll('#live img').length === 0").await, json!(true));
+    let definition = browser.wait("section[data-approval] div.side-by-side", None).await;
+    assert!(definition.contains("inputSchema"), "the definition beside the arguments: {definition}");
+    browser.screenshot("approvals").await;
+    let approved = browser.run(json!({"op": "click", "selector": "section[data-approval] button[value=approve]"})).await;
+    assert!(approved["url"].as_str().unwrap().ends_with("/approvals"), "{approved}");
+    assert!(browser.wait("p.flash", None).await.contains("Approved demo__echo for bot"));
+    let result = first.await.unwrap().unwrap().into_inner();
+    assert!(result.content_json.contains("pay 10"), "{result:?}");
+
+    // A second call; the reason typed survives the page's refreshes; a denial without one is refused.
+    let second = ask("pay 99").await;
+    browser.wait("section[data-approval] pre.arguments", Some("pay 99")).await;
+    let refused = browser.run(json!({"op": "click", "selector": "section[data-approval] button[value=deny]"})).await;
+    assert_eq!(refused["status"], json!(400), "{refused}");
+    browser.errors().await;
+    browser.open(&format!("{base}/approvals")).await;
+    browser.run(json!({"op": "fill", "selector": "section[data-approval] input[name=reason]", "value": "not a known payee"})).await;
+    // Two of the page's refreshes go by: the page fetches one at a time, so when the third
+    // starts the first two have ended (and swapped, or not). The field keeps what was typed.
+    browser
+        .eval(
+            "new Promise(resolve => { let started = 0; const fetch = window.fetch; \
+             window.fetch = function (...args) { started += 1; if (started === 3) { resolve(); } return fetch.apply(this, args); }; })",
+        )
+        .await;
+    let kept = browser.eval("document.querySelector('section[data-approval] input[name=reason]').value").await;
+    assert_eq!(kept, json!("not a known payee"));
+    browser.run(json!({"op": "click", "selector": "section[data-approval] button[value=deny]"})).await;
+    let denied = second.await.unwrap().unwrap_err();
+    let (reason, details) = error_info(&denied);
+    assert_eq!((reason.as_str(), details["reason"].as_str()), ("APPROVAL_DENIED", "not a known payee"));
+    browser.wait("table.approvals tr[data-status=denied]", Some("not a known payee")).await;
+    let errors = browser.errors().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    browser.close().await;
+    app.shutdown().await;
+}

@@ -25,7 +25,12 @@
         credentials: "same-origin",
         cache: "no-store",
       });
-      if (response.ok) {
+      // A reason being typed into a form of the live region (a denial's) is not swept away:
+      // the region waits until the field is left empty and unfocused.
+      const typing = Array.from(live.querySelectorAll("input[type=text], textarea")).some(function (field) {
+        return field.value !== "" || field === document.activeElement;
+      });
+      if (response.ok && !typing) {
         live.innerHTML = await response.text();
         const revision = Number(response.headers.get("x-catalog-revision") || shown);
         shown = Math.max(shown, revision);
