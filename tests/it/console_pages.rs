@@ -192,10 +192,10 @@ async fn an_operator_approves_and_denies_calls_in_the_browser() {
         };
         let mut request = tonic::Request::new(call);
         request.set_timeout(std::time::Duration::from_secs(120));
-        let mut bot = agent_client(&app, VIEWER_TOKEN).await;
-        tokio::spawn(async move { bot.call_tool(request).await })
+        (agent_client(&app, VIEWER_TOKEN).await, request)
     };
-    let first = ask(payload).await;
+    let (mut bot, request) = ask(payload).await;
+    let first = tokio::spawn(async move { bot.call_tool(request).await });
 
     let Some(mut browser) = Browser::launch().await else { return };
     browser.open(&format!("{base}/servers")).await;
@@ -213,7 +213,8 @@ async fn an_operator_approves_and_denies_calls_in_the_browser() {
     assert!(result.content_json.contains("pay 10"), "{result:?}");
 
     // A second call; the reason typed survives the page's refreshes; a denial without one is refused.
-    let second = ask("pay 99").await;
+    let (mut bot, request) = ask("pay 99").await;
+    let second = tokio::spawn(async move { bot.call_tool(request).await });
     browser.wait("section[data-approval] pre.arguments", Some("pay 99")).await;
     let refused = browser.run(json!({"op": "click", "selector": "section[data-approval] button[value=deny]"})).await;
     assert_eq!(refused["status"], json!(400), "{refused}");
