@@ -256,6 +256,17 @@ impl Approvals {
     }
 }
 
+/// How a wait for approval ended, as metrics name it.
+pub(super) fn outcome(refusal: &ApprovalError) -> &'static str {
+    match refusal {
+        ApprovalError::Pending { .. } => "pending",
+        ApprovalError::Denied { .. } => "denied",
+        ApprovalError::Expired { .. } => "expired",
+        ApprovalError::Stale { .. } => "stale",
+        ApprovalError::TooMany { .. } => "exhausted",
+    }
+}
+
 /// The definition hash of `tool` in `snapshot`, if it is there.
 fn definition_hash_now(snapshot: &CatalogSnapshot, tool: &ToolRef) -> Option<String> {
     let (view, idx) = crate::calls::locate(&snapshot.servers, tool)?;

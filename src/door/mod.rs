@@ -98,6 +98,7 @@ impl Door {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let record = self.approvals.decide(operator, id, approve, reason).await?;
         let decision = if approve { "approved" } else { "denied" };
+        self.metrics().record_approval_decision(names::server_of(&record.qualified_name).unwrap_or_default(), decision);
         self.audit_event(operator, &record.qualified_name, format!("approval_decided:{}:{decision}", record.id), started);
         Ok(record)
     }
@@ -366,7 +367,19 @@ impl Door {
             let requested = |record: &crate::catalog::store::call_approvals::ApprovalRecord| {
                 self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
             };
-            match self.approvals.gate(asked, &self.registry, requested).await {
+            let gated = self.approvals.gate(asked, &self.registry, requested).await;
+            let ended = match &gated {
+                Ok(Some(_)) => Some("approved"),
+                Ok(None) => None,
+                Err(CallError::Approval(refusal)) => Some(approvals::outcome(refusal)),
+                Err(_) => Some("error"),
+            };
+            if let Some(ended) = ended {
+                let server = target.server().unwrap_or_default();
+                self.metrics().record_approval_wait(server, ended, started.1.elapsed());
+                tracing::info!(agent = %caller.agent.name, tool = %target.qualified(), outcome = ended, "toolhost.approval");
+            }
+            match gated {
                 Ok(found) => approved = found,
                 Err(error) => {
                     let refused = Err(error);

@@ -32,6 +32,8 @@ pub struct Metrics {
     fleet_drift: Counter<u64>,
     oauth_tokens: Counter<u64>,
     refusals: Counter<u64>,
+    approval_wait: Histogram<f64>,
+    approval_decisions: Counter<u64>,
 }
 
 /// `toolhost.store.degraded`: 1 while the catalog store is degraded (its filesystem full), else
@@ -105,6 +107,15 @@ impl Metrics {
                 .u64_counter("toolhost.agent.limited")
                 .with_description("Calls refused before they started because an agent entry was over a limit, by agent and reason")
                 .build(),
+            approval_wait: meter
+                .f64_histogram("toolhost.approval.wait.duration")
+                .with_unit("s")
+                .with_description("How long calls waited for a person's approval, by how the wait ended")
+                .build(),
+            approval_decisions: meter
+                .u64_counter("toolhost.approval.decisions")
+                .with_description("Operators' decisions on calls waiting for approval (approved, denied)")
+                .build(),
         }
     }
 
@@ -122,6 +133,19 @@ impl Metrics {
     /// `quota_exhausted`).
     pub fn record_limited(&self, agent: &str, reason: &'static str) {
         self.refusals.add(1, &[KeyValue::new("toolhost.agent", agent.to_owned()), KeyValue::new("toolhost.limit.reason", reason)]);
+    }
+
+    /// A call's wait for approval ended: `approved` (it ran), `denied`, `expired`, `stale`,
+    /// `pending` (its caller's deadline came first) or `exhausted`.
+    pub fn record_approval_wait(&self, server: &str, ended: &'static str, waited: Duration) {
+        let attributes = [KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.approval.outcome", ended)];
+        self.approval_wait.record(waited.as_secs_f64(), &attributes);
+    }
+
+    /// An operator's decision on a pending call.
+    pub fn record_approval_decision(&self, server: &str, decision: &'static str) {
+        self.approval_decisions
+            .add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.approval.decision", decision)]);
     }
 
     pub fn record_enumeration(&self, server: &str, reason: &'static str, outcome: &'static str, duration: Duration) {
