@@ -24,8 +24,9 @@ fn tools(echo_description: &str) -> Value {
 }
 
 /// A daemon whose token agent `bot` must have `demo__echo` approved, and whose server makes
-/// everyone's `add` wait for approval; the test's own user is the operator.
-fn config(dir: &TestDir, extra: &str) -> toolhost::config::Config {
+/// everyone's `add` wait for approval; the test's own user is the operator. `extra` goes into
+/// `[approvals]`, `sections` before it.
+fn config_with(dir: &TestDir, sections: &str, extra: &str) -> toolhost::config::Config {
     std::fs::write(dir.path("bot.token"), BOT_TOKEN).unwrap();
     let tools_file = dir.path("tools.json");
     if !tools_file.exists() {
@@ -34,12 +35,16 @@ fn config(dir: &TestDir, extra: &str) -> toolhost::config::Config {
     let script = dir.script("demo", json!({"tools_file": tools_file, "watch_tools_file": true}));
     let uid = std::fs::metadata(dir.path("")).unwrap().uid();
     let sections = format!(
-        "[approvals]\nseparate_approver = true\nmax_pending_per_agent = 3\n{extra}\n\
+        "{sections}\n[approvals]\nseparate_approver = true\nmax_pending_per_agent = 3\n{extra}\n\
          [access]\n[[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\napprove = [\"demo__echo\"]\n\
          [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
         dir.path("bot.token").display()
     );
     dir.config_with(&sections, &server_table("demo", &script, "approve = [\"add\"]\n"))
+}
+
+fn config(dir: &TestDir, extra: &str) -> toolhost::config::Config {
+    config_with(dir, "", extra)
 }
 
 fn echo(text: &str) -> pb::CallToolRequest {
@@ -265,5 +270,46 @@ async fn an_undecided_request_expires_and_its_call_says_so() {
     let listed = client(&app).await.list_approvals(pb::ListApprovalsRequest { status: "expired".into() }).await.unwrap().into_inner();
     assert_eq!(listed.approvals.len(), 1);
     assert!(echo_calls(&dir).is_empty());
+    app.shutdown().await;
+}
+
+/// The official Python SDK's client over MCP (2025-11-25): a task waits in `working` naming its
+/// request and completes once approved; a plain call waits within its deadline and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_waits_for_approval_as_a_task_and_as_a_plain_call() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = TestDir::new();
+    let app = start(config_with(&dir, &crate::mcp_endpoint::mcp_section(""), "")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let url = format!("http://{}/mcp", crate::mcp_endpoint::mcp_http(&app));
+    let fixture = format!("{}/tests/fixtures/mcp_clients/approval_client.py", env!("CARGO_MANIFEST_DIR"));
+    let mut child = tokio::process::Command::new(crate::mcp_clients::agents_python())
+        .args([&fixture, &url, BOT_TOKEN])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line =
+            tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.expect("the client's next step").unwrap().unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"))
+    };
+    let mut operator = client(&app).await;
+    for expected in ["task waiting", "calling"] {
+        assert_eq!(next().await["step"], expected);
+        let request = pending(&app, 1).await.remove(0);
+        operator
+            .decide_approval(pb::DecideApprovalRequest { approval_id: request.approval_id, approve: true, reason: String::new() })
+            .await
+            .unwrap();
+    }
+    let report = next().await;
+    assert!(child.wait().await.unwrap().success(), "{report}");
+    assert_eq!(report["waiting_status"], "working", "{report}");
+    assert!(report["waiting_message"].as_str().unwrap().contains("waiting for approval by an operator (request "), "{report}");
+    assert!(report["task_texts"][0].as_str().unwrap().contains("refund 7 via a task"), "{report}");
+    assert!(report["plain_texts"][0].as_str().unwrap().contains("refund 8 plainly"), "{report}");
+    assert_eq!(echo_calls(&dir), vec![json!({"text": "refund 7 via a task"}), json!({"text": "refund 8 plainly"})]);
     app.shutdown().await;
 }
