@@ -41,7 +41,9 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
     }
     let approve_everyone = servers
         .iter()
-        .flat_map(|(server, spec)| spec.approve.iter().map(move |tool| crate::catalog::names::qualify(server, tool)))
+        // `SERVER__GLOB`: a glob over the qualified names of the server's tools, as the other
+        // lists are (the separator is the catalog's).
+        .flat_map(|(server, spec)| spec.approve.iter().map(move |tool| format!("{server}__{tool}")))
         .collect();
     Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records, approve_everyone })
 }
