@@ -85,9 +85,10 @@ pub enum CallError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ApprovalError {
     #[error(
-        "the call waits for an operator's approval (request {id}); ask again with the same arguments, or start it as a task, to run it once approved"
+        "the call waits for an operator's approval (request {id}); {}",
+        task.as_deref().map_or_else(|| "ask again with the same arguments once it is approved".to_owned(), |task| format!("task {task} runs it once approved (or ask again with the same arguments)"))
     )]
-    Pending { id: String, expires_at_ms: i64 },
+    Pending { id: String, expires_at_ms: i64, task: Option<String> },
     #[error("an operator denied the call (request {id}, by {by}){}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
     Denied { id: String, by: String, reason: Option<String> },
     #[error("the approval request {id} expired before it was decided or used; the call did not run")]
@@ -111,8 +112,12 @@ impl ApprovalError {
 
     fn explain(&self) -> (&'static str, Vec<(&'static str, String)>) {
         match self {
-            ApprovalError::Pending { id, expires_at_ms } => {
-                ("APPROVAL_PENDING", vec![("approval_id", id.clone()), ("expires_at_unix_ms", expires_at_ms.to_string())])
+            ApprovalError::Pending { id, expires_at_ms, task } => {
+                let mut details = vec![("approval_id", id.clone()), ("expires_at_unix_ms", expires_at_ms.to_string())];
+                if let Some(task) = task {
+                    details.push(("task_id", task.clone()));
+                }
+                ("APPROVAL_PENDING", details)
             }
             ApprovalError::Denied { id, by, reason } => (
                 "APPROVAL_DENIED",

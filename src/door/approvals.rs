@@ -131,6 +131,7 @@ impl Approvals {
                     decided_by: None,
                     decided_at_ms: None,
                     reason: None,
+                    task_id: None,
                 };
                 let settings = &self.inner.settings;
                 match store
@@ -174,7 +175,7 @@ impl Approvals {
                     store.move_call_approval(&record.id, ApprovalStatus::Pending, ApprovalStatus::Expired, None, now_ms()).await.map_err(stored)?;
                 }
                 () = tokio::time::sleep_until(until) => {
-                    return Err(ApprovalError::Pending { id: record.id, expires_at_ms: record.expires_at_ms }.into());
+                    return Err(ApprovalError::Pending { id: record.id, expires_at_ms: record.expires_at_ms, task: None }.into());
                 }
             }
             record =
@@ -247,6 +248,14 @@ impl Approvals {
     /// [`StoreError`].
     pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
         self.inner.store.call_approval(id).await
+    }
+
+    /// Makes `task` the follower of request `id` if its follower is still `was`.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub(super) async fn follow(&self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
+        self.inner.store.follow_call_approval(id, was, task).await
     }
 
     /// Whether an operator may not approve their own calls.

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::access::{Access, Caller, Identity, Limited, Refusal};
 use crate::audit::{AuditRecord, Auditor};
-use crate::calls::{CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
+use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
 use crate::catalog::integrity::Hold;
 use crate::catalog::names;
 use crate::catalog::store::Store;
@@ -382,6 +382,17 @@ impl Door {
             match gated {
                 Ok(found) => approved = found,
                 Err(error) => {
+                    // A plain call that stops waiting leaves a task following its request, so a
+                    // caller that can follow one loses nothing (a task's own call never does).
+                    let error = match error {
+                        CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })
+                            if request.upstream_task.is_none() =>
+                        {
+                            let task = self.follow_approval(caller, &target, arguments, &id).await;
+                            CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task })
+                        }
+                        other => other,
+                    };
                     let refused = Err(error);
                     self.audit_call(caller, &target, arguments, started, &refused, false);
                     return refused;
@@ -443,6 +454,34 @@ impl Door {
         }
         self.audit_call(caller, &target, arguments, started, &result, false);
         result
+    }
+
+    /// The task that follows approval request `id` for `caller`'s plain call of `tool`: the one
+    /// already following it while it works, else a new one (its call finds the same request and
+    /// waits for it). `None` when no task can be started (the caller's task limits).
+    async fn follow_approval(&self, caller: &Caller, tool: &ToolRef, arguments: &str, id: &str) -> Option<String> {
+        let record = self.approvals.get(id).await.ok()??;
+        if let Some(follower) = &record.task_id
+            && self.tasks.get(caller, follower).await.is_ok_and(|task| !task.status.is_terminal())
+        {
+            return Some(follower.clone());
+        }
+        let call = tasks::TaskCall {
+            tool: tool.clone(),
+            arguments: Some(arguments.to_owned()),
+            expected_hash: None,
+            expected_revision: None,
+            ttl: None,
+        };
+        let task = self.start_task(caller, call).await.ok()?;
+        match self.approvals.follow(id, record.task_id.as_deref(), &task.id).await {
+            Ok(true) => Some(task.id),
+            // Another call of the same request made its own follower first: that one is followed.
+            _ => {
+                let _ = self.cancel_task(caller, &task.id).await;
+                self.approvals.get(id).await.ok()?.and_then(|record| record.task_id)
+            }
+        }
     }
 
     /// Keeps the server's `requestState` of an `input_required` outcome for `caller`, and hands

@@ -360,7 +360,13 @@ struct Run {
 }
 
 impl Run {
-    async fn run(self) {
+    /// Boxed: a task's call goes through [`Door::call`], which may start a task itself (one
+    /// following an approval request); the box ends that cycle of future types.
+    fn run(self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.call())
+    }
+
+    async fn call(self) {
         let (started, mut told) = tokio::sync::oneshot::channel();
         let (progress, mut progressed) = tokio::sync::mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
         let request = CallRequest {

@@ -123,20 +123,27 @@ async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_e
     assert_eq!((reason.as_str(), details["reason"].as_str()), ("APPROVAL_DENIED", "not a known payee"), "{denied:?}");
     assert_eq!(denied.code(), tonic::Code::PermissionDenied);
 
-    // Past its deadline the call names its request; approved later, the same call asked again
-    // runs at once; other arguments are another request.
+    // Past its deadline the call names its request and the task that now follows it; approved
+    // later, that task runs the call. Other arguments are another request.
     let late =
         agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_millis(300))).await.unwrap_err();
     let (reason, details) = error_info(&late);
     assert_eq!(reason, "APPROVAL_PENDING", "{late:?}");
-    let id = details["approval_id"].clone();
+    let (id, follower) = (details["approval_id"].clone(), details["task_id"].clone());
+    assert!(late.message().contains(&follower), "{late:?}");
     let mut operator = client(&app).await;
     operator.decide_approval(pb::DecideApprovalRequest { approval_id: id.clone(), approve: true, reason: String::new() }).await.unwrap();
+    let mut follower_reader = agent_client(&app, BOT_TOKEN).await;
+    let followed = eventually("the following task ran the approved call", async || {
+        let now = follower_reader.get_task(pb::TaskRequest { task_id: follower.clone() }).await.unwrap().into_inner();
+        (now.status == pb::TaskStatus::Completed as i32).then_some(now)
+    })
+    .await;
+    assert_eq!(followed.outcome, "ok");
     let swapped =
         agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5000 to bob"), Duration::from_millis(300))).await.unwrap_err();
     assert_eq!(error_info(&swapped).0, "APPROVAL_PENDING", "other arguments are not approved: {swapped:?}");
     assert_ne!(error_info(&swapped).1["approval_id"], id);
-    agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_secs(30))).await.unwrap();
     assert_eq!(echo_calls(&dir).len(), 2, "exactly the approved calls ran: {:?}", echo_calls(&dir));
 
     // Two operators at once: exactly one decision wins.

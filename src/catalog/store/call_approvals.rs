@@ -68,6 +68,8 @@ pub struct ApprovalRecord {
     pub decided_by: Option<String>,
     pub decided_at_ms: Option<i64>,
     pub reason: Option<String>,
+    /// The task following the request for a plain call that stopped waiting.
+    pub task_id: Option<String>,
 }
 
 /// Why a request could not be stored.
@@ -98,6 +100,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> ApprovalRecord {
         decided_by: row.get("decided_by"),
         decided_at_ms: row.get("decided_at_ms"),
         reason: row.get("reason"),
+        task_id: row.get("task_id"),
     }
 }
 
@@ -226,6 +229,24 @@ impl Store {
         .execute(tx.conn())
         .await?
         .rows_affected();
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+
+    /// Makes `task` the request's follower if its follower is still `was` (none, or one that
+    /// ended); `false` when another call made its own first.
+    ///
+    /// # Errors
+    /// [`StoreError`]: nothing changed.
+    pub async fn follow_call_approval(&self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = sqlx::query("UPDATE call_approvals SET task_id = ?3 WHERE id = ?1 AND task_id IS ?2")
+            .bind(id)
+            .bind(was)
+            .bind(task)
+            .execute(tx.conn())
+            .await?
+            .rows_affected();
         tx.commit().await?;
         Ok(changed == 1)
     }
