@@ -139,7 +139,8 @@ pub struct SandboxView {
     pub network: crate::sandbox::Network,
     pub limits: crate::sandbox::Limits,
     pub last_limit: Option<crate::sandbox::LimitKind>,
-    /// What its entry grants beyond the system and its program: read-only, writable.
+    /// What it sees beyond the system, read-only (its program, its arguments' files, its
+    /// script's project, its `cwd`, its `read` grants), and what it may write.
     pub read: Vec<std::path::PathBuf>,
     pub write: Vec<std::path::PathBuf>,
     /// Its own home (`HOME`), where its caches live.

@@ -115,7 +115,7 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         @if let Some(sandbox) = &view.sandbox {
             p { (self::sandbox(view)) }
             @if let Some(home) = &sandbox.home { p { "Home (HOME, its caches): " code { (home.display().to_string()) } } }
-            @if !sandbox.read.is_empty() { p { "Reads: " @for path in &sandbox.read { code { (path.display().to_string()) } " " } } }
+            @if !sandbox.read.is_empty() { p { "Reads (beside the system): " @for path in &sandbox.read { code { (path.display().to_string()) } " " } } }
             @if !sandbox.write.is_empty() { p { "Writes: " @for path in &sandbox.write { code { (path.display().to_string()) } " " } } }
         }
         h2 { "Its tools" }

@@ -274,7 +274,8 @@ impl Supervisor {
                 network: sandbox.network,
                 limits: sandbox.limits,
                 last_limit: None,
-                read: sandbox.read.clone(),
+                // What it will see, as check-config counts it (else what its entry grants).
+                read: crate::upstream::sandbox_reads(stdio).unwrap_or_else(|| sandbox.read.clone()),
                 write: sandbox.write.clone(),
                 home: sandbox.home.clone(),
             });

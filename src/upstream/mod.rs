@@ -125,6 +125,14 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     ))
 }
 
+/// Everything a stdio server's sandbox shows beside the system, read-only (its program and
+/// installation, the files its arguments name, its script's directory and project, its `cwd`,
+/// its `read` grants), as `check-config` counts them; `None` when no plan can be made.
+pub fn sandbox_reads(spec: &crate::config::StdioSpec) -> Option<Vec<std::path::PathBuf>> {
+    let plan = confinement::plan_for(spec).ok()?;
+    Some(plan.read.into_iter().chain(plan.cwd).collect())
+}
+
 /// The daemon's private files that lie directly in a directory the server may write: masked,
 /// but a mask on a file goes when the file is replaced by rename on the host, so a running
 /// server would then see the new content (in a read-only directory the sandbox shows a

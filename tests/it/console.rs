@@ -599,6 +599,8 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         if page == "/server?name=evil" {
             let text = text.as_str().unwrap();
             assert!(text.contains("Home (HOME, its caches)") && text.contains("servers/evil"), "{text}");
+            // What it sees, as check-config counts it: its program's installation and its script.
+            assert!(text.contains("Reads (beside the system)") && text.contains("evil.json"), "{text}");
             assert_eq!(browser.eval("document.querySelectorAll('a[href^=\"/tool?server=evil\"]').length").await, json!(2));
         }
     }
