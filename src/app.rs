@@ -135,7 +135,38 @@ impl App {
         let retention = Retention { max_age: config.access.audit_retention, max_records: config.access.audit_max_records };
         // The audit writer outlives the API (it drains what the last calls recorded) and stops
         // with the other background tasks, before the store closes.
-        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, background_cancel.clone());
+        // The audit chain's signing key lives beside the store, private like it.
+        let key_path = config.store.path.parent().unwrap_or(std::path::Path::new(".")).join("audit.key");
+        let signer = match crate::catalog::store::audit_chain::load_or_make_key(&key_path) {
+            Ok(key) => Some(key),
+            Err(problem) => {
+                tracing::error!(%problem, "the audit trail is chained but its checkpoints cannot be signed");
+                None
+            }
+        };
+        // The chain is verified once at start, beside serving: a break is an ERROR and the
+        // audit's health NOT_SERVING; calls go on.
+        let (audit_broken_tx, audit_broken) = tokio::sync::watch::channel(None);
+        if let Some(key) = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key) {
+            let (path, cancel) = (config.store.path.clone(), background_cancel.clone());
+            background.spawn(async move {
+                let verdict = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    verdict = crate::catalog::store::audit_chain::verify(&path, &key) => verdict,
+                };
+                match verdict {
+                    Ok(crate::catalog::store::audit_chain::Verdict::Broken { problem, .. }) => {
+                        tracing::error!(%problem, "the audit trail was altered; `toolhost audit verify` says where");
+                        audit_broken_tx.send_replace(Some(problem));
+                    }
+                    Ok(crate::catalog::store::audit_chain::Verdict::Intact { records, checkpoints, .. }) => {
+                        tracing::info!(records, checkpoints, "the audit chain is intact");
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot verify the audit chain"),
+                }
+            });
+        }
+        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, background_cancel.clone());
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
@@ -166,6 +197,7 @@ impl App {
             approver: supervisor.approver(),
             refresher: supervisor.refresher(),
             fleet: fleet.clone(),
+            audit_broken,
         };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {

@@ -19,6 +19,10 @@ use crate::telemetry::throttle::Throttle;
 const QUEUE: usize = 65_536;
 /// Records stored in one transaction.
 const BATCH: usize = 512;
+/// The chain's head is signed after this many records…
+const CHECKPOINT_RECORDS: usize = 1000;
+/// …or this long after the last checkpoint when records were written since (and at shutdown).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 /// How often the retention bounds are applied.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// After the first record of a burst, the writer gathers for this long: a busy daemon pays one
@@ -42,10 +46,17 @@ pub struct Retention {
 
 impl Auditor {
     /// The auditor and the writer loop that stores what it is given until `cancel`, then drains.
-    pub fn start(store: Store, retention: Retention, cancel: CancellationToken) -> (Auditor, impl std::future::Future<Output = ()>) {
+    /// With `signer`, the chain's head is signed every [`CHECKPOINT_RECORDS`] records, every
+    /// [`CHECKPOINT_EVERY`] when there are new ones, and when the writer stops.
+    pub fn start(
+        store: Store,
+        retention: Retention,
+        signer: Option<ed25519_dalek::SigningKey>,
+        cancel: CancellationToken,
+    ) -> (Auditor, impl std::future::Future<Output = ()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let auditor = Auditor { tx, dropped: Arc::default(), warnings: Arc::new(Throttle::new(1)) };
-        (auditor, write_loop(rx, store, retention, cancel))
+        (auditor, write_loop(rx, store, retention, Checkpoints { signer, unsigned: 0 }, cancel))
     }
 
     pub fn record(&self, record: AuditRecord) {
@@ -58,11 +69,35 @@ impl Auditor {
     }
 }
 
-async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention: Retention, cancel: CancellationToken) {
+/// When the chain's head is signed next.
+struct Checkpoints {
+    signer: Option<ed25519_dalek::SigningKey>,
+    /// Records written since the last checkpoint.
+    unsigned: usize,
+}
+
+impl Checkpoints {
+    async fn sign(&mut self, store: &Store) {
+        let Some(signer) = &self.signer else { return };
+        match store.checkpoint_audit(signer, crate::catalog::record::now_ms()).await {
+            Ok(_) => self.unsigned = 0,
+            Err(error) => tracing::warn!(%error, "cannot sign the audit chain's head"),
+        }
+    }
+}
+
+async fn write_loop(
+    mut rx: mpsc::Receiver<AuditRecord>,
+    store: Store,
+    retention: Retention,
+    mut checkpoints: Checkpoints,
+    cancel: CancellationToken,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     // Agents' calls drive these writes: a store that refuses them (a full disk) logs a line a second.
     let failures = Throttle::new(1);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
+    let mut sign = tokio::time::interval(CHECKPOINT_EVERY);
     loop {
         tokio::select! {
             received = rx.recv_many(&mut batch, BATCH) => {
@@ -78,8 +113,13 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
                         () = cancel.cancelled() => break,
                     }
                 }
+                checkpoints.unsigned += batch.len();
                 store_batch(&store, &mut batch, &failures).await;
+                if checkpoints.unsigned >= CHECKPOINT_RECORDS {
+                    checkpoints.sign(&store).await;
+                }
             }
+            _ = sign.tick() => if checkpoints.unsigned > 0 { checkpoints.sign(&store).await },
             _ = prune.tick() => {
                 let oldest = crate::catalog::record::now_ms().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
                 if let Err(error) = store.prune_audit(oldest, retention.max_records).await {
@@ -92,6 +132,7 @@ async fn write_loop(mut rx: mpsc::Receiver<AuditRecord>, store: Store, retention
                 while rx.recv_many(&mut batch, BATCH).await > 0 {
                     store_batch(&store, &mut batch, &failures).await;
                 }
+                checkpoints.sign(&store).await;
                 return;
             }
         }

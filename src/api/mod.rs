@@ -66,6 +66,8 @@ pub struct ApiParts {
     pub refresher: Refresher,
     /// The fleet store, when `[fleet]` is configured.
     pub fleet: Option<crate::fleet::Fleet>,
+    /// What the audit chain's verification at start found broken, if anything.
+    pub audit_broken: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -128,7 +130,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         approver: parts.approver,
         fleet: parts.fleet,
     };
-    tracker.spawn(report_health(parts.registry, parts.store.watch_degraded(), health_reporter, cancel.clone()));
+    tracker.spawn(report_health(parts.registry, parts.store.watch_degraded(), parts.audit_broken, health_reporter, cancel.clone()));
     for listener in listeners.0 {
         let router = tonic::transport::Server::builder()
             .add_service(health_service.clone())
@@ -170,15 +172,18 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
 
 /// NOT_SERVING until every enabled server has had its first connection attempt, then SERVING.
 /// `toolhost.v1.Store` says whether the catalog store can be written: NOT_SERVING while it is
-/// degraded (the daemon itself still serves the stored catalog).
+/// degraded (the daemon itself still serves the stored catalog). `toolhost.v1.Audit` is
+/// NOT_SERVING once a verification found the audit chain altered (calls go on; operators decide).
 async fn report_health(
     registry: Arc<Registry>,
     mut degraded: tokio::sync::watch::Receiver<Option<Arc<str>>>,
+    mut audit_broken: tokio::sync::watch::Receiver<Option<String>>,
     reporter: tonic_health::server::HealthReporter,
     cancel: CancellationToken,
 ) {
     const SERVICE: &str = "toolhost.v1.ToolHost";
     const STORE: &str = "toolhost.v1.Store";
+    const AUDIT: &str = "toolhost.v1.Audit";
     use tonic_health::ServingStatus::{NotServing, Serving};
     reporter.set_service_status("", NotServing).await;
     reporter.set_service_status(SERVICE, NotServing).await;
@@ -187,6 +192,8 @@ async fn report_health(
     loop {
         let store = if degraded.borrow_and_update().is_some() { NotServing } else { Serving };
         reporter.set_service_status(STORE, store).await;
+        let audit = if audit_broken.borrow_and_update().is_some() { NotServing } else { Serving };
+        reporter.set_service_status(AUDIT, audit).await;
         if !settled && registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting) {
             settled = true;
             reporter.set_service_status("", Serving).await;
@@ -196,6 +203,8 @@ async fn report_health(
             () = cancel.cancelled() => break,
             changed = revisions.changed(), if !settled => if changed.is_err() { break },
             changed = degraded.changed() => if changed.is_err() { break },
+            // The verification ends once; its sender then goes, which is no reason to stop.
+            Ok(()) = audit_broken.changed() => {}
         }
     }
     reporter.set_service_status("", NotServing).await;

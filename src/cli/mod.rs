@@ -4,6 +4,7 @@
 //! error (the status is printed), 64 a bad configuration file.
 
 mod approvals;
+pub mod audit;
 pub mod bridge;
 pub mod check;
 pub mod command_line;
@@ -173,6 +174,9 @@ pub enum ClientCommand {
     },
     /// Show the audit trail of tool calls (operators only).
     Audit {
+        /// `verify` the chain, or print the checkpoints' public `key`, from the store itself.
+        #[command(subcommand)]
+        action: Option<audit::AuditAction>,
         /// Only calls in this last stretch of time, e.g. 1h or 30m.
         #[arg(long)]
         since: Option<String>,

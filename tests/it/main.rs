@@ -7,6 +7,7 @@ mod harness;
 
 mod access;
 mod approvals;
+mod audit_chain;
 
 mod calls;
 mod catalog_api;

@@ -152,7 +152,11 @@ async fn another_applications_database_is_refused_untouched() {
 }
 
 /// Waits on the health service's own stream until `service` reports `wanted`.
-async fn health_becomes(app: &toolhost::app::App, service: &str, wanted: tonic_health::pb::health_check_response::ServingStatus) {
+pub(crate) async fn health_becomes(
+    app: &toolhost::app::App,
+    service: &str,
+    wanted: tonic_health::pb::health_check_response::ServingStatus,
+) {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", tcp_addr(app))).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     let mut statuses =

@@ -20,12 +20,40 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure; none of the batch is stored then.
     pub async fn append_audit(&self, records: &[crate::catalog::record::AuditRecord]) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        // Each record chains to the one before it (the last written, else where retention cut
+        // the chain, else the start), in the transaction that writes it.
+        let head: Option<String> =
+            sqlx::query_scalar("SELECT hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
+        let mut prev = match head {
+            Some(hash) => hash,
+            None => sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?")
+                .bind(super::audit_chain::ANCHOR_KEY)
+                .fetch_optional(tx.conn())
+                .await?
+                .unwrap_or_else(|| super::audit_chain::GENESIS.to_owned()),
+        };
         // The whole batch travels as one JSON array and is inserted by one statement: a row
         // costs SQLite's work, not a round trip to the database thread each.
         let rows: Vec<serde_json::Value> = records
             .iter()
             .map(|r| {
-                serde_json::json!([
+                let fields = super::audit_chain::Fields {
+                    at_ms: r.at_ms,
+                    agent: &r.agent,
+                    caller: &r.caller,
+                    transport: r.transport,
+                    qualified_name: &r.qualified_name,
+                    server: &r.server,
+                    tool: &r.tool,
+                    generation: to_i64(r.generation),
+                    definition_hash: &r.definition_hash,
+                    outcome: &r.outcome,
+                    duration_us: to_i64(r.duration_us),
+                    arguments: r.arguments.as_deref(),
+                };
+                let hash = super::audit_chain::record_hash(&prev, &fields);
+                let row = serde_json::json!([
                     r.at_ms,
                     &*r.agent,
                     r.caller,
@@ -37,21 +65,69 @@ impl Store {
                     r.definition_hash,
                     r.outcome,
                     to_i64(r.duration_us),
-                    r.arguments
-                ])
+                    r.arguments,
+                    prev,
+                    hash
+                ]);
+                prev = hash;
+                row
             })
             .collect();
         let batch = serde_json::Value::Array(rows).to_string();
-        let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments) \
+            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments, prev_hash, hash) \
              SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, \
-                    value ->> 9, value ->> 10, value ->> 11 FROM json_each(?)",
+                    value ->> 9, value ->> 10, value ->> 11, value ->> 12, value ->> 13 FROM json_each(?)",
         )
         .bind(batch)
         .execute(tx.conn())
         .await?;
         tx.commit().await
+    }
+
+    /// Signs the chain's head with `key` if records were written since the last checkpoint;
+    /// whether it did.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn checkpoint_audit(&self, key: &ed25519_dalek::SigningKey, now_ms: i64) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let head: Option<(i64, String)> =
+            sqlx::query_as("SELECT id, hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
+        let Some((record_id, head_hash)) = head else { return Ok(false) };
+        let signed: Option<i64> =
+            sqlx::query_scalar("SELECT record_id FROM audit_checkpoints ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
+        if signed == Some(record_id) {
+            return Ok(false);
+        }
+        let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL").fetch_one(tx.conn()).await?;
+        let (public_key, signature) = super::audit_chain::sign(key, record_id, &head_hash, records, now_ms);
+        sqlx::query(
+            "INSERT INTO audit_checkpoints (record_id, head_hash, records, signed_at_ms, public_key, signature) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(record_id)
+        .bind(&head_hash)
+        .bind(records)
+        .bind(now_ms)
+        .bind(public_key)
+        .bind(signature)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Records written since the last checkpoint.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn audit_unsigned(&self) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL AND id > coalesce((SELECT record_id FROM audit_checkpoints ORDER BY id DESC LIMIT 1), 0)",
+        )
+        .fetch_one(&self.pool())
+        .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`.
@@ -60,6 +136,8 @@ impl Store {
     /// [`StoreError`] on a database failure.
     pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
+        let head: Option<String> =
+            sqlx::query_scalar("SELECT hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
         // Records not yet shipped to the fleet store outlive their retention until they are
         // (the fleet's cursor, when audit is shared); the count bound still applies.
         sqlx::query(
@@ -72,6 +150,16 @@ impl Store {
             .bind(to_i64(max_records))
             .execute(tx.conn())
             .await?;
+        // The chain is cut where the oldest record left now starts, and the cut is kept: a
+        // verification starts there, and a record removed from the start later is seen.
+        sqlx::query(
+            "INSERT INTO store_meta (key, value) SELECT ?1, coalesce((SELECT prev_hash FROM audit WHERE hash IS NOT NULL ORDER BY id LIMIT 1), ?2) \
+             WHERE ?2 IS NOT NULL ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(super::audit_chain::ANCHOR_KEY)
+        .bind(head)
+        .execute(tx.conn())
+        .await?;
         tx.commit().await
     }
 

@@ -25,6 +25,7 @@ use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationR
 
 pub mod approvals;
 pub mod audit;
+pub mod audit_chain;
 pub mod call_approvals;
 mod degraded;
 pub mod fleet;

@@ -1,0 +1,84 @@
+//! The audit trail as a hash chain with signed checkpoints: a real daemon's trail verifies
+//! intact with `toolhost audit verify` (no daemon needed); a record edited, removed, inserted or
+//! two reordered in the SQLite file, and a forged checkpoint, are each found at the exact place;
+//! a daemon started on an altered trail says so in its health and serves on.
+
+use serde_json::json;
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+
+fn verify(store: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["audit", "verify", "--store"])
+        .arg(store)
+        .args(extra)
+        .output()
+        .unwrap();
+    (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
+
+async fn sql(path: &std::path::Path, statement: &str) {
+    use std::str::FromStr;
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
+    let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_record() {
+    let dir = TestDir::new();
+    let app = start(dir.config(&server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+    for n in 0..12 {
+        let call =
+            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
+        grpc.call_tool(call).await.unwrap();
+    }
+    // The writer signs the head when it stops.
+    app.shutdown().await;
+    let db = dir.db_path();
+    let (ok, said) = verify(&db, &[]);
+    assert!(ok && said.starts_with("intact: 12 records, 1 checkpoints, last signed at "), "{said}");
+    let key = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "key", "--store"]).arg(&db).output().unwrap();
+    let public = String::from_utf8(key.stdout).unwrap();
+    assert_eq!(public.trim().len(), 64, "{public}");
+    std::fs::write(dir.path("audit.pub"), &public).unwrap();
+
+    let pristine = std::fs::read(&db).unwrap();
+    let tampered = dir.path("tampered.db");
+    let cases = [
+        ("UPDATE audit SET outcome = 'denied' WHERE id = 5", "record 5 was changed after it was written"),
+        ("DELETE FROM audit WHERE id = 7", "record 8 does not follow the record before it"),
+        (
+            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us) \
+             SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, 'ok', duration_us FROM audit WHERE id = 3",
+            "record 13 carries no hash: it was inserted",
+        ),
+        (
+            "UPDATE audit SET at_ms = CASE id WHEN 4 THEN (SELECT at_ms FROM audit WHERE id = 6) ELSE (SELECT at_ms FROM audit WHERE id = 4) END, \
+             qualified_name = qualified_name, prev_hash = CASE id WHEN 4 THEN (SELECT prev_hash FROM audit WHERE id = 6) ELSE (SELECT prev_hash FROM audit WHERE id = 4) END, \
+             hash = CASE id WHEN 4 THEN (SELECT hash FROM audit WHERE id = 6) ELSE (SELECT hash FROM audit WHERE id = 4) END WHERE id IN (4, 6)",
+            "record 4 does not follow the record before it",
+        ),
+        ("UPDATE audit_checkpoints SET records = records + 1", "checkpoint 1 is not signed by this key"),
+    ];
+    for (statement, found) in cases {
+        std::fs::write(&tampered, &pristine).unwrap();
+        sql(&tampered, statement).await;
+        let (ok, said) = verify(&tampered, &["--public-key", dir.path("audit.pub").to_str().unwrap()]);
+        assert!(!ok && said.contains("BROKEN") && said.contains(found), "{statement}: {said}");
+    }
+
+    // A daemon started on an altered trail says so (its audit's health NOT_SERVING) and serves.
+    sql(&db, "UPDATE audit SET agent = 'someone-else' WHERE id = 2").await;
+    let app = start(dir.config(&server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    crate::store_faults::health_becomes(&app, "toolhost.v1.Audit", tonic_health::pb::health_check_response::ServingStatus::NotServing)
+        .await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let call = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
+    client(&app).await.call_tool(call).await.expect("calls go on");
+    app.shutdown().await;
+}
