@@ -191,14 +191,7 @@ impl Tasks {
         let now = now_ms();
         let running = self.running_now();
         let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE.saturating_add(1))).await?;
-        Ok(tasks
-            .into_iter()
-            .filter(|task| !task.status.is_terminal() || expires_at(task) >= now)
-            .map(|task| {
-                let was_running = running.contains(&task.id);
-                as_it_is(task, was_running)
-            })
-            .collect())
+        Ok(as_listed(tasks, &running, now))
     }
 
     /// The tasks whose calls run now.
@@ -437,6 +430,19 @@ impl Resume {
         };
         finish(&self.tasks, &self.task.id, result, true).await;
     }
+}
+
+/// Stored tasks as a listing shows them: those whose TTL ran out left out, each as it is given
+/// the calls `running` just before they were read.
+fn as_listed(tasks: Vec<Task>, running: &std::collections::HashSet<String>, now: i64) -> Vec<Task> {
+    tasks
+        .into_iter()
+        .filter(|task| !task.status.is_terminal() || expires_at(task) >= now)
+        .map(|task| {
+            let was_running = running.contains(&task.id);
+            as_it_is(task, was_running)
+        })
+        .collect()
 }
 
 /// A stored task as it is, given the calls that ran just before it was read: one stored as

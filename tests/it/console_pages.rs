@@ -27,6 +27,28 @@ fn echo() -> pb::CallToolRequest {
     pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: r#"{"text":"hi"}"#.into(), ..Default::default() }
 }
 
+/// `[console]` on a loopback port and `[access]`: the browser's user (this process's) as the
+/// operator, first, then the token agent `agent` with `settings`; its token file is written.
+fn sections(dir: &TestDir, agent: &str, settings: &str) -> String {
+    std::fs::write(dir.path("agent.token"), VIEWER_TOKEN).unwrap();
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    format!(
+        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
+         [[access.agents]]\nname = \"{agent}\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\n{settings}\n",
+        dir.path("agent.token").display()
+    )
+}
+
+/// The console's address.
+fn console_base(app: &toolhost::app::App) -> String {
+    let port = app.console_addrs().iter().find_map(|addr| match addr {
+        BoundAddr::Tcp(socket) => Some(socket.port()),
+        BoundAddr::Unix(_) => None,
+    });
+    format!("http://127.0.0.1:{}", port.expect("the console listens on TCP"))
+}
+
 async fn count(browser: &mut Browser, selector: &str) -> u64 {
     browser.eval(&format!("document.querySelectorAll({selector:?}).length")).await.as_u64().unwrap()
 }
@@ -34,16 +56,11 @@ async fn count(browser: &mut Browser, selector: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_operator() {
     let dir = TestDir::new();
-    std::fs::write(dir.path("viewer.token"), VIEWER_TOKEN).unwrap();
-    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
-    // The operator's entry first: the browser's user matches it; the viewer's token, once
-    // signed in with, decides instead.
-    let sections = format!(
-        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
-         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
-         [[access.agents]]\nname = \"viewer\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\n\
-         rate = {{ calls = 3, per = \"1h\", burst = 3 }}\nquota = {{ tools = [\"demo__echo\"], calls = 5, per = \"1d\" }}\n",
-        dir.path("viewer.token").display()
+    // The viewer's token, once signed in with, decides instead of the kernel's word.
+    let sections = sections(
+        &dir,
+        "viewer",
+        "rate = { calls = 3, per = \"1h\", burst = 3 }\nquota = { tools = [\"demo__echo\"], calls = 5, per = \"1d\" }",
     );
     let failing = dir.path("failing.py");
     std::fs::write(&failing, "import sys\nsys.stderr.write('cannot read settings.json\\n')\nsys.exit(2)\n").unwrap();
@@ -56,11 +73,7 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
     ];
     let app = start(dir.config_with(&sections, &servers.join("\n"))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let port = app.console_addrs().iter().find_map(|addr| match addr {
-        BoundAddr::Tcp(socket) => Some(socket.port()),
-        BoundAddr::Unix(_) => None,
-    });
-    let base = format!("http://127.0.0.1:{}", port.unwrap());
+    let base = console_base(&app);
 
     // The viewer: two tasks working, a call, then a call refused by its rate (3 an hour).
     let mut viewer = agent_client(&app, VIEWER_TOKEN).await;
@@ -168,21 +181,10 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_approves_and_denies_calls_in_the_browser() {
     let dir = TestDir::new();
-    std::fs::write(dir.path("bot.token"), VIEWER_TOKEN).unwrap();
-    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
-    let sections = format!(
-        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[access]\ndefault = \"deny\"\n\n\
-         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n\n\
-         [[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\napprove = [\"demo__echo\"]\n",
-        dir.path("bot.token").display()
-    );
+    let sections = sections(&dir, "bot", "approve = [\"demo__echo\"]");
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let port = app.console_addrs().iter().find_map(|addr| match addr {
-        BoundAddr::Tcp(socket) => Some(socket.port()),
-        BoundAddr::Unix(_) => None,
-    });
-    let base = format!("http://127.0.0.1:{}", port.unwrap());
+    let base = console_base(&app);
     let payload = "<img src=x onerror=\"window.__pwned=1\"> pay 10";
     let ask = async |text: &str| {
         let call = pb::CallToolRequest {

@@ -1,7 +1,7 @@
 //! Tasks as the console lists them: an agent its own, an operator everyone's with filters;
 //! and an operator's cancellation of any working task.
 
-use super::{Task, TaskError, Tasks, as_it_is, expires_at};
+use super::{Task, TaskError, Tasks, as_listed};
 use crate::access::Caller;
 use crate::catalog::record::now_ms;
 use crate::catalog::store::tasks::TaskFilter;
@@ -22,14 +22,7 @@ impl Tasks {
         let running = self.running_now();
         let now = now_ms();
         let tasks = self.inner.store.tasks_filtered(&filter, MAX_LISTED).await?;
-        Ok(tasks
-            .into_iter()
-            .filter(|task| !task.status.is_terminal() || expires_at(task) >= now)
-            .map(|task| {
-                let was_running = running.contains(&task.id);
-                as_it_is(task, was_running)
-            })
-            .collect())
+        Ok(as_listed(tasks, &running, now))
     }
 
     /// An operator cancels anyone's working task: said so in its status message.
