@@ -167,6 +167,9 @@ impl App {
             });
         }
         let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, background_cancel.clone());
+        for sink in &config.audit_exports {
+            background.spawn(crate::audit::export::run(store.clone(), sink.clone(), background_cancel.clone()));
+        }
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();

@@ -4,6 +4,8 @@
 //! applies the retention bounds. A queue that overflows (a disk far slower than the calls) drops
 //! records, counts them and says so in the log: calls are never held up by their audit.
 
+pub mod export;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -39,6 +39,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub tasks: TasksConfig,
     pub approvals: ApprovalsConfig,
+    /// Where audit records are sent as they are written (`[audit] export`).
+    pub audit_exports: Vec<AuditExport>,
     pub console: ConsoleConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
@@ -79,6 +81,24 @@ pub struct AccessConfig {
     /// Globs over qualified names whose calls wait for approval whoever calls: each server's
     /// `approve`, qualified.
     pub approve_everyone: Vec<String>,
+}
+
+/// One audit export sink: JSON Lines appended to a file, or written to a Unix stream socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditExport {
+    File(PathBuf),
+    Unix(PathBuf),
+}
+
+impl AuditExport {
+    /// A name for its cursor and its log lines.
+    #[must_use]
+    pub fn name(&self) -> String {
+        match self {
+            AuditExport::File(path) => format!("file:{}", path.display()),
+            AuditExport::Unix(path) => format!("unix:{}", path.display()),
+        }
+    }
 }
 
 /// One `[[access.agents]]` entry. A caller matches it by any of its kernel identities (uid, gid,
@@ -672,6 +692,17 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         console,
         tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
         approvals: approvals::validate(&raw.approvals).map_err(|(key, problem)| error(format!("approvals.{key}"), problem))?,
+        audit_exports: raw
+            .audit
+            .export
+            .iter()
+            .enumerate()
+            .map(|(idx, export)| match (&export.file, &export.unix) {
+                (Some(path), None) if Path::new(path).is_absolute() => Ok(AuditExport::File(PathBuf::from(path))),
+                (None, Some(path)) if Path::new(path).is_absolute() => Ok(AuditExport::Unix(PathBuf::from(path))),
+                _ => Err(error(format!("audit.export[{idx}]"), "give one absolute path, as file = \"…\" or unix = \"…\"".to_owned())),
+            })
+            .collect::<Result<_, _>>()?,
         telemetry,
         servers,
         access,

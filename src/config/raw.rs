@@ -29,6 +29,24 @@ pub(crate) struct RawConfig {
     pub(crate) console: RawConsole,
     #[serde(default)]
     pub(crate) approvals: RawApprovals,
+    #[serde(default)]
+    pub(crate) audit: RawAudit,
+}
+
+/// `[audit]`: where the audit trail is sent as it is written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAudit {
+    #[serde(default)]
+    pub(crate) export: Vec<RawExport>,
+}
+
+/// One `[audit] export` sink: `{ file = "/var/log/toolhost/audit.jsonl" }` or `{ unix = "/run/siem.sock" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExport {
+    pub(crate) file: Option<String>,
+    pub(crate) unix: Option<String>,
 }
 
 /// `[approvals]`: calls a person approves before they run.

@@ -82,3 +82,43 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     client(&app).await.call_tool(call).await.expect("calls go on");
     app.shutdown().await;
 }
+
+/// Records go to a JSON Lines file and a Unix socket as they are written, chain fields kept; a
+/// socket sink that is down loses nothing: once it listens, it gets every record, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = TestDir::new();
+    let (file, socket) = (dir.path("audit.jsonl"), dir.path("siem.sock"));
+    let sections =
+        format!("[audit]\nexport = [{{ file = {:?} }}, {{ unix = {:?} }}]\n", file.display().to_string(), socket.display().to_string());
+    let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+    for n in 0..4 {
+        let call =
+            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
+        grpc.call_tool(call).await.unwrap();
+    }
+    let written: Vec<serde_json::Value> = eventually("four records in the file", async || {
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(&file).unwrap_or_default().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        (lines.len() == 4).then_some(lines)
+    })
+    .await;
+    assert!(
+        written.iter().all(|line| line["hash"].as_str().is_some_and(|hash| hash.len() == 64) && line["outcome"] == "ok"),
+        "{written:?}"
+    );
+    assert_eq!(written[1]["prev_hash"], written[0]["hash"], "the chain travels with the records");
+    // The socket sink was down all along; now it listens, and gets all four, in order.
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let (stream, _) = tokio::time::timeout(WAIT, listener.accept()).await.expect("the exporter connects").unwrap();
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    for expected in &written {
+        let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("a record").unwrap().unwrap();
+        let got: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!((&got["id"], &got["hash"]), (&expected["id"], &expected["hash"]));
+    }
+    app.shutdown().await;
+}

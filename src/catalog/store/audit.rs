@@ -117,6 +117,27 @@ impl Store {
         Ok(true)
     }
 
+    /// Audit records after `after_id`, oldest first, with their ids and chain hashes: what an
+    /// export sends.
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn audit_chained_after(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, crate::catalog::record::AuditRecord, Option<String>, Option<String>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments, \
+             id, prev_hash, hash FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool())
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?, row.try_get(13)?, row.try_get(14)?))).collect()
+    }
+
     /// Records written since the last checkpoint.
     ///
     /// # Errors
