@@ -166,7 +166,7 @@ impl App {
                 }
             });
         }
-        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, background_cancel.clone());
+        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, config.audit_checkpoints, background_cancel.clone());
         for sink in &config.audit_exports {
             background.spawn(crate::audit::export::run(store.clone(), sink.clone(), background_cancel.clone()));
         }

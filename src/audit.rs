@@ -21,10 +21,6 @@ use crate::telemetry::throttle::Throttle;
 const QUEUE: usize = 65_536;
 /// Records stored in one transaction.
 const BATCH: usize = 512;
-/// The chain's head is signed after this many records…
-const CHECKPOINT_RECORDS: usize = 1000;
-/// …or this long after the last checkpoint when records were written since (and at shutdown).
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 /// How often the retention bounds are applied.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// After the first record of a burst, the writer gathers for this long: a busy daemon pays one
@@ -48,17 +44,19 @@ pub struct Retention {
 
 impl Auditor {
     /// The auditor and the writer loop that stores what it is given until `cancel`, then drains.
-    /// With `signer`, the chain's head is signed every [`CHECKPOINT_RECORDS`] records, every
-    /// [`CHECKPOINT_EVERY`] when there are new ones, and when the writer stops.
+    /// With `signer`, the chain's head is signed every `every.0` records, every `every.1` when
+    /// there are new ones, and when the writer stops.
     pub fn start(
         store: Store,
         retention: Retention,
         signer: Option<ed25519_dalek::SigningKey>,
+        every: (u32, Duration),
         cancel: CancellationToken,
     ) -> (Auditor, impl std::future::Future<Output = ()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let auditor = Auditor { tx, dropped: Arc::default(), warnings: Arc::new(Throttle::new(1)) };
-        (auditor, write_loop(rx, store, retention, Checkpoints { signer, unsigned: 0 }, cancel))
+        let checkpoints = Checkpoints { signer, unsigned: 0, records: usize::try_from(every.0).unwrap_or(usize::MAX), every: every.1 };
+        (auditor, write_loop(rx, store, retention, checkpoints, cancel))
     }
 
     pub fn record(&self, record: AuditRecord) {
@@ -76,6 +74,9 @@ struct Checkpoints {
     signer: Option<ed25519_dalek::SigningKey>,
     /// Records written since the last checkpoint.
     unsigned: usize,
+    /// Sign after this many records, or this long after the last checkpoint.
+    records: usize,
+    every: Duration,
 }
 
 impl Checkpoints {
@@ -99,7 +100,7 @@ async fn write_loop(
     // Agents' calls drive these writes: a store that refuses them (a full disk) logs a line a second.
     let failures = Throttle::new(1);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
-    let mut sign = tokio::time::interval(CHECKPOINT_EVERY);
+    let mut sign = tokio::time::interval(checkpoints.every);
     loop {
         tokio::select! {
             received = rx.recv_many(&mut batch, BATCH) => {
@@ -117,7 +118,7 @@ async fn write_loop(
                 }
                 checkpoints.unsigned += batch.len();
                 store_batch(&store, &mut batch, &failures).await;
-                if checkpoints.unsigned >= CHECKPOINT_RECORDS {
+                if checkpoints.unsigned >= checkpoints.records {
                     checkpoints.sign(&store).await;
                 }
             }

@@ -41,6 +41,9 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     /// Where audit records are sent as they are written (`[audit] export`).
     pub audit_exports: Vec<AuditExport>,
+    /// When the audit chain's head is signed: after this many records, or this long after the
+    /// last checkpoint when there are new ones (`[audit] checkpoint_records`, `checkpoint_every`).
+    pub audit_checkpoints: (u32, Duration),
     pub console: ConsoleConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
@@ -692,6 +695,11 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         console,
         tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
         approvals: approvals::validate(&raw.approvals).map_err(|(key, problem)| error(format!("approvals.{key}"), problem))?,
+        audit_checkpoints: (
+            positive(raw.audit.checkpoint_records, 1000).map_err(|problem| error("audit.checkpoint_records".to_owned(), problem))?,
+            optional_duration(raw.audit.checkpoint_every.as_deref(), Duration::from_secs(60), DAY)
+                .map_err(|problem| error("audit.checkpoint_every".to_owned(), problem))?,
+        ),
         audit_exports: raw
             .audit
             .export

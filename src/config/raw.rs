@@ -39,6 +39,10 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawAudit {
     #[serde(default)]
     pub(crate) export: Vec<RawExport>,
+    /// Sign the chain's head after this many records…
+    pub(crate) checkpoint_records: Option<u32>,
+    /// …or this long after the last checkpoint when there are new ones.
+    pub(crate) checkpoint_every: Option<String>,
 }
 
 /// One `[audit] export` sink: `{ file = "/var/log/toolhost/audit.jsonl" }` or `{ unix = "/run/siem.sock" }`.

@@ -29,19 +29,27 @@ async fn sql(path: &std::path::Path, statement: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_record() {
     let dir = TestDir::new();
-    let app = start(dir.config(&server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let mut grpc = client(&app).await;
     for n in 0..12 {
         let call =
             pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
         grpc.call_tool(call).await.unwrap();
+        // Each record stored before the next call: batches of one, so the cadence shows.
+        eventually("the call's record stored", async || {
+            let trail = grpc.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
+            (trail.records.len() == n + 1).then_some(())
+        })
+        .await;
     }
-    // The writer signs the head when it stops.
+    // The writer signs the head every five records, and when it stops.
     app.shutdown().await;
     let db = dir.db_path();
     let (ok, said) = verify(&db, &[]);
-    assert!(ok && said.starts_with("intact: 12 records, 1 checkpoints, last signed at "), "{said}");
+    let checkpoints: u32 =
+        said.strip_prefix("intact: 12 records, ").and_then(|rest| rest.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(ok && (2..=12).contains(&checkpoints) && said.contains("last signed at "), "{said}");
     let key = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "key", "--store"]).arg(&db).output().unwrap();
     let public = String::from_utf8(key.stdout).unwrap();
     assert_eq!(public.trim().len(), 64, "{public}");
