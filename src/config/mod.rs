@@ -91,6 +91,8 @@ pub struct AccessConfig {
 pub enum AuditExport {
     File(PathBuf),
     Unix(PathBuf),
+    /// `host:port` of a syslog receiver over TCP.
+    Syslog(String),
 }
 
 impl AuditExport {
@@ -100,6 +102,7 @@ impl AuditExport {
         match self {
             AuditExport::File(path) => format!("file:{}", path.display()),
             AuditExport::Unix(path) => format!("unix:{}", path.display()),
+            AuditExport::Syslog(addr) => format!("syslog:{addr}"),
         }
     }
 }
@@ -705,10 +708,18 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
             .export
             .iter()
             .enumerate()
-            .map(|(idx, export)| match (&export.file, &export.unix) {
-                (Some(path), None) if Path::new(path).is_absolute() => Ok(AuditExport::File(PathBuf::from(path))),
-                (None, Some(path)) if Path::new(path).is_absolute() => Ok(AuditExport::Unix(PathBuf::from(path))),
-                _ => Err(error(format!("audit.export[{idx}]"), "give one absolute path, as file = \"…\" or unix = \"…\"".to_owned())),
+            .map(|(idx, export)| match (&export.file, &export.unix, &export.syslog) {
+                (Some(path), None, None) if Path::new(path).is_absolute() => Ok(AuditExport::File(PathBuf::from(path))),
+                (None, Some(path), None) if Path::new(path).is_absolute() => Ok(AuditExport::Unix(PathBuf::from(path))),
+                (None, None, Some(addr))
+                    if addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok()) =>
+                {
+                    Ok(AuditExport::Syslog(addr.clone()))
+                }
+                _ => Err(error(
+                    format!("audit.export[{idx}]"),
+                    "give one of file = \"/absolute/path\", unix = \"/absolute/path\" or syslog = \"host:port\"".to_owned(),
+                )),
             })
             .collect::<Result<_, _>>()?,
         telemetry,

@@ -51,6 +51,8 @@ pub(crate) struct RawAudit {
 pub(crate) struct RawExport {
     pub(crate) file: Option<String>,
     pub(crate) unix: Option<String>,
+    /// `host:port` of a syslog receiver (RFC 5424 over TCP, RFC 6587 octet counting).
+    pub(crate) syslog: Option<String>,
 }
 
 /// `[approvals]`: calls a person approves before they run.

@@ -91,15 +91,22 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     app.shutdown().await;
 }
 
-/// Records go to a JSON Lines file and a Unix socket as they are written, chain fields kept; a
-/// socket sink that is down loses nothing: once it listens, it gets every record, in order.
+/// Records go to a JSON Lines file, a Unix socket and a syslog receiver as they are written,
+/// chain fields kept; a socket sink that is down loses nothing: once it listens, it gets every
+/// record, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
     use tokio::io::AsyncBufReadExt;
     let dir = TestDir::new();
     let (file, socket) = (dir.path("audit.jsonl"), dir.path("siem.sock"));
-    let sections =
-        format!("[audit]\nexport = [{{ file = {:?} }}, {{ unix = {:?} }}]\n", file.display().to_string(), socket.display().to_string());
+    // A syslog receiver, listening from the start (its port bound once, here).
+    let syslog = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sections = format!(
+        "[audit]\nexport = [{{ file = {:?} }}, {{ unix = {:?} }}, {{ syslog = \"{}\" }}]\n",
+        file.display().to_string(),
+        socket.display().to_string(),
+        syslog.local_addr().unwrap()
+    );
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let mut grpc = client(&app).await;
@@ -128,5 +135,35 @@ async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
         let got: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!((&got["id"], &got["hash"]), (&expected["id"], &expected["hash"]));
     }
+    // Syslog: RFC 5424 messages, octet-counted (RFC 6587), the record's id and hash as
+    // structured data and its JSON as the message.
+    let (mut stream, _) = tokio::time::timeout(WAIT, syslog.accept()).await.expect("the exporter connects").unwrap();
+    let mut received = Vec::new();
+    for expected in &written {
+        let message = tokio::time::timeout(WAIT, octet_counted(&mut stream, &mut received)).await.expect("a syslog message");
+        assert!(message.starts_with("<86>1 ") && message.contains(" toolhost "), "{message}");
+        let structured = format!("[toolhost@32473 id=\"{}\" hash=\"{}\"] ", expected["id"], expected["hash"].as_str().unwrap());
+        let (_, json) = message.split_once(&structured).unwrap_or_else(|| panic!("{message}"));
+        assert_eq!(&serde_json::from_str::<serde_json::Value>(json).unwrap(), expected);
+    }
     app.shutdown().await;
+}
+
+/// The next `LEN SP MSG` frame from `stream` (`buffer` keeps what came after it).
+async fn octet_counted(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> String {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(space) = buffer.iter().position(|byte| *byte == b' ') {
+            let length: usize = std::str::from_utf8(&buffer[..space]).unwrap().parse().unwrap();
+            if buffer.len() >= space + 1 + length {
+                let message = String::from_utf8(buffer[space + 1..space + 1 + length].to_vec()).unwrap();
+                buffer.drain(..space + 1 + length);
+                return message;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the exporter closed the connection");
+        buffer.extend_from_slice(&chunk[..read]);
+    }
 }
