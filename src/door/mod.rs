@@ -357,12 +357,15 @@ impl Door {
         let approved: Option<approvals::Approved>;
         let mut request = shorten(request);
         if caller.agent.needs_approval(&target.qualified()) {
-            let wait = request.timeout.unwrap_or_else(|| {
+            let deadline = request.timeout.unwrap_or_else(|| {
                 target
                     .server()
                     .and_then(|server| self.registry.server(server))
                     .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared.request_timeout)
             });
+            // Stop waiting a little before the caller's deadline, so that the answer naming the
+            // request (and the task that follows it) reaches the caller before its own timer.
+            let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
             let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref() };
             let requested = |record: &crate::catalog::store::call_approvals::ApprovalRecord| {
                 self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);

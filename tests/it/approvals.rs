@@ -125,8 +125,7 @@ async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_e
 
     // Past its deadline the call names its request and the task that now follows it; approved
     // later, that task runs the call. Other arguments are another request.
-    let late =
-        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_millis(300))).await.unwrap_err();
+    let late = agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5 to bob"), Duration::from_secs(2))).await.unwrap_err();
     let (reason, details) = error_info(&late);
     assert_eq!(reason, "APPROVAL_PENDING", "{late:?}");
     let (id, follower) = (details["approval_id"].clone(), details["task_id"].clone());
@@ -141,7 +140,7 @@ async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_e
     .await;
     assert_eq!(followed.outcome, "ok");
     let swapped =
-        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5000 to bob"), Duration::from_millis(300))).await.unwrap_err();
+        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("pay 5000 to bob"), Duration::from_secs(2))).await.unwrap_err();
     assert_eq!(error_info(&swapped).0, "APPROVAL_PENDING", "other arguments are not approved: {swapped:?}");
     assert_ne!(error_info(&swapped).1["approval_id"], id);
     assert_eq!(echo_calls(&dir).len(), 2, "exactly the approved calls ran: {:?}", echo_calls(&dir));
@@ -208,7 +207,7 @@ async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_e
     // The server's `approve` holds for everyone, operators too, who may not approve their own.
     let mut own = client(&app).await;
     let add = pb::CallToolRequest { qualified_name: "demo__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
-    let mine = own.call_tool(with_timeout(add, Duration::from_millis(300))).await.unwrap_err();
+    let mine = own.call_tool(with_timeout(add, Duration::from_secs(2))).await.unwrap_err();
     let id = error_info(&mine).1["approval_id"].clone();
     let refused =
         operator.decide_approval(pb::DecideApprovalRequest { approval_id: id, approve: true, reason: String::new() }).await.unwrap_err();
@@ -232,11 +231,8 @@ async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_
     let dir = TestDir::new();
     let app = start(config(&dir, "")).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let late = agent_client(&app, BOT_TOKEN)
-        .await
-        .call_tool(with_timeout(echo("before the restart"), Duration::from_millis(200)))
-        .await
-        .unwrap_err();
+    let late =
+        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("before the restart"), Duration::from_secs(2))).await.unwrap_err();
     let id = error_info(&late).1["approval_id"].clone();
     app.shutdown().await;
 
