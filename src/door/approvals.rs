@@ -152,7 +152,7 @@ impl Approvals {
             let message = format!("waiting for approval by an operator (request {})", record.id);
             tell(progress, &message);
         }
-        let until = tokio::time::Instant::now() + asked.wait;
+        let until = crate::deadline::after(asked.wait);
         let mut decided = self.inner.decided.subscribe();
         loop {
             decided.borrow_and_update();
@@ -168,7 +168,7 @@ impl Approvals {
                 }
             }
             let left_ms = record.expires_at_ms.saturating_sub(now_ms());
-            let expiry = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+            let expiry = crate::deadline::after(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)));
             tokio::select! {
                 changed = decided.changed() => if changed.is_err() { return Err(CallError::Store("approvals closed".to_owned())) },
                 () = tokio::time::sleep_until(expiry) => {
