@@ -10,13 +10,13 @@ use maud::{Markup, html};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, page, when};
 use crate::catalog::store::Store;
-use crate::door::limits::{self, AgentLimits, RECENT};
+use crate::door::limits::{self, AgentLimits, RECENT, Recent};
 use crate::door::{Door, server_visible};
 
 pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, store: &Store, now_ms: i64) -> Result<Markup, ConsoleError> {
     let mut agents = Vec::new();
     for agent in limits::entries_for(ctx.caller, door.access()) {
-        agents.push(limits::read(store, &agent, now_ms).await?);
+        agents.push((limits::read(store, &agent, now_ms).await?, limits::recent(store, &agent.name, now_ms).await?));
     }
     let snapshot = door.registry().snapshot();
     let servers: Vec<_> = snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).collect();
@@ -27,7 +27,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, store: &Store, now_ms: i64)
                 th { "agent" } th { "in flight" } th { "rate" } th { "quotas" }
                 th { "last " (humantime::format_duration(RECENT)) }
             } }
-            tbody { @for agent in &agents { (agent_row(agent)) } }
+            tbody { @for (agent, recent) in &agents { (agent_row(agent, recent)) } }
         }
         h2 { "Servers" }
         @if servers.is_empty() { p { "No server to show." } }
@@ -49,7 +49,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, store: &Store, now_ms: i64)
     Ok(page(ctx, Tab::Limits, "Limits", html! {}, live))
 }
 
-fn agent_row(agent: &AgentLimits) -> Markup {
+fn agent_row(agent: &AgentLimits, recent: &Recent) -> Markup {
     let full = agent.in_flight >= agent.concurrency;
     html! {
         tr data-agent=(agent.agent) {
@@ -78,8 +78,8 @@ fn agent_row(agent: &AgentLimits) -> Markup {
                     }
                 }
             }
-            td.recent { (agent.recent_ran) " ran, " (agent.recent_refused) " refused"
-                @if agent.recent_limited > 0 { br; small.error { (agent.recent_limited) " by its limits" } } }
+            td.recent { (recent.ran) " ran, " (recent.refused) " refused"
+                @if recent.limited > 0 { br; small.error { (recent.limited) " by its limits" } } }
         }
     }
 }

@@ -22,11 +22,15 @@ pub struct AgentLimits {
     pub in_flight: usize,
     pub rate: Option<RateNow>,
     pub quotas: Vec<QuotaNow>,
-    /// Calls that ran, and calls refused (by anything: policy, a limit, a stale tool), in the
-    /// last [`RECENT`]; and of those refused, how many by this entry's limits.
-    pub recent_ran: u64,
-    pub recent_refused: u64,
-    pub recent_limited: u64,
+}
+
+/// An agent entry's calls in the last [`RECENT`], from the audit trail: those that ran, those
+/// refused (by anything: policy, a limit, a stale tool), and of those how many by its limits.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recent {
+    pub ran: u64,
+    pub refused: u64,
+    pub limited: u64,
 }
 
 /// A `rate` limit, now.
@@ -68,8 +72,7 @@ pub fn entries_for(caller: &Caller, access: &crate::access::Access) -> Vec<Arc<A
     vec![caller.agent.clone()]
 }
 
-/// Reads `agent`'s limits at `now_ms`: its counters, and its quotas and recent calls from the
-/// store.
+/// Reads `agent`'s limits at `now_ms`: its counters, and its quotas from the store.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -90,22 +93,6 @@ pub async fn read(store: &Store, agent: &Agent, now_ms: i64) -> Result<AgentLimi
         let used = counted.saturating_sub(quota.leased(window).await);
         quotas.push(QuotaNow { tools: quota.patterns.clone(), calls: quota.calls, per: quota.per, used, renews_at_ms });
     }
-    let since_ms = now_ms.saturating_sub(i64::try_from(RECENT.as_millis()).unwrap_or(i64::MAX));
-    let filter = AuditFilter { since_ms, agent: Some(agent.name.to_string()), ..AuditFilter::default() };
-    let (mut recent_ran, mut recent_refused, mut recent_limited) = (0u64, 0u64, 0u64);
-    for (_, outcome, count) in store.audit_histogram(&filter, i64::MAX).await? {
-        if !crate::audit::is_call(&outcome) {
-            continue;
-        }
-        if crate::audit::refused(&outcome) {
-            recent_refused += count;
-            if matches!(outcome.as_str(), "concurrency_limited" | "rate_limited" | "quota_exhausted") {
-                recent_limited += count;
-            }
-        } else {
-            recent_ran += count;
-        }
-    }
     Ok(AgentLimits {
         agent: agent.name.clone(),
         admin: agent.admin,
@@ -113,8 +100,30 @@ pub async fn read(store: &Store, agent: &Agent, now_ms: i64) -> Result<AgentLimi
         in_flight: agent.in_flight(),
         rate,
         quotas,
-        recent_ran,
-        recent_refused,
-        recent_limited,
     })
+}
+
+/// `agent`'s calls in the last [`RECENT`] before `now_ms`, counted in the audit trail (what the
+/// console's limits page shows beside the limits; `WhoAmI` does not ask for it).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn recent(store: &Store, agent: &str, now_ms: i64) -> Result<Recent, StoreError> {
+    let since_ms = now_ms.saturating_sub(i64::try_from(RECENT.as_millis()).unwrap_or(i64::MAX));
+    let filter = AuditFilter { since_ms, agent: Some(agent.to_owned()), ..AuditFilter::default() };
+    let mut recent = Recent::default();
+    for (_, outcome, count) in store.audit_histogram(&filter, i64::MAX).await? {
+        if !crate::audit::is_call(&outcome) {
+            continue;
+        }
+        if crate::audit::refused(&outcome) {
+            recent.refused += count;
+            if matches!(outcome.as_str(), "concurrency_limited" | "rate_limited" | "quota_exhausted") {
+                recent.limited += count;
+            }
+        } else {
+            recent.ran += count;
+        }
+    }
+    Ok(recent)
 }
