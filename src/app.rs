@@ -166,8 +166,9 @@ impl App {
                 }
             });
         }
-        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, config.audit_checkpoints, background_cancel.clone());
-        for sink in &config.audit_exports {
+        let every = (config.audit.checkpoint_records, config.audit.checkpoint_every);
+        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, background_cancel.clone());
+        for sink in &config.audit.exports {
             background.spawn(crate::audit::export::run(store.clone(), sink.clone(), background_cancel.clone()));
         }
         background.spawn(audit_writer);

@@ -6,11 +6,13 @@
 
 mod access;
 mod approvals;
+mod audit;
 pub mod auth;
 mod console;
 mod fleet;
 mod listeners;
 pub use approvals::ApprovalsConfig;
+pub use audit::{AuditConfig, AuditExport};
 use listeners::parse_listener;
 pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
@@ -39,11 +41,7 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub tasks: TasksConfig,
     pub approvals: ApprovalsConfig,
-    /// Where audit records are sent as they are written (`[audit] export`).
-    pub audit_exports: Vec<AuditExport>,
-    /// When the audit chain's head is signed: after this many records, or this long after the
-    /// last checkpoint when there are new ones (`[audit] checkpoint_records`, `checkpoint_every`).
-    pub audit_checkpoints: (u32, Duration),
+    pub audit: AuditConfig,
     pub console: ConsoleConfig,
     pub telemetry: TelemetryConfig,
     /// Servers by name, in name order.
@@ -84,27 +82,6 @@ pub struct AccessConfig {
     /// Globs over qualified names whose calls wait for approval whoever calls: each server's
     /// `approve`, qualified.
     pub approve_everyone: Vec<String>,
-}
-
-/// One audit export sink: JSON Lines appended to a file, or written to a Unix stream socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuditExport {
-    File(PathBuf),
-    Unix(PathBuf),
-    /// `host:port` of a syslog receiver over TCP.
-    Syslog(String),
-}
-
-impl AuditExport {
-    /// A name for its cursor and its log lines.
-    #[must_use]
-    pub fn name(&self) -> String {
-        match self {
-            AuditExport::File(path) => format!("file:{}", path.display()),
-            AuditExport::Unix(path) => format!("unix:{}", path.display()),
-            AuditExport::Syslog(addr) => format!("syslog:{addr}"),
-        }
-    }
 }
 
 /// One `[[access.agents]]` entry. A caller matches it by any of its kernel identities (uid, gid,
@@ -698,30 +675,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         console,
         tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
         approvals: approvals::validate(&raw.approvals).map_err(|(key, problem)| error(format!("approvals.{key}"), problem))?,
-        audit_checkpoints: (
-            positive(raw.audit.checkpoint_records, 1000).map_err(|problem| error("audit.checkpoint_records".to_owned(), problem))?,
-            optional_duration(raw.audit.checkpoint_every.as_deref(), Duration::from_secs(60), DAY)
-                .map_err(|problem| error("audit.checkpoint_every".to_owned(), problem))?,
-        ),
-        audit_exports: raw
-            .audit
-            .export
-            .iter()
-            .enumerate()
-            .map(|(idx, export)| match (&export.file, &export.unix, &export.syslog) {
-                (Some(path), None, None) if Path::new(path).is_absolute() => Ok(AuditExport::File(PathBuf::from(path))),
-                (None, Some(path), None) if Path::new(path).is_absolute() => Ok(AuditExport::Unix(PathBuf::from(path))),
-                (None, None, Some(addr))
-                    if addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok()) =>
-                {
-                    Ok(AuditExport::Syslog(addr.clone()))
-                }
-                _ => Err(error(
-                    format!("audit.export[{idx}]"),
-                    "give one of file = \"/absolute/path\", unix = \"/absolute/path\" or syslog = \"host:port\"".to_owned(),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
+        audit: audit::validate(&raw.audit).map_err(|(key, problem)| error(format!("audit.{key}"), problem))?,
         telemetry,
         servers,
         access,
