@@ -135,9 +135,10 @@ impl App {
         let retention = Retention { max_age: config.access.audit_retention, max_records: config.access.audit_max_records };
         // The audit writer outlives the API (it drains what the last calls recorded) and stops
         // with the other background tasks, before the store closes.
-        // The audit chain's signing key lives beside the store, private like it.
-        let key_path = config.store.path.parent().unwrap_or(std::path::Path::new(".")).join("audit.key");
-        let signer = match crate::catalog::store::audit_chain::load_or_make_key(&key_path) {
+        // The audit chain's signing key: beside the store, private like it, unless the operator
+        // provides one (a file, or a systemd credential).
+        let key_place = config.audit.key_place(&config.store.path);
+        let signer = match crate::catalog::store::audit_chain::load_or_make_key(&key_place.path, key_place.made_if_missing) {
             Ok(key) => Some(key),
             Err(problem) => {
                 tracing::error!(%problem, "the audit trail is chained but its checkpoints cannot be signed");
@@ -147,12 +148,13 @@ impl App {
         // The chain is verified once at start, beside serving: a break is an ERROR and the
         // audit's health NOT_SERVING; calls go on.
         let (audit_broken_tx, audit_broken) = tokio::sync::watch::channel(None);
+        let audit_key = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key);
         if let Some(key) = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key) {
             let (path, cancel) = (config.store.path.clone(), background_cancel.clone());
             background.spawn(async move {
                 let verdict = tokio::select! {
                     () = cancel.cancelled() => return,
-                    verdict = crate::catalog::store::audit_chain::verify(&path, &key) => verdict,
+                    verdict = crate::catalog::store::audit_chain::verify(&path, &key, Default::default(), &[]) => verdict,
                 };
                 match verdict {
                     Ok(crate::catalog::store::audit_chain::Verdict::Broken { problem, .. }) => {
@@ -202,6 +204,7 @@ impl App {
             refresher: supervisor.refresher(),
             fleet: fleet.clone(),
             audit_broken,
+            audit_key,
         };
         api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {

@@ -9,6 +9,7 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
+use crate::catalog::store::audit_chain::{Span, Verdict};
 use crate::door::{Presentation, shows_tool};
 
 impl ToolHostService {
@@ -78,7 +79,43 @@ impl ToolHostService {
         let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;
         Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
     }
+
+    pub(crate) async fn verify_audit_in(&self, request: Request<pb::VerifyAuditRequest>) -> Result<pb::VerifyAuditResponse, Status> {
+        self.admit_admin(&request)?;
+        let request = request.into_inner();
+        let key =
+            self.audit_key.ok_or_else(|| Status::failed_precondition("the daemon has no audit key: its checkpoints are not signed"))?;
+        let span = Span {
+            from_ms: (request.from_unix_ms > 0).then_some(request.from_unix_ms),
+            to_ms: (request.to_unix_ms > 0).then_some(request.to_unix_ms),
+        };
+        // The fleet's copy of this host's checkpoints, when it has one and answers.
+        let kept = match self.fleet.as_ref().filter(|fleet| fleet.shares_audit()).map(|fleet| (fleet.pool(), fleet.host_id())) {
+            Some((Ok(pool), host_id)) => crate::fleet::verify::checkpoints_of(&pool, host_id).await?,
+            _ => Vec::new(),
+        };
+        let verdict = self.store.verify_audit(&key, span, &kept).await.map_err(ApiError::from)?;
+        let fleet_checkpoints = u64::try_from(kept.len()).unwrap_or(u64::MAX);
+        Ok(match verdict {
+            Verdict::Intact { records, checkpoints, last_signed_at_ms, before_chain } => pb::VerifyAuditResponse {
+                intact: true,
+                records,
+                checkpoints,
+                last_signed_unix_ms: last_signed_at_ms.unwrap_or(0),
+                before_chain,
+                fleet_checkpoints,
+                ..pb::VerifyAuditResponse::default()
+            },
+            Verdict::Broken { record_id, problem } => pb::VerifyAuditResponse {
+                problem,
+                record_id: record_id.unwrap_or(0),
+                fleet_checkpoints,
+                ..pb::VerifyAuditResponse::default()
+            },
+        })
+    }
 }
+
 fn audit_message(record: AuditRecord) -> pb::AuditRecord {
     pb::AuditRecord {
         at_unix_ms: record.at_ms,

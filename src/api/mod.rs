@@ -68,6 +68,8 @@ pub struct ApiParts {
     pub fleet: Option<crate::fleet::Fleet>,
     /// What the audit chain's verification at start found broken, if anything.
     pub audit_broken: tokio::sync::watch::Receiver<Option<String>>,
+    /// The public half of the key the audit checkpoints are signed with, if there is one.
+    pub audit_key: Option<ed25519_dalek::VerifyingKey>,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -129,6 +131,7 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         door: parts.door,
         approver: parts.approver,
         fleet: parts.fleet,
+        audit_key: parts.audit_key,
     };
     tracker.spawn(report_health(parts.registry, parts.store.watch_degraded(), parts.audit_broken, health_reporter, cancel.clone()));
     for listener in listeners.0 {

@@ -43,6 +43,8 @@ pub(crate) struct ToolHostService {
     pub(crate) door: Door,
     pub(crate) approver: Approver,
     pub(crate) fleet: Option<crate::fleet::Fleet>,
+    /// The public half of the audit signing key, for `VerifyAudit`.
+    pub(crate) audit_key: Option<ed25519_dalek::VerifyingKey>,
 }
 
 #[tonic::async_trait]
@@ -233,6 +235,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
 
     async fn query_audit(&self, request: Request<pb::QueryAuditRequest>) -> Result<Response<pb::QueryAuditResponse>, Status> {
         self.query_audit_in(request).await.map(Response::new)
+    }
+
+    async fn verify_audit(&self, request: Request<pb::VerifyAuditRequest>) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+        self.verify_audit_in(request).await.map(Response::new)
     }
 
     async fn search_tools(&self, request: Request<pb::SearchToolsRequest>) -> Result<Response<pb::SearchToolsResponse>, Status> {

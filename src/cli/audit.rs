@@ -5,24 +5,36 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::catalog::store::audit_chain::{self, Verdict};
+use crate::catalog::store::audit_chain::{self, Span, Verdict};
 
-/// What `toolhost audit` does without the daemon.
+/// What `toolhost audit` does without the daemon (or, for `verify --daemon`, through it).
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AuditAction {
     /// Check the audit chain record by record and every signed checkpoint: prints the first
     /// record changed, removed, inserted or reordered, or "intact". Exit 1 when broken.
     Verify {
-        /// The daemon's configuration (for its store and key).
-        #[arg(long, short, env = "TOOLHOST_CONFIG")]
-        config: Option<PathBuf>,
         /// The store file itself, instead of --config's.
         #[arg(long)]
         store: Option<PathBuf>,
         /// The public key (hex, as `toolhost audit key` prints it) to check checkpoints with,
-        /// instead of the one beside the store: keep a copy where the store's writers cannot.
+        /// instead of the daemon's own: keep a copy where the store's writers cannot.
         #[arg(long)]
         public_key: Option<PathBuf>,
+        /// Only records written from this time: RFC 3339 (2026-12-01T00:00:00Z) or a time ago (24h).
+        #[arg(long)]
+        from: Option<String>,
+        /// Only records written up to this time, in the same terms.
+        #[arg(long)]
+        to: Option<String>,
+        /// Every host's chain as the fleet store holds it, each against the key it shipped first
+        /// (--config names the fleet store).
+        #[arg(long, conflicts_with_all = ["store", "daemon"])]
+        fleet: bool,
+        /// Ask the running daemon to check its own store (operators only).
+        #[arg(long, conflicts_with_all = ["store", "public_key"])]
+        daemon: bool,
+        #[command(flatten)]
+        options: super::ClientOptions,
     },
     /// Print the public half of the key the audit checkpoints are signed with.
     Key {
@@ -37,7 +49,15 @@ pub enum AuditAction {
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 pub fn run(action: AuditAction) -> ExitCode {
     let result = match action {
-        AuditAction::Verify { config, store, public_key } => verify(config.as_deref(), store, public_key.as_deref()),
+        AuditAction::Verify { store, public_key, from, to, fleet, daemon, options } => {
+            let config = options.config.clone().or_else(|| std::env::var_os("TOOLHOST_CONFIG").map(PathBuf::from));
+            let found = span(from.as_deref(), to.as_deref()).and_then(|span| match (daemon, fleet) {
+                (true, _) => through_daemon(&options, span).map(|found| vec![found]),
+                (false, true) => fleet_hosts(config.as_deref()),
+                (false, false) => verify(config.as_deref(), store, public_key.as_deref(), span).map(|found| vec![found]),
+            });
+            found.map(|found| render(&found, options.json))
+        }
         AuditAction::Key { config, store } => key(config.as_deref(), store),
     };
     match result {
@@ -52,54 +72,198 @@ pub fn run(action: AuditAction) -> ExitCode {
     }
 }
 
-fn store_path(config: Option<&Path>, store: Option<PathBuf>) -> Result<PathBuf, String> {
-    if let Some(store) = store {
-        return Ok(store);
+/// `--from` and `--to` as a span of record times.
+fn span(from: Option<&str>, to: Option<&str>) -> Result<Span, String> {
+    let at = |flag: &str, text: &str| -> Result<i64, String> {
+        if let Ok(time) = humantime::parse_rfc3339_weak(text) {
+            let since_epoch = time.duration_since(std::time::UNIX_EPOCH).map_err(|_| format!("{flag}: {text:?} is before 1970"))?;
+            return Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX));
+        }
+        let ago = crate::config::parse_duration(text, std::time::Duration::from_secs(3650 * 24 * 3600))
+            .map_err(|problem| format!("{flag}: {text:?} is neither a time (2026-12-01T00:00:00Z) nor a time ago (24h): {problem}"))?;
+        Ok(crate::catalog::record::now_ms().saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
+    };
+    let span = Span { from_ms: from.map(|text| at("--from", text)).transpose()?, to_ms: to.map(|text| at("--to", text)).transpose()? };
+    if let (Some(from), Some(to)) = (span.from_ms, span.to_ms)
+        && from > to
+    {
+        return Err("--from is after --to".to_owned());
     }
-    let config = config.ok_or("name the daemon's --config (or the --store file)")?;
-    Ok(crate::config::Config::load(config).map_err(|error| error.to_string())?.store.path)
+    Ok(span)
 }
 
-fn key_path(store: &Path) -> PathBuf {
-    store.parent().unwrap_or(Path::new(".")).join("audit.key")
+/// The configuration (unless `--store` names the file alone) and the store's path.
+fn load(config: Option<&Path>, store: Option<PathBuf>) -> Result<(Option<crate::config::Config>, PathBuf), String> {
+    if let Some(store) = store {
+        return Ok((None, store));
+    }
+    let path = config.ok_or("name the daemon's --config (or the --store file)")?;
+    let config = crate::config::Config::load(path).map_err(|error| error.to_string())?;
+    let store = config.store.path.clone();
+    Ok((Some(config), store))
+}
+
+/// The signing key as the configuration places it (else beside the store); never made here: a
+/// key that is not there yet is the daemon's to make.
+fn signing_key(config: Option<&crate::config::Config>, store: &Path) -> Result<ed25519_dalek::SigningKey, String> {
+    let path = match config {
+        Some(config) => config.audit.key_place(store).path,
+        None => store.parent().unwrap_or(Path::new(".")).join("audit.key"),
+    };
+    if !path.exists() {
+        return Err(format!("no audit key at {} (the daemon makes it at its first start; or name one with --public-key)", path.display()));
+    }
+    audit_chain::load_or_make_key(&path, false)
 }
 
 fn key(config: Option<&Path>, store: Option<PathBuf>) -> Result<(String, ExitCode), String> {
-    let store = store_path(config, store)?;
-    let path = key_path(&store);
-    // Never made here: a key that is not there yet is the daemon's to make.
-    if !path.exists() {
-        return Err(format!("no audit key at {} (the daemon makes it at its first start)", path.display()));
-    }
-    let signer = audit_chain::load_or_make_key(&path)?;
-    Ok((audit_chain::public_key_text(&signer), ExitCode::SUCCESS))
+    let (config, store) = load(config, store)?;
+    Ok((audit_chain::public_key_text(&signing_key(config.as_ref(), &store)?), ExitCode::SUCCESS))
 }
 
-fn verify(config: Option<&Path>, store: Option<PathBuf>, public_key: Option<&Path>) -> Result<(String, ExitCode), String> {
-    let store = store_path(config, store)?;
+/// What one verification found: of which host (`--fleet`), its verdict, and how the fleet's
+/// copy of its checkpoints took part.
+struct Found {
+    host_id: Option<String>,
+    verdict: Verdict,
+    kept_by_fleet: Option<u64>,
+    fleet_problem: Option<String>,
+}
+
+fn verify(config: Option<&Path>, store: Option<PathBuf>, public_key: Option<&Path>, span: Span) -> Result<Found, String> {
+    let (loaded, store) = load(config, store)?;
     let key = match public_key {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            audit_chain::parse_public_key(&text).ok_or_else(|| format!("{} does not hold a public key (64 hex digits)", path.display()))?
-        }
-        None => {
-            let path = key_path(&store);
-            if !path.exists() {
-                return Err(format!("no audit key at {} (name one with --public-key)", path.display()));
-            }
-            audit_chain::load_or_make_key(&path)?.verifying_key()
-        }
+        Some(path) => read_public_key(path)?,
+        None => signing_key(loaded.as_ref(), &store)?.verifying_key(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
-    let verdict =
-        runtime.block_on(audit_chain::verify(&store, &key)).map_err(|error| format!("cannot read {}: {error}", store.display()))?;
-    Ok(match verdict {
+    runtime.block_on(async {
+        // This host's checkpoints as the fleet store kept them, when it ships its audit there.
+        let fleet = loaded.as_ref().and_then(|config| config.fleet.as_ref()).filter(|fleet| fleet.share_audit);
+        let (kept, fleet_problem) = match fleet {
+            Some(fleet) => match fleet_checkpoints(fleet).await {
+                Ok(kept) => (Some(kept), None),
+                Err(problem) => (None, Some(problem)),
+            },
+            None => (None, None),
+        };
+        let verdict = audit_chain::verify(&store, &key, span, kept.as_deref().unwrap_or_default())
+            .await
+            .map_err(|error| format!("cannot read {}: {error}", store.display()))?;
+        let kept_by_fleet = kept.map(|kept| u64::try_from(kept.len()).unwrap_or(u64::MAX));
+        Ok(Found { host_id: None, verdict, kept_by_fleet, fleet_problem })
+    })
+}
+
+async fn fleet_checkpoints(fleet: &crate::config::FleetConfig) -> Result<Vec<audit_chain::CheckpointRecord>, String> {
+    let pool = crate::fleet::schema::connect(fleet).await.map_err(|error| error.to_string())?;
+    let kept = crate::fleet::verify::checkpoints_of(&pool, &fleet.host_id).await.map_err(|error| error.to_string());
+    pool.close().await;
+    kept
+}
+
+fn read_public_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    audit_chain::parse_public_key(&text).ok_or_else(|| format!("{} does not hold a public key (64 hex digits)", path.display()))
+}
+
+/// The verdicts in words (or JSON), and exit 1 when any is broken.
+fn render(found: &[Found], json: bool) -> (String, ExitCode) {
+    let broken = found.iter().any(|found| matches!(found.verdict, Verdict::Broken { .. }));
+    let code = if broken { ExitCode::from(1) } else { ExitCode::SUCCESS };
+    if json {
+        let values: Vec<serde_json::Value> = found.iter().map(as_json).collect();
+        let value = match values.as_slice() {
+            [one] if found[0].host_id.is_none() => one.clone(),
+            _ => serde_json::Value::Array(values),
+        };
+        return (value.to_string(), code);
+    }
+    if found.is_empty() {
+        return ("no host has shipped audit records to the fleet store".to_owned(), code);
+    }
+    let lines: Vec<String> = found
+        .iter()
+        .map(|found| {
+            let text = in_words(found);
+            match &found.host_id {
+                Some(host_id) => format!("{host_id}: {text}"),
+                None => text,
+            }
+        })
+        .collect();
+    (lines.join("\n"), code)
+}
+
+fn in_words(found: &Found) -> String {
+    match &found.verdict {
         Verdict::Intact { records, checkpoints, last_signed_at_ms, before_chain } => {
             let signed =
                 last_signed_at_ms.map_or_else(|| "never signed".to_owned(), |at| format!("last signed at {}", super::output::rfc3339(at)));
-            let older = if before_chain > 0 { format!(" ({before_chain} older records precede the chain)") } else { String::new() };
-            (format!("intact: {records} records, {checkpoints} checkpoints, {signed}{older}"), ExitCode::SUCCESS)
+            let older = if *before_chain > 0 { format!(" ({before_chain} older records precede the chain)") } else { String::new() };
+            let fleet = match (&found.kept_by_fleet, &found.fleet_problem) {
+                (Some(kept), _) => format!(", {kept} of them as the fleet store kept them"),
+                (None, Some(problem)) => format!(" (not checked against the fleet store: {problem})"),
+                (None, None) => String::new(),
+            };
+            format!("intact: {records} records, {checkpoints} checkpoints{fleet}, {signed}{older}")
         }
-        Verdict::Broken { problem, .. } => (format!("BROKEN: {problem}"), ExitCode::from(1)),
-    })
+        Verdict::Broken { problem, .. } => format!("BROKEN: {problem}"),
+    }
+}
+
+fn as_json(found: &Found) -> serde_json::Value {
+    let mut value = match &found.verdict {
+        Verdict::Intact { records, checkpoints, last_signed_at_ms, before_chain } => serde_json::json!({
+            "intact": true,
+            "records": records,
+            "checkpoints": checkpoints,
+            "last_signed_at": last_signed_at_ms.map(super::output::rfc3339),
+            "before_chain": before_chain,
+        }),
+        Verdict::Broken { record_id, problem } => serde_json::json!({"intact": false, "record_id": record_id, "problem": problem}),
+    };
+    if let Some(host_id) = &found.host_id {
+        value["host_id"] = serde_json::json!(host_id);
+    }
+    value["fleet_checkpoints"] = serde_json::json!(found.kept_by_fleet);
+    if let Some(problem) = &found.fleet_problem {
+        value["fleet_problem"] = serde_json::json!(problem);
+    }
+    value
+}
+
+/// `--fleet`: every host's shipped chain.
+fn fleet_hosts(config: Option<&Path>) -> Result<Vec<Found>, String> {
+    let config = crate::config::Config::load(config.ok_or("name the daemon's --config: its [fleet] names the fleet store")?)
+        .map_err(|error| error.to_string())?;
+    let fleet = config.fleet.ok_or("the configuration has no [fleet]")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
+    let verdicts = runtime.block_on(async {
+        let pool = crate::fleet::schema::connect(&fleet).await.map_err(|error| error.to_string())?;
+        let verdicts = crate::fleet::verify::every_host(&pool).await.map_err(|error| error.to_string());
+        pool.close().await;
+        verdicts
+    })?;
+    Ok(verdicts
+        .into_iter()
+        .map(|(host_id, verdict)| Found { host_id: Some(host_id), verdict, kept_by_fleet: None, fleet_problem: None })
+        .collect())
+}
+
+/// `--daemon`: the daemon checks its own store (and the fleet's copy of its checkpoints).
+fn through_daemon(options: &super::ClientOptions, span: Span) -> Result<Found, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
+    let response = runtime.block_on(super::verify_audit(options, span)).map_err(|error| error.to_string())?;
+    let verdict = match response.intact {
+        true => Verdict::Intact {
+            records: response.records,
+            checkpoints: response.checkpoints,
+            last_signed_at_ms: Some(response.last_signed_unix_ms).filter(|at| *at > 0),
+            before_chain: response.before_chain,
+        },
+        false => Verdict::Broken { record_id: Some(response.record_id).filter(|id| *id > 0), problem: response.problem },
+    };
+    let kept_by_fleet = Some(response.fleet_checkpoints).filter(|kept| *kept > 0);
+    Ok(Found { host_id: None, verdict, kept_by_fleet, fleet_problem: None })
 }

@@ -355,7 +355,8 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenAddr) -> Result<(), ClientError> {
+/// A client of the daemon at `addr`, carrying the caller's token if it gave one.
+async fn client(options: &ClientOptions, addr: &ListenAddr) -> Result<Client, ClientError> {
     let token = match &options.token {
         Some(token) => {
             let mut value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = format!("Bearer {}", token.trim())
@@ -366,7 +367,25 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
         }
         None => None,
     };
-    let mut client = ToolHostClient::with_interceptor(connect(addr).await?, Bearer(token));
+    Ok(ToolHostClient::with_interceptor(connect(addr).await?, Bearer(token)))
+}
+
+/// `toolhost audit verify --daemon`: the daemon's verdict on its own audit chain.
+///
+/// # Errors
+/// [`ClientError`] when the daemon cannot be reached or refuses.
+pub async fn verify_audit(
+    options: &ClientOptions,
+    span: crate::catalog::store::audit_chain::Span,
+) -> Result<pb::VerifyAuditResponse, ClientError> {
+    let addr = resolve_addr(options)?;
+    let mut client = client(options, &addr).await?;
+    let request = pb::VerifyAuditRequest { from_unix_ms: span.from_ms.unwrap_or(0), to_unix_ms: span.to_ms.unwrap_or(0) };
+    Ok(client.verify_audit(request).await?.into_inner())
+}
+
+async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenAddr) -> Result<(), ClientError> {
+    let mut client = client(options, addr).await?;
     let mut out = output::Printer::new(options.json);
     match command {
         ClientCommand::Servers { .. } => {

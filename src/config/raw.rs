@@ -43,6 +43,8 @@ pub(crate) struct RawAudit {
     pub(crate) checkpoint_records: Option<u32>,
     /// …or this long after the last checkpoint when there are new ones.
     pub(crate) checkpoint_every: Option<String>,
+    /// The signing key's file, instead of `audit.key` beside the store.
+    pub(crate) key: Option<String>,
 }
 
 /// One `[audit] export` sink: `{ file = "/var/log/toolhost/audit.jsonl" }` or `{ unix = "/run/siem.sock" }`.

@@ -157,8 +157,9 @@ pub(crate) fn private_places(config: &super::Config, text: &str) -> Vec<PathBuf>
     places.extend(std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from));
     let store = &config.store.path;
     places.push(store.clone());
-    // The audit trail's signing key lives beside the store.
+    // The audit trail's signing key: beside the store, or where the operator put it.
     places.extend(store.parent().map(|dir| dir.join("audit.key")));
+    places.push(config.audit.key_place(store).path);
     for suffix in ["-wal", "-shm", "-journal"] {
         let mut name = store.as_os_str().to_owned();
         name.push(suffix);

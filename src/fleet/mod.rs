@@ -15,6 +15,7 @@ mod publish;
 pub mod query;
 pub mod schema;
 mod ship;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -131,6 +132,12 @@ impl Fleet {
                 drifted_tools: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Whether this host ships its audit trail (`share_audit`).
+    #[must_use]
+    pub fn shares_audit(&self) -> bool {
+        self.shared.config.share_audit
     }
 
     pub fn host_id(&self) -> &str {

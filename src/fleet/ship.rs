@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 use super::FleetError;
 use crate::catalog::store::Store;
-use crate::catalog::store::fleet::{APPROVALS_CURSOR, AUDIT_CURSOR};
+use crate::catalog::store::fleet::{APPROVALS_CURSOR, AUDIT_CHECKPOINTS_CURSOR, AUDIT_CURSOR};
 
 /// Records per batch, and batches per tick (the rest waits for the next tick).
 const BATCH: u32 = 500;
@@ -23,17 +23,19 @@ const BATCHES_PER_TICK: usize = 8;
 pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result<u64, FleetError> {
     let mut cursor = store.fleet_cursor(AUDIT_CURSOR).await?;
     for _ in 0..BATCHES_PER_TICK {
-        let batch = store.audit_after(cursor, BATCH).await?;
-        let Some(last) = batch.last().map(|(id, _)| *id) else { break };
+        let batch = store.audit_chained_after(cursor, BATCH).await?;
+        let Some(last) = batch.last().map(|(id, ..)| *id) else { break };
         let mut columns = AuditColumns::default();
-        for (id, record) in &batch {
+        for (id, record, prev_hash, hash) in &batch {
             columns.push(*id, record);
+            columns.prev_hash.push(prev_hash.clone());
+            columns.hash.push(hash.clone());
         }
         sqlx::query(
             "INSERT INTO audit (host_id, local_id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, \
-             definition_hash, outcome, duration_us, arguments) \
+             definition_hash, outcome, duration_us, arguments, prev_hash, hash) \
              SELECT $1, * FROM UNNEST($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
-             $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[]) \
+             $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[], $16::text[]) \
              ON CONFLICT (host_id, local_id) DO NOTHING",
         )
         .bind(host_id)
@@ -50,6 +52,8 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
         .bind(&columns.outcome)
         .bind(&columns.duration_us)
         .bind(&columns.arguments)
+        .bind(&columns.prev_hash)
+        .bind(&columns.hash)
         .execute(pool)
         .await?;
         store.set_fleet_cursor(AUDIT_CURSOR, last).await?;
@@ -58,7 +62,42 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
             break;
         }
     }
+    checkpoints(pool, store, host_id, cursor).await?;
     Ok(store.audit_count_after(cursor).await?)
+}
+
+/// Ships the audit chain's signed checkpoints of records already shipped (`shipped`, the audit
+/// cursor), pinning the host's first public key.
+async fn checkpoints(pool: &PgPool, store: &Store, host_id: &str, shipped: i64) -> Result<(), FleetError> {
+    let cursor = store.fleet_cursor(AUDIT_CHECKPOINTS_CURSOR).await?;
+    let batch = store.audit_checkpoints_after(cursor, shipped, BATCH).await?;
+    let Some(last) = batch.last().map(|checkpoint| checkpoint.id) else { return Ok(()) };
+    let mut tx = pool.begin().await?;
+    for checkpoint in &batch {
+        sqlx::query("INSERT INTO audit_keys (host_id, public_key, first_seen_ms) VALUES ($1, $2, $3) ON CONFLICT (host_id) DO NOTHING")
+            .bind(host_id)
+            .bind(&checkpoint.public_key)
+            .bind(checkpoint.signed_at_ms)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO audit_checkpoints (host_id, local_id, record_id, head_hash, records, signed_at_ms, public_key, signature) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (host_id, local_id) DO NOTHING",
+        )
+        .bind(host_id)
+        .bind(checkpoint.id)
+        .bind(checkpoint.record_id)
+        .bind(&checkpoint.head_hash)
+        .bind(checkpoint.records)
+        .bind(checkpoint.signed_at_ms)
+        .bind(&checkpoint.public_key)
+        .bind(&checkpoint.signature)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    store.set_fleet_cursor(AUDIT_CHECKPOINTS_CURSOR, last).await?;
+    Ok(())
 }
 
 /// Ships operators' approvals of servers this host still has (under their fleet identity).
@@ -112,6 +151,8 @@ struct AuditColumns {
     outcome: Vec<String>,
     duration_us: Vec<i64>,
     arguments: Vec<Option<String>>,
+    prev_hash: Vec<Option<String>>,
+    hash: Vec<Option<String>>,
 }
 
 impl AuditColumns {

@@ -19,11 +19,11 @@ fn verify(store: &std::path::Path, extra: &[&str]) -> (bool, String) {
     (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
-async fn sql(path: &std::path::Path, statement: &str) {
+pub(crate) async fn sql(path: &std::path::Path, statement: &str) {
     use std::str::FromStr;
     let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
     let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

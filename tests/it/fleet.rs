@@ -21,13 +21,13 @@ const OUTAGE: Duration = Duration::from_secs(60);
 
 /// The suite's cluster (its superuser URL), or `None` (the test skipped, saying why) under a
 /// plain `cargo test`.
-fn cluster() -> Option<String> {
+pub(crate) fn cluster() -> Option<String> {
     let url = std::env::var("TOOLHOST_TEST_PG").ok();
     requires("PostgreSQL (TOOLHOST_TEST_PG)", url.is_some()).then_some(url).flatten()
 }
 
 /// A new database on `cluster`, and its URL.
-async fn database(cluster: &str) -> String {
+pub(crate) async fn database(cluster: &str) -> String {
     let name = format!("fleet_{:016x}", fastrand::u64(..));
     let mut admin = PgConnection::connect(cluster).await.expect("connect to the test cluster");
     // The name is this test's own hex digits: nothing to inject.
@@ -39,7 +39,7 @@ async fn database(cluster: &str) -> String {
 }
 
 /// `[fleet]` with the URL behind a `${file:…}` reference (it holds a password).
-fn fleet_section(dir: &TestDir, url: &str, host_id: &str) -> String {
+pub(crate) fn fleet_section(dir: &TestDir, url: &str, host_id: &str) -> String {
     let file = dir.path("fleet.url");
     std::fs::write(&file, url).unwrap();
     format!("[fleet]\nurl = \"${{file:{}}}\"\nhost_id = \"{host_id}\"\n", file.display())
@@ -231,7 +231,7 @@ async fn shipped(url: &str, host: &str) -> Option<(i64, i64)> {
 /// may still be recording while it waits.
 async fn all_shipped(app: &App, url: &str, host: &str) {
     eventually_within(WAIT * 3, "every record shipped, each once", async || {
-        let local: Vec<i64> = app.store().audit_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        let local: Vec<i64> = app.store().audit_chained_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         let remote: Option<Vec<i64>> = async {
             let mut conn = PgConnection::connect(url).await.ok()?;
             let ids = sqlx::query_scalar("SELECT local_id FROM audit WHERE host_id = $1 ORDER BY local_id")

@@ -8,6 +8,7 @@ mod harness;
 mod access;
 mod approvals;
 mod audit_chain;
+mod audit_fleet;
 
 mod calls;
 mod catalog_api;

@@ -117,6 +117,20 @@ impl Store {
         Ok(true)
     }
 
+    /// The audit chain in `span` checked with `key`, beside `more` checkpoints (the fleet's copy),
+    /// on a read-only connection of its own: the writers go on meanwhile.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be read.
+    pub async fn verify_audit(
+        &self,
+        key: &ed25519_dalek::VerifyingKey,
+        span: super::audit_chain::Span,
+        more: &[super::audit_chain::CheckpointRecord],
+    ) -> Result<super::audit_chain::Verdict, StoreError> {
+        Ok(super::audit_chain::verify(&self.path, key, span, more).await?)
+    }
+
     /// Audit records after `after_id`, oldest first, with their ids and chain hashes: what an
     /// export sends.
     ///

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::str::FromStr;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use sqlx::Row;
 use sqlx::sqlite::SqliteConnectOptions;
 
 /// The "previous hash" of the first record of a chain nothing was cut from.
@@ -62,14 +61,15 @@ pub(super) fn checkpoint_message(record_id: i64, head_hash: &str, records: i64, 
 }
 
 /// The daemon's audit signing key: 32 random bytes, hex, in a file only its user reads; made on
-/// first use.
+/// first use when `make` (the place beside the store; a key the operator provides is never made).
 ///
 /// # Errors
 /// The file cannot be read or made, or does not hold a key.
-pub fn load_or_make_key(path: &Path) -> Result<SigningKey, String> {
+pub fn load_or_make_key(path: &Path, make: bool) -> Result<SigningKey, String> {
     let shown = path.display();
     match std::fs::read_to_string(path) {
         Ok(text) => parse_key(text.trim()).ok_or_else(|| format!("{shown} does not hold an audit signing key (64 hex digits)")),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !make => Err(format!("no audit signing key at {shown}")),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let seed = crate::secrets::random_bytes::<32>().ok_or_else(|| "cannot read the system's random source".to_owned())?;
             let text: String = seed.iter().map(|byte| format!("{byte:02x}")).collect();
@@ -141,103 +141,212 @@ pub enum Verdict {
     },
 }
 
-/// Reads the store at `path` (read-only, no daemon needed) and checks the chain from its
-/// anchor, and every checkpoint's signature with `key` and against the record it signed.
-///
-/// # Errors
-/// The store cannot be opened or read.
-pub async fn verify(path: &Path, key: &VerifyingKey) -> Result<Verdict, sqlx::Error> {
-    let options = SqliteConnectOptions::from_str("sqlite://")?.filename(path).read_only(true);
-    let mut connection = sqlx::ConnectOptions::connect(&options).await?;
-    let anchor: Option<String> =
-        sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(ANCHOR_KEY).fetch_optional(&mut connection).await?;
-    let rows = sqlx::query(
-        "SELECT id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, \
-         arguments, prev_hash, hash FROM audit ORDER BY id",
-    )
-    .fetch_all(&mut connection)
-    .await?;
-    let mut expected_prev = anchor.unwrap_or_else(|| GENESIS.to_owned());
-    let (mut records, mut before_chain) = (0u64, 0u64);
-    let mut hashes = std::collections::HashMap::new();
+/// One stored record as its chain covers it, in the store's own types (SQLite's or the fleet's
+/// PostgreSQL, where `id` is the host's own record id).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ChainRecord {
+    pub id: i64,
+    pub at_ms: i64,
+    pub agent: String,
+    pub caller: String,
+    pub transport: String,
+    pub qualified_name: String,
+    pub server: String,
+    pub tool: String,
+    pub generation: i64,
+    pub definition_hash: String,
+    pub outcome: String,
+    pub duration_us: i64,
+    pub arguments: Option<String>,
+    pub prev_hash: Option<String>,
+    pub hash: Option<String>,
+}
+
+impl ChainRecord {
+    fn fields(&self) -> Fields<'_> {
+        Fields {
+            at_ms: self.at_ms,
+            agent: &self.agent,
+            caller: &self.caller,
+            transport: &self.transport,
+            qualified_name: &self.qualified_name,
+            server: &self.server,
+            tool: &self.tool,
+            generation: self.generation,
+            definition_hash: &self.definition_hash,
+            outcome: &self.outcome,
+            duration_us: self.duration_us,
+            arguments: self.arguments.as_deref(),
+        }
+    }
+}
+
+/// One signed checkpoint as stored, and who kept it: the host's own store, or the fleet's copy
+/// of what the host shipped (which the host cannot rewrite).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CheckpointRecord {
+    pub id: i64,
+    pub record_id: i64,
+    pub head_hash: String,
+    pub records: i64,
+    pub signed_at_ms: i64,
+    pub signature: String,
+    #[sqlx(skip)]
+    pub kept_by_fleet: bool,
+}
+
+impl CheckpointRecord {
+    fn named(&self) -> String {
+        match self.kept_by_fleet {
+            true => format!("checkpoint {} (as the fleet store kept it)", self.id),
+            false => format!("checkpoint {}", self.id),
+        }
+    }
+}
+
+/// Which records a verification covers: `at_ms` from and to (inclusive), or all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span {
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+}
+
+impl Span {
+    #[must_use]
+    pub fn is_all(&self) -> bool {
+        self.from_ms.is_none() && self.to_ms.is_none()
+    }
+}
+
+/// The records a verification reads, in id order.
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a> {
+    /// The hash the first chained record must follow; `None` takes the first one's as given
+    /// (a span that starts mid-chain).
+    pub anchor: Option<&'a str>,
+    pub records: &'a [ChainRecord],
+    /// Whether `records` run to the chain's head: then a checkpoint of a record after the last
+    /// one means records were removed from the end.
+    pub to_head: bool,
+}
+
+/// Checks `chain` link by link, and each checkpoint's signature with `key` (without one, any
+/// checkpoint is a break) and against the record it signed. Pure: the store's reader below and
+/// the fleet's feed it.
+#[must_use]
+pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&VerifyingKey>) -> Verdict {
+    let Chain { anchor, records, to_head } = chain;
+    let mut expected_prev = anchor.map(str::to_owned);
+    let (mut chained, mut before_chain) = (0u64, 0u64);
+    let mut hashes = std::collections::HashMap::with_capacity(records.len());
     let mut first_chained: Option<i64> = None;
-    for row in &rows {
-        let id: i64 = row.get("id");
-        let (prev, hash): (Option<String>, Option<String>) = (row.get("prev_hash"), row.get("hash"));
-        let (Some(prev), Some(hash)) = (prev, hash) else {
+    for record in records {
+        let id = record.id;
+        let (Some(prev), Some(hash)) = (&record.prev_hash, &record.hash) else {
             if first_chained.is_some() {
-                return Ok(Verdict::Broken { record_id: Some(id), problem: format!("record {id} carries no hash: it was inserted") });
+                return Verdict::Broken { record_id: Some(id), problem: format!("record {id} carries no hash: it was inserted") };
             }
             before_chain += 1;
             continue;
         };
         first_chained.get_or_insert(id);
-        if prev != expected_prev {
+        if expected_prev.as_ref().is_some_and(|expected| expected != prev) {
             let problem =
                 format!("record {id} does not follow the record before it: a record was removed, inserted or reordered before it");
-            return Ok(Verdict::Broken { record_id: Some(id), problem });
+            return Verdict::Broken { record_id: Some(id), problem };
         }
-        let fields = Fields {
-            at_ms: row.get("at_ms"),
-            agent: row.get("agent"),
-            caller: row.get("caller"),
-            transport: row.get("transport"),
-            qualified_name: row.get("qualified_name"),
-            server: row.get("server"),
-            tool: row.get("tool"),
-            generation: row.get("generation"),
-            definition_hash: row.get("definition_hash"),
-            outcome: row.get("outcome"),
-            duration_us: row.get("duration_us"),
-            arguments: row.get("arguments"),
-        };
-        if record_hash(&prev, &fields) != hash {
-            return Ok(Verdict::Broken { record_id: Some(id), problem: format!("record {id} was changed after it was written") });
+        if record_hash(prev, &record.fields()) != *hash {
+            return Verdict::Broken { record_id: Some(id), problem: format!("record {id} was changed after it was written") };
         }
-        hashes.insert(id, hash.clone());
-        expected_prev = hash;
-        records += 1;
+        hashes.insert(id, hash.as_str());
+        expected_prev = Some(hash.clone());
+        chained += 1;
     }
-    let checkpoints = sqlx::query("SELECT id, record_id, head_hash, records, signed_at_ms, signature FROM audit_checkpoints ORDER BY id")
-        .fetch_all(&mut connection)
-        .await?;
+    let last = records.last().map(|record| record.id);
     let mut last_signed_at_ms = None;
-    for row in &checkpoints {
-        let (id, record_id, head_hash, count, signed_at_ms): (i64, i64, String, i64, i64) =
-            (row.get("id"), row.get("record_id"), row.get("head_hash"), row.get("records"), row.get("signed_at_ms"));
-        let signature: String = row.get("signature");
-        let message = checkpoint_message(record_id, &head_hash, count, signed_at_ms);
-        let signed = decode_hex::<64>(&signature)
+    for checkpoint in checkpoints {
+        let record_id = checkpoint.record_id;
+        let message = checkpoint_message(record_id, &checkpoint.head_hash, checkpoint.records, checkpoint.signed_at_ms);
+        let signed = decode_hex::<64>(&checkpoint.signature)
             .map(|bytes| Signature::from_bytes(&bytes))
-            .is_some_and(|signature| key.verify(message.as_bytes(), &signature).is_ok());
+            .is_some_and(|signature| key.is_some_and(|key| key.verify(message.as_bytes(), &signature).is_ok()));
         if !signed {
-            return Ok(Verdict::Broken {
-                record_id: None,
-                problem: format!("checkpoint {id} is not signed by this key: it was forged or changed"),
-            });
+            let problem = format!("{} is not signed by this key: it was forged or changed", checkpoint.named());
+            return Verdict::Broken { record_id: None, problem };
         }
         match hashes.get(&record_id) {
-            Some(hash) if *hash == head_hash => {}
+            Some(hash) if *hash == checkpoint.head_hash => {}
             Some(_) => {
-                return Ok(Verdict::Broken {
-                    record_id: Some(record_id),
-                    problem: format!(
-                        "record {record_id}, signed by checkpoint {id}, no longer has the hash that was signed: the chain up to it was rewritten"
-                    ),
-                });
+                let problem = format!(
+                    "record {record_id}, signed by {}, no longer has the hash that was signed: the chain up to it was rewritten",
+                    checkpoint.named()
+                );
+                return Verdict::Broken { record_id: Some(record_id), problem };
             }
-            // Cut by retention: the chain's anchor covers it.
+            // Before the records read: cut by retention (the anchor covers it) or before the span.
             None if first_chained.is_none_or(|first| record_id < first) => {}
+            // After them: past the span's end.
+            None if !to_head && last.is_none_or(|last| record_id > last) => {}
             None => {
-                return Ok(Verdict::Broken {
-                    record_id: Some(record_id),
-                    problem: format!("record {record_id}, signed by checkpoint {id}, was removed"),
-                });
+                let problem = format!("record {record_id}, signed by {}, was removed", checkpoint.named());
+                return Verdict::Broken { record_id: Some(record_id), problem };
             }
         }
-        last_signed_at_ms = Some(signed_at_ms);
+        last_signed_at_ms = last_signed_at_ms.max(Some(checkpoint.signed_at_ms));
     }
-    Ok(Verdict::Intact { records, checkpoints: u64::try_from(checkpoints.len()).unwrap_or(0), last_signed_at_ms, before_chain })
+    Verdict::Intact { records: chained, checkpoints: u64::try_from(checkpoints.len()).unwrap_or(0), last_signed_at_ms, before_chain }
+}
+
+/// The records a store holds in `span` (all of them, in id order), its chain's anchor (where
+/// retention cut it; `None` for a span that starts mid-chain), and its checkpoints.
+///
+/// # Errors
+/// The store cannot be read.
+pub async fn read_store(
+    connection: &mut sqlx::SqliteConnection,
+    span: Span,
+) -> Result<(Option<String>, Vec<ChainRecord>, Vec<CheckpointRecord>), sqlx::Error> {
+    // Checkpoints first: every one read then signs a record the read below sees (or retention
+    // removed), even while the daemon goes on writing.
+    let checkpoints: Vec<CheckpointRecord> =
+        sqlx::query_as("SELECT id, record_id, head_hash, records, signed_at_ms, signature FROM audit_checkpoints ORDER BY id")
+            .fetch_all(&mut *connection)
+            .await?;
+    let records: Vec<ChainRecord> = sqlx::query_as(
+        "SELECT id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, \
+         arguments, prev_hash, hash FROM audit \
+         WHERE id >= coalesce((SELECT min(id) FROM audit WHERE at_ms >= ?1), 0) \
+           AND id <= coalesce((SELECT max(id) FROM audit WHERE at_ms <= ?2), 0) ORDER BY id",
+    )
+    .bind(span.from_ms.unwrap_or(i64::MIN))
+    .bind(span.to_ms.unwrap_or(i64::MAX))
+    .fetch_all(&mut *connection)
+    .await?;
+    let anchor = match span.from_ms {
+        Some(_) => None,
+        None => Some(
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?")
+                .bind(ANCHOR_KEY)
+                .fetch_optional(&mut *connection)
+                .await?
+                .unwrap_or_else(|| GENESIS.to_owned()),
+        ),
+    };
+    Ok((anchor, records, checkpoints))
+}
+
+/// Reads the store at `path` (read-only, no daemon needed) and checks its chain in `span`, and
+/// its checkpoints with `key`, and those of `more` (the fleet's copy) beside them.
+///
+/// # Errors
+/// The store cannot be opened or read.
+pub async fn verify(path: &Path, key: &VerifyingKey, span: Span, more: &[CheckpointRecord]) -> Result<Verdict, sqlx::Error> {
+    let options = SqliteConnectOptions::from_str("sqlite://")?.filename(path).read_only(true);
+    let mut connection = sqlx::ConnectOptions::connect(&options).await?;
+    let (anchor, records, mut checkpoints) = read_store(&mut connection, span).await?;
+    checkpoints.extend_from_slice(more);
+    let chain = Chain { anchor: anchor.as_deref(), records: &records, to_head: span.to_ms.is_none() };
+    Ok(check(chain, &checkpoints, Some(key)))
 }
 
 #[cfg(test)]
@@ -273,7 +382,7 @@ mod tests {
     async fn retention_cuts_the_chain_where_it_says_and_removing_more_is_seen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
-        let key = load_or_make_key(&dir.path().join("audit.key")).unwrap();
+        let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
         let store = Store::open(&path, 10).await.unwrap();
         let records: Vec<AuditRecord> = (0..20).map(record).collect();
         store.append_audit(&records[..12]).await.unwrap();
@@ -282,11 +391,11 @@ mod tests {
         store.prune_audit(0, 5).await.unwrap();
         store.checkpoint_audit(&key, 6_000).await.unwrap();
         store.close().await;
-        let verdict = verify(&path, &key.verifying_key()).await.unwrap();
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 5, checkpoints: 2, .. }), "{verdict:?}");
         // The oldest record left removed: the cut no longer matches.
         sql(&path, "DELETE FROM audit WHERE id = (SELECT min(id) FROM audit)").await;
-        let verdict = verify(&path, &key.verifying_key()).await.unwrap();
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert_eq!(
             verdict,
             Verdict::Broken {
@@ -300,7 +409,7 @@ mod tests {
         store.append_audit(&records[..3]).await.unwrap();
         store.checkpoint_audit(&key, 1).await.unwrap();
         store.close().await;
-        let verdict = verify(&dir.path().join("other.db"), &other.verifying_key()).await.unwrap();
+        let verdict = verify(&dir.path().join("other.db"), &other.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(
             matches!(&verdict, Verdict::Broken { record_id: None, problem } if problem.contains("not signed by this key")),
             "{verdict:?}"

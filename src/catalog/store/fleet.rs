@@ -3,16 +3,26 @@
 //! (`fleet.audit`, `fleet.approvals`), advanced only after PostgreSQL committed a batch: a
 //! batch shipped twice lands once there, and nothing is lost while PostgreSQL is away.
 
-use sqlx::Row;
-
-use super::audit::audit_record;
 use super::{Store, StoreError};
-use crate::catalog::record::AuditRecord;
 
 /// The cursor of shipped audit records; while it exists, unshipped records outlive retention.
 pub const AUDIT_CURSOR: &str = "fleet.audit";
 /// The cursor of shipped approvals.
 pub const APPROVALS_CURSOR: &str = "fleet.approvals";
+/// `store_meta` key of the last audit checkpoint shipped.
+pub const AUDIT_CHECKPOINTS_CURSOR: &str = "fleet.audit_checkpoints";
+/// A signed checkpoint of the audit chain, as it is shipped.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ShippedCheckpoint {
+    pub id: i64,
+    pub record_id: i64,
+    pub head_hash: String,
+    pub records: i64,
+    pub signed_at_ms: i64,
+    pub public_key: String,
+    pub signature: String,
+}
+
 /// `approved_by` of approvals that came from the fleet (never shipped back).
 pub const FROM_FLEET: &str = "fleet: ";
 
@@ -67,20 +77,20 @@ impl Store {
         tx.commit().await
     }
 
-    /// Audit records after `after_id`, oldest first, with their ids.
+    /// Signed audit checkpoints after `after_id` of records up to `upto_record`, oldest first.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_after(&self, after_id: i64, limit: u32) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments, id \
-             FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2",
+    pub async fn audit_checkpoints_after(&self, after_id: i64, upto_record: i64, limit: u32) -> Result<Vec<ShippedCheckpoint>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, record_id, head_hash, records, signed_at_ms, public_key, signature FROM audit_checkpoints \
+             WHERE id > ?1 AND record_id <= ?2 ORDER BY id LIMIT ?3",
         )
         .bind(after_id)
+        .bind(upto_record)
         .bind(i64::from(limit))
         .fetch_all(&self.pool())
-        .await?;
-        rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?))).collect()
+        .await?)
     }
 
     /// How many audit records after `after_id` wait to be shipped.
@@ -133,6 +143,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::record::AuditRecord;
 
     fn record(at_ms: i64) -> AuditRecord {
         AuditRecord {
@@ -161,7 +172,7 @@ mod tests {
         store.set_fleet_cursor(AUDIT_CURSOR, 1).await.unwrap();
         // Everything is past its retention; only the shipped record may go.
         store.prune_audit(i64::MAX, 1_000).await.unwrap();
-        let left: Vec<i64> = store.audit_after(0, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        let left: Vec<i64> = store.audit_chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         assert_eq!(left, [2, 3]);
         store.close().await;
         let store = Store::open(&path, 10).await.unwrap();
