@@ -5,6 +5,7 @@
 //! records, counts them and says so in the log: calls are never held up by their audit.
 
 pub mod export;
+pub mod format;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -37,4 +37,5 @@ pub mod signals;
 pub mod supervisor;
 pub mod systemd;
 pub mod telemetry;
+pub mod tls_client;
 pub mod upstream;

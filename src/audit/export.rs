@@ -1,13 +1,20 @@
 //! Sends the audit trail where security teams read it, as it is written: JSON Lines appended to
-//! a file or written to a Unix stream socket (a log shipper, a SIEM's agent), or syslog
-//! messages (RFC 5424, octet-counted over TCP as RFC 6587 says) carrying the same JSON. Each sink follows
-//! the stored trail from its own cursor (kept in the store): the store is the buffer, so a slow
-//! or dead sink never slows a call, nothing is lost while it is down, and a restart resumes where
-//! it stopped. Records retention removed before a sink got them are counted and said, never
-//! silently skipped. Every line keeps the chain fields (`prev_hash`, `hash`).
+//! a file or written to a Unix stream socket (a log shipper, a SIEM's agent); syslog messages
+//! (RFC 5424, octet-counted over TCP as RFC 6587 says, or over TLS as RFC 5425 does) carrying
+//! the same JSON; or OpenTelemetry logs to a collector (OTLP/gRPC), with the GenAI and MCP
+//! attribute names. Each record is the shape `format` gives it, chain fields kept.
+//!
+//! Each sink follows the stored trail from its own cursor (kept in the store): the store is the
+//! buffer, bounded by the trail's retention, so a slow or dead sink never slows a call, nothing
+//! is lost while it is down, and a restart resumes where it stopped. Records retention removed
+//! before a sink got them are counted (`toolhost.audit.export.lost`) and said, never silently
+//! skipped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
@@ -16,12 +23,16 @@ use crate::catalog::store::Store;
 use crate::config::AuditExport;
 use crate::telemetry::throttle::Throttle;
 
+mod otlp;
+
 /// Records sent in one write.
 const BATCH: u32 = 500;
 /// How often a sink that is caught up looks for new records.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 /// The longest wait between tries of a sink that fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest a connection, a write or an export may take before the sink counts as failed.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Follows the trail into `sink` until `cancel`.
 pub async fn run(store: Store, sink: AuditExport, cancel: CancellationToken) {
@@ -30,7 +41,13 @@ pub async fn run(store: Store, sink: AuditExport, cancel: CancellationToken) {
     let mut connection: Option<Connection> = None;
     let mut backoff = FOLLOW_EVERY;
     loop {
-        let wait = match send_some(&store, &sink, &cursor_key, &mut connection).await {
+        let sent = tokio::select! {
+            () = cancel.cancelled() => return,
+            sent = tokio::time::timeout(EXCHANGE_TIMEOUT, send_some(&store, &sink, &cursor_key, &mut connection)) => {
+                sent.unwrap_or_else(|_| Err(format!("no progress within {EXCHANGE_TIMEOUT:?}")))
+            }
+        };
+        let wait = match sent {
             Ok(0) => FOLLOW_EVERY,
             Ok(_) => {
                 backoff = FOLLOW_EVERY;
@@ -52,28 +69,43 @@ pub async fn run(store: Store, sink: AuditExport, cancel: CancellationToken) {
     }
 }
 
-/// Sends the next batch after the sink's cursor and moves the cursor past it; how many.
-/// A sink's open stream.
+/// A sink's open stream or client.
 enum Connection {
     Unix(tokio::net::UnixStream),
     Tcp(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+    Otlp(LogsServiceClient<tonic::transport::Channel>),
+}
+
+/// What one batch becomes on the wire.
+enum Payload {
+    Bytes(Vec<u8>),
+    Logs(ExportLogsServiceRequest),
 }
 
 impl Connection {
-    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            Connection::Unix(stream) => {
-                stream.write_all(bytes).await?;
-                stream.flush().await
+    async fn send(&mut self, payload: Payload) -> Result<(), String> {
+        let io = |error: std::io::Error| error.to_string();
+        match (self, payload) {
+            (Connection::Unix(stream), Payload::Bytes(bytes)) => {
+                stream.write_all(&bytes).await.map_err(io)?;
+                stream.flush().await.map_err(io)
             }
-            Connection::Tcp(stream) => {
-                stream.write_all(bytes).await?;
-                stream.flush().await
+            (Connection::Tcp(stream), Payload::Bytes(bytes)) => {
+                stream.write_all(&bytes).await.map_err(io)?;
+                stream.flush().await.map_err(io)
             }
+            (Connection::Tls(stream), Payload::Bytes(bytes)) => {
+                stream.write_all(&bytes).await.map_err(io)?;
+                stream.flush().await.map_err(io)
+            }
+            (Connection::Otlp(client), Payload::Logs(request)) => otlp::export(client, request).await,
+            _ => Err("a sink was given a payload of another kind".to_owned()),
         }
     }
 }
 
+/// Sends the next batch after the sink's cursor and moves the cursor past it; how many.
 async fn send_some(store: &Store, sink: &AuditExport, cursor_key: &str, connection: &mut Option<Connection>) -> Result<usize, String> {
     let cursor = store.fleet_cursor(cursor_key).await.map_err(|error| error.to_string())?;
     let rows = store.audit_chained_after(cursor, BATCH).await.map_err(|error| error.to_string())?;
@@ -81,11 +113,39 @@ async fn send_some(store: &Store, sink: &AuditExport, cursor_key: &str, connecti
     if cursor > 0 && *first > cursor + 1 {
         tracing::error!(sink = %sink.name(), lost = first - cursor - 1, "audit records were removed by retention before this sink got them");
     }
+    let payload = encode(sink, &rows);
+    match sink {
+        AuditExport::File(path) => {
+            let Payload::Bytes(bytes) = payload else { return Err("a file takes lines".to_owned()) };
+            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(path).await.map_err(|error| error.to_string())?;
+            file.write_all(&bytes).await.map_err(|error| error.to_string())?;
+            file.sync_data().await.map_err(|error| error.to_string())?;
+        }
+        AuditExport::Unix(_) | AuditExport::Syslog { .. } | AuditExport::Otlp(_) => {
+            let stream = match connection {
+                Some(stream) => stream,
+                None => connection.insert(connect(sink).await?),
+            };
+            stream.send(payload).await?;
+        }
+    }
+    let last = rows.last().map_or(cursor, |(id, ..)| *id);
+    store.set_fleet_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
+    Ok(rows.len())
+}
+
+type Row = (i64, AuditRecord, Option<String>, Option<String>);
+
+/// A batch as the sink takes it.
+fn encode(sink: &AuditExport, rows: &[Row]) -> Payload {
+    if let AuditExport::Otlp(_) = sink {
+        return Payload::Logs(otlp::request(rows));
+    }
     let mut text = String::new();
-    for (id, record, prev_hash, hash) in &rows {
-        let json = line(*id, record, prev_hash.as_deref(), hash.as_deref()).to_string();
+    for (id, record, prev_hash, hash) in rows {
+        let json = super::format::record(*id, record, prev_hash.as_deref(), hash.as_deref()).to_string();
         match sink {
-            AuditExport::Syslog(_) => {
+            AuditExport::Syslog { .. } => {
                 let message = syslog_message(*id, record.at_ms, hash.as_deref().unwrap_or("-"), &json);
                 text.push_str(&format!("{} {message}", message.len()));
             }
@@ -95,65 +155,44 @@ async fn send_some(store: &Store, sink: &AuditExport, cursor_key: &str, connecti
             }
         }
     }
-    match sink {
-        AuditExport::File(path) => {
-            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(path).await.map_err(|error| error.to_string())?;
-            file.write_all(text.as_bytes()).await.map_err(|error| error.to_string())?;
-            file.sync_data().await.map_err(|error| error.to_string())?;
-        }
-        AuditExport::Unix(_) | AuditExport::Syslog(_) => {
-            let stream = match connection {
-                Some(stream) => stream,
-                None => connection.insert(connect(sink).await.map_err(|error| error.to_string())?),
-            };
-            stream.send(text.as_bytes()).await.map_err(|error| error.to_string())?;
-        }
-    }
-    let last = rows.last().map_or(cursor, |(id, ..)| *id);
-    store.set_fleet_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
-    Ok(rows.len())
+    Payload::Bytes(text.into_bytes())
 }
 
-async fn connect(sink: &AuditExport) -> std::io::Result<Connection> {
+async fn connect(sink: &AuditExport) -> Result<Connection, String> {
+    let io = |error: std::io::Error| error.to_string();
     match sink {
-        AuditExport::Unix(path) => Ok(Connection::Unix(tokio::net::UnixStream::connect(path).await?)),
-        AuditExport::Syslog(addr) => Ok(Connection::Tcp(tokio::net::TcpStream::connect(addr.as_str()).await?)),
-        AuditExport::File(_) => Err(std::io::Error::other("a file is not connected to")),
+        AuditExport::Unix(path) => Ok(Connection::Unix(tokio::net::UnixStream::connect(path).await.map_err(io)?)),
+        AuditExport::Syslog { addr, tls: None } => Ok(Connection::Tcp(tokio::net::TcpStream::connect(addr.as_str()).await.map_err(io)?)),
+        AuditExport::Syslog { addr, tls: Some(tls) } => {
+            let config = crate::tls_client::client_config(tls.ca.as_deref())?;
+            let host = addr.rsplit_once(':').map_or(addr.as_str(), |(host, _)| host).trim_start_matches('[').trim_end_matches(']');
+            let name =
+                rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| format!("{host:?} is not a name TLS can check"))?;
+            let stream = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(io)?;
+            let stream = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(io)?;
+            Ok(Connection::Tls(Box::new(stream)))
+        }
+        AuditExport::Otlp(endpoint) => Ok(Connection::Otlp(otlp::connect(endpoint).await?)),
+        AuditExport::File(_) => Err("a file is not connected to".to_owned()),
     }
 }
 
 /// One record as an RFC 5424 message: facility authpriv (10), severity informational (6), the
 /// record's id and hash as structured data, the JSON line as the message.
 fn syslog_message(id: i64, at_ms: i64, hash: &str, json: &str) -> String {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|name| name.trim().to_owned()).filter(|name| !name.is_empty());
     format!(
         "<86>1 {} {} toolhost {} audit [toolhost@32473 id=\"{id}\" hash=\"{hash}\"] {json}",
-        humantime::format_rfc3339_millis(at),
-        host.as_deref().unwrap_or("-"),
+        super::format::rfc3339(at_ms),
+        hostname().unwrap_or("-"),
         std::process::id()
     )
 }
 
-/// One record as a line: its fields, its id and time, its chain hashes.
-fn line(id: i64, record: &AuditRecord, prev_hash: Option<&str>, hash: Option<&str>) -> serde_json::Value {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(record.at_ms).unwrap_or(0));
-    serde_json::json!({
-        "id": id,
-        "time": humantime::format_rfc3339_millis(at).to_string(),
-        "at_ms": record.at_ms,
-        "agent": &*record.agent,
-        "caller": record.caller,
-        "transport": record.transport,
-        "qualified_name": record.qualified_name,
-        "server": record.server,
-        "tool": record.tool,
-        "generation": record.generation,
-        "definition_hash": record.definition_hash,
-        "outcome": record.outcome,
-        "duration_us": record.duration_us,
-        "arguments": record.arguments,
-        "prev_hash": prev_hash,
-        "hash": hash,
+/// This host's name, read once.
+fn hostname() -> Option<&'static str> {
+    static NAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|name| name.trim().to_owned()).filter(|name| !name.is_empty())
     })
+    .as_deref()
 }

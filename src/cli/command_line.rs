@@ -124,7 +124,7 @@ pub fn main() -> ExitCode {
             };
         }
         Command::Mcp { socket, config, profile } => return bridge(socket, config.as_deref(), profile.as_deref()),
-        Command::Client(ClientCommand::Audit { action: Some(action), .. }) => return super::audit::run(action),
+        Command::Client(ClientCommand::Audit { action: Some(action), .. }) => return super::audit::run(*action),
         Command::Client(command) => command,
         Command::FleetMigrate { config } => return fleet_migrate(&config),
         Command::Login { server, config, scope, paste, addr, token } => {

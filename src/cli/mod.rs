@@ -176,7 +176,7 @@ pub enum ClientCommand {
     Audit {
         /// `verify` the chain, or print the checkpoints' public `key`, from the store itself.
         #[command(subcommand)]
-        action: Option<audit::AuditAction>,
+        action: Option<Box<audit::AuditAction>>,
         /// Only calls in this last stretch of time, e.g. 1h or 30m.
         #[arg(long)]
         since: Option<String>,

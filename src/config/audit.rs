@@ -47,14 +47,26 @@ impl AuditConfig {
     }
 }
 
-/// One audit export sink: JSON Lines appended to a file or written to a Unix stream socket, or
-/// syslog over TCP.
+/// One audit export sink: JSON Lines appended to a file or written to a Unix stream socket,
+/// syslog over TCP or TLS, or OpenTelemetry logs over OTLP/gRPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuditExport {
     File(PathBuf),
     Unix(PathBuf),
-    /// `host:port` of a syslog receiver over TCP.
-    Syslog(String),
+    /// A syslog receiver: `host:port`, over TLS when `tls` is given.
+    Syslog {
+        addr: String,
+        tls: Option<SyslogTls>,
+    },
+    /// An OTLP/gRPC logs endpoint, `http://host:port`.
+    Otlp(String),
+}
+
+/// How a TLS syslog receiver is checked: its name (the address's host) against the usual roots,
+/// or against the certificate authorities of `ca`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyslogTls {
+    pub ca: Option<PathBuf>,
 }
 
 impl AuditExport {
@@ -64,7 +76,9 @@ impl AuditExport {
         match self {
             AuditExport::File(path) => format!("file:{}", path.display()),
             AuditExport::Unix(path) => format!("unix:{}", path.display()),
-            AuditExport::Syslog(addr) => format!("syslog:{addr}"),
+            AuditExport::Syslog { addr, tls: None } => format!("syslog:{addr}"),
+            AuditExport::Syslog { addr, tls: Some(_) } => format!("syslog-tls:{addr}"),
+            AuditExport::Otlp(endpoint) => format!("otlp:{endpoint}"),
         }
     }
 }
@@ -72,22 +86,7 @@ impl AuditExport {
 pub(super) fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
     let mut exports = Vec::with_capacity(raw.export.len());
     for (idx, export) in raw.export.iter().enumerate() {
-        let sink = match (&export.file, &export.unix, &export.syslog) {
-            (Some(path), None, None) if Path::new(path).is_absolute() => AuditExport::File(PathBuf::from(path)),
-            (None, Some(path), None) if Path::new(path).is_absolute() => AuditExport::Unix(PathBuf::from(path)),
-            (None, None, Some(addr))
-                if addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok()) =>
-            {
-                AuditExport::Syslog(addr.clone())
-            }
-            _ => {
-                return Err((
-                    format!("export[{idx}]"),
-                    "give one of file = \"/absolute/path\", unix = \"/absolute/path\" or syslog = \"host:port\"".to_owned(),
-                ));
-            }
-        };
-        exports.push(sink);
+        exports.push(sink(export).map_err(|problem| (format!("export[{idx}]"), problem))?);
     }
     Ok(AuditConfig {
         exports,
@@ -100,4 +99,44 @@ pub(super) fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
             None => None,
         },
     })
+}
+
+fn sink(export: &super::raw::RawExport) -> Result<AuditExport, String> {
+    const GIVE_ONE: &str = "give one of file = \"/absolute/path\", unix = \"/absolute/path\", syslog = \"host:port\" \
+                            (with tls = true and ca = \"/absolute/path\" for TLS) or otlp = \"http://host:port\"";
+    let absolute = |path: &str| Path::new(path).is_absolute().then(|| PathBuf::from(path));
+    if (export.tls.is_some() || export.ca.is_some()) && export.syslog.is_none() {
+        return Err("tls and ca apply to a syslog sink only".to_owned());
+    }
+    match (&export.file, &export.unix, &export.syslog, &export.otlp) {
+        (Some(path), None, None, None) => absolute(path).map(AuditExport::File).ok_or_else(|| GIVE_ONE.to_owned()),
+        (None, Some(path), None, None) => absolute(path).map(AuditExport::Unix).ok_or_else(|| GIVE_ONE.to_owned()),
+        (None, None, Some(addr), None) => {
+            let valid = addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                return Err(format!("syslog = {addr:?} is not host:port"));
+            }
+            let ca = match &export.ca {
+                Some(path) => Some(absolute(path).ok_or_else(|| format!("ca = {path:?} is not an absolute path"))?),
+                None => None,
+            };
+            let tls = match (export.tls, ca) {
+                (Some(true), ca) => Some(SyslogTls { ca }),
+                (None | Some(false), Some(_)) => return Err("ca is for TLS: add tls = true".to_owned()),
+                (None | Some(false), None) => None,
+            };
+            Ok(AuditExport::Syslog { addr: addr.clone(), tls })
+        }
+        (None, None, None, Some(endpoint)) => {
+            let valid = endpoint
+                .strip_prefix("http://")
+                .and_then(|rest| rest.trim_end_matches('/').rsplit_once(':'))
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                return Err(format!("otlp = {endpoint:?} is not http://host:port (a collector's OTLP/gRPC endpoint)"));
+            }
+            Ok(AuditExport::Otlp(endpoint.trim_end_matches('/').to_owned()))
+        }
+        _ => Err(GIVE_ONE.to_owned()),
+    }
 }

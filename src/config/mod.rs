@@ -12,7 +12,7 @@ mod console;
 mod fleet;
 mod listeners;
 pub use approvals::ApprovalsConfig;
-pub use audit::{AuditConfig, AuditExport, KeyPlace};
+pub use audit::{AuditConfig, AuditExport, KeyPlace, SyslogTls};
 use listeners::parse_listener;
 pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;

@@ -55,6 +55,12 @@ pub(crate) struct RawExport {
     pub(crate) unix: Option<String>,
     /// `host:port` of a syslog receiver (RFC 5424 over TCP, RFC 6587 octet counting).
     pub(crate) syslog: Option<String>,
+    /// Syslog over TLS (RFC 5425): `true`, checked against the usual roots or `ca`.
+    pub(crate) tls: Option<bool>,
+    /// A PEM file of the certificate authorities a TLS syslog receiver is checked against.
+    pub(crate) ca: Option<String>,
+    /// `http://host:port` of an OpenTelemetry collector's OTLP/gRPC endpoint: records as logs.
+    pub(crate) otlp: Option<String>,
 }
 
 /// `[approvals]`: calls a person approves before they run.

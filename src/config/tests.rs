@@ -409,3 +409,49 @@ fn a_launcher_setting_with_a_credential_is_told_apart() {
         assert!(super::carries_credentials(secret), "{secret}");
     }
 }
+
+#[test]
+fn audit_sinks_and_the_signing_key_are_checked_key_by_key() {
+    let config = load(
+        "toolhost.toml",
+        r#"
+        [audit]
+        key = "/etc/toolhost/audit.key"
+        export = [
+            { file = "/var/log/toolhost/audit.jsonl" },
+            { syslog = "siem.example.test:6514", tls = true, ca = "/etc/toolhost/siem-ca.pem" },
+            { syslog = "127.0.0.1:514" },
+            { otlp = "http://127.0.0.1:4317/" },
+        ]
+        "#,
+    )
+    .unwrap();
+    let tls = SyslogTls { ca: Some("/etc/toolhost/siem-ca.pem".into()) };
+    assert_eq!(
+        config.audit.exports,
+        [
+            AuditExport::File("/var/log/toolhost/audit.jsonl".into()),
+            AuditExport::Syslog { addr: "siem.example.test:6514".into(), tls: Some(tls) },
+            AuditExport::Syslog { addr: "127.0.0.1:514".into(), tls: None },
+            AuditExport::Otlp("http://127.0.0.1:4317".into()),
+        ]
+    );
+    let place = config.audit.key_place(Path::new("/var/lib/toolhost/catalog.db"));
+    assert_eq!(
+        place,
+        KeyPlace { path: "/etc/toolhost/audit.key".into(), made_if_missing: false },
+        "a key the operator gives is never made"
+    );
+    for (audit, key, problem) in [
+        ("key = \"audit.key\"", "audit.key", "absolute path"),
+        ("export = [{ otlp = \"grpc://collector:4317\" }]", "audit.export[0]", "http://host:port"),
+        ("export = [{ file = \"/x\", tls = true }]", "audit.export[0]", "syslog sink only"),
+        ("export = [{ syslog = \"h:514\", ca = \"/ca.pem\" }]", "audit.export[0]", "add tls = true"),
+        ("export = [{ syslog = \"h:514\", tls = true, ca = \"ca.pem\" }]", "audit.export[0]", "not an absolute path"),
+        ("export = [{ syslog = \"nohost\" }]", "audit.export[0]", "not host:port"),
+        ("export = [{ file = \"/x\", unix = \"/y\" }]", "audit.export[0]", "give one of"),
+    ] {
+        let error = load("toolhost.toml", &format!("[audit]\n{audit}\n")).unwrap_err();
+        assert!(error.contains(key) && error.contains(problem), "{audit}: {error}");
+    }
+}

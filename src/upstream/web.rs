@@ -59,27 +59,7 @@ pub(crate) fn client(spec: &HttpSpec, connect_timeout: Duration) -> Result<HttpC
 
 /// rustls with the ring provider, trusting the public web's roots, or only `ca_file` when set.
 fn tls_config(spec: &HttpSpec) -> Result<rustls::ClientConfig, UpstreamError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match &spec.ca_file {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|err| UpstreamError::Protocol(format!("cannot read ca_file {}: {err}", path.display())))?;
-            for cert in certs {
-                let cert = cert.map_err(|err| UpstreamError::Protocol(format!("bad certificate in {}: {err}", path.display())))?;
-                roots.add(cert).map_err(|err| UpstreamError::Protocol(format!("unusable certificate in {}: {err}", path.display())))?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|err| UpstreamError::Protocol(format!("TLS setup failed: {err}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(config)
+    crate::tls_client::client_config(spec.ca_file.as_deref()).map_err(|problem| UpstreamError::Protocol(format!("ca_file: {problem}")))
 }
 
 /// An error and its causes, "outer: inner: root" (hyper's own message alone says little).

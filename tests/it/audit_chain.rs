@@ -91,21 +91,29 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     app.shutdown().await;
 }
 
-/// Records go to a JSON Lines file, a Unix socket and a syslog receiver as they are written,
+/// Records go to a JSON Lines file, a Unix socket, a syslog receiver over TCP and one over TLS,
+/// and an OpenTelemetry collector as they are written, in the draft SEP-3004 record's shape,
 /// chain fields kept; a socket sink that is down loses nothing: once it listens, it gets every
-/// record, in order.
+/// record, in order. The exported file verifies on its own, and an edit to it is found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
     use tokio::io::AsyncBufReadExt;
     let dir = TestDir::new();
     let (file, socket) = (dir.path("audit.jsonl"), dir.path("siem.sock"));
-    // A syslog receiver, listening from the start (its port bound once, here).
+    // Syslog receivers, plain and TLS, and a collector, listening from the start (ports bound once).
     let syslog = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let syslog_tls = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (acceptor, cert_pem) = tls_acceptor();
+    std::fs::write(dir.path("syslog-ca.pem"), cert_pem).unwrap();
+    let (collector, otlp, collector_task) = crate::collector::Collector::start().await;
     let sections = format!(
-        "[audit]\nexport = [{{ file = {:?} }}, {{ unix = {:?} }}, {{ syslog = \"{}\" }}]\n",
+        "[audit]\nexport = [{{ file = {:?} }}, {{ unix = {:?} }}, {{ syslog = \"{}\" }}, \
+         {{ syslog = \"localhost:{}\", tls = true, ca = {:?} }}, {{ otlp = \"{otlp}\" }}]\n",
         file.display().to_string(),
         socket.display().to_string(),
-        syslog.local_addr().unwrap()
+        syslog.local_addr().unwrap(),
+        syslog_tls.local_addr().unwrap().port(),
+        dir.path("syslog-ca.pem").display().to_string(),
     );
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
@@ -121,11 +129,31 @@ async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
         (lines.len() == 4).then_some(lines)
     })
     .await;
-    assert!(
-        written.iter().all(|line| line["hash"].as_str().is_some_and(|hash| hash.len() == 64) && line["outcome"] == "ok"),
-        "{written:?}"
-    );
-    assert_eq!(written[1]["prev_hash"], written[0]["hash"], "the chain travels with the records");
+    // The draft's core fields, toolhost's own in its extension.
+    for line in &written {
+        let ours = &line["extensions"]["toolhost"];
+        assert!(line["event_hash"].as_str().is_some_and(|hash| hash.len() == 64), "{line}");
+        assert!(line["occurred_at"].as_str().is_some_and(|at| at.ends_with('Z')), "{line}");
+        assert_eq!(
+            (&line["event_type"], &line["outcome"], &line["tool_name"]),
+            (&json!("tool_call"), &json!("allowed"), &json!("demo__echo"))
+        );
+        assert_eq!(
+            (&ours["outcome"], &ours["server"], &ours["tool"], &ours["hash_form"]),
+            (&json!("ok"), &json!("demo"), &json!("echo"), &json!("toolhost-audit-chain/1"))
+        );
+        assert!(line["principal_id"].is_string() && ours["definition_hash"].as_str().is_some_and(|hash| hash.len() == 64), "{line}");
+    }
+    assert_eq!(written[1]["previous_hash"], written[0]["event_hash"], "the chain travels with the records");
+    // The exported file verifies without the store; an edit to it is found at its record.
+    let (ok, said) = verify_export(&file);
+    assert!(ok && said.starts_with("intact: 4 records, "), "{said}");
+    let edited = std::fs::read_to_string(&file).unwrap().replacen("\"outcome\":\"ok\"", "\"outcome\":\"denied\"", 1);
+    std::fs::write(dir.path("edited.jsonl"), edited).unwrap();
+    let (ok, said) = verify_export(&dir.path("edited.jsonl"));
+    let first = written[0]["event_id"].as_str().unwrap();
+    assert!(!ok && said.contains(&format!("record {first} was changed after it was written")), "{said}");
+
     // The socket sink was down all along; now it listens, and gets all four, in order.
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let (stream, _) = tokio::time::timeout(WAIT, listener.accept()).await.expect("the exporter connects").unwrap();
@@ -133,24 +161,73 @@ async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
     for expected in &written {
         let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("a record").unwrap().unwrap();
         let got: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!((&got["id"], &got["hash"]), (&expected["id"], &expected["hash"]));
+        assert_eq!((&got["event_id"], &got["event_hash"]), (&expected["event_id"], &expected["event_hash"]));
     }
     // Syslog: RFC 5424 messages, octet-counted (RFC 6587), the record's id and hash as
-    // structured data and its JSON as the message.
-    let (mut stream, _) = tokio::time::timeout(WAIT, syslog.accept()).await.expect("the exporter connects").unwrap();
+    // structured data and its JSON as the message; the same over TLS (RFC 5425).
+    let (plain, _) = tokio::time::timeout(WAIT, syslog.accept()).await.expect("the exporter connects").unwrap();
+    syslog_receives(plain, &written).await;
+    let (tcp, _) = tokio::time::timeout(WAIT, syslog_tls.accept()).await.expect("the exporter connects over TLS").unwrap();
+    let tls =
+        tokio::time::timeout(WAIT, acceptor.accept(tcp)).await.expect("a TLS handshake").expect("the exporter trusts the CA it was given");
+    syslog_receives(tls, &written).await;
+    // OpenTelemetry logs: one per record, the GenAI and MCP names beside toolhost's own.
+    let logs = eventually("four log records at the collector", async || {
+        let logs = collector.logs();
+        (logs.len() >= 4).then_some(logs)
+    })
+    .await;
+    for (log, expected) in logs.iter().zip(&written) {
+        assert_eq!((log.event_name.as_str(), log.severity_text.as_str()), ("toolhost.audit", "INFO"));
+        assert_eq!(Some(log.time_unix_nano / 1_000_000), expected["extensions"]["toolhost"]["at_ms"].as_u64(), "the record's own time");
+        assert_eq!(log.attributes.get("gen_ai.tool.name").map(String::as_str), Some("echo"));
+        assert_eq!(log.attributes.get("gen_ai.operation.name").map(String::as_str), Some("execute_tool"));
+        assert_eq!(log.attributes.get("mcp.method.name").map(String::as_str), Some("tools/call"));
+        assert_eq!(log.attributes.get("toolhost.audit.event_hash").map(String::as_str), expected["event_hash"].as_str());
+        assert_eq!(log.resource.get("service.name").map(String::as_str), Some("toolhost"));
+        assert_eq!(&serde_json::from_str::<serde_json::Value>(&log.body).unwrap(), expected);
+    }
+    app.shutdown().await;
+    collector_task.abort();
+}
+
+fn verify_export(file: &std::path::Path) -> (bool, String) {
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "verify", "--export"]).arg(file).output().unwrap();
+    (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
+
+/// A TLS acceptor with a fresh self-signed certificate for localhost, and that certificate (PEM).
+fn tls_acceptor() -> (tokio_rustls::TlsAcceptor, String) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+    (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), certified.cert.pem())
+}
+
+/// Reads one syslog message per expected record from `stream` and checks it carries the record.
+async fn syslog_receives(mut stream: impl tokio::io::AsyncRead + Unpin, written: &[serde_json::Value]) {
     let mut received = Vec::new();
-    for expected in &written {
+    for expected in written {
         let message = tokio::time::timeout(WAIT, octet_counted(&mut stream, &mut received)).await.expect("a syslog message");
         assert!(message.starts_with("<86>1 ") && message.contains(" toolhost "), "{message}");
-        let structured = format!("[toolhost@32473 id=\"{}\" hash=\"{}\"] ", expected["id"], expected["hash"].as_str().unwrap());
+        let structured = format!(
+            "[toolhost@32473 id=\"{}\" hash=\"{}\"] ",
+            expected["event_id"].as_str().unwrap(),
+            expected["event_hash"].as_str().unwrap()
+        );
         let (_, json) = message.split_once(&structured).unwrap_or_else(|| panic!("{message}"));
         assert_eq!(&serde_json::from_str::<serde_json::Value>(json).unwrap(), expected);
     }
-    app.shutdown().await;
 }
 
 /// The next `LEN SP MSG` frame from `stream` (`buffer` keeps what came after it).
-async fn octet_counted(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> String {
+async fn octet_counted(stream: &mut (impl tokio::io::AsyncRead + Unpin), buffer: &mut Vec<u8>) -> String {
     use tokio::io::AsyncReadExt;
     loop {
         if let Some(space) = buffer.iter().position(|byte| *byte == b' ') {
@@ -165,5 +242,71 @@ async fn octet_counted(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
         let read = stream.read(&mut chunk).await.unwrap();
         assert!(read > 0, "the exporter closed the connection");
         buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// A real syslog daemon (Debian's rsyslog, which the test command installs) receives the trail
+/// over TCP, octet-counted, and parses each message as RFC 5424: its MSGID, its structured data
+/// (the record's id and hash) and its message (the record's JSON) come out as they were sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsyslog_receives_the_trail_as_rfc_5424() {
+    let rsyslogd = std::path::Path::new("/usr/sbin/rsyslogd");
+    if !requires("Debian's rsyslog (/usr/sbin/rsyslogd)", rsyslogd.exists()) {
+        return;
+    }
+    let dir = TestDir::new();
+    let (received, port_file) = (dir.path("received.log"), dir.path("rsyslog.port"));
+    // Port 0: the kernel picks it, and rsyslog writes it down.
+    let conf = format!(
+        "global(workDirectory=\"{dir}\")\n\
+         module(load=\"imtcp\")\n\
+         template(name=\"parsed\" type=\"string\" string=\"%msgid%|%structured-data%|%msg%\\n\")\n\
+         ruleset(name=\"audit\") {{ action(type=\"omfile\" file=\"{received}\" template=\"parsed\") }}\n\
+         input(type=\"imtcp\" address=\"127.0.0.1\" port=\"0\" listenPortFileName=\"{port_file}\" ruleset=\"audit\")\n",
+        dir = dir.path("").display(),
+        received = received.display(),
+        port_file = port_file.display(),
+    );
+    std::fs::write(dir.path("rsyslog.conf"), conf).unwrap();
+    let mut daemon = tokio::process::Command::new(rsyslogd)
+        .args(["-n", "-f"])
+        .arg(dir.path("rsyslog.conf"))
+        .arg("-i")
+        .arg(dir.path("rsyslog.pid"))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let port: u16 = eventually("rsyslog listening", async || std::fs::read_to_string(&port_file).ok()?.trim().parse().ok()).await;
+    let sections = format!("[audit]\nexport = [{{ syslog = \"127.0.0.1:{port}\" }}]\n");
+    let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+    for n in 0..3 {
+        let call =
+            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
+        grpc.call_tool(call).await.unwrap();
+    }
+    let lines: Vec<String> = eventually("rsyslog wrote three messages", async || {
+        let lines: Vec<String> = std::fs::read_to_string(&received).unwrap_or_default().lines().map(str::to_owned).collect();
+        (lines.len() == 3).then_some(lines)
+    })
+    .await;
+    app.shutdown().await;
+    daemon.start_kill().unwrap();
+    daemon.wait().await.unwrap();
+    let mut previous = None;
+    for line in &lines {
+        let mut parts = line.splitn(3, '|');
+        let (msgid, structured, message) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        let record: serde_json::Value =
+            serde_json::from_str(message).unwrap_or_else(|_| panic!("the message is the record's JSON: {line}"));
+        assert_eq!(msgid, "audit", "{line}");
+        let expected =
+            format!("[toolhost@32473 id=\"{}\" hash=\"{}\"]", record["event_id"].as_str().unwrap(), record["event_hash"].as_str().unwrap());
+        assert_eq!(structured, expected, "{line}");
+        if let Some(previous) = previous {
+            assert_eq!(record["previous_hash"], previous, "in order, chained");
+        }
+        previous = Some(record["event_hash"].clone());
     }
 }

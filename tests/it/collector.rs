@@ -1,10 +1,12 @@
-//! A minimal OTLP/gRPC collector on a loopback port: it keeps every span and every metric data
-//! point a daemon exports, with their attributes as text, for tests to read after the daemon's
-//! final flush.
+//! A minimal OTLP/gRPC collector on a loopback port: it keeps every span, every metric data
+//! point and every log record a daemon exports, with their attributes as text, for tests to
+//! read after the daemon's final flush.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
@@ -43,10 +45,22 @@ pub struct Point {
     pub attributes: BTreeMap<String, String>,
 }
 
+/// One exported log record.
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub event_name: String,
+    pub severity_text: String,
+    pub time_unix_nano: u64,
+    pub body: String,
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+}
+
 #[derive(Default, Clone)]
 pub struct Collector {
     spans: Arc<Mutex<Vec<Span>>>,
     points: Arc<Mutex<Vec<Point>>>,
+    logs: Arc<Mutex<Vec<Log>>>,
 }
 
 impl Collector {
@@ -59,6 +73,7 @@ impl Collector {
         let server = tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(collector.clone()))
             .add_service(MetricsServiceServer::new(collector.clone()))
+            .add_service(LogsServiceServer::new(collector.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
         let task = tokio::spawn(async move {
             let _ = server.await;
@@ -68,6 +83,10 @@ impl Collector {
 
     pub fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
+    }
+
+    pub fn logs(&self) -> Vec<Log> {
+        self.logs.lock().unwrap().clone()
     }
 
     pub fn points(&self) -> Vec<Point> {
@@ -142,6 +161,31 @@ impl MetricsService for Collector {
                     for set in sets {
                         points.push(Point { metric: metric.name.clone(), unit: metric.unit.clone(), attributes: set });
                     }
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        for resource_logs in request.into_inner().resource_logs {
+            let resource = resource_logs.resource.as_ref().map(|resource| attributes(&resource.attributes)).unwrap_or_default();
+            for scope in resource_logs.scope_logs {
+                for record in scope.log_records {
+                    self.logs.lock().unwrap().push(Log {
+                        event_name: record.event_name,
+                        severity_text: record.severity_text,
+                        time_unix_nano: record.time_unix_nano,
+                        body: text(record.body.as_ref()),
+                        attributes: attributes(&record.attributes),
+                        resource: resource.clone(),
+                    });
                 }
             }
         }
