@@ -7,6 +7,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, unreachable_pub)]
 
+mod audit_bench;
 mod daemon;
 mod fair_bench;
 mod fast_server;
@@ -50,6 +51,7 @@ fn main() {
         "sandbox",
         "fair",
         "tasks",
+        "chain",
     ];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
@@ -70,6 +72,7 @@ fn main() {
                 "sandbox" => scenarios::sandbox().await,
                 "fair" => fair_bench::fair().await,
                 "tasks" => tasks_bench::tasks().await,
+                "chain" => audit_bench::chain().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });

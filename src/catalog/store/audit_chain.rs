@@ -16,7 +16,7 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 pub(super) const ANCHOR_KEY: &str = "audit.anchor";
 
 /// The fields of one record that its hash covers, in the store's types.
-pub(super) struct Fields<'a> {
+pub struct Fields<'a> {
     pub at_ms: i64,
     pub agent: &'a str,
     pub caller: &'a str,
@@ -31,8 +31,51 @@ pub(super) struct Fields<'a> {
     pub arguments: Option<&'a str>,
 }
 
-/// A record's hash, chained to `prev`.
-pub(super) fn record_hash(prev: &str, fields: &Fields<'_>) -> String {
+/// A record's hash, chained to `prev`: SHA-256 of `prev` followed by the record's RFC 8785 form.
+pub fn record_hash(prev: &str, fields: &Fields<'_>) -> String {
+    let canonical = canonical(fields).unwrap_or_else(|| canonical_by_the_book(fields));
+    crate::digest::sha256_hex_of(&[prev.as_bytes(), canonical.as_bytes()])
+}
+
+/// The largest integer RFC 8785 prints as itself (it formats numbers as IEEE doubles).
+const EXACT: i64 = 1 << 53;
+
+/// The record's RFC 8785 form, written directly: the keys are fixed ASCII, so their order is
+/// known (below, as JCS sorts them); strings are escaped as JCS says, which is what serde_json
+/// writes; integers within ±2^53 print as themselves. `None` for an integer beyond that (never
+/// seen in practice), which [`canonical_by_the_book`] formats as a double. The chain's hash is
+/// on every record the daemon writes: this form costs a fraction of building a `Value` and
+/// canonicalizing it, and a test holds the two equal.
+fn canonical(fields: &Fields<'_>) -> Option<String> {
+    if [fields.at_ms, fields.generation, fields.duration_us].iter().any(|n| n.unsigned_abs() > EXACT.unsigned_abs()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(320 + fields.arguments.map_or(0, str::len));
+    let mut text = |out: &mut Vec<u8>, key: &str, value: &str| {
+        out.extend_from_slice(key.as_bytes());
+        // Writing a &str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, value);
+    };
+    text(&mut out, "{\"agent\":", fields.agent);
+    match fields.arguments {
+        Some(arguments) => text(&mut out, ",\"arguments\":", arguments),
+        None => out.extend_from_slice(b",\"arguments\":null"),
+    }
+    out.extend_from_slice(format!(",\"at_ms\":{}", fields.at_ms).as_bytes());
+    text(&mut out, ",\"caller\":", fields.caller);
+    text(&mut out, ",\"definition_hash\":", fields.definition_hash);
+    out.extend_from_slice(format!(",\"duration_us\":{},\"generation\":{}", fields.duration_us, fields.generation).as_bytes());
+    text(&mut out, ",\"outcome\":", fields.outcome);
+    text(&mut out, ",\"qualified_name\":", fields.qualified_name);
+    text(&mut out, ",\"server\":", fields.server);
+    text(&mut out, ",\"tool\":", fields.tool);
+    text(&mut out, ",\"transport\":", fields.transport);
+    out.push(b'}');
+    String::from_utf8(out).ok()
+}
+
+/// The record's RFC 8785 form by the general canonicalizer: the definition [`canonical`] keeps to.
+fn canonical_by_the_book(fields: &Fields<'_>) -> String {
     let value = serde_json::json!({
         "at_ms": fields.at_ms,
         "agent": fields.agent,
@@ -48,11 +91,7 @@ pub(super) fn record_hash(prev: &str, fields: &Fields<'_>) -> String {
         "arguments": fields.arguments,
     });
     // Canonical JSON of plain strings and integers cannot fail; the fallback is never used.
-    let canonical = serde_json_canonicalizer::to_string(&value).unwrap_or_else(|_| value.to_string());
-    let mut bytes = Vec::with_capacity(prev.len() + canonical.len());
-    bytes.extend_from_slice(prev.as_bytes());
-    bytes.extend_from_slice(canonical.as_bytes());
-    crate::catalog::model::sha256_hex(&bytes)
+    serde_json_canonicalizer::to_string(&value).unwrap_or_else(|_| value.to_string())
 }
 
 /// What a checkpoint signs.
@@ -376,6 +415,38 @@ mod tests {
         let options = SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
         let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
+    }
+
+    proptest::proptest! {
+        /// The direct form is the canonicalizer's, byte for byte, whatever the strings hold
+        /// (quotes, backslashes, control characters, any Unicode) and whatever the integers.
+        #[test]
+        fn the_direct_canonical_form_is_rfc_8785(
+            text in "(?s).{0,40}",
+            arguments in proptest::option::of("(?s)[\\x00-\\x{10FFFF}]{0,40}"),
+            at_ms in proptest::prop_oneof![0i64..4_000_000_000_000, proptest::num::i64::ANY],
+            small in 0i64..100_000,
+        ) {
+            let fields = Fields {
+                at_ms,
+                agent: &text,
+                caller: "uid 1000 \"quoted\" \\ tab\t",
+                transport: "unix",
+                qualified_name: &text,
+                server: "demo",
+                tool: "echo\u{7f}\u{1f}",
+                generation: small,
+                definition_hash: "ab",
+                outcome: &text,
+                duration_us: at_ms,
+                arguments: arguments.as_deref(),
+            };
+            let by_the_book = canonical_by_the_book(&fields);
+            match canonical(&fields) {
+                Some(direct) => proptest::prop_assert_eq!(direct, by_the_book),
+                None => proptest::prop_assert!(at_ms.unsigned_abs() > EXACT.unsigned_abs()),
+            }
+        }
     }
 
     #[tokio::test]
