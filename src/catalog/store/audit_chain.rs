@@ -51,7 +51,7 @@ fn canonical(fields: &Fields<'_>) -> Option<String> {
         return None;
     }
     let mut out = Vec::with_capacity(320 + fields.arguments.map_or(0, str::len));
-    let mut text = |out: &mut Vec<u8>, key: &str, value: &str| {
+    let text = |out: &mut Vec<u8>, key: &str, value: &str| {
         out.extend_from_slice(key.as_bytes());
         // Writing a &str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, value);
