@@ -128,7 +128,7 @@ impl App {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "stored catalog loaded"
         );
-        let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher(), metrics);
+        let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher(), metrics.clone());
         let access = Arc::new(Access::new(&config.access));
         let background = TaskTracker::new();
         let background_cancel = CancellationToken::new();
@@ -171,7 +171,7 @@ impl App {
         let every = (config.audit.checkpoint_records, config.audit.checkpoint_every);
         let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, background_cancel.clone());
         for sink in &config.audit.exports {
-            background.spawn(crate::audit::export::run(store.clone(), sink.clone(), background_cancel.clone()));
+            background.spawn(crate::audit::export::run(store.clone(), sink.clone(), metrics.clone(), background_cancel.clone()));
         }
         background.spawn(audit_writer);
         let api_tasks = TaskTracker::new();

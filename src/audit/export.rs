@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::record::AuditRecord;
 use crate::catalog::store::Store;
 use crate::config::AuditExport;
+use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 
 mod otlp;
@@ -34,8 +35,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The longest a connection, a write or an export may take before the sink counts as failed.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Follows the trail into `sink` until `cancel`.
-pub async fn run(store: Store, sink: AuditExport, cancel: CancellationToken) {
+/// Follows the trail into `sink` until `cancel`, counting what it sent and what it lost.
+pub async fn run(store: Store, sink: AuditExport, metrics: Metrics, cancel: CancellationToken) {
     let cursor_key = format!("audit.export.{}", sink.name());
     let failures = Throttle::new(1);
     let mut connection: Option<Connection> = None;
@@ -43,7 +44,7 @@ pub async fn run(store: Store, sink: AuditExport, cancel: CancellationToken) {
     loop {
         let sent = tokio::select! {
             () = cancel.cancelled() => return,
-            sent = tokio::time::timeout(EXCHANGE_TIMEOUT, send_some(&store, &sink, &cursor_key, &mut connection)) => {
+            sent = tokio::time::timeout(EXCHANGE_TIMEOUT, send_some(&store, &sink, &cursor_key, &mut connection, &metrics)) => {
                 sent.unwrap_or_else(|_| Err(format!("no progress within {EXCHANGE_TIMEOUT:?}")))
             }
         };
@@ -106,12 +107,19 @@ impl Connection {
 }
 
 /// Sends the next batch after the sink's cursor and moves the cursor past it; how many.
-async fn send_some(store: &Store, sink: &AuditExport, cursor_key: &str, connection: &mut Option<Connection>) -> Result<usize, String> {
+async fn send_some(
+    store: &Store,
+    sink: &AuditExport,
+    cursor_key: &str,
+    connection: &mut Option<Connection>,
+    metrics: &Metrics,
+) -> Result<usize, String> {
     let cursor = store.fleet_cursor(cursor_key).await.map_err(|error| error.to_string())?;
     let rows = store.audit_chained_after(cursor, BATCH).await.map_err(|error| error.to_string())?;
     let Some((first, ..)) = rows.first() else { return Ok(0) };
-    if cursor > 0 && *first > cursor + 1 {
-        tracing::error!(sink = %sink.name(), lost = first - cursor - 1, "audit records were removed by retention before this sink got them");
+    let lost = if cursor > 0 { first.saturating_sub(cursor.saturating_add(1)) } else { 0 };
+    if lost > 0 {
+        tracing::error!(sink = %sink.name(), lost, "audit records were removed by retention before this sink got them");
     }
     let payload = encode(sink, &rows);
     match sink {
@@ -131,6 +139,7 @@ async fn send_some(store: &Store, sink: &AuditExport, cursor_key: &str, connecti
     }
     let last = rows.last().map_or(cursor, |(id, ..)| *id);
     store.set_fleet_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
+    metrics.record_audit_export(&sink.name(), u64::try_from(rows.len()).unwrap_or(u64::MAX), u64::try_from(lost).unwrap_or(0));
     Ok(rows.len())
 }
 

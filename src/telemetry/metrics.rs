@@ -34,6 +34,8 @@ pub struct Metrics {
     refusals: Counter<u64>,
     approval_wait: Histogram<f64>,
     approval_decisions: Counter<u64>,
+    audit_exported: Counter<u64>,
+    audit_export_lost: Counter<u64>,
 }
 
 /// `toolhost.store.degraded`: 1 while the catalog store is degraded (its filesystem full), else
@@ -116,6 +118,11 @@ impl Metrics {
                 .u64_counter("toolhost.approval.decisions")
                 .with_description("Operators' decisions on calls waiting for approval (approved, denied)")
                 .build(),
+            audit_exported: meter.u64_counter("toolhost.audit.exported").with_description("Audit records a sink took, by sink").build(),
+            audit_export_lost: meter
+                .u64_counter("toolhost.audit.export.lost")
+                .with_description("Audit records retention removed before a sink got them, by sink")
+                .build(),
         }
     }
 
@@ -143,6 +150,15 @@ impl Metrics {
     }
 
     /// An operator's decision on a pending call.
+    /// `records` more taken by the audit export `sink`, and `lost` that retention removed first.
+    pub fn record_audit_export(&self, sink: &str, records: u64, lost: u64) {
+        let attributes = [KeyValue::new("toolhost.audit.sink", sink.to_owned())];
+        self.audit_exported.add(records, &attributes);
+        if lost > 0 {
+            self.audit_export_lost.add(lost, &attributes);
+        }
+    }
+
     pub fn record_approval_decision(&self, server: &str, decision: &'static str) {
         self.approval_decisions
             .add(1, &[KeyValue::new("toolhost.server", server.to_owned()), KeyValue::new("toolhost.approval.decision", decision)]);
