@@ -126,7 +126,9 @@ async fn write_loop(
             _ = sign.tick() => if checkpoints.unsigned > 0 { checkpoints.sign(&store).await },
             _ = prune.tick() => {
                 let oldest = crate::catalog::record::now_ms().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
-                if let Err(error) = store.prune_audit(oldest, retention.max_records).await {
+                // The cut is signed with it, in one transaction: retention never cuts silently.
+                let signer = checkpoints.signer.as_ref().map(|key| (key, crate::catalog::record::now_ms()));
+                if let Err(error) = store.prune_audit(oldest, retention.max_records, signer).await {
                     tracing::warn!(%error, "cannot apply the audit retention");
                 }
             }

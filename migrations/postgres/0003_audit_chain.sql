@@ -13,6 +13,7 @@ CREATE TABLE audit_checkpoints (
     signed_at_ms BIGINT NOT NULL,
     public_key   TEXT NOT NULL,
     signature    TEXT NOT NULL,
+    anchor       TEXT,
     PRIMARY KEY (host_id, local_id)
 );
 

@@ -81,8 +81,8 @@ async fn checkpoints(pool: &PgPool, store: &Store, host_id: &str, shipped: i64) 
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "INSERT INTO audit_checkpoints (host_id, local_id, record_id, head_hash, records, signed_at_ms, public_key, signature) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (host_id, local_id) DO NOTHING",
+            "INSERT INTO audit_checkpoints (host_id, local_id, record_id, head_hash, records, signed_at_ms, public_key, signature, anchor) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (host_id, local_id) DO NOTHING",
         )
         .bind(host_id)
         .bind(checkpoint.id)
@@ -92,6 +92,7 @@ async fn checkpoints(pool: &PgPool, store: &Store, host_id: &str, shipped: i64) 
         .bind(checkpoint.signed_at_ms)
         .bind(&checkpoint.public_key)
         .bind(&checkpoint.signature)
+        .bind(&checkpoint.anchor)
         .execute(&mut *tx)
         .await?;
     }

@@ -13,7 +13,7 @@ use crate::catalog::store::audit_chain::{self, Chain, ChainRecord, CheckpointRec
 /// [`FleetError`] when PostgreSQL fails.
 pub async fn checkpoints_of(pool: &PgPool, host_id: &str) -> Result<Vec<CheckpointRecord>, FleetError> {
     let mut checkpoints: Vec<CheckpointRecord> = sqlx::query_as(
-        "SELECT local_id AS id, record_id, head_hash, records, signed_at_ms, signature FROM audit_checkpoints \
+        "SELECT local_id AS id, record_id, head_hash, records, signed_at_ms, signature, anchor FROM audit_checkpoints \
          WHERE host_id = $1 ORDER BY local_id",
     )
     .bind(host_id)

@@ -255,7 +255,8 @@ async fn rsyslog_receives_the_trail_as_rfc_5424() {
         return;
     }
     let dir = TestDir::new();
-    let (received, port_file) = (dir.path("received.log"), dir.path("rsyslog.port"));
+    let (received, port_file, work) = (dir.path("received.log"), dir.path("rsyslog.port"), dir.path("rsyslog"));
+    std::fs::create_dir(&work).unwrap();
     // Port 0: the kernel picks it, and rsyslog writes it down.
     let conf = format!(
         "global(workDirectory=\"{dir}\")\n\
@@ -263,7 +264,7 @@ async fn rsyslog_receives_the_trail_as_rfc_5424() {
          template(name=\"parsed\" type=\"string\" string=\"%msgid%|%structured-data%|%msg%\\n\")\n\
          ruleset(name=\"audit\") {{ action(type=\"omfile\" file=\"{received}\" template=\"parsed\") }}\n\
          input(type=\"imtcp\" address=\"127.0.0.1\" port=\"0\" listenPortFileName=\"{port_file}\" ruleset=\"audit\")\n",
-        dir = dir.path("").display(),
+        dir = work.display(),
         received = received.display(),
         port_file = port_file.display(),
     );

@@ -38,7 +38,7 @@ fn copy_of_alpha(host: &str) -> String {
     format!(
         "INSERT INTO audit SELECT '{host}', local_id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, \
          definition_hash, outcome, duration_us, arguments, prev_hash, hash FROM audit WHERE host_id = 'alpha'; \
-         INSERT INTO audit_checkpoints SELECT '{host}', local_id, record_id, head_hash, records, signed_at_ms, public_key, signature \
+         INSERT INTO audit_checkpoints SELECT '{host}', local_id, record_id, head_hash, records, signed_at_ms, public_key, signature, anchor \
          FROM audit_checkpoints WHERE host_id = 'alpha'; \
          INSERT INTO audit_keys SELECT '{host}', public_key, first_seen_ms FROM audit_keys WHERE host_id = 'alpha';"
     )

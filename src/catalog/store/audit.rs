@@ -85,36 +85,16 @@ impl Store {
         tx.commit().await
     }
 
-    /// Signs the chain's head with `key` if records were written since the last checkpoint;
+    /// Signs the chain's head and start with `key` unless the last checkpoint signed both;
     /// whether it did.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
     pub async fn checkpoint_audit(&self, key: &ed25519_dalek::SigningKey, now_ms: i64) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let head: Option<(i64, String)> =
-            sqlx::query_as("SELECT id, hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
-        let Some((record_id, head_hash)) = head else { return Ok(false) };
-        let signed: Option<i64> =
-            sqlx::query_scalar("SELECT record_id FROM audit_checkpoints ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
-        if signed == Some(record_id) {
-            return Ok(false);
-        }
-        let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL").fetch_one(tx.conn()).await?;
-        let (public_key, signature) = super::audit_chain::sign(key, record_id, &head_hash, records, now_ms);
-        sqlx::query(
-            "INSERT INTO audit_checkpoints (record_id, head_hash, records, signed_at_ms, public_key, signature) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(record_id)
-        .bind(&head_hash)
-        .bind(records)
-        .bind(now_ms)
-        .bind(public_key)
-        .bind(signature)
-        .execute(tx.conn())
-        .await?;
+        let signed = sign_head(tx.conn(), key, now_ms).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(signed)
     }
 
     /// The audit chain in `span` checked with `key`, beside `more` checkpoints (the fleet's copy),
@@ -152,24 +132,17 @@ impl Store {
         rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?, row.try_get(13)?, row.try_get(14)?))).collect()
     }
 
-    /// Records written since the last checkpoint.
+    /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`; with
+    /// `signer`, the new start is signed in the same transaction, so that no cut goes unsigned.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_unsigned(&self) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL AND id > coalesce((SELECT record_id FROM audit_checkpoints ORDER BY id DESC LIMIT 1), 0)",
-        )
-        .fetch_one(&self.pool())
-        .await?;
-        Ok(u64::try_from(count).unwrap_or(0))
-    }
-
-    /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`.
-    ///
-    /// # Errors
-    /// [`StoreError`] on a database failure.
-    pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64) -> Result<(), StoreError> {
+    pub async fn prune_audit(
+        &self,
+        oldest_ms: i64,
+        max_records: u64,
+        signer: Option<(&ed25519_dalek::SigningKey, i64)>,
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         let head: Option<String> =
             sqlx::query_scalar("SELECT hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
@@ -195,6 +168,9 @@ impl Store {
         .bind(head)
         .execute(tx.conn())
         .await?;
+        if let Some((key, now_ms)) = signer {
+            sign_head(tx.conn(), key, now_ms).await?;
+        }
         tx.commit().await
     }
 
@@ -272,6 +248,40 @@ impl AuditFilter {
 }
 
 /// An audit row, its columns in the order `query_audit` selects them.
+/// Signs the chain's head and where it starts, in the caller's transaction, unless the last
+/// checkpoint signed both already; whether it signed.
+async fn sign_head(conn: &mut sqlx::SqliteConnection, key: &ed25519_dalek::SigningKey, now_ms: i64) -> Result<bool, StoreError> {
+    let head: Option<(i64, String)> =
+        sqlx::query_as("SELECT id, hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(&mut *conn).await?;
+    let Some((record_id, head_hash)) = head else { return Ok(false) };
+    let anchor: String = sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?")
+        .bind(super::audit_chain::ANCHOR_KEY)
+        .fetch_optional(&mut *conn)
+        .await?
+        .unwrap_or_else(|| super::audit_chain::GENESIS.to_owned());
+    let last: Option<(i64, Option<String>)> =
+        sqlx::query_as("SELECT record_id, anchor FROM audit_checkpoints ORDER BY id DESC LIMIT 1").fetch_optional(&mut *conn).await?;
+    if last == Some((record_id, Some(anchor.clone()))) {
+        return Ok(false);
+    }
+    let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL").fetch_one(&mut *conn).await?;
+    let (public_key, signature) = super::audit_chain::sign(key, record_id, &head_hash, records, now_ms, &anchor);
+    sqlx::query(
+        "INSERT INTO audit_checkpoints (record_id, head_hash, records, signed_at_ms, public_key, signature, anchor) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .bind(record_id)
+    .bind(&head_hash)
+    .bind(records)
+    .bind(now_ms)
+    .bind(public_key)
+    .bind(signature)
+    .bind(anchor)
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
+}
+
 pub(super) fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<crate::catalog::record::AuditRecord, StoreError> {
     let transport: String = row.try_get(3)?;
     Ok(crate::catalog::record::AuditRecord {

@@ -94,9 +94,12 @@ fn canonical_by_the_book(fields: &Fields<'_>) -> String {
     serde_json_canonicalizer::to_string(&value).unwrap_or_else(|_| value.to_string())
 }
 
-/// What a checkpoint signs.
-pub(super) fn checkpoint_message(record_id: i64, head_hash: &str, records: i64, signed_at_ms: i64) -> String {
-    format!("toolhost-audit-checkpoint:v1:{record_id}:{head_hash}:{records}:{signed_at_ms}")
+/// What a checkpoint signs: the head, and (since v2) where the chain starts.
+fn checkpoint_message(record_id: i64, head_hash: &str, records: i64, signed_at_ms: i64, anchor: Option<&str>) -> String {
+    match anchor {
+        Some(anchor) => format!("toolhost-audit-checkpoint:v2:{record_id}:{head_hash}:{records}:{signed_at_ms}:{anchor}"),
+        None => format!("toolhost-audit-checkpoint:v1:{record_id}:{head_hash}:{records}:{signed_at_ms}"),
+    }
 }
 
 /// The daemon's audit signing key: 32 random bytes, hex, in a file only its user reads; made on
@@ -159,8 +162,8 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
 }
 
 /// A checkpoint's row, signed.
-pub(super) fn sign(key: &SigningKey, record_id: i64, head_hash: &str, records: i64, signed_at_ms: i64) -> (String, String) {
-    let signature = key.sign(checkpoint_message(record_id, head_hash, records, signed_at_ms).as_bytes());
+pub(super) fn sign(key: &SigningKey, record_id: i64, head_hash: &str, records: i64, signed_at_ms: i64, anchor: &str) -> (String, String) {
+    let signature = key.sign(checkpoint_message(record_id, head_hash, records, signed_at_ms, Some(anchor)).as_bytes());
     (public_key_text(key), encode_hex(&signature.to_bytes()))
 }
 
@@ -230,6 +233,8 @@ pub struct CheckpointRecord {
     pub records: i64,
     pub signed_at_ms: i64,
     pub signature: String,
+    /// Where the chain started when it was signed (v2; `None` for a v1 checkpoint).
+    pub anchor: Option<String>,
     #[sqlx(skip)]
     pub kept_by_fleet: bool,
 }
@@ -305,7 +310,8 @@ pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&Ve
     let mut last_signed_at_ms = None;
     for checkpoint in checkpoints {
         let record_id = checkpoint.record_id;
-        let message = checkpoint_message(record_id, &checkpoint.head_hash, checkpoint.records, checkpoint.signed_at_ms);
+        let message =
+            checkpoint_message(record_id, &checkpoint.head_hash, checkpoint.records, checkpoint.signed_at_ms, checkpoint.anchor.as_deref());
         let signed = decode_hex::<64>(&checkpoint.signature)
             .map(|bytes| Signature::from_bytes(&bytes))
             .is_some_and(|signature| key.is_some_and(|key| key.verify(message.as_bytes(), &signature).is_ok()));
@@ -333,6 +339,15 @@ pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&Ve
         }
         last_signed_at_ms = last_signed_at_ms.max(Some(checkpoint.signed_at_ms));
     }
+    // Retention signs every cut: a chain that starts elsewhere than the last checkpoint says
+    // lost records from its start, with the stored cut moved to hide it.
+    let last = checkpoints.iter().filter(|checkpoint| checkpoint.anchor.is_some()).max_by_key(|c| (c.signed_at_ms, !c.kept_by_fleet));
+    if let (Some(start), Some(checkpoint)) = (anchor, last)
+        && checkpoint.anchor.as_deref() != Some(start)
+    {
+        let problem = format!("the chain does not start where {} signed it: records were removed from its start", checkpoint.named());
+        return Verdict::Broken { record_id: first_chained, problem };
+    }
     Verdict::Intact { records: chained, checkpoints: u64::try_from(checkpoints.len()).unwrap_or(0), last_signed_at_ms, before_chain }
 }
 
@@ -345,10 +360,8 @@ pub async fn read_store(
     connection: &mut sqlx::SqliteConnection,
     span: Span,
 ) -> Result<(Option<String>, Vec<ChainRecord>, Vec<CheckpointRecord>), sqlx::Error> {
-    // Checkpoints first: every one read then signs a record the read below sees (or retention
-    // removed), even while the daemon goes on writing.
     let checkpoints: Vec<CheckpointRecord> =
-        sqlx::query_as("SELECT id, record_id, head_hash, records, signed_at_ms, signature FROM audit_checkpoints ORDER BY id")
+        sqlx::query_as("SELECT id, record_id, head_hash, records, signed_at_ms, signature, anchor FROM audit_checkpoints ORDER BY id")
             .fetch_all(&mut *connection)
             .await?;
     let records: Vec<ChainRecord> = sqlx::query_as(
@@ -382,7 +395,11 @@ pub async fn read_store(
 pub async fn verify(path: &Path, key: &VerifyingKey, span: Span, more: &[CheckpointRecord]) -> Result<Verdict, sqlx::Error> {
     let options = SqliteConnectOptions::from_str("sqlite://")?.filename(path).read_only(true);
     let mut connection = sqlx::ConnectOptions::connect(&options).await?;
-    let (anchor, records, mut checkpoints) = read_store(&mut connection, span).await?;
+    // One read transaction: the records, the cut and the checkpoints as of one moment, while
+    // the daemon may be writing and pruning.
+    let mut snapshot = sqlx::Connection::begin(&mut connection).await?;
+    let (anchor, records, mut checkpoints) = read_store(&mut snapshot, span).await?;
+    snapshot.rollback().await?;
     checkpoints.extend_from_slice(more);
     let chain = Chain { anchor: anchor.as_deref(), records: &records, to_head: span.to_ms.is_none() };
     Ok(check(chain, &checkpoints, Some(key)))
@@ -459,8 +476,7 @@ mod tests {
         store.append_audit(&records[..12]).await.unwrap();
         store.checkpoint_audit(&key, 5_000).await.unwrap();
         store.append_audit(&records[12..]).await.unwrap();
-        store.prune_audit(0, 5).await.unwrap();
-        store.checkpoint_audit(&key, 6_000).await.unwrap();
+        store.prune_audit(0, 5, Some((&key, 6_000))).await.unwrap();
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 5, checkpoints: 2, .. }), "{verdict:?}");
@@ -472,6 +488,19 @@ mod tests {
             Verdict::Broken {
                 record_id: Some(17),
                 problem: "record 17 does not follow the record before it: a record was removed, inserted or reordered before it".into()
+            }
+        );
+        // The oldest removed and the stored cut moved to match: the last checkpoint signed the
+        // start where it was.
+        let cut = dir.path().join("cut.db");
+        std::fs::copy(&path, &cut).unwrap();
+        sql(&cut, "UPDATE store_meta SET value = (SELECT prev_hash FROM audit WHERE id = 17) WHERE key = 'audit.anchor'").await;
+        let verdict = verify(&cut, &key.verifying_key(), Span::default(), &[]).await.unwrap();
+        assert_eq!(
+            verdict,
+            Verdict::Broken {
+                record_id: Some(17),
+                problem: "the chain does not start where checkpoint 2 signed it: records were removed from its start".into()
             }
         );
         // Another key did not sign these checkpoints.

@@ -21,6 +21,7 @@ pub struct ShippedCheckpoint {
     pub signed_at_ms: i64,
     pub public_key: String,
     pub signature: String,
+    pub anchor: Option<String>,
 }
 
 /// `approved_by` of approvals that came from the fleet (never shipped back).
@@ -83,7 +84,7 @@ impl Store {
     /// [`StoreError`] on a database failure.
     pub async fn audit_checkpoints_after(&self, after_id: i64, upto_record: i64, limit: u32) -> Result<Vec<ShippedCheckpoint>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT id, record_id, head_hash, records, signed_at_ms, public_key, signature FROM audit_checkpoints \
+            "SELECT id, record_id, head_hash, records, signed_at_ms, public_key, signature, anchor FROM audit_checkpoints \
              WHERE id > ?1 AND record_id <= ?2 ORDER BY id LIMIT ?3",
         )
         .bind(after_id)
@@ -171,7 +172,7 @@ mod tests {
         store.hold_unshipped_audit(true).await.unwrap();
         store.set_fleet_cursor(AUDIT_CURSOR, 1).await.unwrap();
         // Everything is past its retention; only the shipped record may go.
-        store.prune_audit(i64::MAX, 1_000).await.unwrap();
+        store.prune_audit(i64::MAX, 1_000, None).await.unwrap();
         let left: Vec<i64> = store.audit_chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         assert_eq!(left, [2, 3]);
         store.close().await;
@@ -180,7 +181,7 @@ mod tests {
         assert_eq!(store.audit_count_after(1).await.unwrap(), 2);
         // Not shared any more: retention applies to everything again.
         store.hold_unshipped_audit(false).await.unwrap();
-        store.prune_audit(i64::MAX, 1_000).await.unwrap();
+        store.prune_audit(i64::MAX, 1_000, None).await.unwrap();
         assert_eq!(store.audit_count_after(0).await.unwrap(), 0);
         store.close().await;
     }
