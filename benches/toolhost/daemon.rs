@@ -95,7 +95,7 @@ impl Daemon {
     pub async fn wait_ready(&self, count: usize, since: Instant) -> Duration {
         let mut client = self.client().await;
         loop {
-            let servers = client.list_servers(pb::ListServersRequest {}).await.expect("ListServers").into_inner().servers;
+            let servers = client.list_servers(pb::ListServersRequest::default()).await.expect("ListServers").into_inner().servers;
             if servers.len() == count && servers.iter().all(|s| s.state == pb::ServerState::Ready as i32) {
                 return since.elapsed();
             }

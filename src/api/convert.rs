@@ -42,8 +42,28 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             open_files: sandbox.limits.open_files,
             cpu_seconds: sandbox.limits.cpu_seconds,
             last_limit: sandbox.last_limit.map(|kind| kind.label().to_owned()).unwrap_or_default(),
+            read: sandbox.read.iter().map(|path| path.display().to_string()).collect(),
+            write: sandbox.write.iter().map(|path| path.display().to_string()).collect(),
+            home: sandbox.home.as_ref().map(|home| home.display().to_string()).unwrap_or_default(),
         }),
+        history: Vec::new(),
     }
+}
+
+/// A server with what happened to it, newest first, for a view of that server alone.
+pub(crate) fn server_with_history(view: &ServerView) -> pb::Server {
+    let history = view
+        .shared
+        .history
+        .newest_first()
+        .into_iter()
+        .map(|happening| pb::ServerEvent {
+            at_unix_ms: happening.at_ms,
+            state: state(happening.state) as i32,
+            what: crate::secrets::redact(&happening.what).into_owned(),
+        })
+        .collect();
+    pb::Server { history, ..server(view) }
 }
 
 pub(crate) fn state(state: ServerState) -> pb::ServerState {

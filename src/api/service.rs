@@ -52,7 +52,15 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn list_servers(&self, request: Request<pb::ListServersRequest>) -> Result<Response<pb::ListServersResponse>, Status> {
         let caller = self.admit(&request)?;
         let snapshot = self.registry.snapshot();
-        let servers = snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect();
+        let servers = match request.get_ref().name.as_str() {
+            "" => snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect(),
+            name => {
+                // A server the caller may not see answers as one that does not exist.
+                let view = snapshot.servers.get(name).filter(|view| server_visible(&caller, view));
+                let view = view.ok_or_else(|| Status::from(ApiError::UnknownServer(name.to_owned())))?;
+                vec![convert::server_with_history(view)]
+            }
+        };
         let degraded = self.store.degraded();
         let store = pb::StoreStatus {
             degraded: degraded.is_some(),

@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod check;
 pub mod command_line;
 pub mod conformance;
+mod detail;
 pub mod login;
 mod output;
 mod problem;
@@ -31,8 +32,11 @@ use crate::config::{Config, ListenAddr};
 /// them straight from the command line (`command_line` flattens them into its commands).
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ClientCommand {
-    /// List the servers with their state and generation.
+    /// List the servers with their state and generation, or show one whole: its last error
+    /// (exit, stderr, hint), its history, its last listing, what its sandbox holds.
     Servers {
+        /// This server alone, in detail.
+        name: Option<String>,
         #[command(flatten)]
         options: ClientOptions,
     },
@@ -222,7 +226,7 @@ impl ClientCommand {
     fn options(&self) -> &ClientOptions {
         match self {
             ClientCommand::Approvals { action: Some(action), .. } => action.options(),
-            ClientCommand::Servers { options }
+            ClientCommand::Servers { options, .. }
             | ClientCommand::Approvals { options, .. }
             | ClientCommand::Tools { options, .. }
             | ClientCommand::Call { options, .. }
@@ -388,9 +392,15 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
     let mut client = client(options, addr).await?;
     let mut out = output::Printer::new(options.json);
     match command {
-        ClientCommand::Servers { .. } => {
-            let response = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
+        ClientCommand::Servers { name: None, .. } => {
+            let response = client.list_servers(pb::ListServersRequest::default()).await?.into_inner();
             out.servers(&response.servers, response.store.as_ref())?;
+        }
+        ClientCommand::Servers { name: Some(name), .. } => {
+            let response = client.list_servers(pb::ListServersRequest { name }).await?.into_inner();
+            for server in &response.servers {
+                detail::server(&mut out, server)?;
+            }
         }
         ClientCommand::Tools { servers, name_contains, .. } => {
             let mut request = pb::ListToolsRequest {
@@ -456,7 +466,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
         ClientCommand::Watch { mut from_revision, servers, .. } => {
             if from_revision == 0 {
                 // How things stand first, then every change after exactly that revision.
-                let now = client.list_servers(pb::ListServersRequest {}).await?.into_inner();
+                let now = client.list_servers(pb::ListServersRequest::default()).await?.into_inner();
                 let shown: Vec<pb::Server> =
                     now.servers.into_iter().filter(|server| servers.is_empty() || servers.contains(&server.name)).collect();
                 out.current(now.catalog_revision, &shown)?;

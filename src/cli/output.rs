@@ -86,23 +86,7 @@ impl Printer {
             reason => format!("degraded: {reason}"),
         });
         if self.json {
-            let rows: Vec<Value> = servers
-                .iter()
-                .map(|s| {
-                    let races = s.stale_tool_races.unwrap_or_default();
-                    json!({
-                        "name": s.name, "state": state_name(s.state), "available": s.available, "transport": s.transport,
-                        "protocol_version": s.protocol_version, "era": s.era, "generation": s.generation, "tool_count": s.tool_count,
-                        "revalidating": s.revalidating, "restarts": s.restarts, "last_error": s.last_error,
-                        "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
-                        "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
-                        "store": degraded.as_deref().unwrap_or("ok"),
-                        "calls_in_flight": s.calls_in_flight, "calls_waiting": s.calls_waiting,
-                        "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
-                            "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit})),
-                    })
-                })
-                .collect();
+            let rows: Vec<Value> = servers.iter().map(|s| server_json(s, degraded.as_deref())).collect();
             return self.json_line(&Value::Array(rows));
         }
         let rows: Vec<Vec<String>> = servers
@@ -543,7 +527,24 @@ impl Printer {
     }
 }
 
-fn enumeration_json(e: &pb::Enumeration) -> Value {
+/// One server as `toolhost servers --json` shows it (`store`: the store's state, when degraded).
+pub(crate) fn server_json(s: &pb::Server, store: Option<&str>) -> Value {
+    let races = s.stale_tool_races.unwrap_or_default();
+    json!({
+        "name": s.name, "state": state_name(s.state), "available": s.available, "transport": s.transport,
+        "protocol_version": s.protocol_version, "era": s.era, "generation": s.generation, "tool_count": s.tool_count,
+        "revalidating": s.revalidating, "restarts": s.restarts, "last_error": s.last_error,
+        "stale_tool_races": {"removed_before_call": races.removed_before_call, "changed_since_listed": races.changed_since_listed, "upstream_unknown_tool": races.upstream_unknown_tool},
+        "last_enumeration": s.last_enumeration.as_ref().map(enumeration_json),
+        "store": store.unwrap_or("ok"),
+        "calls_in_flight": s.calls_in_flight, "calls_waiting": s.calls_waiting,
+        "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
+            "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit,
+            "read": b.read, "write": b.write, "home": Some(&b.home).filter(|home| !home.is_empty())})),
+    })
+}
+
+pub(crate) fn enumeration_json(e: &pb::Enumeration) -> Value {
     json!({"started_unix_ms": e.started_unix_ms, "duration_ms": e.duration_ms, "reason": e.reason, "outcome": e.outcome,
            "pages": e.pages, "tools": e.tools, "bytes": e.bytes, "generation": e.generation, "error": e.error, "diagnostics": e.diagnostics})
 }
@@ -623,7 +624,7 @@ fn human_bytes(bytes: usize) -> String {
 
 /// `net=none mem=1024M` for a sandboxed server, `OFF` without one, `-` for an HTTP server; a
 /// limit that stopped it is named.
-fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
+pub(crate) fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
     match sandbox {
         None => "-".to_owned(),
         Some(sandbox) if !sandbox.enabled => "OFF".to_owned(),

@@ -173,7 +173,7 @@ async fn a_reload_applies_a_new_policy_to_open_watch_streams() {
     let ended = tokio::time::timeout(WAIT, stream.message()).await.expect("the stream answers at once");
     let status = ended.expect_err("the open stream is judged by the new policy");
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-    let refused = client.list_servers(pb::ListServersRequest {}).await.expect_err("and so are new requests");
+    let refused = client.list_servers(pb::ListServersRequest::default()).await.expect_err("and so are new requests");
     assert_eq!(error_info(&refused).0, "NO_MATCHING_AGENT");
     app.shutdown().await;
 }

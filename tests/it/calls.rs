@@ -120,7 +120,7 @@ async fn every_error_maps_to_its_code_with_details() {
     slow.set_timeout(Duration::from_millis(400));
     let status = client.call_tool(slow).await.unwrap_err();
     assert_eq!((status.code(), error_info(&status).0.as_str()), (tonic::Code::DeadlineExceeded, "UPSTREAM_DEADLINE"));
-    let races = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers[0].stale_tool_races.unwrap();
+    let races = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers[0].stale_tool_races.unwrap();
     assert_eq!(races.changed_since_listed, 3, "every refused precondition is counted");
     app.shutdown().await;
 }
@@ -259,7 +259,7 @@ async fn each_kind_of_stale_tool_race_is_typed_counted_and_acted_on() {
     let calls_after = dir.received("racy").iter().filter(|m| m["method"] == "tools/call").count();
     assert_eq!(calls_before, calls_after, "refused calls never reach the server");
 
-    let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+    let server = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers.remove(0);
     let races = server.stale_tool_races.unwrap();
     assert_eq!((races.upstream_unknown_tool, races.removed_before_call, races.changed_since_listed), (1, 1, 2));
     app.shutdown().await;

@@ -32,7 +32,7 @@ async fn servers_tools_and_history_read_back_what_the_servers_offer() {
     wait_for_server(app.registry(), "quiet", "no tools", |v| v.state == ServerState::NoTools).await;
     let mut client = unix_client(&app).await;
 
-    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     let summary: Vec<(String, i32, u64, u32, bool)> =
         servers.iter().map(|s| (s.name.clone(), s.state, s.generation, s.tool_count, s.available)).collect();
     assert_eq!(

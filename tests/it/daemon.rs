@@ -57,7 +57,7 @@ impl Daemon {
     pub(crate) async fn wait_servers(&self, what: &str, condition: impl Fn(&[pb::Server]) -> bool) -> Vec<pb::Server> {
         let mut client = self.client().await;
         eventually(what, async || {
-            let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+            let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
             match condition(&servers) {
                 true => Ok(servers),
                 false => Err(format!("{servers:#?}\nlog:\n{}", self.log_text())),
@@ -127,7 +127,7 @@ async fn readiness_status_watchdog_reload_and_stopping_reach_the_notify_socket()
     };
     receive_until(&mut messages, "READY=1", &|m| m.iter().any(|m| m == "READY=1"));
     // READY=1 promises bound listeners: the API answers at once.
-    daemon.client().await.list_servers(pb::ListServersRequest {}).await.unwrap();
+    daemon.client().await.list_servers(pb::ListServersRequest::default()).await.unwrap();
     receive_until(&mut messages, "a status with the server ready", &|m| m.iter().any(|m| m == "STATUS=1/1 servers ready, 3 tools"));
     receive_until(&mut messages, "two watchdog pings", &|m| m.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2);
 
@@ -221,7 +221,7 @@ async fn a_restarted_daemon_serves_the_stored_catalog_at_once() {
     let tools = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
     assert_eq!(tools.len(), 4, "the previous catalog is served right after the restart");
     assert!(tools.iter().all(|t| !t.available));
-    let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+    let server = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers.remove(0);
     assert!(server.revalidating && server.last_verified_unix_ms > 0);
     assert_eq!(server.generation, 1);
 }
@@ -358,7 +358,7 @@ async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
             pace.tick().await;
             round += 1;
             std::fs::write(&tools_file, round_tools(round)).unwrap();
-            let server = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+            let server = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers.remove(0);
             assert!(server.generation >= highest_seen, "numbers never go back");
             highest_seen = server.generation;
         }
@@ -379,7 +379,7 @@ async fn sigkill_during_a_stream_of_commits_loses_nothing_that_was_published() {
     // After the last kill: the stored catalog is served, and the next change takes the next number.
     let daemon = Daemon::start(&dir, &table, &[]);
     let mut client = daemon.client().await;
-    let served = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers.remove(0);
+    let served = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers.remove(0);
     assert!(served.generation >= highest_seen, "the last committed generation (or a newer one) is served at once");
     daemon.wait_servers("ready", |s| s.len() == 1 && ready(s)).await;
     let base = daemon.wait_servers("settled", |s| s[0].generation >= highest_seen).await[0].generation;

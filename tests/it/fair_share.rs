@@ -126,7 +126,7 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
         }
     }
     eventually("the flood queued", async || (queue.waiting() == 19).then_some(())).await;
-    let shown = agent_client(&app, polite).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let shown = agent_client(&app, polite).await.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     assert_eq!((shown[0].calls_in_flight, shown[0].calls_waiting), (1, 19), "ListServers shows the queue");
     let mut client = agent_client(&app, polite).await;
     let counted = finished.clone();

@@ -64,7 +64,7 @@ async fn a_worker_that_panics_is_shown_failed_then_restarted_and_its_child_kille
     // Commands reach the new worker.
     client.restart_server(pb::RestartServerRequest { server: "fragile".into() }).await.unwrap();
     wait_for_server(app.registry(), "fragile", "restarted on request", |v| v.state == ServerState::Ready && v.num_restarts >= 2).await;
-    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     assert_eq!(servers[0].worker_panics, 1);
     app.shutdown().await;
 }

@@ -44,7 +44,7 @@ async fn a_modern_server_is_discovered_listened_to_and_never_initialized() {
     }
     let listen = received.iter().find(|m| m["method"] == "subscriptions/listen").unwrap();
     assert_eq!(listen["params"]["notifications"]["toolsListChanged"], true);
-    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     assert_eq!(servers[0].protocol_version, "2026-07-28");
     app.shutdown().await;
 }

@@ -224,7 +224,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     for age in stats["refresh_ages"].as_array().unwrap() {
         assert!(age.as_f64().unwrap() >= 1.5, "a token was refreshed long before its expiry: {stats}");
     }
-    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
+    let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner();
     let shown = format!("{servers:?}");
     assert!(!shown.contains("at-") && !shown.contains("rt-"), "a token is shown: {shown}");
     // The tokens are in the token file and nowhere in the store.

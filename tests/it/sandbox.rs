@@ -158,7 +158,7 @@ async fn a_hostile_server_reaches_nothing_and_every_server_keeps_working() {
     let who: Value = serde_json::from_str(&text_of(&who)).unwrap();
     assert!(who["pid"].as_i64().unwrap() < 10, "the server is a low pid in its own PID namespace: {who}");
     assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), "file-secret-of-the-sibling");
-    let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     let hostile = servers.iter().find(|s| s.name == "hostile").unwrap();
     let sandbox = hostile.sandbox.as_ref().expect("a stdio server shows its sandbox");
     assert!(sandbox.enabled);
@@ -223,7 +223,7 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
     for (probe, result) in &results {
         assert!(result.starts_with("blocked") && result.contains("SERVER_PROCESS"), "{probe}: {result}");
     }
-    let servers = client(&app).await.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+    let servers = client(&app).await.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     let unconfined = servers.iter().find(|s| s.name == "unconfined").unwrap().sandbox.clone().unwrap();
     assert!(!unconfined.enabled, "sandbox = \"off\" is shown");
     // Audited as such: the trail is written behind the call path and drained by the stop.

@@ -104,6 +104,21 @@ async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
     let shown =
         listed.as_array().and_then(|servers| servers.iter().find(|s| s["name"] == "dying")).cloned().unwrap_or_else(|| listed.clone());
     assert!(shown.to_string().contains("exited with status 4"), "{shown}");
+    // One server whole: its last error with the server's own stderr line, its history, what
+    // its sandbox reads; in JSON too; a server nobody configured is not found.
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "dying", "--addr", &cli_addr(&app)]).output().unwrap();
+    let detail = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{detail}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(detail.contains("server      dying") && detail.contains("last error\n"), "{detail}");
+    assert!(detail.contains("exited with status 4") && detail.contains("journal at /var/lib/dying/journal is locked"), "{detail}");
+    assert!(detail.contains("history (newest first)") && detail.contains(&format!("  reads     {}", dying.display())), "{detail}");
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "imports", "--json", "--addr", &cli_addr(&app)]).output().unwrap();
+    let imports: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let history = imports["history"].as_array().cloned().unwrap_or_default();
+    assert!(history.iter().any(|event| event["what"].as_str().is_some_and(|what| what.contains("No module named 'shared'"))), "{imports}");
+    assert!(imports["sandbox"]["home"].as_str().is_some_and(|home| home.contains("imports")), "{imports}");
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "nobody", "--addr", &cli_addr(&app)]).output().unwrap();
+    assert!(!output.status.success() && String::from_utf8_lossy(&output.stderr).contains("nobody"), "{output:?}");
     app.shutdown().await;
 }
 

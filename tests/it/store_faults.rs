@@ -198,7 +198,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
     let app = App::start_with(config.clone(), runtime()).await.expect("the daemon starts on a full disk");
     assert!(app.store().degraded().is_some_and(|why| why.contains("full")), "{:?}", app.store().degraded());
     let mut client = client(&app).await;
-    let listed = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
+    let listed = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner();
     let store = listed.store.expect("the store's state");
     assert!(store.degraded && store.reason.contains("full"), "{store:?}");
     health_becomes(&app, "toolhost.v1.Store", ServingStatus::NotServing).await;

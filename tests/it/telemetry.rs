@@ -379,7 +379,7 @@ async fn a_token_an_upstream_echoes_appears_in_no_output_at_all() {
     let log = config.with_extension("daemon.log");
     let mut answers = String::new();
     let servers = eventually("echoer ready and lister failed", async || {
-        let servers = client.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner().servers;
+        let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
         let ready = servers.iter().any(|s| s.name == "echoer" && s.available);
         let failed = servers.iter().any(|s| s.name == "lister" && !s.last_error.is_empty());
         (ready && failed).then_some(servers)
