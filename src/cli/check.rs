@@ -15,6 +15,8 @@ use crate::fleet::schema::Schema;
 #[derive(Debug, Default)]
 pub struct Report {
     pub ok: bool,
+    /// `--probe`: some server did not start, answer or list its tools.
+    pub probe_failed: bool,
     pub lines: Vec<Finding>,
 }
 
@@ -52,7 +54,7 @@ impl Report {
             .iter()
             .map(|f| json!({"server": f.server, "level": if f.warning { "warning" } else { "note" }, "text": f.text}))
             .collect();
-        json!({"ok": self.ok, "findings": findings})
+        json!({"ok": self.ok, "probe_failed": self.probe_failed, "findings": findings})
     }
 }
 
@@ -60,9 +62,9 @@ impl Report {
 ///
 /// # Errors
 /// The file is not a valid configuration (the daemon would not start).
-pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
+pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::ConfigError> {
     let config = Config::load(path)?;
-    let mut report = Report { ok: true, lines: Vec::new() };
+    let mut report = Report { ok: true, probe_failed: false, lines: Vec::new() };
     report.note(None, format!("{}: ok, {} servers", config.source.display(), config.servers.len()));
     for (name, spec) in &config.servers {
         let missing = missing_program(spec);
@@ -111,6 +113,9 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
             }
         }
     }
+    if probe {
+        probe_servers(&config, &mut report).await;
+    }
     if let Some(fleet) = &config.fleet {
         // The fleet store is checked too: the connection, the credentials, the schema version.
         let checked = async {
@@ -134,6 +139,57 @@ pub async fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
         }
     }
     Ok(report)
+}
+
+/// Servers probed at once, at most.
+const PROBES_AT_ONCE: usize = 4;
+
+/// `--probe`: every server started once as the daemon would start it, listed, stopped; a few at
+/// a time, under the orphan guard the daemon uses.
+async fn probe_servers(config: &Config, report: &mut Report) {
+    use crate::supervisor::probe::{Probed, probe};
+    let reaper = match std::env::current_exe().and_then(|program| crate::upstream::reaper::Reaper::spawn(&program)) {
+        Ok(reaper) => std::sync::Arc::new(reaper),
+        Err(error) => {
+            report.probe_failed = true;
+            report.warn(None, format!("probe: cannot start the orphan guard the servers run under: {error}"));
+            return;
+        }
+    };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(PROBES_AT_ONCE));
+    let mut probes = tokio::task::JoinSet::new();
+    for (name, spec) in &config.servers {
+        let (name, spec, reaper, slots) = (name.clone(), spec.clone(), reaper.clone(), slots.clone());
+        probes.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            let probed = probe(&name, &spec, reaper).await;
+            (name, probed)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = probes.join_next().await {
+        match joined {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                report.probe_failed = true;
+                report.warn(None, format!("probe: a probe failed inside toolhost: {error}"));
+            }
+        }
+    }
+    reaper.stop().await;
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, probed) in results {
+        match probed {
+            Probed::Works { tools, protocol, took } => {
+                report.note(Some(&name), format!("probe: works: {tools} tools, protocol {protocol}, ready in {} ms", took.as_millis()))
+            }
+            Probed::Fails(why) => {
+                report.probe_failed = true;
+                report.warn(Some(&name), format!("probe: fails: {why}"));
+            }
+            Probed::Skipped(why) => report.note(Some(&name), format!("probe: not started: {why}")),
+        }
+    }
 }
 
 /// Why a stdio server's program would not start, if it would not: a path that is not an

@@ -32,6 +32,10 @@ enum Command {
         /// Print the findings as JSON.
         #[arg(long)]
         json: bool,
+        /// Also start each server once, as the daemon would (in its sandbox), list its tools and
+        /// stop it: says whether it works, or why not. Exit 1 when one does not.
+        #[arg(long)]
+        probe: bool,
     },
     #[command(flatten)]
     Client(ClientCommand),
@@ -108,7 +112,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
         Command::Serve { config, log_format } => return serve(&config, log_format),
-        Command::CheckConfig { config, json } => return check_config(&config, json),
+        Command::CheckConfig { config, json, probe } => return check_config(&config, json, probe),
         Command::Reap => {
             crate::upstream::reaper::run_helper();
             return ExitCode::SUCCESS;
@@ -223,9 +227,9 @@ fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Op
     }
 }
 
-fn check_config(config: &std::path::Path, json: bool) -> ExitCode {
+fn check_config(config: &std::path::Path, json: bool, probe: bool) -> ExitCode {
     use std::io::Write;
-    let report = match with_runtime(crate::cli::check::check(config)) {
+    let report = match with_runtime(crate::cli::check::check(config, probe)) {
         Ok(Ok(report)) => report,
         Ok(Err(error)) if json => return fail_json(&format!("invalid configuration: {error}"), "config", EXIT_CONFIG),
         Ok(Err(error)) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
@@ -235,7 +239,11 @@ fn check_config(config: &std::path::Path, json: bool) -> ExitCode {
         true => writeln!(std::io::stdout(), "{}", report.json()),
         false => write!(std::io::stdout(), "{}", crate::cli::output::printable(&report.text())),
     };
-    if report.ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_CONFIG) }
+    match (report.ok, report.probe_failed) {
+        (false, _) => ExitCode::from(EXIT_CONFIG),
+        (true, true) => ExitCode::from(1),
+        (true, false) => ExitCode::SUCCESS,
+    }
 }
 
 fn fleet_migrate(config: &std::path::Path) -> ExitCode {

@@ -7,6 +7,7 @@ pub mod gauges;
 mod guard;
 pub mod integrity;
 pub(crate) mod lifecycle;
+pub mod probe;
 mod trace;
 mod worker;
 

@@ -34,3 +34,37 @@ fn the_shipped_demo_configuration_is_valid() {
     let output = toolhost(&["check-config", "--config", demo]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+/// `check-config --probe` starts each server once as the daemon would (in its sandbox), lists
+/// its tools and stops it: one that works is counted, one that fails says why in the daemon's
+/// words (its exit, its stderr, the fix), a disabled one is not started; exit 1 when one fails.
+#[test]
+fn check_config_probe_starts_each_server_once_and_says_why_one_fails() {
+    use serde_json::json;
+    let dir = TestDir::new();
+    let works = crate::harness::server_table("works", &dir.script("works", json!({})), "");
+    let broken = dir.path("broken.py");
+    std::fs::write(&broken, "import helpers_that_are_not_there\n").unwrap();
+    let text = format!(
+        "[store]\npath = \"catalog.db\"\n\n{works}\n[servers.broken]\ncommand = {:?}\nargs = [{:?}]\n\n[servers.off]\ncommand = {:?}\nenabled = false\n",
+        crate::sandbox::PYTHON,
+        broken.display().to_string(),
+        crate::sandbox::PYTHON,
+    );
+    let path = dir.path("toolhost.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = toolhost(&["check-config", "--probe", "--config", path.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(said.lines().any(|line| line.starts_with("works: probe: works: ") && line.contains(" tools, protocol ")), "{said}");
+    let fails = said.lines().find(|line| line.starts_with("warning: broken: probe: fails: ")).unwrap_or_else(|| panic!("{said}"));
+    assert!(fails.contains("exited with status 1") && fails.contains("No module named 'helpers_that_are_not_there'"), "{fails}");
+    assert!(said.lines().any(|line| line == "off: probe: not started: disabled"), "{said}");
+    // Nothing it started outlives it.
+    assert!(
+        std::fs::read_to_string(dir.path("works.pids"))
+            .unwrap_or_default()
+            .lines()
+            .all(|pid| { !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists() })
+    );
+}
