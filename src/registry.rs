@@ -145,6 +145,8 @@ pub struct SandboxView {
     pub write: Vec<std::path::PathBuf>,
     /// Its own home (`HOME`), where its caches live.
     pub home: Option<std::path::PathBuf>,
+    /// With a proxied network: the hosts its way out reaches (`host:port`).
+    pub allow: Vec<String>,
 }
 
 /// Per-server state shared by every snapshot of that server.
@@ -167,6 +169,8 @@ pub struct ServerShared {
     generation_spans: Mutex<VecDeque<(u64, SpanContext)>>,
     /// Its recent life (starts, exits, restarts, limits hit), for its own page.
     pub history: history::History,
+    /// What a proxied sandbox's way out let through and refused, across its restarts.
+    pub egress: Arc<crate::upstream::egress::EgressStats>,
 }
 
 /// Generations whose publishing span is remembered.
@@ -324,6 +328,7 @@ impl ServerView {
                 races: RaceCounters::default(),
                 generation_spans: Mutex::default(),
                 history: history::History::default(),
+                egress: Arc::default(),
             }),
             sandbox: None,
         }

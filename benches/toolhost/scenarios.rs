@@ -43,6 +43,7 @@ pub(crate) async fn direct_session_with(tools: usize, cpu: Option<usize>) -> Con
         reaper: Arc::new(Reaper::disabled()),
         authorizer: None,
         operations: toolhost::telemetry::metrics::Metrics::global().client_operation_duration,
+        egress: Arc::default(),
     };
     upstream::connect(&"direct".into(), spec, &settings, Some(toolhost::mcp::lifecycle::Era::Legacy)).await.expect("direct session")
 }
@@ -464,6 +465,7 @@ pub async fn sandbox() {
         reaper: reaper.clone(),
         authorizer: None,
         operations: toolhost::telemetry::metrics::Metrics::global().client_operation_duration,
+        egress: Arc::default(),
     };
     let connect = |sandboxed: bool| {
         let extra = if sandboxed { "" } else { "sandbox = \"off\"" };

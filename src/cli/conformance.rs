@@ -41,6 +41,7 @@ pub async fn run(url: &str) -> Result<(), String> {
         reaper: Arc::new(Reaper::disabled()),
         authorizer,
         operations: crate::telemetry::metrics::Metrics::global().client_operation_duration,
+        egress: Arc::default(),
     };
     let connection = upstream::connect(&name, spec, &settings, None).await.map_err(|err| err.to_string())?;
     let session = connection.handle().clone();

@@ -38,6 +38,13 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
             }
             lines.extend(sandbox.read.iter().map(|path| format!("  reads     {path}")));
             lines.extend(sandbox.write.iter().map(|path| format!("  writes    {path}")));
+            if !sandbox.allow.is_empty() {
+                lines.push(format!("  reaches   {} (through toolhost's proxy)", sandbox.allow.join(", ")));
+                lines.push(format!("  egress    {} connections made, {} refused", sandbox.egress_tunnels, sandbox.egress_denied));
+            }
+            if !sandbox.last_denied.is_empty() {
+                lines.push(format!("  refused   {} (last host asked for that network.allow does not name)", sandbox.last_denied));
+            }
         }
     }
     if let Some(listing) = &server.last_enumeration {

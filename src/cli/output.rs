@@ -540,7 +540,9 @@ pub(crate) fn server_json(s: &pb::Server, store: Option<&str>) -> Value {
         "calls_in_flight": s.calls_in_flight, "calls_waiting": s.calls_waiting,
         "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
             "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit,
-            "read": b.read, "write": b.write, "home": Some(&b.home).filter(|home| !home.is_empty())})),
+            "read": b.read, "write": b.write, "home": Some(&b.home).filter(|home| !home.is_empty()),
+            "allow": b.allow, "egress_tunnels": b.egress_tunnels, "egress_denied": b.egress_denied,
+            "last_denied": Some(&b.last_denied).filter(|host| !host.is_empty())})),
     })
 }
 
@@ -632,6 +634,9 @@ pub(crate) fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
             let mut text = format!("net={} mem={}M procs={}", sandbox.network, sandbox.memory_bytes >> 20, sandbox.processes);
             if !sandbox.last_limit.is_empty() {
                 text.push_str(&format!(" hit={}", sandbox.last_limit));
+            }
+            if sandbox.egress_denied > 0 {
+                text.push_str(&format!(" denied={} ({})", sandbox.egress_denied, sandbox.last_denied));
             }
             text
         }

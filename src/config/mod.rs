@@ -731,7 +731,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
         mode: raw.sandbox.as_deref(),
         read: &raw.read,
         write: &raw.write,
-        network: raw.network.as_deref(),
+        network: raw.network.as_ref(),
         limits: raw.limits.as_ref(),
     };
     let sandbox_spec = sandbox::validate(base, &raw_sandbox)?;

@@ -327,12 +327,20 @@ pub(crate) struct RawServer {
     pub(crate) read: Vec<String>,
     #[serde(default)]
     pub(crate) write: Vec<String>,
-    /// "none" (the default), "loopback" or "all".
-    pub(crate) network: Option<String>,
+    /// "none" (the default), "loopback", "all", or `{ allow = ["host[:port]", …] }`.
+    pub(crate) network: Option<RawNetwork>,
     pub(crate) limits: Option<super::sandbox::RawLimits>,
     /// Globs over this server's tool names whose calls wait for a person's approval, whoever calls.
     #[serde(default)]
     pub(crate) approve: Vec<String>,
+}
+
+/// `network`: a mode's name, or the hosts it may reach through the daemon's egress proxy.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawNetwork {
+    Mode(String),
+    Allow { allow: Vec<String> },
 }
 
 #[derive(Debug, Deserialize, Default)]

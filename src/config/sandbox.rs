@@ -18,6 +18,10 @@ pub struct SandboxSpec {
     /// Paths visible and writable.
     pub write: Vec<PathBuf>,
     pub network: Network,
+    /// Whether the entry set `network` (else a package launcher gets its registry).
+    pub network_given: bool,
+    /// With `network = { allow = [...] }`: the hosts its egress proxy reaches.
+    pub allow: Vec<HostPattern>,
     pub limits: Limits,
     /// The daemon's private places ([`super::Config::private`]), which it must never show.
     pub hidden: Vec<PathBuf>,
@@ -33,6 +37,8 @@ impl Default for SandboxSpec {
             read: Vec::new(),
             write: Vec::new(),
             network: Network::None,
+            network_given: false,
+            allow: Vec::new(),
             limits: Limits::default(),
             hidden: Vec::new(),
             home: None,
@@ -56,7 +62,7 @@ pub(crate) struct RawSandbox<'a> {
     pub(crate) mode: Option<&'a str>,
     pub(crate) read: &'a [String],
     pub(crate) write: &'a [String],
-    pub(crate) network: Option<&'a str>,
+    pub(crate) network: Option<&'a super::raw::RawNetwork>,
     pub(crate) limits: Option<&'a RawLimits>,
 }
 
@@ -73,11 +79,31 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
         Some("off") => false,
         Some(other) => return Err(("sandbox".into(), format!("{other:?}: use \"on\" (the default) or \"off\""))),
     };
-    let network = match raw.network {
-        None | Some("none") => Network::None,
-        Some("loopback") => Network::Loopback,
-        Some("all") => Network::All,
-        Some(other) => return Err(("network".into(), format!("{other:?}: use \"none\" (the default), \"loopback\" or \"all\""))),
+    use super::raw::RawNetwork;
+    let (network, allow) = match raw.network {
+        None => (Network::None, Vec::new()),
+        Some(RawNetwork::Mode(mode)) => match mode.as_str() {
+            "none" => (Network::None, Vec::new()),
+            "loopback" => (Network::Loopback, Vec::new()),
+            "all" => (Network::All, Vec::new()),
+            other => {
+                return Err((
+                    "network".into(),
+                    format!("{other:?}: use \"none\" (the default), \"loopback\", \"all\" or {{ allow = [\"host:port\", …] }}"),
+                ));
+            }
+        },
+        Some(RawNetwork::Allow { allow }) => {
+            let patterns = allow
+                .iter()
+                .enumerate()
+                .map(|(idx, text)| HostPattern::parse(text).map_err(|problem| (format!("network.allow[{idx}]"), problem)))
+                .collect::<Result<Vec<_>, _>>()?;
+            if patterns.is_empty() || patterns.len() > MAX_ALLOWED {
+                return Err(("network.allow".into(), format!("give between 1 and {MAX_ALLOWED} hosts (for none, network = \"none\")")));
+            }
+            (Network::Proxied, patterns)
+        }
     };
     let paths = |key: &str, list: &[String]| -> Result<Vec<PathBuf>, (String, String)> {
         list.iter()
@@ -107,7 +133,104 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
             tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p))?,
         },
     };
-    Ok(SandboxSpec { enabled, read, write, network, limits, hidden: Vec::new(), home: None })
+    Ok(SandboxSpec { enabled, read, write, network, network_given: raw.network.is_some(), allow, limits, hidden: Vec::new(), home: None })
+}
+
+/// Allowed hosts, at most: a server's way out is meant to be narrow.
+const MAX_ALLOWED: usize = 64;
+
+/// One `network.allow` entry: a host name (`api.github.com`), every name below a domain
+/// (`*.example.com`, not the domain itself) or an IP address (`10.0.0.5`, `[2001:db8::1]`),
+/// and a port (443 when none is given).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPattern {
+    host: HostMatch,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum HostMatch {
+    Name(String),
+    /// `*.suffix`: the suffix with its leading dot.
+    Below(String),
+    Address(std::net::IpAddr),
+}
+
+impl HostPattern {
+    /// Parses `host[:port]`.
+    ///
+    /// # Errors
+    /// What is wrong with it, for the key's error.
+    pub fn parse(text: &str) -> Result<HostPattern, String> {
+        let text = text.trim();
+        let explain = || format!("{text:?} is not host[:port] (\"api.github.com:443\", \"*.example.com\", \"10.0.0.5:8080\")");
+        let (host, port) = match text.strip_prefix('[') {
+            Some(rest) => {
+                let (address, after) = rest.split_once(']').ok_or_else(explain)?;
+                (address, after.strip_prefix(':'))
+            }
+            None => match text.rsplit_once(':') {
+                Some((host, port)) if !host.contains(':') => (host, Some(port)),
+                Some(_) => (text, None),
+                None => (text, None),
+            },
+        };
+        let port = match port {
+            None => 443,
+            Some(port) => port.parse::<u16>().ok().filter(|port| *port > 0).ok_or_else(explain)?,
+        };
+        if let Ok(address) = host.parse::<std::net::IpAddr>() {
+            return Ok(HostPattern { host: HostMatch::Address(address), port });
+        }
+        let host = host.to_ascii_lowercase();
+        let (wild, name) = match host.strip_prefix("*.") {
+            Some(name) => (true, name),
+            None => (false, host.as_str()),
+        };
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        };
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(explain());
+        }
+        let host = if wild { HostMatch::Below(format!(".{name}")) } else { HostMatch::Name(name.to_owned()) };
+        Ok(HostPattern { host, port })
+    }
+
+    /// Whether a CONNECT to `host:port` is allowed by this entry.
+    #[must_use]
+    pub fn matches(&self, host: &str, port: u16) -> bool {
+        if port != self.port {
+            return false;
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+        match &self.host {
+            HostMatch::Name(name) => host == *name,
+            HostMatch::Below(suffix) => host.ends_with(suffix.as_str()) && host.len() > suffix.len(),
+            HostMatch::Address(address) => host.parse::<std::net::IpAddr>().is_ok_and(|asked| asked == *address),
+        }
+    }
+
+    /// Whether the entry names an address itself (which may then be a private one).
+    #[must_use]
+    pub fn is_address(&self) -> bool {
+        matches!(self.host, HostMatch::Address(_))
+    }
+}
+
+impl std::fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.host {
+            HostMatch::Name(name) => write!(f, "{name}:{}", self.port),
+            HostMatch::Below(suffix) => write!(f, "*{suffix}:{}", self.port),
+            HostMatch::Address(std::net::IpAddr::V6(address)) => write!(f, "[{address}]:{}", self.port),
+            HostMatch::Address(address) => write!(f, "{address}:{}", self.port),
+        }
+    }
 }
 
 fn expand_home(path: &str) -> PathBuf {
@@ -219,9 +342,26 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        let raw = |network| RawSandbox { mode: None, read: &[], write: &[], network, limits: None };
-        assert_eq!(validate(Path::new("/etc"), &raw(Some("wifi"))).unwrap_err().0, "network");
-        assert_eq!(validate(Path::new("/etc"), &raw(Some("loopback"))).unwrap().network, Network::Loopback);
+        use super::super::raw::RawNetwork;
+        fn raw(network: Option<&RawNetwork>) -> RawSandbox<'_> {
+            RawSandbox { mode: None, read: &[], write: &[], network, limits: None }
+        }
+        let check = |network: RawNetwork| validate(Path::new("/etc"), &raw(Some(&network)));
+        let allow = |list: &[&str]| RawNetwork::Allow { allow: list.iter().map(|s| (*s).to_owned()).collect() };
+        assert_eq!(check(RawNetwork::Mode("wifi".into())).unwrap_err().0, "network");
+        assert_eq!(check(RawNetwork::Mode("loopback".into())).unwrap().network, Network::Loopback);
+        let spec = check(allow(&["api.github.com:443", "*.Example.com", "[::1]:8080"])).unwrap();
+        assert_eq!(spec.network, Network::Proxied);
+        let shown: Vec<String> = spec.allow.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["api.github.com:443", "*.example.com:443", "[::1]:8080"]);
+        assert!(spec.allow[0].matches("API.github.com", 443) && !spec.allow[0].matches("api.github.com", 80));
+        assert!(spec.allow[1].matches("a.b.example.com", 443) && !spec.allow[1].matches("example.com", 443));
+        assert!(!spec.allow[1].matches("evil-example.com", 443) && spec.allow[2].matches("[::1]", 8080));
+        for bad in ["http://x.com", "x.com:0", "x.com:99999", "*.", "a..b", "-a.com", "x.com/path", ""] {
+            let error = check(allow(&[bad])).unwrap_err();
+            assert_eq!(error.0, "network.allow[0]", "{bad}: {error:?}");
+        }
+        assert_eq!(check(allow(&[])).unwrap_err().0, "network.allow");
         assert_eq!(validate(Path::new("/etc"), &raw(None)).unwrap(), SandboxSpec::default());
     }
 }

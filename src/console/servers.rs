@@ -141,6 +141,11 @@ fn sandbox(view: &ServerView) -> Markup {
         br;
         small { (limits.memory_bytes / (1024 * 1024)) " MiB · " (limits.processes) " processes · " (limits.open_files) " files · " (limits.cpu_seconds) " s CPU" }
         @if let Some(kind) = sandbox.last_limit { br; small.error { "last hit: " (kind.label()) } }
+        @if !sandbox.allow.is_empty() { br; small { "reaches " (sandbox.allow.join(", ")) } }
+        @let denied = view.shared.egress.denied.load(std::sync::atomic::Ordering::Relaxed);
+        @if denied > 0 {
+            br; small.error { (denied) " refused, last: " (view.shared.egress.last_denied().unwrap_or_default()) }
+        }
     }
 }
 

@@ -19,10 +19,30 @@ const NICE: libc::c_int = 10;
 /// bounding and inheritable sets (with `SECBIT_NOROOT`, uid 0 gains nothing at exec).
 pub(super) fn privileged(plan: &Plan) -> Result<(), SetupError> {
     limits(&plan.limits)?;
-    if plan.network == Network::Loopback {
+    if matches!(plan.network, Network::Loopback | Network::Proxied) {
         loopback_up()?;
     }
     drop_capabilities()
+}
+
+/// With [`Network::Proxied`]: a listener on the sandbox's own loopback, handed to the daemon
+/// (which serves the proxy on it) over [`super::EGRESS_FD`]; its port, for the proxy variables.
+pub(super) fn proxy_listener(plan: &Plan) -> Result<Option<u16>, SetupError> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+    use std::io::IoSlice;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if plan.network != Network::Proxied {
+        return Ok(None);
+    }
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).during("listen for the proxy on the sandbox's loopback")?;
+    let port = listener.local_addr().during("read the proxy listener's port")?.port();
+    // SAFETY: the daemon made EGRESS_FD this process's for Proxied (the helper kept it open),
+    // and nothing else here owns it; it is closed when `channel` drops, below.
+    let channel = unsafe { OwnedFd::from_raw_fd(super::EGRESS_FD) };
+    let fds = [listener.as_raw_fd()];
+    sendmsg::<UnixAddr>(channel.as_raw_fd(), &[IoSlice::new(b"L")], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+        .during("hand the proxy listener to the daemon")?;
+    Ok(Some(port))
 }
 
 /// What the sandbox's user does to itself last: Landlock, no new privileges, the filter.

@@ -51,15 +51,20 @@ pub fn adopt_orphans(command: &mut tokio::process::Command) {
 
 /// The helper's main: never returns.
 pub fn run(plan_json: &str) -> ! {
-    // Only stdio and the report channel cross into the sandbox: close anything else the
-    // helper was started with before a process of the sandbox exists.
+    // Only stdio, the report channel and (for a proxied network) the egress channel cross into
+    // the sandbox: close anything else the helper was started with before a process of the
+    // sandbox exists.
     // SAFETY: closes descriptors nothing in this fresh process has opened or owns.
-    unsafe { nix::libc::close_range(super::REPORT_FD as nix::libc::c_uint + 1, nix::libc::c_uint::MAX, 0) };
+    unsafe { nix::libc::close_range(super::EGRESS_FD as nix::libc::c_uint + 1, nix::libc::c_uint::MAX, 0) };
     let mut reporter = Reporter::from_fd();
     let plan: Plan = match serde_json::from_str(plan_json) {
         Ok(plan) => plan,
         Err(error) => reporter.fail("the sandbox plan", error),
     };
+    if plan.network != Network::Proxied {
+        // SAFETY: closes a descriptor nothing in this process owns (or EBADF).
+        unsafe { nix::libc::close(super::EGRESS_FD) };
+    }
     // The daemon stops a server with SIGTERM to its process group: the server gets it and
     // exits in its own time; this process waits for that instead of dying first.
     for ignored in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {

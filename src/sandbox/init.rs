@@ -30,6 +30,10 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
     if let Err(error) = super::confine::privileged(plan) {
         reporter.fail("cannot confine the server", error);
     }
+    let proxy_port = match super::confine::proxy_listener(plan) {
+        Ok(port) => port,
+        Err(error) => reporter.fail("cannot set up the server's way out", error),
+    };
     // The view was built with the helper's credentials (which may reach a grant below a
     // directory only root may enter); from here on, the sandbox's own user. Leaving root of
     // the namespace also clears what capabilities were left.
@@ -48,7 +52,7 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
     // SAFETY: the init is single-threaded.
     let server = match unsafe { fork() } {
         Err(errno) => reporter.fail("cannot fork the server", errno.desc()),
-        Ok(ForkResult::Child) => exec_server(plan, &chld, reporter),
+        Ok(ForkResult::Child) => exec_server(plan, proxy_port, &chld, reporter),
         Ok(ForkResult::Parent { child }) => child,
     };
     reporter.send(&Report::Ready);
@@ -115,9 +119,20 @@ fn field(fields: &[String], n: usize) -> u64 {
     fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
 }
 
-fn exec_server(plan: &Plan, chld: &SigSet, reporter: &mut Reporter) -> ! {
+fn exec_server(plan: &Plan, proxy_port: Option<u16>, chld: &SigSet, reporter: &mut Reporter) -> ! {
     let _ = chld.thread_unblock();
-    let error = std::process::Command::new(&plan.program).arg0(&plan.command).args(&plan.args).exec();
+    let mut command = std::process::Command::new(&plan.program);
+    command.arg0(&plan.command).args(&plan.args);
+    if let Some(port) = proxy_port {
+        // Every client that honours a proxy variable goes out through the daemon's proxy;
+        // nothing is exempt (the sandbox's loopback reaches nothing else anyway).
+        let proxy = format!("http://127.0.0.1:{port}");
+        for name in super::PROXY_VARIABLES {
+            command.env(name, &proxy);
+        }
+        command.env_remove("NO_PROXY").env_remove("no_proxy");
+    }
+    let error = command.exec();
     reporter.send(&Report::Error(format!("cannot run {}: {error}", plan.command.display())));
     std::process::exit(127)
 }

@@ -60,6 +60,12 @@ pub(crate) fn sandbox_ids() -> (nix::unistd::Uid, nix::unistd::Gid) {
 pub const SANDBOX_ID: u32 = 2_140_000_000;
 /// The file descriptor the helper reports on.
 pub const REPORT_FD: i32 = 3;
+/// With [`Network::Proxied`]: the Unix socket the init hands the daemon the sandbox's proxy
+/// listener on.
+pub const EGRESS_FD: i32 = 4;
+/// The environment variables a proxied server's clients read their proxy from.
+pub const PROXY_VARIABLES: &[&str] =
+    &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "npm_config_https_proxy", "npm_config_proxy"];
 /// The hidden subcommand that runs the helper.
 pub const HELPER_COMMAND: &str = "__sandbox";
 
@@ -104,6 +110,10 @@ pub enum Network {
     Loopback,
     /// The host's network.
     All,
+    /// Its own network namespace with its own loopback, where a listener the daemon serves is
+    /// its only way out: an HTTP CONNECT proxy that reaches the hosts its entry allows and
+    /// nothing else (`network = { allow = [...] }`; the proxy variables point at it).
+    Proxied,
 }
 
 impl Network {
@@ -112,6 +122,7 @@ impl Network {
             Network::None => "none",
             Network::Loopback => "loopback",
             Network::All => "all",
+            Network::Proxied => "allow-list",
         }
     }
 }

@@ -270,9 +270,12 @@ impl Supervisor {
         );
         if let crate::config::Transport::Stdio(stdio) = &spec.transport {
             let sandbox = &stdio.sandbox;
+            // The network as it runs: a package launcher left unset reaches its registry alone.
+            let (network, allow) = crate::upstream::effective_network(stdio);
             view.sandbox = Some(registry::SandboxView {
                 enabled: sandbox.enabled,
-                network: sandbox.network,
+                network,
+                allow: allow.iter().map(ToString::to_string).collect(),
                 limits: sandbox.limits,
                 last_limit: None,
                 // What it will see, as check-config counts it (else what its entry grants).

@@ -39,6 +39,7 @@ pub async fn probe(name: &str, spec: &ServerSpec, reaper: Arc<Reaper>) -> Probed
         reaper,
         authorizer,
         operations: crate::telemetry::metrics::Metrics::global().client_operation_duration,
+        egress: Arc::default(),
     };
     let started = Instant::now();
     let connection = match upstream::connect(&server, spec, &settings, None).await {

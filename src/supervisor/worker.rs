@@ -113,6 +113,7 @@ impl Worker {
                 }
             },
             operations: self.metrics.client_operation_duration.clone(),
+            egress: self.registry.server(&self.name).map(|view| view.shared.egress.clone()).unwrap_or_default(),
         };
         let authorizer = settings.authorizer.clone();
         self.registry.update(&self.name, |view| view.authorizer = authorizer);

@@ -80,8 +80,26 @@ pub enum PlanError {
 ///
 /// # Errors
 /// The program cannot be found, or a grant lies inside one of the daemon's private places.
+/// Where a sandboxed server's network leads, and the hosts its proxy reaches: what its entry
+/// says; else, for a package launcher that fetches (`npx`, `uvx`…), its registry alone through
+/// the proxy; else none.
+pub(crate) fn egress(spec: &StdioSpec) -> (crate::sandbox::Network, Vec<crate::config::sandbox::HostPattern>) {
+    let sandbox = &spec.sandbox;
+    if sandbox.network_given {
+        return (sandbox.network, sandbox.allow.clone());
+    }
+    match super::launchers::fetcher(&spec.command, &spec.args) {
+        Some((fetcher, _)) => {
+            let env = spec.env.iter().map(|(name, value)| (name.as_str(), value.expose()));
+            (crate::sandbox::Network::Proxied, super::launchers::registries(fetcher, env))
+        }
+        None => (sandbox.network, Vec::new()),
+    }
+}
+
 pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     let sandbox = &spec.sandbox;
+    let (network, _) = egress(spec);
     let hidden: Vec<PathBuf> = sandbox.hidden.iter().map(|path| canonical(path).unwrap_or_else(|| path.clone())).collect();
     let program = find_program(&spec.command, spec.cwd.as_deref()).ok_or_else(|| PlanError::NoProgram(spec.command.clone()))?;
     let mut read = Vec::new();
@@ -106,7 +124,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         spec.env.iter().map(|(name, value)| (name.as_str(), value.expose())),
     ));
     read.extend(sandbox.read.iter().filter_map(|path| canonical(path)));
-    if sandbox.network == crate::sandbox::Network::All {
+    if network == crate::sandbox::Network::All {
         // Name resolution: /etc is shown, but its resolv.conf is often a link into /run
         // (systemd-resolved), which is not.
         read.extend(canonical(Path::new("/etc/resolv.conf")));
@@ -129,7 +147,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         write,
         hidden,
         home: sandbox.home.as_deref().and_then(canonical),
-        network: sandbox.network,
+        network,
         limits: sandbox.limits,
     })
 }

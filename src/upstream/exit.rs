@@ -96,7 +96,7 @@ pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
     if has("EAI_AGAIN") || has("ENOTFOUND") || has("getaddrinfo") || has("Network is unreachable") || has("dns error") {
         return Some(
             "hint: it tried to reach the network, which its sandbox does not give (network = \"none\" by default): \
-             give network = \"all\" (a package launcher fetching its package needs it), or install the package beforehand",
+             allow the hosts it needs (network = { allow = [\"HOST:PORT\"] }), or install what it fetches beforehand",
         );
     }
     if has("UnknownIssuer") || has("CERTIFICATE_VERIFY_FAILED") || has("unable to get local issuer certificate") || has("SELF_SIGNED_CERT")
@@ -126,19 +126,13 @@ pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
 /// it later), which `network = "none"` or `"loopback"` cannot reach; they retry for minutes
 /// before they say anything. `None` for any other program, or one with the network open.
 pub(crate) fn launcher_hint(command: &std::path::Path, args: &[String], network: crate::sandbox::Network) -> Option<String> {
-    if network == crate::sandbox::Network::All {
+    if matches!(network, crate::sandbox::Network::All | crate::sandbox::Network::Proxied) {
         return None;
     }
-    let program = command.file_name()?.to_str()?;
-    let first = args.iter().find(|arg| !arg.starts_with('-')).map(String::as_str);
-    let launcher = match (program, first) {
-        ("npx" | "bunx" | "uvx" | "pipx", _) => program.to_owned(),
-        ("npm" | "pnpm", Some("exec" | "dlx")) | ("uv", Some("tool")) => format!("{program} {}", first.unwrap_or_default()),
-        _ => return None,
-    };
+    let (_, launcher) = super::launchers::fetcher(command, args)?;
     Some(format!(
-        "hint: {launcher} fetches its package from its registry, which this sandbox cannot reach (network = \"{}\"): give \
-         network = \"all\" (the package is cached in the server's home, so later starts are quick)",
+        "hint: {launcher} fetches its package from its registry, which this sandbox cannot reach (network = \"{}\"): leave \
+         network unset (it then reaches its registry alone) or allow the registry's host (network = {{ allow = [\"HOST\"] }})",
         network.label()
     ))
 }
@@ -165,7 +159,7 @@ mod tests {
     fn causes_are_recognised_and_named_with_their_fix() {
         let cases = [
             ("ModuleNotFoundError: No module named 'helpers'", "read = [\"DIR\"]"),
-            ("npm error code EAI_AGAIN", "network = \"all\""),
+            ("npm error code EAI_AGAIN", "network = { allow"),
             ("npm error code EACCES", "unprivileged id"),
             ("invalid peer certificate: UnknownIssuer", "SSL_CERT_FILE"),
             ("OSError: [Errno 30] Read-only file system: '/data/db.sqlite'", "write = [\"DIR\"]"),
@@ -183,7 +177,8 @@ mod tests {
         use crate::sandbox::Network;
         let args = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
         let npx = launcher_hint(std::path::Path::new("/usr/bin/npx"), &args(&["-y", "@scope/server"]), Network::None).unwrap();
-        assert!(npx.contains("npx fetches") && npx.contains("network = \"all\""), "{npx}");
+        assert!(npx.contains("npx fetches") && npx.contains("leave network unset"), "{npx}");
+        assert!(launcher_hint(std::path::Path::new("npx"), &args(&["x"]), Network::Proxied).is_none());
         assert!(launcher_hint(std::path::Path::new("uv"), &args(&["tool", "run", "x"]), Network::Loopback).is_some());
         assert!(launcher_hint(std::path::Path::new("npx"), &args(&["x"]), Network::All).is_none());
         assert!(launcher_hint(std::path::Path::new("python3"), &args(&["server.py"]), Network::None).is_none());

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::sandbox::HostPattern;
+
 /// Interpreters that take a script as their first argument that is not an option.
 const INTERPRETERS: &[&str] = &["python", "node", "nodejs", "bun", "deno", "ruby", "perl", "php", "tsx", "ts-node"];
 /// Files that mark the root of a project: what a script's imports resolve against.
@@ -35,6 +37,66 @@ pub(crate) fn grants<'a>(program: &Path, args: &[String], base: &Path, env: impl
     grants.retain(|dir| shareable(dir));
     grants.dedup();
     grants
+}
+
+/// Which package launcher `program` with `args` is, by its ecosystem, if it is one that fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fetcher {
+    /// `npx`, `npm exec`, `pnpm dlx`, `bunx`: npm's registry.
+    Npm,
+    /// `uvx`, `uv tool run`, `pipx run`: the Python package index.
+    Python,
+}
+
+/// The package launcher `program` is, with the words it was called by ("npx", "uv tool").
+pub(crate) fn fetcher(program: &Path, args: &[String]) -> Option<(Fetcher, String)> {
+    let name = program.file_name()?.to_str()?;
+    let first = args.iter().find(|arg| !arg.starts_with('-')).map(String::as_str);
+    match (name, first) {
+        ("npx" | "bunx", _) => Some((Fetcher::Npm, name.to_owned())),
+        ("npm" | "pnpm", Some(verb @ ("exec" | "dlx"))) => Some((Fetcher::Npm, format!("{name} {verb}"))),
+        ("uvx", _) => Some((Fetcher::Python, name.to_owned())),
+        ("uv", Some("tool")) => Some((Fetcher::Python, "uv tool".to_owned())),
+        ("pipx", Some("run")) => Some((Fetcher::Python, "pipx run".to_owned())),
+        _ => None,
+    }
+}
+
+/// The hosts a launcher fetches from: the registry its settings name (`npm_config_registry`;
+/// `UV_DEFAULT_INDEX`, `UV_INDEX_URL`, `PIP_INDEX_URL`, read from the server's `env`, else the
+/// daemon's), else the public one.
+pub(crate) fn registries<'a>(fetcher: Fetcher, env: impl Iterator<Item = (&'a str, &'a str)> + Clone) -> Vec<HostPattern> {
+    let setting = |names: &[&str]| {
+        names.iter().find_map(|name| {
+            env.clone()
+                .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.to_owned())
+                .or_else(|| std::env::var(name).ok())
+        })
+    };
+    let configured = match fetcher {
+        Fetcher::Npm => setting(&["npm_config_registry"]),
+        Fetcher::Python => setting(&["UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"]),
+    };
+    if let Some(pattern) = configured.as_deref().and_then(url_host) {
+        return vec![pattern];
+    }
+    let public: &[&str] = match fetcher {
+        Fetcher::Npm => &["registry.npmjs.org"],
+        Fetcher::Python => &["pypi.org", "files.pythonhosted.org"],
+    };
+    public.iter().filter_map(|host| HostPattern::parse(host).ok()).collect()
+}
+
+/// `https://host[:port]/…` as an allow-list entry (port 443, or 80 for `http:`, unless given).
+fn url_host(url: &str) -> Option<HostPattern> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?.rsplit('@').next()?;
+    let default_port = if scheme.eq_ignore_ascii_case("http") { 80 } else { 443 };
+    let has_port =
+        authority.rsplit_once(':').is_some_and(|(_, port)| port.bytes().all(|byte| byte.is_ascii_digit()) && !authority.ends_with(']'));
+    let text = if has_port { authority.to_owned() } else { format!("{authority}:{default_port}") };
+    HostPattern::parse(&text).ok()
 }
 
 /// The script an interpreter runs: its first argument that is not an option (after `run` for
@@ -103,6 +165,19 @@ mod tests {
         );
         // Not an interpreter: its arguments are files to show, nothing more.
         assert!(grants(Path::new("/usr/bin/mcp-server-sqlite"), &args(&["server.py"]), &project, std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn launchers_that_fetch_reach_their_registry_and_the_one_their_settings_name() {
+        let shown = |patterns: Vec<HostPattern>| patterns.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let (npm, _) = fetcher(Path::new("/usr/bin/npx"), &args(&["-y", "@modelcontextprotocol/server-filesystem"])).unwrap();
+        assert_eq!(shown(registries(npm, std::iter::empty())), ["registry.npmjs.org:443"]);
+        let (python, said) = fetcher(Path::new("uv"), &args(&["tool", "run", "mcp-server-time"])).unwrap();
+        assert_eq!((python, said.as_str()), (Fetcher::Python, "uv tool"));
+        assert_eq!(shown(registries(python, std::iter::empty())), ["pypi.org:443", "files.pythonhosted.org:443"]);
+        let private = [("UV_INDEX_URL", "http://user:pw@pypi.internal.example:8081/simple/")];
+        assert_eq!(shown(registries(python, private.into_iter())), ["pypi.internal.example:8081"]);
+        assert!(fetcher(Path::new("npm"), &args(&["install"])).is_none() && fetcher(Path::new("python3"), &args(&["-m", "x"])).is_none());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! [`Connection`]; everything else holds a [`SessionHandle`].
 
 mod confinement;
+pub mod egress;
 mod exit;
 pub(crate) mod http;
 mod launchers;
@@ -114,9 +115,16 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
     let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
+    let (network, allow) = confinement::egress(spec);
+    let network = match network {
+        crate::sandbox::Network::Proxied => {
+            let hosts: Vec<String> = allow.iter().map(ToString::to_string).collect();
+            format!("only to {} (through toolhost's proxy)", hosts.join(", "))
+        }
+        other => other.label().to_owned(),
+    };
     Ok(format!(
-        "sandbox: network {}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}{home}",
-        sandbox.network.label(),
+        "sandbox: network {network}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}{home}",
         sandbox.limits.memory_bytes >> 20,
         sandbox.limits.processes,
         sandbox.limits.open_files,
@@ -147,7 +155,12 @@ pub fn private_files_in_write_grants(spec: &crate::config::StdioSpec) -> Vec<std
 
 /// What `check-config` says of a package launcher run without the network it fetches with.
 pub fn launcher_warning(spec: &crate::config::StdioSpec) -> Option<String> {
-    spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, spec.sandbox.network)).flatten()
+    spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, confinement::egress(spec).0)).flatten()
+}
+
+/// A stdio server's network as it will run: its mode and the hosts its proxy reaches.
+pub fn effective_network(spec: &crate::config::StdioSpec) -> (crate::sandbox::Network, Vec<crate::config::sandbox::HostPattern>) {
+    confinement::egress(spec)
 }
 
 /// Timeouts and limits that apply to one server's sessions.
@@ -163,6 +176,8 @@ pub struct SessionSettings {
     pub authorizer: Option<Arc<oauth::authorizer::Authorizer>>,
     /// `mcp.client.operation.duration`: where each request's duration goes.
     pub operations: opentelemetry::metrics::Histogram<f64>,
+    /// What a proxied stdio server's way out let through and refused.
+    pub egress: Arc<egress::EgressStats>,
 }
 
 /// The OAuth authorizer of an HTTP server configured with an OAuth grant; `None` otherwise.
@@ -239,7 +254,7 @@ pub async fn connect(
 ) -> Result<Connection, UpstreamError> {
     match &spec.transport {
         Transport::Stdio(stdio_spec) => {
-            let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone())?;
+            let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone(), settings.egress.clone())?;
             let observed = session::Observed { wire: Wire::pipe(), operations: settings.operations.clone() };
             let (handle, tasks) = session::start(server.clone(), observed, stdout, stdin, settings.max_message_bytes);
             let era = probe_for(spec.protocol, era_hint);

@@ -34,6 +34,8 @@ pub(crate) struct ChildProcess {
     stderr_pump: JoinHandle<()>,
     /// The sandbox helper's reports (none without a sandbox).
     reports: Option<JoinHandle<Option<Report>>>,
+    /// A proxied sandbox's way out (`upstream::egress`), for as long as the process runs.
+    egress: Option<JoinHandle<()>>,
     /// While set, the server's stderr goes to DEBUG: what a legacy server writes about the
     /// era probe (`server/discover`, a method it does not know) is not news to an operator.
     stderr_quiet: Arc<AtomicBool>,
@@ -54,9 +56,12 @@ pub(crate) fn spawn(
     server: &Arc<str>,
     spec: &StdioSpec,
     reaper: Arc<Reaper>,
+    egress_stats: Arc<super::egress::EgressStats>,
 ) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
     // The sandbox helper in place of the server (it execs the server inside), with its report
-    // pipe; or, with `sandbox = "off"`, the server itself in its `cwd`.
+    // pipe (and for a proxied network, the channel its proxy listener comes back on); or, with
+    // `sandbox = "off"`, the server itself in its `cwd`.
+    let mut egress_channel = None;
     let (mut command, report_pipe) = if spec.sandbox.enabled {
         let Some(helper) = reaper.program() else {
             return Err(SandboxError::Embedded.into());
@@ -72,10 +77,14 @@ pub(crate) fn spawn(
             confinement::make_home(home)?;
         }
         let plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
+        let proxied = plan.network == crate::sandbox::Network::Proxied;
         let plan = serde_json::to_string(&plan).map_err(SandboxError::Encode)?;
         let mut command = Command::new(helper);
         command.arg(crate::sandbox::HELPER_COMMAND).arg(plan);
         let pipe = crate::sandbox::report::attach(&mut command).map_err(SandboxError::ReportPipe)?;
+        if proxied {
+            egress_channel = Some(crate::sandbox::report::attach_egress(&mut command).map_err(SandboxError::ReportPipe)?);
+        }
         (command, Some(pipe))
     } else {
         warn_unconfined(server);
@@ -115,6 +124,12 @@ pub(crate) fn spawn(
         drop(pipe.sender);
         tokio::spawn(read_reports(pipe.receiver))
     });
+    // The proxy runs as long as this process: aborted when it is shut down or dropped.
+    let egress = egress_channel.map(|(ours, theirs)| {
+        drop(theirs);
+        let (_, allow) = confinement::egress(spec);
+        tokio::spawn(super::egress::run(server.clone(), ours, allow.into(), egress_stats))
+    });
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     if let Some(pgid) = pgid {
         reaper.register(pgid);
@@ -125,7 +140,7 @@ pub(crate) fn spawn(
     let stderr_quiet = Arc::new(AtomicBool::new(false));
     let stderr_tail = Arc::new(StderrTail::default());
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone()));
-    Ok((ChildProcess { child, pgid, stderr_pump, reports, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, stdin))
+    Ok((ChildProcess { child, pgid, stderr_pump, reports, egress, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, stdin))
 }
 
 /// `sandbox = "off"` is the operator's explicit choice, said at every start.
@@ -178,6 +193,9 @@ impl ChildProcess {
             self.reaper.unregister(pgid);
         }
         self.reaped = true;
+        if let Some(egress) = self.egress.take() {
+            egress.abort();
+        }
         let abort = self.stderr_pump.abort_handle();
         if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
             abort.abort();
@@ -216,6 +234,9 @@ impl Drop for ChildProcess {
             self.stderr_pump.abort();
             if let Some(reports) = &self.reports {
                 reports.abort();
+            }
+            if let Some(egress) = &self.egress {
+                egress.abort();
             }
         }
     }

@@ -197,11 +197,16 @@ fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
         "{said}"
     );
     assert!(!said.contains("db.token"), "a read grant shows a snapshot without it: nothing to warn about: {said}");
-    // A package launcher without the network it fetches with is told so before it starts.
-    std::fs::write(&config, "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\"]\n")
-        .unwrap();
+    // A package launcher reaches its registry alone, unless its entry set the network: then it
+    // is told what it lacks before it starts.
+    let npx = "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\"]\n";
+    std::fs::write(&config, npx).unwrap();
     let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
-    assert!(said.contains("warning: files: npx fetches its package from its registry") && said.contains("network = \"all\""), "{said}");
+    assert!(said.contains("files: sandbox: network only to registry.npmjs.org:443 (through toolhost's proxy)"), "{said}");
+    assert!(!said.contains("warning"), "{said}");
+    std::fs::write(&config, format!("{npx}network = \"loopback\"\n")).unwrap();
+    let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
+    assert!(said.contains("warning: files: npx fetches its package from its registry") && said.contains("leave network unset"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

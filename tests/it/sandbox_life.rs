@@ -15,7 +15,7 @@ use crate::sandbox::{PYTHON, TOOLHOST, hostile_table};
 /// Writes a minimal MCP server in Python at `path`: `prelude` runs first, then it answers the
 /// handshake, lists one tool named `tool`, and runs `on_call` (which sets `result` or exits) for
 /// a call of it; anything else is -32601.
-fn python_server(path: &Path, prelude: &str, tool: &str, on_call: &str) {
+pub(crate) fn python_server(path: &Path, prelude: &str, tool: &str, on_call: &str) {
     let indent = |code: &str| code.lines().map(|line| format!("        {line}\n")).collect::<String>();
     let text = format!(
         "import json, sys\n{prelude}\n\

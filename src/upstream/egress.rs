@@ -1,0 +1,216 @@
+//! A sandboxed server's only way out under `network = { allow = [...] }`: an HTTP CONNECT proxy
+//! the daemon serves on a listener in the sandbox's own network namespace (its init made it and
+//! handed it over, `sandbox::EGRESS_FD`). Each tunnel is to a host and port the entry allows,
+//! resolved and connected from the daemon's side; everything else is refused (403), counted
+//! and named (the last refused host, in `toolhost servers`, the console and the log). A host
+//! name that resolves to this machine or a private link (loopback, unspecified, link-local) is
+//! refused too unless the entry names that address itself: an allowed name is never a way back
+//! into the daemon.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use crate::config::sandbox::HostPattern;
+use crate::telemetry::throttle::Throttle;
+
+/// The request head of a CONNECT, at most.
+const MAX_HEAD: usize = 8 << 10;
+/// Tunnels open at once per server, at most.
+const MAX_TUNNELS: usize = 64;
+/// How long a client may take to send its request, the name to resolve and the host to answer.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What a server's proxy let through and refused; shared by its sessions and shown with it.
+#[derive(Debug, Default)]
+pub struct EgressStats {
+    pub tunnels: AtomicU64,
+    pub denied: AtomicU64,
+    last_denied: Mutex<Option<String>>,
+}
+
+impl EgressStats {
+    /// The last `host:port` refused, if any.
+    #[must_use]
+    pub fn last_denied(&self) -> Option<String> {
+        self.last_denied.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn deny(&self, target: &str) {
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        *self.last_denied.lock().unwrap_or_else(PoisonError::into_inner) = Some(target.chars().take(260).collect());
+    }
+}
+
+/// Receives the listener the sandbox's init hands over on `channel`, then serves the proxy on
+/// it until the task is aborted (the server's process is stopped).
+pub(crate) async fn run(server: Arc<str>, channel: std::os::unix::net::UnixStream, allow: Arc<[HostPattern]>, stats: Arc<EgressStats>) {
+    let listener = match receive_listener(channel).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::debug!(server = %server, %error, "no proxy listener from the sandbox (it did not start)");
+            return;
+        }
+    };
+    // What the server asks for is the server's to pace: a line a second at most.
+    let refusals = Arc::new(Throttle::new(1));
+    let mut tunnels = JoinSet::new();
+    loop {
+        // Finished tunnels are collected as they end; a server holds at most MAX_TUNNELS.
+        while tunnels.try_join_next().is_some() {}
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, most likely: give the tunnels a moment to end.
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        if tunnels.len() >= MAX_TUNNELS {
+            drop(stream);
+            continue;
+        }
+        let (allow, stats, server, refusals) = (allow.clone(), stats.clone(), server.clone(), refusals.clone());
+        tunnels.spawn(async move {
+            if let Err(refused) = tunnel(stream, &allow, &stats).await
+                && let Some(suppressed) = refusals.admit()
+            {
+                tracing::warn!(server = %server, %refused, suppressed, "the server's way out refused a connection");
+            }
+        });
+    }
+}
+
+/// The listener, as the init sent it (see `sandbox::report::receive_listener`).
+async fn receive_listener(channel: std::os::unix::net::UnixStream) -> std::io::Result<TcpListener> {
+    let listener =
+        tokio::task::spawn_blocking(move || crate::sandbox::report::receive_listener(&channel)).await.map_err(std::io::Error::other)??;
+    listener.set_nonblocking(true)?;
+    TcpListener::from_std(listener)
+}
+
+/// One client connection: its CONNECT checked, the host reached, the bytes relayed.
+async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStats) -> Result<(), String> {
+    let head = tokio::time::timeout(STEP_TIMEOUT, read_head(&mut client)).await.map_err(|_| "no request in time".to_owned())??;
+    let Some((host, port)) = connect_target(&head) else {
+        let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        return Err("a request other than CONNECT (this proxy only tunnels)".to_owned());
+    };
+    let target = format!("{host}:{port}");
+    let Some(entry) = allow.iter().find(|entry| entry.matches(&host, port)) else {
+        stats.deny(&target);
+        let _ = client.write_all(refusal(&target).as_bytes()).await;
+        return Err(format!("{target} is not in network.allow"));
+    };
+    let addresses: Vec<SocketAddr> = tokio::time::timeout(STEP_TIMEOUT, tokio::net::lookup_host((host.trim_matches(['[', ']']), port)))
+        .await
+        .map_err(|_| format!("{target}: the name did not resolve in time"))?
+        .map_err(|error| format!("{target}: {error}"))?
+        .filter(|address| entry.is_address() || !internal(address.ip()))
+        .collect();
+    if addresses.is_empty() {
+        stats.deny(&target);
+        let _ = client.write_all(refusal(&target).as_bytes()).await;
+        return Err(format!("{target} resolves to this machine or a link-local address only"));
+    }
+    let mut upstream = None;
+    for address in addresses {
+        if let Ok(Ok(stream)) = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(address)).await {
+            upstream = Some(stream);
+            break;
+        }
+    }
+    let Some(mut upstream) = upstream else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        return Err(format!("{target} did not answer"));
+    };
+    stats.tunnels.fetch_add(1, Ordering::Relaxed);
+    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.map_err(|error| error.to_string())?;
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    Ok(())
+}
+
+/// The refusal a client reads (curl and npm print the status line).
+fn refusal(target: &str) -> String {
+    let body = format!("toolhost: {target} is not in this server's network.allow\n");
+    format!("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+}
+
+/// Reads up to the blank line that ends the request head (no further: the tunnel's bytes follow).
+async fn read_head(client: &mut TcpStream) -> Result<String, String> {
+    let mut head = Vec::with_capacity(512);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") {
+        if head.len() >= MAX_HEAD {
+            return Err("the request head is too long".to_owned());
+        }
+        match client.read(&mut byte).await {
+            Ok(0) => return Err("the client closed before its request ended".to_owned()),
+            Ok(_) => head.push(byte[0]),
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    String::from_utf8(head).map_err(|_| "the request head is not text".to_owned())
+}
+
+/// `CONNECT host:port HTTP/1.x` → the host and port.
+fn connect_target(head: &str) -> Option<(String, u16)> {
+    let mut words = head.lines().next()?.split_whitespace();
+    if !words.next()?.eq_ignore_ascii_case("CONNECT") {
+        return None;
+    }
+    let authority = words.next()?;
+    words.next().filter(|version| version.starts_with("HTTP/1."))?;
+    let (host, port) = authority.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
+/// Addresses an allowed name must not lead to: this machine and the link itself.
+fn internal(address: IpAddr) -> bool {
+    let address = match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    match address {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_well_formed_connect_names_a_target() {
+        assert_eq!(connect_target("CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n"), Some(("registry.npmjs.org".into(), 443)));
+        assert_eq!(connect_target("CONNECT [::1]:8080 HTTP/1.1\r\n\r\n"), Some(("[::1]".into(), 8080)));
+        for head in [
+            "GET http://x.com/ HTTP/1.1\r\n\r\n",
+            "CONNECT x.com HTTP/1.1\r\n\r\n",
+            "CONNECT x.com:99999 HTTP/1.1\r\n\r\n",
+            "CONNECT :443 HTTP/1.1\r\n\r\n",
+            "CONNECT x.com:443\r\n\r\n",
+        ] {
+            assert_eq!(connect_target(head), None, "{head}");
+        }
+    }
+
+    #[test]
+    fn an_allowed_name_never_leads_back_into_the_machine() {
+        for address in ["127.0.0.1", "127.1.2.3", "0.0.0.0", "169.254.169.254", "::1", "::", "fe80::1", "::ffff:127.0.0.1"] {
+            assert!(internal(address.parse().unwrap()), "{address}");
+        }
+        for address in ["104.16.0.35", "10.0.0.5", "2606:4700::6810:1", "::ffff:104.16.0.35"] {
+            assert!(!internal(address.parse().unwrap()), "{address}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! A sandboxed server's way out by name (`network = { allow = [...] }`): it reaches exactly the
+//! hosts its entry allows, through the daemon's proxy, the only route out of its own network
+//! namespace; a host not allowed is refused (403), counted and named in `toolhost servers`; an
+//! allowed name never leads back into the machine; nothing else has a route out.
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+use crate::sandbox::{PYTHON, TOOLHOST};
+use crate::sandbox_life::python_server;
+
+/// The tool `reach`: a CONNECT to `target` through the proxy its environment names, then one
+/// line each way; or, with `direct`, a plain connection to `target` (which must fail).
+const REACH: &str = r#"args = message["params"].get("arguments", {})
+host, port = args["target"].rsplit(":", 1)
+if args.get("direct"):
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3)
+        said = "connected directly"
+    except OSError as error:
+        said = "no route: " + type(error).__name__
+else:
+    proxy = os.environ.get("HTTPS_PROXY", "")
+    phost, pport = proxy.rsplit("/", 1)[-1].rsplit(":", 1)
+    conn = socket.create_connection((phost, int(pport)), timeout=10)
+    conn.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (args["target"], args["target"])).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    status = head.split(b"\r\n", 1)[0].decode()
+    said = status
+    if " 200 " in status:
+        conn.sendall(b"ping\n")
+        said += " | " + conn.makefile().readline().strip()
+    else:
+        said += " | " + conn.recv(4096).decode(errors="replace").strip()
+result = {"content": [{"type": "text", "text": said}]}"#;
+
+async fn reach(
+    grpc: &mut toolhost::api::pb::tool_host_client::ToolHostClient<tonic::transport::Channel>,
+    target: &str,
+    direct: bool,
+) -> String {
+    let call = pb::CallToolRequest {
+        qualified_name: "out__reach".into(),
+        arguments_json: json!({"target": target, "direct": direct}).to_string(),
+        ..Default::default()
+    };
+    let answer = grpc.call_tool(call).await.unwrap().into_inner();
+    let content: Value = serde_json::from_str(&answer.content_json).unwrap();
+    content[0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_named() {
+    // "Outside": a line echo server on the host's loopback, which the sandbox's own loopback
+    // is not.
+    let outside = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = outside.local_addr().unwrap().port();
+    let echo = tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        while let Ok((stream, _)) = outside.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let _ = write.write_all(format!("outside says {line}\n").as_bytes()).await;
+                }
+            });
+        }
+    });
+    let dir = TestDir::new();
+    let script = dir.path("out.py");
+    python_server(&script, "import os, socket", "reach", REACH);
+    let table = format!(
+        "[servers.out]\ncommand = {PYTHON:?}\nargs = [{:?}]\nnetwork = {{ allow = [\"127.0.0.1:{port}\", \"*.allowed.test\", \"localhost:{port}\"] }}\n",
+        script.display().to_string()
+    );
+    let app = start(dir.config(&table)).await;
+    wait_for_server(app.registry(), "out", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+
+    // Allowed by address: through the proxy to the host's loopback, one line each way.
+    let said = reach(&mut grpc, &format!("127.0.0.1:{port}"), false).await;
+    assert_eq!(said, "HTTP/1.1 200 Connection established | outside says ping", "{said}");
+    // Not allowed: refused and said so.
+    let said = reach(&mut grpc, "example.org:443", false).await;
+    assert!(said.starts_with("HTTP/1.1 403 Forbidden") && said.contains("example.org:443 is not in this server's network.allow"), "{said}");
+    // Allowed by name, but the name leads back into the machine: refused as well.
+    let said = reach(&mut grpc, &format!("localhost:{port}"), false).await;
+    assert!(said.starts_with("HTTP/1.1 403 Forbidden"), "{said}");
+    // Another port of an allowed address is another host.
+    let said = reach(&mut grpc, &format!("127.0.0.1:{}", port.wrapping_add(1).max(1)), false).await;
+    assert!(said.starts_with("HTTP/1.1 403 Forbidden"), "{said}");
+    // No way around the proxy: its own namespace has no route to the host.
+    let said = reach(&mut grpc, &format!("127.0.0.1:{port}"), true).await;
+    assert!(said.starts_with("no route"), "{said}");
+
+    // Counted and named: the table, the detail view, JSON.
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "out", "--json", "--addr", &cli_addr(&app)]).output().unwrap();
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{output:?}"));
+    let sandbox = &shown["sandbox"];
+    assert_eq!(sandbox["network"], "allow-list", "{shown}");
+    assert_eq!(sandbox["egress_denied"], 3, "{shown}");
+    assert_eq!(sandbox["egress_tunnels"], 1, "{shown}");
+    assert_eq!(sandbox["last_denied"], format!("127.0.0.1:{}", port.wrapping_add(1).max(1)), "{shown}");
+    assert_eq!(sandbox["allow"], json!([format!("127.0.0.1:{port}"), "*.allowed.test:443", format!("localhost:{port}")]), "{shown}");
+    let output = std::process::Command::new(TOOLHOST).args(["servers", "--addr", &cli_addr(&app)]).output().unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("net=allow-list") && table.contains("denied=3"), "{table}");
+    app.shutdown().await;
+    echo.abort();
+}
