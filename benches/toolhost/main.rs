@@ -11,6 +11,7 @@ mod audit_bench;
 mod daemon;
 mod fair_bench;
 mod fast_server;
+mod launcher_bench;
 mod mcp_bench;
 mod peers;
 mod peers_propagation;
@@ -52,6 +53,7 @@ fn main() {
         "fair",
         "tasks",
         "chain",
+        "npx",
     ];
     let chosen: Vec<&str> = if wanted.is_empty() { all.to_vec() } else { wanted };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
@@ -73,6 +75,7 @@ fn main() {
                 "fair" => fair_bench::fair().await,
                 "tasks" => tasks_bench::tasks().await,
                 "chain" => audit_bench::chain().await,
+                "npx" => launcher_bench::npx().await,
                 other => eprintln!("unknown scenario {other:?}; known: {all:?}"),
             }
         });

@@ -99,6 +99,17 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
             if let Some(hint) = crate::upstream::launcher_warning(stdio) {
                 report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
             }
+            for (grant, fix) in crate::upstream::unwritable_write_grants(stdio) {
+                report.warn(
+                    Some(name),
+                    format!(
+                        "write grant {} is not writable by the sandbox's user (uid {}: a root daemon never runs a server as \
+                         root), so every write there is refused: {fix}",
+                        grant.display(),
+                        crate::sandbox::SANDBOX_ID
+                    ),
+                );
+            }
             if stdio.sandbox.enabled {
                 for file in crate::upstream::private_files_in_write_grants(stdio) {
                     report.warn(

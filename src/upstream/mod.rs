@@ -123,13 +123,23 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
         }
         other => other.label().to_owned(),
     };
+    // What it sees and writes, by name: what an operator checks a grant against.
+    let listed = |paths: &[std::path::PathBuf]| {
+        let mut shown: Vec<String> = paths.iter().take(8).map(|path| path.display().to_string()).collect();
+        if paths.len() > 8 {
+            shown.push(format!("{} more", paths.len() - 8));
+        }
+        shown.join(", ")
+    };
+    let sees: Vec<std::path::PathBuf> = plan.read.iter().cloned().chain(plan.cwd.clone()).collect();
+    let sees = if sees.is_empty() { "nothing beside the system".to_owned() } else { format!("{} beside the system", listed(&sees)) };
+    let writes =
+        if plan.write.is_empty() { "only its private /tmp".to_owned() } else { format!("{} and its private /tmp", listed(&plan.write)) };
     Ok(format!(
-        "sandbox: network {network}, memory {} MiB, {} processes, {} open files; sees {} paths beside the system, writes {}{home}",
+        "sandbox: network {network}, memory {} MiB, {} processes, {} open files; sees {sees}; writes {writes}{home}",
         sandbox.limits.memory_bytes >> 20,
         sandbox.limits.processes,
         sandbox.limits.open_files,
-        plan.read.len() + plan.cwd.iter().count(),
-        if plan.write.is_empty() { "only its private /tmp".to_owned() } else { format!("{} paths and its private /tmp", plan.write.len()) }
     ))
 }
 
@@ -156,6 +166,30 @@ pub fn private_files_in_write_grants(spec: &crate::config::StdioSpec) -> Vec<std
 /// What `check-config` says of a package launcher run without the network it fetches with.
 pub fn launcher_warning(spec: &crate::config::StdioSpec) -> Option<String> {
     spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, confinement::egress(spec).0)).flatten()
+}
+
+/// The `write` grants a root daemon's server cannot write: it runs as the sandbox's own id
+/// (never root), so a directory only root (or another user) may write refuses every write.
+/// Each with what would let it. Empty for an unprivileged daemon (its servers run as itself).
+pub fn unwritable_write_grants(spec: &crate::config::StdioSpec) -> Vec<(std::path::PathBuf, String)> {
+    use std::os::unix::fs::MetadataExt;
+    if !spec.sandbox.enabled || !nix::unistd::geteuid().is_root() {
+        return Vec::new();
+    }
+    let id = crate::sandbox::SANDBOX_ID;
+    spec.sandbox
+        .write
+        .iter()
+        .filter_map(|grant| {
+            let meta = std::fs::metadata(grant).ok()?;
+            let mode = meta.mode();
+            let writable = (meta.uid() == id && mode & 0o200 != 0) || (meta.gid() == id && mode & 0o020 != 0) || mode & 0o002 != 0;
+            (!writable).then(|| {
+                let fix = format!("chown {id} {} (or chgrp {id} and g+w)", grant.display());
+                (grant.clone(), fix)
+            })
+        })
+        .collect()
 }
 
 /// A stdio server's network as it will run: its mode and the hosts its proxy reaches.

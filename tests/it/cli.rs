@@ -204,6 +204,15 @@ fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
     let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
     assert!(said.contains("files: sandbox: network only to registry.npmjs.org:443 (through toolhost's proxy)"), "{said}");
     assert!(!said.contains("warning"), "{said}");
+    // A root daemon's servers run as their own id: a write grant only root may write is said.
+    if is_root() {
+        let root_only = dir.path("root-only");
+        std::fs::create_dir_all(&root_only).unwrap();
+        std::fs::set_permissions(&root_only, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::write(&config, format!("{npx}write = [{:?}]\n", root_only.display().to_string())).unwrap();
+        let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
+        assert!(said.contains("is not writable by the sandbox's user") && said.contains("chown 2140000000"), "{said}");
+    }
     std::fs::write(&config, format!("{npx}network = \"loopback\"\n")).unwrap();
     let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
     assert!(said.contains("warning: files: npx fetches its package from its registry") && said.contains("leave network unset"), "{said}");

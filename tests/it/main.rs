@@ -33,6 +33,7 @@ mod mcp_endpoint;
 mod modern;
 mod mrtr;
 mod oauth;
+mod real_packages;
 mod restart;
 mod sandbox;
 mod sandbox_life;

@@ -1,0 +1,87 @@
+//! The servers people actually run, from one-line entries, in the default sandbox: the
+//! filesystem server through `npx -y` (fetched from npm's registry into the server's own home,
+//! through the daemon's proxy, which reaches that registry and nothing else) and the time
+//! server through `uvx` (from PyPI, the same way); each called, restarted, and called again.
+//! Pinned versions; the registries are the one network these machines reach.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use toolhost::api::pb;
+use toolhost::registry::ServerState;
+
+use crate::harness::*;
+
+/// `npx` as the daemon's PATH finds it: Debian's Node.js.
+const NPX: &str = "/usr/bin/npx";
+const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+const TIME: &str = "mcp-server-time==2026.10.19";
+
+fn uvx() -> Option<PathBuf> {
+    let root = std::env::var_os("TOOLHOST_TEST_TOOLS").map(PathBuf::from)?;
+    Some(root.join("venv/bin/uvx")).filter(|path| path.exists())
+}
+
+async fn call(grpc: &mut pb::tool_host_client::ToolHostClient<tonic::transport::Channel>, tool: &str, arguments: Value) -> String {
+    let request = pb::CallToolRequest { qualified_name: tool.into(), arguments_json: arguments.to_string(), ..Default::default() };
+    let answer = grpc.call_tool(request).await.unwrap_or_else(|status| panic!("{tool}: {status:?}")).into_inner();
+    assert!(!answer.is_error, "{tool}: {}", answer.content_json);
+    let content: Value = serde_json::from_str(&answer.content_json).unwrap();
+    content[0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Restarts `server` and waits until a new session of it is ready.
+async fn restarted(app: &toolhost::app::App, server: &str) {
+    let before = app.registry().server(server).map(|view| view.num_restarts).unwrap_or(0);
+    client(app).await.restart_server(pb::RestartServerRequest { server: server.into() }).await.unwrap();
+    wait_for_server(app.registry(), server, "restarted and ready", |v| v.num_restarts > before && v.state == ServerState::Ready).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
+    let Some(uvx) = uvx() else {
+        assert!(requires("uv (installed into .tools/venv by the test command)", false));
+        return;
+    };
+    if !requires("Node.js's npx (/usr/bin/npx)", std::path::Path::new(NPX).exists()) {
+        return;
+    }
+    let dir = TestDir::new();
+    let shared = dir.path("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("hello.txt"), "hello from the host\n").unwrap();
+    // The sandbox's own user writes what it is granted (a root daemon runs servers as another
+    // id): the directory is that id's, as `check-config` tells an operator to make it.
+    std::os::unix::fs::chown(&shared, Some(toolhost::sandbox::SANDBOX_ID), Some(toolhost::sandbox::SANDBOX_ID)).ok();
+    let servers = format!(
+        "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"{FILESYSTEM}\", {shared:?}]\nwrite = [{shared:?}]\nrequest_timeout = \"120s\"\n\n\
+         [servers.time]\ncommand = {uvx:?}\nargs = [\"{TIME}\"]\nrequest_timeout = \"120s\"\n",
+        shared = shared.display().to_string(),
+        uvx = uvx.display().to_string(),
+    );
+    let app = start(dir.config(&servers)).await;
+    for server in ["files", "time"] {
+        wait_for_server(app.registry(), server, "fetched and ready", |v| v.state == ServerState::Ready).await;
+    }
+    let mut grpc = client(&app).await;
+    let read = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("hello.txt")})).await;
+    assert_eq!(read.trim(), "hello from the host");
+    call(&mut grpc, "files__write_file", json!({"path": shared.join("note.txt"), "content": "written inside"})).await;
+    let now = call(&mut grpc, "time__get_current_time", json!({"timezone": "UTC"})).await;
+    assert!(now.contains("\"timezone\": \"UTC\"") || now.contains("UTC"), "{now}");
+    // The launchers' caches are in each server's own home, never the operator's.
+    let homes = dir.path("servers");
+    assert!(homes.join("files/.npm").is_dir(), "npm's cache in the server's home");
+    assert!(homes.join("time/.cache/uv").is_dir(), "uv's cache in the server's home");
+    // Restarted (from the warm cache), each works again; what was written is still there.
+    restarted(&app, "files").await;
+    restarted(&app, "time").await;
+    let note = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("note.txt")})).await;
+    assert_eq!(note.trim(), "written inside");
+    assert!(call(&mut grpc, "time__get_current_time", json!({"timezone": "Europe/Paris"})).await.contains("Europe/Paris"));
+    // Their way out reached the registries and refused nothing.
+    let view = app.registry().server("files").unwrap();
+    assert!(view.shared.egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "npx fetched through the proxy");
+    assert_eq!(view.sandbox.as_ref().map(|sandbox| sandbox.allow.clone()), Some(vec!["registry.npmjs.org:443".to_owned()]));
+    app.shutdown().await;
+}
