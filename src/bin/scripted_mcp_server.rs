@@ -60,6 +60,8 @@ struct Script {
     unknown_tools_on_call: Vec<String>,
     /// Delay before answering each tools/list page.
     list_delay_ms: u64,
+    /// Delay before reading anything (a server slow to start, as a launcher fetching it is).
+    start_delay_ms: u64,
     /// Write one line of this many bytes at start.
     oversized_line_bytes: usize,
     /// Append this process's pid to this file at start.
@@ -124,6 +126,7 @@ fn main() {
             serde_json::from_str(&text).unwrap_or_else(|err| fail(&format!("bad script {path}: {err}")))
         }
     };
+    std::thread::sleep(Duration::from_millis(script.start_delay_ms));
     let launch = count_launch(script.state_dir.as_deref());
     if let Some(path) = &script.env_file {
         let lines: String = std::env::vars().map(|(name, value)| format!("{name}={value}\n")).collect();

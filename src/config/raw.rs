@@ -328,19 +328,11 @@ pub(crate) struct RawServer {
     #[serde(default)]
     pub(crate) write: Vec<String>,
     /// "none" (the default), "loopback", "all", or `{ allow = ["host[:port]", …] }`.
-    pub(crate) network: Option<RawNetwork>,
+    pub(crate) network: Option<super::sandbox::RawNetwork>,
     pub(crate) limits: Option<super::sandbox::RawLimits>,
     /// Globs over this server's tool names whose calls wait for a person's approval, whoever calls.
     #[serde(default)]
     pub(crate) approve: Vec<String>,
-}
-
-/// `network`: a mode's name, or the hosts it may reach through the daemon's egress proxy.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawNetwork {
-    Mode(String),
-    Allow { allow: Vec<String> },
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -57,12 +57,20 @@ pub(crate) struct RawLimits {
     tmp: Option<String>,
 }
 
+/// `network`: a mode's name, or the hosts it may reach through the daemon's egress proxy.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawNetwork {
+    Mode(String),
+    Allow { allow: Vec<String> },
+}
+
 /// The raw keys, as `RawServer` holds them.
 pub(crate) struct RawSandbox<'a> {
     pub(crate) mode: Option<&'a str>,
     pub(crate) read: &'a [String],
     pub(crate) write: &'a [String],
-    pub(crate) network: Option<&'a super::raw::RawNetwork>,
+    pub(crate) network: Option<&'a RawNetwork>,
     pub(crate) limits: Option<&'a RawLimits>,
 }
 
@@ -79,7 +87,6 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
         Some("off") => false,
         Some(other) => return Err(("sandbox".into(), format!("{other:?}: use \"on\" (the default) or \"off\""))),
     };
-    use super::raw::RawNetwork;
     let (network, allow) = match raw.network {
         None => (Network::None, Vec::new()),
         Some(RawNetwork::Mode(mode)) => match mode.as_str() {
@@ -342,7 +349,6 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        use super::super::raw::RawNetwork;
         fn raw(network: Option<&RawNetwork>) -> RawSandbox<'_> {
             RawSandbox { mode: None, read: &[], write: &[], network, limits: None }
         }

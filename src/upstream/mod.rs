@@ -296,7 +296,17 @@ pub async fn connect(
             process.quiet_stderr(era == Probe::Optional);
             let hello = match discover(&handle, settings, era).await {
                 Ok(Some(hello)) => Ok(hello),
-                Ok(None) => handshake(&handle, settings, |_| {}).await,
+                Ok(None) => match handshake(&handle, settings, |_| {}).await {
+                    // A server slow to start (a launcher fetching it) read the probe after it
+                    // was given up on and took the 2026-07-28 protocol: ask it again.
+                    Err(UpstreamError::Rpc(error)) if error.code == modern::UNSUPPORTED_VERSION && era == Probe::Optional => {
+                        tracing::debug!(server = %server, "the server took the 2026-07-28 protocol after the probe's wait; discovering again");
+                        discover(&handle, settings, Probe::Required).await.and_then(|hello| {
+                            hello.ok_or_else(|| UpstreamError::Protocol("server/discover gave no answer on the second try".into()))
+                        })
+                    }
+                    other => other,
+                },
                 Err(error) => Err(error),
             };
             process.quiet_stderr(false);

@@ -62,6 +62,23 @@ async fn an_unsupported_version_answer_is_retried_with_a_listed_version() {
     app.shutdown().await;
 }
 
+/// A server slow to start (as one a launcher is still fetching) reads the era probe after
+/// toolhost gave up waiting and takes the 2026-07-28 protocol; the `initialize` sent meanwhile
+/// is refused with -32022, and toolhost discovers again instead of failing the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_server_slow_to_start_is_spoken_to_in_its_era() {
+    let dir = TestDir::new();
+    let script = dir.script("slow", json!({"era": "modern", "tools": tools("t", 2), "start_delay_ms": 2500}));
+    let app = start(dir.config(&server_table("slow", &script, "request_timeout = \"2s\""))).await;
+    let view = wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(view.hello.clone().unwrap().era, Era::Modern);
+    assert_eq!(view.num_restarts, 0, "the first session succeeded");
+    let methods = dir.methods("slow");
+    let first = methods.iter().position(|m| m == "initialize");
+    assert!(first.is_some_and(|idx| methods[idx + 1..].iter().any(|m| m == "server/discover")), "{methods:?}");
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_server_pays_the_probe_once_and_its_era_is_remembered() {
     let dir = TestDir::new();

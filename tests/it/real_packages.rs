@@ -1,8 +1,11 @@
 //! The servers people actually run, from one-line entries, in the default sandbox: the
 //! filesystem server through `npx -y` (fetched from npm's registry into the server's own home,
-//! through the daemon's proxy, which reaches that registry and nothing else) and the time
-//! server through `uvx` (from PyPI, the same way); each called, restarted, and called again.
-//! Pinned versions; the registries are the one network these machines reach.
+//! through the daemon's proxy, which reaches that registry and nothing else), and the time and
+//! SQLite servers through `uvx` (from PyPI, the same way; the database named by `--db-path` in
+//! a `write` grant); each called, restarted, and called again, what it wrote still there. Then
+//! the same entries under a daemon's user that is not root, through `check-config --probe` (the
+//! daemon's own start path). Pinned versions; the registries are the one network these machines
+//! reach.
 
 use std::path::PathBuf;
 
@@ -16,6 +19,9 @@ use crate::harness::*;
 const NPX: &str = "/usr/bin/npx";
 const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 const TIME: &str = "mcp-server-time==2026.10.19";
+const SQLITE: &str = "mcp-server-sqlite==2025.4.25";
+/// The last SDK the SQLite server's release runs on (it predates mcp 2), as its users pin it.
+const SQLITE_SDK: &str = "mcp==1.30.0";
 
 fn uvx() -> Option<PathBuf> {
     let root = std::env::var_os("TOOLHOST_TEST_TOOLS").map(PathBuf::from)?;
@@ -47,26 +53,35 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
         return;
     }
     let dir = TestDir::new();
-    let shared = dir.path("shared");
+    let (shared, data) = (dir.path("shared"), dir.path("data"));
     std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
     std::fs::write(shared.join("hello.txt"), "hello from the host\n").unwrap();
     // The sandbox's own user writes what it is granted (a root daemon runs servers as another
-    // id): the directory is that id's, as `check-config` tells an operator to make it.
-    std::os::unix::fs::chown(&shared, Some(toolhost::sandbox::SANDBOX_ID), Some(toolhost::sandbox::SANDBOX_ID)).ok();
+    // id): the directories are that id's, as `check-config` tells an operator to make them.
+    for dir in [&shared, &data] {
+        std::os::unix::fs::chown(dir, Some(toolhost::sandbox::SANDBOX_ID), Some(toolhost::sandbox::SANDBOX_ID)).ok();
+    }
+    let database = data.join("notes.sqlite");
     let servers = format!(
         "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"{FILESYSTEM}\", {shared:?}]\nwrite = [{shared:?}]\nrequest_timeout = \"120s\"\n\n\
-         [servers.time]\ncommand = {uvx:?}\nargs = [\"{TIME}\"]\nrequest_timeout = \"120s\"\n",
+         [servers.time]\ncommand = {uvx:?}\nargs = [\"{TIME}\"]\nrequest_timeout = \"120s\"\n\n\
+         [servers.notes]\ncommand = {uvx:?}\nargs = [\"--with\", \"{SQLITE_SDK}\", \"{SQLITE}\", \"--db-path\", {database:?}]\nwrite = [{data:?}]\nrequest_timeout = \"120s\"\n",
         shared = shared.display().to_string(),
         uvx = uvx.display().to_string(),
+        database = database.display().to_string(),
+        data = data.display().to_string(),
     );
     let app = start(dir.config(&servers)).await;
-    for server in ["files", "time"] {
+    for server in ["files", "time", "notes"] {
         wait_for_server(app.registry(), server, "fetched and ready", |v| v.state == ServerState::Ready).await;
     }
     let mut grpc = client(&app).await;
     let read = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("hello.txt")})).await;
     assert_eq!(read.trim(), "hello from the host");
     call(&mut grpc, "files__write_file", json!({"path": shared.join("note.txt"), "content": "written inside"})).await;
+    call(&mut grpc, "notes__create_table", json!({"query": "CREATE TABLE notes (body TEXT)"})).await;
+    call(&mut grpc, "notes__write_query", json!({"query": "INSERT INTO notes VALUES ('kept across restarts')"})).await;
     let now = call(&mut grpc, "time__get_current_time", json!({"timezone": "UTC"})).await;
     assert!(now.contains("\"timezone\": \"UTC\"") || now.contains("UTC"), "{now}");
     // The launchers' caches are in each server's own home, never the operator's.
@@ -74,8 +89,11 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     assert!(homes.join("files/.npm").is_dir(), "npm's cache in the server's home");
     assert!(homes.join("time/.cache/uv").is_dir(), "uv's cache in the server's home");
     // Restarted (from the warm cache), each works again; what was written is still there.
-    restarted(&app, "files").await;
-    restarted(&app, "time").await;
+    for server in ["files", "time", "notes"] {
+        restarted(&app, server).await;
+    }
+    let rows = call(&mut grpc, "notes__read_query", json!({"query": "SELECT body FROM notes"})).await;
+    assert!(rows.contains("kept across restarts"), "{rows}");
     let note = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("note.txt")})).await;
     assert_eq!(note.trim(), "written inside");
     assert!(call(&mut grpc, "time__get_current_time", json!({"timezone": "Europe/Paris"})).await.contains("Europe/Paris"));
@@ -84,4 +102,30 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     assert!(view.shared.egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "npx fetched through the proxy");
     assert_eq!(view.sandbox.as_ref().map(|sandbox| sandbox.allow.clone()), Some(vec!["registry.npmjs.org:443".to_owned()]));
     app.shutdown().await;
+
+    // The same entries under a daemon's user that is not root: its servers run as that user,
+    // with homes of their own in its state directory, fetched afresh there.
+    if !is_root() {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let unprivileged = dir.path("unprivileged");
+    std::fs::create_dir_all(&unprivileged).unwrap();
+    let config = unprivileged.join("toolhost.toml");
+    std::fs::write(&config, format!("[store]\npath = \"catalog.db\"\n\n{servers}")).unwrap();
+    for path in [&unprivileged, &shared, &data] {
+        crate::sandbox::chown_tree(path, NOBODY);
+    }
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", crate::sandbox::TOOLHOST, "check-config", "--probe", "--config"])
+        .arg(&config)
+        .env("HOME", &unprivileged)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    for server in ["files", "time", "notes"] {
+        assert!(said.lines().any(|line| line.starts_with(&format!("{server}: probe: works: "))), "{server}: {said}");
+    }
+    assert!(unprivileged.join("servers/files/.npm").is_dir(), "the unprivileged daemon's server has its own cache");
 }

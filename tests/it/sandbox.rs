@@ -502,7 +502,7 @@ async fn an_unprivileged_daemons_networked_server_is_never_a_caller_on_any_loopb
     assert!(daemon.wait().unwrap().success(), "{}", log());
 }
 
-fn chown_tree(path: &Path, uid: u32) {
+pub(crate) fn chown_tree(path: &Path, uid: u32) {
     let _ = std::os::unix::fs::chown(path, Some(uid), Some(uid));
     if let Ok(entries) = std::fs::read_dir(path) {
         for entry in entries.flatten() {
