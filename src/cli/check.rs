@@ -99,6 +99,14 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
             if let Some(hint) = crate::upstream::launcher_warning(stdio) {
                 report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
             }
+            // A grant of a path that is not there shows nothing: most likely a typo.
+            if stdio.sandbox.enabled {
+                let grants =
+                    stdio.sandbox.read.iter().map(|path| ("read", path)).chain(stdio.sandbox.write.iter().map(|path| ("write", path)));
+                for (key, path) in grants.filter(|(_, path)| !path.exists()) {
+                    report.warn(Some(name), format!("{key} grant {} does not exist: the sandbox shows nothing there", path.display()));
+                }
+            }
             for (grant, fix) in crate::upstream::unwritable_write_grants(stdio) {
                 report.warn(
                     Some(name),

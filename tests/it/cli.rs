@@ -213,6 +213,10 @@ fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
         let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
         assert!(said.contains("is not writable by the sandbox's user") && said.contains("chown 2140000000"), "{said}");
     }
+    // A grant of a path that is not there is a typo, most likely: said.
+    std::fs::write(&config, format!("{npx}read = [\"/nonexistent/grant\"]\n")).unwrap();
+    let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
+    assert!(said.contains("warning: files: read grant /nonexistent/grant does not exist"), "{said}");
     std::fs::write(&config, format!("{npx}network = \"loopback\"\n")).unwrap();
     let said = stdout(&toolhost(&["check-config", "--config", config.to_str().unwrap()]));
     assert!(said.contains("warning: files: npx fetches its package from its registry") && said.contains("leave network unset"), "{said}");

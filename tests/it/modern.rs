@@ -79,6 +79,21 @@ async fn a_modern_server_slow_to_start_is_spoken_to_in_its_era() {
     app.shutdown().await;
 }
 
+/// The same for a server of the older protocol: the late answer to the probe is dropped, the
+/// session goes on, and its tools are called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_server_slow_to_start_is_called_after_a_late_probe_answer() {
+    let dir = TestDir::new();
+    let script = dir.script("slowold", json!({"tools": tools("t", 2), "start_delay_ms": 2500}));
+    let app = start(dir.config(&server_table("slowold", &script, "request_timeout = \"2s\""))).await;
+    let view = wait_for_server(app.registry(), "slowold", "ready", |v| v.state == ServerState::Ready).await;
+    assert_eq!(view.hello.clone().unwrap().era, Era::Legacy);
+    let tool = view.generation.as_ref().map(|generation| generation.tools[0].name.clone()).unwrap_or_default();
+    let call = pb::CallToolRequest { qualified_name: format!("slowold__{tool}"), arguments_json: "{}".into(), ..Default::default() };
+    client(&app).await.call_tool(call).await.expect("the slow server is callable");
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_server_pays_the_probe_once_and_its_era_is_remembered() {
     let dir = TestDir::new();

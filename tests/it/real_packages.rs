@@ -36,6 +36,16 @@ async fn call(grpc: &mut pb::tool_host_client::ToolHostClient<tonic::transport::
     content[0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Waits until `server` is ready: its first start fetches its package, which takes seconds to
+/// a minute on a busy machine (the suite runs beside it).
+async fn fetched_and_ready(app: &toolhost::app::App, server: &str) {
+    eventually_within(WAIT * 6, &format!("{server} fetched and ready"), async || {
+        let view = app.registry().server(server).ok_or("no such server".to_owned())?;
+        if view.state == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state, view.last_error)) }
+    })
+    .await;
+}
+
 /// Restarts `server` and waits until a new session of it is ready.
 async fn restarted(app: &toolhost::app::App, server: &str) {
     let before = app.registry().server(server).map(|view| view.num_restarts).unwrap_or(0);
@@ -74,7 +84,7 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     );
     let app = start(dir.config(&servers)).await;
     for server in ["files", "time", "notes"] {
-        wait_for_server(app.registry(), server, "fetched and ready", |v| v.state == ServerState::Ready).await;
+        fetched_and_ready(&app, server).await;
     }
     let mut grpc = client(&app).await;
     let read = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("hello.txt")})).await;
@@ -103,8 +113,9 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     assert_eq!(view.sandbox.as_ref().map(|sandbox| sandbox.allow.clone()), Some(vec!["registry.npmjs.org:443".to_owned()]));
     app.shutdown().await;
 
-    // The same entries under a daemon's user that is not root: its servers run as that user,
-    // with homes of their own in its state directory, fetched afresh there.
+    // The same entries under a daemon's user that is not root, through the daemon's own start
+    // path (`check-config --probe`): its servers run as that user, with homes of their own in
+    // its state directory, fetched afresh there.
     if !is_root() {
         return;
     }
@@ -116,11 +127,12 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     for path in [&unprivileged, &shared, &data] {
         crate::sandbox::chown_tree(path, NOBODY);
     }
-    let output = std::process::Command::new("setpriv")
+    let output = tokio::process::Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", crate::sandbox::TOOLHOST, "check-config", "--probe", "--config"])
         .arg(&config)
         .env("HOME", &unprivileged)
         .output()
+        .await
         .unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
