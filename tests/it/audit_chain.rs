@@ -24,6 +24,9 @@ pub(crate) async fn sql(path: &std::path::Path, statement: &str) {
     let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
     let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
+    // Closed here, not in the background: the change is in the file (its WAL checkpointed)
+    // before anything copies or reads it.
+    sqlx::Connection::close(connection).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -432,6 +432,9 @@ mod tests {
         let options = SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
         let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(statement.to_owned())).execute(&mut connection).await.unwrap();
+        // Closed here, not in the background: the change is in the file (its WAL checkpointed)
+        // before anything copies or reads it.
+        sqlx::Connection::close(connection).await.unwrap();
     }
 
     proptest::proptest! {
