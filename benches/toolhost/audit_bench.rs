@@ -40,21 +40,7 @@ pub async fn chain() {
     let started = Instant::now();
     let mut prev = GENESIS.to_owned();
     for r in &records {
-        let fields = Fields {
-            at_ms: r.at_ms,
-            agent: &r.agent,
-            caller: &r.caller,
-            transport: r.transport,
-            qualified_name: &r.qualified_name,
-            server: &r.server,
-            tool: &r.tool,
-            generation: 12,
-            definition_hash: &r.definition_hash,
-            outcome: &r.outcome,
-            duration_us: 1_234,
-            arguments: None,
-        };
-        prev = audit_chain::record_hash(&prev, &fields);
+        prev = audit_chain::record_hash(&prev, &Fields::of(r));
     }
     let hash_per_record = started.elapsed() / RECORDS as u32;
     // The whole chained write, in the writer's batches.

@@ -19,6 +19,22 @@ fn verify(store: &std::path::Path, extra: &[&str]) -> (bool, String) {
     (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
+/// Calls `demo__echo` `count` times, each record stored before the next call: batches of one,
+/// so the checkpoint cadence shows.
+pub(crate) async fn calls_each_recorded(app: &toolhost::app::App, count: usize) {
+    let mut grpc = client(app).await;
+    for n in 0..count {
+        let call =
+            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
+        grpc.call_tool(call).await.unwrap();
+        eventually("the call's record stored", async || {
+            let trail = grpc.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
+            (trail.records.len() == n + 1).then_some(())
+        })
+        .await;
+    }
+}
+
 pub(crate) async fn sql(path: &std::path::Path, statement: &str) {
     use std::str::FromStr;
     let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
@@ -34,18 +50,7 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     let dir = TestDir::new();
     let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let mut grpc = client(&app).await;
-    for n in 0..12 {
-        let call =
-            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
-        grpc.call_tool(call).await.unwrap();
-        // Each record stored before the next call: batches of one, so the cadence shows.
-        eventually("the call's record stored", async || {
-            let trail = grpc.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
-            (trail.records.len() == n + 1).then_some(())
-        })
-        .await;
-    }
+    calls_each_recorded(&app, 12).await;
     // The writer signs the head every five records, and when it stops.
     app.shutdown().await;
     let db = dir.db_path();
@@ -106,7 +111,8 @@ async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
     // Syslog receivers, plain and TLS, and a collector, listening from the start (ports bound once).
     let syslog = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let syslog_tls = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (acceptor, cert_pem) = tls_acceptor();
+    let (config, cert_pem) = self_signed_tls(&["localhost"]);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
     std::fs::write(dir.path("syslog-ca.pem"), cert_pem).unwrap();
     let (collector, otlp, collector_task) = crate::collector::Collector::start().await;
     let sections = format!(
@@ -198,19 +204,6 @@ fn verify_export(file: &std::path::Path) -> (bool, String) {
     let output =
         std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "verify", "--export"]).arg(file).output().unwrap();
     (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
-}
-
-/// A TLS acceptor with a fresh self-signed certificate for localhost, and that certificate (PEM).
-fn tls_acceptor() -> (tokio_rustls::TlsAcceptor, String) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![certified.cert.der().clone()], key)
-        .unwrap();
-    (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), certified.cert.pem())
 }
 
 /// Reads one syslog message per expected record from `stream` and checks it carries the record.

@@ -9,7 +9,6 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
-use toolhost::api::pb;
 use toolhost::registry::ServerState;
 
 use crate::fleet::{cluster, database, fleet_section};
@@ -52,17 +51,7 @@ async fn the_fleet_keeps_each_hosts_chain_and_a_host_cannot_rewrite_its_history_
     let sections = format!("{}[audit]\ncheckpoint_records = 3\n", fleet_section(&dir, &url, "alpha"));
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let mut grpc = client(&app).await;
-    for n in 0..10 {
-        let call =
-            pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
-        grpc.call_tool(call).await.unwrap();
-        eventually("the call's record stored", async || {
-            let trail = grpc.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
-            (trail.records.len() == n + 1).then_some(())
-        })
-        .await;
-    }
+    crate::audit_chain::calls_each_recorded(&app, 10).await;
     let config = dir.path("toolhost.toml");
     let config = config.to_str().unwrap();
     // Every record and at least three checkpoints reach the fleet store.

@@ -272,6 +272,20 @@ pub fn skipped(why: &str) {
 /// there. Under the test command (`bash .ci/test`, which installs and starts all of it) a
 /// missing piece fails the test; under a plain `cargo test` the test is skipped, saying how to
 /// run it.
+/// A TLS server configuration with a fresh self-signed certificate for `names`, and that
+/// certificate (PEM) for a client to trust.
+pub fn self_signed_tls(names: &[&str]) -> (std::sync::Arc<rustls::ServerConfig>, String) {
+    let certified = rcgen::generate_simple_self_signed(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+    (std::sync::Arc::new(config), certified.cert.pem())
+}
+
 pub fn requires(what: &str, present: bool) -> bool {
     if present {
         return true;

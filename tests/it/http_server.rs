@@ -81,16 +81,8 @@ impl HttpMcpServer {
     /// The same server behind TLS with a fresh self-signed certificate for 127.0.0.1 and
     /// localhost; returns the certificate (PEM) to trust.
     pub async fn start_tls(script: Script) -> (HttpMcpServer, String) {
-        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-        let cert_pem = certified.cert.pem();
-        let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![certified.cert.der().clone()], key)
-            .unwrap();
-        let mut server = HttpMcpServer::start_with(script, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await;
+        let (config, cert_pem) = crate::harness::self_signed_tls(&["127.0.0.1", "localhost"]);
+        let mut server = HttpMcpServer::start_with(script, Some(tokio_rustls::TlsAcceptor::from(config))).await;
         server.tls = true;
         (server, cert_pem)
     }

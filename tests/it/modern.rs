@@ -68,8 +68,8 @@ async fn an_unsupported_version_answer_is_retried_with_a_listed_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_modern_server_slow_to_start_is_spoken_to_in_its_era() {
     let dir = TestDir::new();
-    let script = dir.script("slow", json!({"era": "modern", "tools": tools("t", 2), "start_delay_ms": 2500}));
-    let app = start(dir.config(&server_table("slow", &script, "request_timeout = \"2s\""))).await;
+    let script = dir.script("slow", json!({"era": "modern", "tools": tools("t", 2), "start_delay_ms": 3500}));
+    let app = start(dir.config(&server_table("slow", &script, "request_timeout = \"5s\""))).await;
     let view = wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
     assert_eq!(view.hello.clone().unwrap().era, Era::Modern);
     assert_eq!(view.num_restarts, 0, "the first session succeeded");
@@ -84,8 +84,8 @@ async fn a_modern_server_slow_to_start_is_spoken_to_in_its_era() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_server_slow_to_start_is_called_after_a_late_probe_answer() {
     let dir = TestDir::new();
-    let script = dir.script("slowold", json!({"tools": tools("t", 2), "start_delay_ms": 2500}));
-    let app = start(dir.config(&server_table("slowold", &script, "request_timeout = \"2s\""))).await;
+    let script = dir.script("slowold", json!({"tools": tools("t", 2), "start_delay_ms": 3500}));
+    let app = start(dir.config(&server_table("slowold", &script, "request_timeout = \"5s\""))).await;
     let view = wait_for_server(app.registry(), "slowold", "ready", |v| v.state == ServerState::Ready).await;
     assert_eq!(view.hello.clone().unwrap().era, Era::Legacy);
     let tool = view.generation.as_ref().map(|generation| generation.tools[0].name.clone()).unwrap_or_default();

@@ -38,21 +38,7 @@ impl Store {
         let rows: Vec<serde_json::Value> = records
             .iter()
             .map(|r| {
-                let fields = super::audit_chain::Fields {
-                    at_ms: r.at_ms,
-                    agent: &r.agent,
-                    caller: &r.caller,
-                    transport: r.transport,
-                    qualified_name: &r.qualified_name,
-                    server: &r.server,
-                    tool: &r.tool,
-                    generation: to_i64(r.generation),
-                    definition_hash: &r.definition_hash,
-                    outcome: &r.outcome,
-                    duration_us: to_i64(r.duration_us),
-                    arguments: r.arguments.as_deref(),
-                };
-                let hash = super::audit_chain::record_hash(&prev, &fields);
+                let hash = super::audit_chain::record_hash(&prev, &super::audit_chain::Fields::of(r));
                 let row = serde_json::json!([
                     r.at_ms,
                     &*r.agent,

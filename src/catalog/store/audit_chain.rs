@@ -31,6 +31,27 @@ pub struct Fields<'a> {
     pub arguments: Option<&'a str>,
 }
 
+impl<'a> Fields<'a> {
+    /// The fields of a record as the writer stores them.
+    #[must_use]
+    pub fn of(record: &'a crate::catalog::record::AuditRecord) -> Fields<'a> {
+        Fields {
+            at_ms: record.at_ms,
+            agent: &record.agent,
+            caller: &record.caller,
+            transport: record.transport,
+            qualified_name: &record.qualified_name,
+            server: &record.server,
+            tool: &record.tool,
+            generation: super::to_i64(record.generation),
+            definition_hash: &record.definition_hash,
+            outcome: &record.outcome,
+            duration_us: super::to_i64(record.duration_us),
+            arguments: record.arguments.as_deref(),
+        }
+    }
+}
+
 /// A record's hash, chained to `prev`: SHA-256 of `prev` followed by the record's RFC 8785 form.
 pub fn record_hash(prev: &str, fields: &Fields<'_>) -> String {
     let canonical = canonical(fields).unwrap_or_else(|| canonical_by_the_book(fields));
