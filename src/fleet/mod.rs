@@ -351,7 +351,7 @@ impl State {
     async fn ship(&mut self, pool: &PgPool) -> Result<(), FleetError> {
         let config = &self.fleet.shared.config;
         if config.share_audit {
-            let pending = bounded(ship::audit(pool, &self.parts.store, &config.host_id)).await?;
+            let pending = ship::audit(pool, &self.parts.store, &config.host_id).await?;
             self.fleet.shared.audit_pending.store(pending, Ordering::Relaxed);
         }
         if config.share_approvals {

@@ -19,7 +19,8 @@ const BATCHES_PER_TICK: usize = 8;
 /// Ships audit records; returns how many still wait.
 ///
 /// # Errors
-/// [`FleetError`] when PostgreSQL or the store fails; the cursor then stays where it was.
+/// [`FleetError`] when PostgreSQL or the store fails, or an exchange takes longer than its
+/// bound; the cursor then stays after the last batch that committed.
 pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result<u64, FleetError> {
     let mut cursor = store.fleet_cursor(AUDIT_CURSOR).await?;
     for _ in 0..BATCHES_PER_TICK {
@@ -31,7 +32,7 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
             columns.prev_hash.push(prev_hash.clone());
             columns.hash.push(hash.clone());
         }
-        sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO audit (host_id, local_id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, \
              definition_hash, outcome, duration_us, arguments, prev_hash, hash) \
              SELECT $1, * FROM UNNEST($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
@@ -54,15 +55,16 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
         .bind(&columns.arguments)
         .bind(&columns.prev_hash)
         .bind(&columns.hash)
-        .execute(pool)
-        .await?;
+        .execute(pool);
+        // Each batch is bounded on its own: a slow machine still moves one batch at a time.
+        super::bounded(async { Ok(insert.await?) }).await?;
         store.set_fleet_cursor(AUDIT_CURSOR, last).await?;
         cursor = last;
         if batch.len() < BATCH as usize {
             break;
         }
     }
-    checkpoints(pool, store, host_id, cursor).await?;
+    super::bounded(checkpoints(pool, store, host_id, cursor)).await?;
     Ok(store.audit_count_after(cursor).await?)
 }
 

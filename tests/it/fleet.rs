@@ -246,10 +246,15 @@ async fn all_shipped(app: &App, url: &str, host: &str) {
         if let Some(remote) = &remote {
             assert!(remote.windows(2).all(|pair| pair[0] < pair[1]), "no record twice");
         }
+        // What the host says of its link, so that a failure says why nothing moved.
+        let link = match client(app).await.fleet_status(pb::FleetStatusRequest {}).await {
+            Ok(status) => format!("{:?}", status.into_inner()),
+            Err(status) => format!("{status:?}"),
+        };
         match remote {
             Some(remote) if remote == local => Ok(()),
-            Some(remote) => Err(format!("{} of {} local records shipped", remote.len(), local.len())),
-            None => Err("PostgreSQL cannot be read".to_owned()),
+            Some(remote) => Err(format!("{} of {} local records shipped; the host's link: {link}", remote.len(), local.len())),
+            None => Err(format!("PostgreSQL cannot be read; the host's link: {link}")),
         }
     })
     .await;
