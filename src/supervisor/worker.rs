@@ -340,6 +340,11 @@ impl Worker {
         self.session_needed_authorization = authorization_lost || connection.needs_authorization();
         self.registry.update(&self.name, |view| {
             view.session = None;
+            // Said at once, not after the shutdown below (which may wait out a grace period):
+            // a server with no session is never shown "ready".
+            if !matches!(end, SessionEnd::Cancelled) {
+                view.state = ServerState::Reconnecting;
+            }
             if ended_by_server.is_some() {
                 view.last_error = ended_by_server;
             }

@@ -12,33 +12,57 @@ const TAIL_LINES: usize = 8;
 /// Characters kept of each of those lines.
 const TAIL_LINE_CHARS: usize = 300;
 
+/// Lines of one stack trace kept in a row: the rest would push the error's own message (the
+/// line before the trace, as Node.js prints it) out of the tail.
+const TAIL_FRAMES: usize = 2;
+
 /// The last lines a server wrote on stderr, whatever level they were logged at (during the era
 /// probe they go to DEBUG, which is exactly when a failing launcher explains itself).
 #[derive(Debug, Default)]
-pub(crate) struct StderrTail(Mutex<VecDeque<String>>);
+pub(crate) struct StderrTail(Mutex<Tail>);
+
+#[derive(Debug, Default)]
+struct Tail {
+    lines: VecDeque<String>,
+    /// Stack frames seen in a row, up to the last line.
+    frames: usize,
+}
 
 impl StderrTail {
     /// Keeps `line` (already redacted), dropping the oldest past [`TAIL_LINES`]; blank lines
-    /// say nothing and are not kept.
+    /// say nothing and are not kept, nor stack frames past [`TAIL_FRAMES`] in a row.
     pub(crate) fn push(&self, line: &str) {
         let line = line.trim_end();
         if line.trim().is_empty() {
             return;
         }
+        let mut tail = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if is_stack_frame(line) {
+            tail.frames += 1;
+            if tail.frames > TAIL_FRAMES {
+                return;
+            }
+        } else {
+            tail.frames = 0;
+        }
         let mut kept: String = line.chars().take(TAIL_LINE_CHARS).collect();
         if kept.len() < line.len() {
             kept.push('…');
         }
-        let mut tail = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if tail.len() == TAIL_LINES {
-            tail.pop_front();
+        if tail.lines.len() == TAIL_LINES {
+            tail.lines.pop_front();
         }
-        tail.push_back(kept);
+        tail.lines.push_back(kept);
     }
 
     pub(crate) fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).lines.iter().cloned().collect()
     }
+}
+
+/// A line of a JavaScript or Java stack trace ("    at f (file.js:1:2)").
+fn is_stack_frame(line: &str) -> bool {
+    line.starts_with([' ', '\t']) && line.trim_start().starts_with("at ")
 }
 
 /// How a process ended, in words: "exited with status 1", "killed by SIGKILL".
@@ -153,6 +177,23 @@ mod tests {
         assert_eq!(lines.len(), TAIL_LINES);
         assert_eq!(lines[0], "line 13");
         assert_eq!(lines[TAIL_LINES - 1].chars().count(), TAIL_LINE_CHARS + 1);
+    }
+
+    #[test]
+    fn a_stack_trace_leaves_the_error_it_follows_in_the_tail() {
+        let tail = StderrTail::default();
+        tail.push("node:internal/modules/esm/resolve:873");
+        tail.push("Error [ERR_MODULE_NOT_FOUND]: Cannot find package 'zod' imported from /srv/server/dist/index.js");
+        for frame in 0..12 {
+            tail.push(&format!("    at frame{frame} (node:internal/modules/esm/resolve:{frame}:1)"));
+        }
+        for line in ["  code: 'ERR_MODULE_NOT_FOUND'", "}", "", "Node.js v20.20.2"] {
+            tail.push(line);
+        }
+        let lines = tail.lines();
+        assert!(lines.iter().any(|line| line.contains("Cannot find package 'zod'")), "{lines:?}");
+        assert_eq!(lines.iter().filter(|line| is_stack_frame(line)).count(), TAIL_FRAMES, "{lines:?}");
+        assert_eq!(lines.last().map(String::as_str), Some("Node.js v20.20.2"));
     }
 
     #[test]

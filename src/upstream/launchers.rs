@@ -26,6 +26,9 @@ pub(crate) fn grants<'a>(program: &Path, args: &[String], base: &Path, env: impl
             grants.push(dir.to_path_buf());
         }
         grants.extend(project_root(&script));
+        if is_javascript(program) {
+            grants.extend(node_modules_above(&script));
+        }
     }
     for (name, value) in env {
         if MODULE_PATHS.contains(&name) {
@@ -35,8 +38,16 @@ pub(crate) fn grants<'a>(program: &Path, args: &[String], base: &Path, env: impl
         }
     }
     grants.retain(|dir| shareable(dir));
-    grants.dedup();
-    grants
+    // A directory inside another grant (or the same one twice) adds nothing.
+    let mut kept: Vec<PathBuf> = Vec::with_capacity(grants.len());
+    for (index, dir) in grants.iter().enumerate() {
+        let covered =
+            grants.iter().enumerate().any(|(other, wider)| (wider != dir && dir.starts_with(wider)) || (wider == dir && other < index));
+        if !covered {
+            kept.push(dir.clone());
+        }
+    }
+    kept
 }
 
 /// Which package launcher `program` with `args` is, by its ecosystem, if it is one that fetches.
@@ -116,6 +127,22 @@ fn script(program: &Path, args: &[String], base: &Path) -> Option<PathBuf> {
     base.join(first).canonicalize().ok().filter(|path| path.is_file())
 }
 
+/// Whether `program` runs JavaScript, whose imports resolve through every `node_modules`
+/// directory above the script.
+fn is_javascript(program: &Path) -> bool {
+    program
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| matches!(name, "node" | "nodejs" | "bun" | "deno" | "tsx" | "ts-node"))
+}
+
+/// Every `node_modules` directory above `script`, as Node's resolution walks them: a package
+/// run from inside an install (`…/node_modules/pkg/dist/index.js`) imports dependencies that
+/// the package manager hoisted to the install's top `node_modules`, beyond the package's root.
+fn node_modules_above(script: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    script.ancestors().skip(1).map(|dir| dir.join("node_modules")).filter(|dir| dir.is_dir())
+}
+
 /// The nearest directory above `script` that holds a project marker, if any.
 fn project_root(script: &Path) -> Option<PathBuf> {
     script
@@ -153,7 +180,8 @@ mod tests {
         let real = |path: &Path| path.canonicalize().unwrap();
         let shown =
             grants(Path::new("/usr/bin/node"), &args(&["--enable-source-maps", "src/server/index.js"]), &project, std::iter::empty());
-        assert_eq!(shown, vec![real(&project.join("src/server")), real(&project)]);
+        // The script's directory is inside its project: the project alone is shown.
+        assert_eq!(shown, vec![real(&project)]);
         // python3.12 is a Python; a module run (-m) names no script.
         std::fs::write(project.join("server.py"), "").unwrap();
         let python = grants(Path::new("/usr/bin/python3.12"), &args(&["-u", "server.py"]), &project, std::iter::empty());
@@ -163,6 +191,19 @@ mod tests {
             grants(Path::new("/usr/bin/deno"), &args(&["run", "-A", "server.py"]), &project, std::iter::empty()),
             vec![real(&project)]
         );
+        // A package run from inside an install sees the install's hoisted dependencies too.
+        let install = dir.path().join("tools/node_modules");
+        std::fs::create_dir_all(install.join("@scope/server/dist")).unwrap();
+        std::fs::create_dir_all(install.join("dependency")).unwrap();
+        std::fs::write(install.join("@scope/server/package.json"), "{}").unwrap();
+        std::fs::write(install.join("@scope/server/dist/index.js"), "").unwrap();
+        let hoisted = grants(
+            Path::new("node"),
+            &args(&["node_modules/@scope/server/dist/index.js", "stdio"]),
+            &install.join(".."),
+            std::iter::empty(),
+        );
+        assert_eq!(hoisted, vec![real(&install)]);
         // Not an interpreter: its arguments are files to show, nothing more.
         assert!(grants(Path::new("/usr/bin/mcp-server-sqlite"), &args(&["server.py"]), &project, std::iter::empty()).is_empty());
     }

@@ -2,11 +2,12 @@
 //! filesystem server through `npx -y` (fetched from npm's registry into the server's own home,
 //! through the daemon's proxy, which reaches that registry and nothing else), and the time and
 //! SQLite servers through `uvx` (from PyPI, the same way; the database named by `--db-path` in
-//! a `write` grant); each called, restarted, and called again, what it wrote still there. Then
-//! the same entries under a daemon's user that is not root, through `check-config --probe` (the
-//! daemon's own start path). Pinned versions; the registries are the one network these machines
-//! reach.
+//! a `write` grant), and server-everything through `node` from inside its install; each called, restarted, and called again, what it wrote still there. Then
+//! the same entries under a daemon's user that is not root: through `check-config --probe`, then
+//! that daemon serving them, each called, restarted and called again. Pinned versions; the
+//! registries are the one network these machines reach.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -62,6 +63,12 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     if !requires("Node.js's npx (/usr/bin/npx)", std::path::Path::new(NPX).exists()) {
         return;
     }
+    if !requires("server-everything (installed into .tools by the test command)", crate::interop::npm_tools_present()) {
+        return;
+    }
+    // server-everything as an install leaves it: its dependencies hoisted to the top
+    // `node_modules`, run by the host's `node`.
+    let everything = crate::interop::npm_tools().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let dir = TestDir::new();
     let (shared, data) = (dir.path("shared"), dir.path("data"));
     std::fs::create_dir_all(&shared).unwrap();
@@ -76,14 +83,16 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     let servers = format!(
         "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"{FILESYSTEM}\", {shared:?}]\nwrite = [{shared:?}]\nrequest_timeout = \"120s\"\n\n\
          [servers.time]\ncommand = {uvx:?}\nargs = [\"{TIME}\"]\nrequest_timeout = \"120s\"\n\n\
-         [servers.notes]\ncommand = {uvx:?}\nargs = [\"--with\", \"{SQLITE_SDK}\", \"{SQLITE}\", \"--db-path\", {database:?}]\nwrite = [{data:?}]\nrequest_timeout = \"120s\"\n",
+         [servers.notes]\ncommand = {uvx:?}\nargs = [\"--with\", \"{SQLITE_SDK}\", \"{SQLITE}\", \"--db-path\", {database:?}]\nwrite = [{data:?}]\nrequest_timeout = \"120s\"\n\n\
+         [servers.everything]\ncommand = \"node\"\nargs = [{everything:?}, \"stdio\"]\n",
         shared = shared.display().to_string(),
         uvx = uvx.display().to_string(),
         database = database.display().to_string(),
         data = data.display().to_string(),
+        everything = everything.display().to_string(),
     );
     let app = start(dir.config(&servers)).await;
-    for server in ["files", "time", "notes"] {
+    for server in ["files", "time", "notes", "everything"] {
         fetched_and_ready(&app, server).await;
     }
     let mut grpc = client(&app).await;
@@ -99,7 +108,7 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     assert!(homes.join("files/.npm").is_dir(), "npm's cache in the server's home");
     assert!(homes.join("time/.cache/uv").is_dir(), "uv's cache in the server's home");
     // Restarted (from the warm cache), each works again; what was written is still there.
-    for server in ["files", "time", "notes"] {
+    for server in ["files", "time", "notes", "everything"] {
         restarted(&app, server).await;
     }
     let rows = call(&mut grpc, "notes__read_query", json!({"query": "SELECT body FROM notes"})).await;
@@ -107,6 +116,7 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     let note = call(&mut grpc, "files__read_text_file", json!({"path": shared.join("note.txt")})).await;
     assert_eq!(note.trim(), "written inside");
     assert!(call(&mut grpc, "time__get_current_time", json!({"timezone": "Europe/Paris"})).await.contains("Europe/Paris"));
+    assert_eq!(call(&mut grpc, "everything__echo", json!({"message": "through node"})).await, "Echo: through node");
     // Their way out reached the registries and refused nothing.
     let view = app.registry().server("files").unwrap();
     assert!(view.shared.egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "npx fetched through the proxy");
@@ -136,8 +146,61 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
         .unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
-    for server in ["files", "time", "notes"] {
+    for server in ["files", "time", "notes", "everything"] {
         assert!(said.lines().any(|line| line.starts_with(&format!("{server}: probe: works: "))), "{server}: {said}");
     }
     assert!(unprivileged.join("servers/files/.npm").is_dir(), "the unprivileged daemon's server has its own cache");
+
+    // And that daemon itself, serving: each server called, restarted, called again.
+    let socket = unprivileged.join("toolhost.sock");
+    std::fs::write(&config, format!("[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n{servers}")).unwrap();
+    crate::sandbox::chown_tree(&unprivileged, NOBODY);
+    let mut daemon = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", crate::sandbox::TOOLHOST, "serve", "--config"])
+        .arg(&config)
+        .env("HOME", &unprivileged)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path("unprivileged.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(dir.path("unprivileged.log")).unwrap_or_default();
+    // Waits until all three are ready, each restarted since `before` (its restart counts).
+    let all_ready = async |what: &str, before: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+        eventually_within(WAIT * 6, what, async || {
+            let output = cli_as(NOBODY, None, &socket, &["servers", "--json"]).await;
+            let servers: Value =
+                serde_json::from_slice(&output.stdout).map_err(|_| String::from_utf8_lossy(&output.stderr).into_owned())?;
+            let mut restarts = BTreeMap::new();
+            for entry in servers.as_array().into_iter().flatten() {
+                let (name, count) = (entry["name"].as_str().unwrap_or_default(), entry["restarts"].as_u64().unwrap_or(0));
+                let restarted = before.get(name).is_none_or(|earlier| count > *earlier);
+                if entry["state"] == "ready" && entry["available"] == true && restarted {
+                    restarts.insert(name.to_owned(), count);
+                }
+            }
+            if restarts.len() == 4 { Ok(restarts) } else { Err(servers.to_string()) }
+        })
+        .await
+    };
+    let call_as_nobody = async |tool: &str, arguments: Value| {
+        let output = cli_as(NOBODY, None, &socket, &["call", tool, "--args", &arguments.to_string()]).await;
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{tool}: {said}{}\n{}", String::from_utf8_lossy(&output.stderr), log());
+        said
+    };
+    let restarts = all_ready("the unprivileged daemon's servers ready", &BTreeMap::new()).await;
+    call_as_nobody("notes__write_query", json!({"query": "INSERT INTO notes VALUES ('written by nobody')"})).await;
+    call_as_nobody("files__write_file", json!({"path": shared.join("nobody.txt"), "content": "nobody wrote"})).await;
+    for server in ["files", "time", "notes", "everything"] {
+        assert!(cli_as(NOBODY, None, &socket, &["restart", server]).await.status.success());
+    }
+    all_ready("the unprivileged daemon's servers restarted and ready", &restarts).await;
+    let rows = call_as_nobody("notes__read_query", json!({"query": "SELECT body FROM notes"})).await;
+    assert!(rows.contains("kept across restarts") && rows.contains("written by nobody"), "{rows}");
+    assert!(call_as_nobody("files__read_text_file", json!({"path": shared.join("nobody.txt")})).await.contains("nobody wrote"));
+    assert!(call_as_nobody("time__get_current_time", json!({"timezone": "UTC"})).await.contains("UTC"));
+    assert!(call_as_nobody("everything__echo", json!({"message": "as nobody"})).await.contains("Echo: as nobody"));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
 }

@@ -223,6 +223,25 @@ async fn a_sandboxed_server_has_a_home_of_its_own_that_outlives_its_restarts() {
     assert!(daemon.wait().unwrap().success(), "{}", log_text());
 }
 
+/// A server whose home cannot be made (here a file stands where its directory goes; a full
+/// disk or a directory the daemon may not write end the same way) fails with that reason, named
+/// with the path, and is not retried in a loop; its neighbour starts and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_cannot_be_made_fails_its_server_alone_and_says_why() {
+    let dir = TestDir::new();
+    std::fs::create_dir_all(dir.path("servers")).unwrap();
+    std::fs::write(dir.path("servers/homeless"), "not a directory").unwrap();
+    let app = start(dir.config(&format!("{}{}", hostile_table("homeless", ""), hostile_table("neighbour", "")))).await;
+    let view = wait_for_server(app.registry(), "homeless", "failed", |v| v.state == ServerState::Failed).await;
+    let error = view.last_error.clone().unwrap_or_default();
+    assert!(error.contains("cannot make its home") && error.contains(&dir.path("servers/homeless").display().to_string()), "{error}");
+    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state == ServerState::Ready).await;
+    let mut grpc = client(&app).await;
+    let request = pb::CallToolRequest { qualified_name: "neighbour__whoami".into(), arguments_json: "{}".into(), ..Default::default() };
+    assert!(!grpc.call_tool(request).await.unwrap().into_inner().is_error);
+    app.shutdown().await;
+}
+
 /// The CPU limit is the whole sandbox's: three processes that each stay under `cpu_time` but
 /// together pass it stop the sandbox, the limit named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
