@@ -13,7 +13,6 @@ use crate::access::Access;
 use crate::api::{self, ApiParts, ApiStartError};
 use crate::audit::{Auditor, Retention};
 use crate::calls::Calls;
-use crate::catalog::store::{Store, StoreError};
 use crate::config::Config;
 use crate::console::{self, Console};
 use crate::door::Door;
@@ -24,6 +23,7 @@ use crate::instance::{InstanceError, InstanceLock};
 use crate::listen::BoundAddr;
 use crate::registry::{Registry, ServerState};
 use crate::signals::{Event, Signals};
+use crate::store::{Store, StoreError};
 use crate::supervisor::{ReloadSummary, Supervisor};
 use crate::systemd::{self, Notifier};
 use crate::telemetry::metrics::{self, Metrics};
@@ -138,7 +138,7 @@ impl App {
         // The audit chain's signing key: beside the store, private like it, unless the operator
         // provides one (a file, or a systemd credential).
         let key_place = config.audit.key_place(&config.store.path);
-        let signer = match crate::catalog::store::audit_chain::load_or_make_key(&key_place.path, key_place.made_if_missing) {
+        let signer = match crate::store::audit_chain::load_or_make_key(&key_place.path, key_place.made_if_missing) {
             Ok(key) => Some(key),
             Err(problem) => {
                 tracing::error!(%problem, "the audit trail is chained but its checkpoints cannot be signed");
@@ -154,14 +154,14 @@ impl App {
             background.spawn(async move {
                 let verdict = tokio::select! {
                     () = cancel.cancelled() => return,
-                    verdict = crate::catalog::store::audit_chain::verify(&path, &key, Default::default(), &[]) => verdict,
+                    verdict = crate::store::audit_chain::verify(&path, &key, Default::default(), &[]) => verdict,
                 };
                 match verdict {
-                    Ok(crate::catalog::store::audit_chain::Verdict::Broken { problem, .. }) => {
+                    Ok(crate::store::audit_chain::Verdict::Broken { problem, .. }) => {
                         tracing::error!(%problem, "the audit trail was altered; `toolhost audit verify` says where");
                         audit_broken_tx.send_replace(Some(problem));
                     }
-                    Ok(crate::catalog::store::audit_chain::Verdict::Intact { records, checkpoints, .. }) => {
+                    Ok(crate::store::audit_chain::Verdict::Intact { records, checkpoints, .. }) => {
                         tracing::info!(records, checkpoints, "the audit chain is intact");
                     }
                     Err(error) => tracing::warn!(%error, "cannot verify the audit chain"),

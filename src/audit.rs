@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::catalog::record::AuditRecord;
-use crate::catalog::store::Store;
+use crate::store::Store;
 use crate::telemetry::throttle::Throttle;
 
 /// Records waiting for the writer.

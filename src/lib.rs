@@ -1,13 +1,21 @@
 //! toolhost: one trustworthy view of the tools a host's MCP servers offer.
 //!
-//! See ARCHITECTURE.md for the codemap and the invariants. In short:
+//! ARCHITECTURE.md is the map: each module in one line, each invariant with the test that holds
+//! it. The modules by layer, lowest first (a module names only modules of lower layers, which
+//! `.ci/import-cycles` checks):
 //!
-//! - `config`: the typed configuration, loaded and validated before anything starts.
-//! - `mcp`: protocol knowledge without I/O (JSON-RPC framing, the handshake, tools payloads).
-//! - `upstream`: sessions with MCP servers (stdio children); knows nothing of the catalog.
-//! - `catalog`: tool definitions, generations, diffs, and their SQLite store.
-//! - `supervisor`: one worker per server; the live registry of states and generations.
-//! - `app`: the composition root that wires the rest and owns shutdown.
+//! - leaves: `mcp` (the protocol without I/O), `secrets`, `digest`, `deadline`, `faults`,
+//!   `sandbox` (the servers' sandbox), `signals`, `systemd`, `instance`, `tls_client`;
+//!   `oauth_core`.
+//! - `config` (the typed configuration), `telemetry` (logs, traces, metrics), `listen` (the
+//!   doors' sockets and per-peer shares).
+//! - `catalog` (definitions, listings, diffs), then `store` (the SQLite repositories).
+//! - `access` (who a caller is and what it may use), `upstream` (sessions with MCP servers).
+//! - `registry` (the live, immutable snapshots), then `supervisor` (a worker per server) and
+//!   `audit` (the signed trail and its exports), then `calls` (the one call path).
+//! - `door` (what the front doors share) and `fleet` (the shared PostgreSQL store).
+//! - the front doors: `api` (gRPC), `endpoint` (MCP), `console` (HTML).
+//! - `app` (the composition root, which owns shutdown), `fuzz` (test-only targets), then `cli`.
 
 pub mod access;
 pub mod api;
@@ -34,6 +42,7 @@ pub mod registry;
 pub mod sandbox;
 pub mod secrets;
 pub mod signals;
+pub mod store;
 pub mod supervisor;
 pub mod systemd;
 pub mod telemetry;

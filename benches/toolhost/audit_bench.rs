@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use toolhost::api::pb;
 use toolhost::audit::AuditRecord;
-use toolhost::catalog::store::Store;
-use toolhost::catalog::store::audit_chain::{self, Fields, GENESIS};
+use toolhost::store::Store;
+use toolhost::store::audit_chain::{self, Fields, GENESIS};
 
 use crate::daemon::{self, Daemon};
 use crate::scenarios::{bench_dir, call_request};

@@ -8,7 +8,7 @@ use serde_json::Value;
 use toolhost::catalog::model::{Generation, Listing};
 use toolhost::catalog::names::qualify;
 use toolhost::catalog::record::{EnumerationReason, EnumerationRecord};
-use toolhost::catalog::store::{CommitOutcome, Store};
+use toolhost::store::{CommitOutcome, Store};
 
 use crate::search_corpus::{QUERIES, catalog};
 

@@ -112,10 +112,10 @@ impl CompiledQuota {
     /// The count cannot be written: the quota fails closed.
     pub async fn take(
         &self,
-        store: &crate::catalog::store::Store,
+        store: &crate::store::Store,
         agent: &str,
         now_ms: i64,
-    ) -> Result<Option<std::time::Duration>, crate::catalog::store::StoreError> {
+    ) -> Result<Option<std::time::Duration>, crate::store::StoreError> {
         let (window, ends_at) = self.window(now_ms);
         // Held across the store's write: takers of one quota count ahead one at a time, so
         // that what one counted is never stranded while another is refused.
@@ -457,7 +457,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_quota_is_exact_under_concurrency_and_never_exceeded_across_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::catalog::store::Store::open(&dir.path().join("quota.db"), 10).await.unwrap();
+        let store = crate::store::Store::open(&dir.path().join("quota.db"), 10).await.unwrap();
         let now = 1_700_000_000_000;
         for calls in [1, 7, 250, 2_000] {
             let agent = format!("agent-{calls}");

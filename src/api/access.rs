@@ -9,8 +9,8 @@ use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
 use crate::audit::AuditRecord;
-use crate::catalog::store::audit_chain::{Span, Verdict};
 use crate::door::{Presentation, shows_tool};
+use crate::store::audit_chain::{Span, Verdict};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.

@@ -6,7 +6,7 @@ use tonic::{Request, Status};
 use crate::api::pb;
 use crate::api::service::ToolHostService;
 use crate::api::status::ApiError;
-use crate::catalog::store::call_approvals::{ApprovalRecord, ApprovalStatus};
+use crate::store::call_approvals::{ApprovalRecord, ApprovalStatus};
 
 impl ToolHostService {
     pub(crate) async fn list_approvals_in(&self, request: Request<pb::ListApprovalsRequest>) -> Result<pb::ListApprovalsResponse, Status> {

@@ -28,11 +28,11 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::catalog::store::Store;
 use crate::config::{ListenAddr, Listener};
 use crate::door::Door;
 use crate::listen::{self, BindError, BoundAddr};
 use crate::registry::{Registry, ServerState};
+use crate::store::Store;
 use crate::supervisor::Refresher;
 
 /// The generated protobuf types.

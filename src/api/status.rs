@@ -9,7 +9,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::access::Refusal;
 use crate::calls::{ApprovalError, CallError, ContinuationError};
-use crate::catalog::store::StoreError;
+use crate::store::StoreError;
 use crate::supervisor::integrity::ApproveError;
 
 const DOMAIN: &str = "toolhost";

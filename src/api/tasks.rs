@@ -10,8 +10,8 @@ use crate::api::pb;
 use crate::api::service::{ToolHostService, grpc_deadline};
 use crate::api::status::ApiError;
 use crate::calls::ToolRef;
-use crate::catalog::store::tasks::TaskStatus;
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, expires_at, failure_of};
+use crate::store::tasks::TaskStatus;
 
 /// How long `GetTaskResult` waits for a task's end when the caller set no deadline.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);

@@ -19,8 +19,8 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::record::AuditRecord;
-use crate::catalog::store::Store;
 use crate::config::AuditExport;
+use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::throttle::Throttle;
 

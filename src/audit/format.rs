@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::catalog::record::AuditRecord;
-use crate::catalog::store::audit_chain::ChainRecord;
+use crate::store::audit_chain::ChainRecord;
 
 /// What `event_hash` is computed over: the name of toolhost's canonical form of a record.
 pub const HASH_FORM: &str = "toolhost-audit-chain/1";

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::catalog::store::audit_chain::{self, Span, Verdict};
+use crate::store::audit_chain::{self, Span, Verdict};
 
 /// What `toolhost audit` does without the daemon (or, for `verify --daemon`, through it).
 #[derive(Debug, Clone, clap::Subcommand)]

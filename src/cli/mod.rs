@@ -378,10 +378,7 @@ async fn client(options: &ClientOptions, addr: &ListenAddr) -> Result<Client, Cl
 ///
 /// # Errors
 /// [`ClientError`] when the daemon cannot be reached or refuses.
-pub async fn verify_audit(
-    options: &ClientOptions,
-    span: crate::catalog::store::audit_chain::Span,
-) -> Result<pb::VerifyAuditResponse, ClientError> {
+pub async fn verify_audit(options: &ClientOptions, span: crate::store::audit_chain::Span) -> Result<pb::VerifyAuditResponse, ClientError> {
     let addr = resolve_addr(options)?;
     let mut client = client(options, &addr).await?;
     let request = pb::VerifyAuditRequest { from_unix_ms: span.from_ms.unwrap_or(0), to_unix_ms: span.to_ms.unwrap_or(0) };

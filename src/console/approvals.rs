@@ -6,8 +6,8 @@ use maud::{Markup, html};
 
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
-use crate::catalog::store::call_approvals::{ApprovalRecord, ApprovalStatus};
 use crate::door::Door;
+use crate::store::call_approvals::{ApprovalRecord, ApprovalStatus};
 
 /// Decided requests shown below the pending ones.
 const RECENT: usize = 50;

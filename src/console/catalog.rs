@@ -8,9 +8,9 @@ use super::diff::pretty;
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, has_marks, marked, page, short_hash};
 use super::servers::urlencode;
-use crate::catalog::store::Store;
 use crate::door::{Door, Presentation, server_visible, shows_tool};
 use crate::registry::ServerView;
+use crate::store::Store;
 
 /// Rows a page shows at most (a search keeps its best).
 const MAX_ROWS: usize = 500;

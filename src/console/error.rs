@@ -4,9 +4,9 @@
 use http::StatusCode;
 
 use crate::access::Refusal;
-use crate::catalog::store::StoreError;
 use crate::door::SearchError;
 use crate::door::tasks::TaskError;
+use crate::store::StoreError;
 use crate::supervisor::integrity::ApproveError;
 
 #[derive(Debug, thiserror::Error)]

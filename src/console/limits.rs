@@ -9,9 +9,9 @@ use maud::{Markup, html};
 
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, page, when};
-use crate::catalog::store::Store;
 use crate::door::limits::{self, AgentLimits, RECENT, Recent};
 use crate::door::{Door, server_visible};
+use crate::store::Store;
 
 pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, store: &Store, now_ms: i64) -> Result<Markup, ConsoleError> {
     let mut agents = Vec::new();

@@ -38,12 +38,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access::{Caller, Identity, Refusal, UnixPeer};
-use crate::catalog::store::Store;
 use crate::config::ConsoleConfig;
 use crate::door::Door;
 use crate::listen::http::Body;
 use crate::listen::shares::{PeerRate, Shares};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
+use crate::store::Store;
 use crate::supervisor::integrity::Approver;
 use crate::supervisor::{Refresher, ServerAction};
 use crate::telemetry::throttle::Throttle;

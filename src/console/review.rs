@@ -10,9 +10,9 @@ use super::diff::{pretty, side_by_side};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, short_hash, when};
 use crate::catalog::integrity::Hold;
-use crate::catalog::store::Store;
-use crate::catalog::store::fleet::FROM_FLEET;
 use crate::door::Door;
+use crate::store::Store;
+use crate::store::fleet::FROM_FLEET;
 use crate::supervisor::integrity::{Approver, DefinitionDiff};
 
 /// Held tools reviewed on one page at most.

@@ -6,10 +6,10 @@ use maud::{Markup, html};
 
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
-use crate::catalog::store::tasks::{TaskFilter, TaskStatus};
 use crate::door::Door;
 use crate::door::tasks::Task;
 use crate::door::tasks::overview::MAX_LISTED;
+use crate::store::tasks::{TaskFilter, TaskStatus};
 
 /// Longest part of a result or error shown in the list (the whole is the task's, by id).
 const SHOWN_BYTES: usize = 2000;

@@ -8,8 +8,8 @@ use maud::{Markup, html};
 use super::chart::{buckets, chart};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, marked, page, when};
-use crate::catalog::store::Store;
-use crate::catalog::store::audit::AuditFilter;
+use crate::store::Store;
+use crate::store::audit::AuditFilter;
 
 /// Records listed at most.
 const ROWS: u32 = 200;

@@ -14,10 +14,10 @@ use tokio::sync::watch;
 use crate::access::Caller;
 use crate::calls::{ApprovalError, CallError, ToolRef};
 use crate::catalog::record::now_ms;
-use crate::catalog::store::call_approvals::{Admission, ApprovalRecord, ApprovalStatus};
-use crate::catalog::store::{Store, StoreError};
 use crate::config::ApprovalsConfig;
 use crate::registry::{CatalogSnapshot, Registry};
+use crate::store::call_approvals::{Admission, ApprovalRecord, ApprovalStatus};
+use crate::store::{Store, StoreError};
 
 /// Requests a listing shows at most.
 pub const MAX_LISTED: u32 = 500;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::access::{Agent, Caller};
-use crate::catalog::store::audit::AuditFilter;
-use crate::catalog::store::{Store, StoreError};
+use crate::store::audit::AuditFilter;
+use crate::store::{Store, StoreError};
 
 /// How far back the recent calls and refusals are counted.
 pub const RECENT: Duration = Duration::from_secs(15 * 60);

@@ -17,9 +17,9 @@ use crate::audit::{AuditRecord, Auditor};
 use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
 use crate::catalog::integrity::Hold;
 use crate::catalog::names;
-use crate::catalog::store::Store;
 use crate::config::AuditArguments;
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
+use crate::store::Store;
 use crate::telemetry::mcp::Operation;
 use opentelemetry::KeyValue;
 
@@ -60,7 +60,7 @@ pub enum SearchError {
     #[error("no server named {0:?}")]
     UnknownServer(String),
     #[error(transparent)]
-    Store(#[from] crate::catalog::store::StoreError),
+    Store(#[from] crate::store::StoreError),
 }
 
 impl Door {
@@ -91,7 +91,7 @@ impl Door {
         id: &str,
         approve: bool,
         reason: Option<&str>,
-    ) -> Result<crate::catalog::store::call_approvals::ApprovalRecord, approvals::DecideError> {
+    ) -> Result<crate::store::call_approvals::ApprovalRecord, approvals::DecideError> {
         if !operator.agent.admin {
             return Err(approvals::DecideError::Unknown(truncate(id.to_owned(), 128)));
         }
@@ -175,8 +175,8 @@ impl Door {
     /// them; the others ended with it (see [`tasks::Tasks::recover`]).
     ///
     /// # Errors
-    /// [`crate::catalog::store::StoreError`].
-    pub async fn recover_tasks(&self) -> Result<u64, crate::catalog::store::StoreError> {
+    /// [`crate::store::StoreError`].
+    pub async fn recover_tasks(&self) -> Result<u64, crate::store::StoreError> {
         self.tasks.recover(self).await
     }
 
@@ -367,7 +367,7 @@ impl Door {
             // request (and the task that follows it) reaches the caller before its own timer.
             let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
             let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref() };
-            let requested = |record: &crate::catalog::store::call_approvals::ApprovalRecord| {
+            let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
                 self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
             };
             let gated = self.approvals.gate(asked, &self.registry, requested).await;

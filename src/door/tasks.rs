@@ -22,9 +22,9 @@ use super::Door;
 use crate::access::Caller;
 use crate::calls::{CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
 use crate::catalog::record::now_ms;
-use crate::catalog::store::tasks::{TaskEnd, TaskRecord, TaskStatus};
-use crate::catalog::store::{Store, StoreError};
 use crate::config::TasksConfig;
+use crate::store::tasks::{TaskEnd, TaskRecord, TaskStatus};
+use crate::store::{Store, StoreError};
 
 /// How often a caller is told to look again.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);

@@ -15,9 +15,9 @@ use serde_json::{Map, Value};
 
 use super::message::Params;
 use super::{Endpoint, Era, View, reply};
-use crate::catalog::store::tasks::TaskStatus;
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, failure_of};
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
+use crate::store::tasks::TaskStatus;
 
 pub(super) use crate::mcp::tasks::{METHOD_CANCEL, METHOD_GET, METHOD_LIST, METHOD_RESULT, METHOD_UPDATE};
 /// Whether `method` names a task in `params.taskId` (and so, over HTTP, in `Mcp-Name`).

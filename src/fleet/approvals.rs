@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use sqlx::PgPool;
 
 use super::{FleetError, FleetParts};
-use crate::catalog::store::fleet::FROM_FLEET;
+use crate::store::fleet::FROM_FLEET;
 use crate::supervisor::integrity::ApproveError;
 use crate::telemetry::throttle::Throttle;
 

@@ -27,9 +27,9 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::store::{Store, StoreError};
 use crate::config::{FleetConfig, ServerSpec};
 use crate::registry::Registry;
+use crate::store::{Store, StoreError};
 use crate::supervisor::integrity::Approver;
 use crate::telemetry::throttle::Throttle;
 

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 
 use super::FleetError;
-use crate::catalog::store::Store;
-use crate::catalog::store::fleet::{APPROVALS_CURSOR, AUDIT_CHECKPOINTS_CURSOR, AUDIT_CURSOR};
+use crate::store::Store;
+use crate::store::fleet::{APPROVALS_CURSOR, AUDIT_CHECKPOINTS_CURSOR, AUDIT_CURSOR};
 
 /// Records per batch, and batches per tick (the rest waits for the next tick).
 const BATCH: u32 = 500;

@@ -5,7 +5,7 @@
 use sqlx::PgPool;
 
 use super::FleetError;
-use crate::catalog::store::audit_chain::{self, Chain, ChainRecord, CheckpointRecord, Verdict};
+use crate::store::audit_chain::{self, Chain, ChainRecord, CheckpointRecord, Verdict};
 
 /// The checkpoints of `host_id` as the fleet store kept them.
 ///

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
-use crate::catalog::store::Store;
 use crate::config::ServerSpec;
 use crate::mcp::lifecycle::Era;
 use crate::registry::{Registry, ServerState};
+use crate::store::Store;
 use crate::supervisor::worker::{Worker, WorkerCommand};
 use crate::supervisor::{Senders, WORKER_QUEUE, lifecycle};
 use crate::telemetry::metrics::Metrics;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use crate::catalog::integrity::{self, Approval, Policy, ToolIntegrity};
 use crate::catalog::model::{Generation, ToolDef};
-use crate::catalog::store::approvals::ACCEPTED_BY_POLICY;
-use crate::catalog::store::{Store, StoreError};
 use crate::registry::Registry;
+use crate::store::approvals::ACCEPTED_BY_POLICY;
+use crate::store::{Store, StoreError};
 
 /// Why an approval was refused.
 #[derive(Debug, thiserror::Error)]

@@ -22,9 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::integrity::Approval;
 use crate::catalog::record::EnumerationReason;
-use crate::catalog::store::{Store, StoreError, StoredServer};
 use crate::config::ServerSpec;
 use crate::registry::{self, ConfigChange, Registry, ServerState, ServerView};
+use crate::store::{Store, StoreError, StoredServer};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
 use worker::WorkerCommand;

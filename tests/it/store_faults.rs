@@ -131,7 +131,7 @@ async fn another_applications_database_is_refused_untouched() {
     let digest = |path: &Path| toolhost::catalog::model::sha256_hex(&std::fs::read(path).unwrap());
     let before = digest(&foreign);
 
-    let error = toolhost::catalog::store::Store::open(&foreign, 10).await.err().expect("a foreign database is refused");
+    let error = toolhost::store::Store::open(&foreign, 10).await.err().expect("a foreign database is refused");
     let message = error.to_string();
     assert!(message.contains("not a toolhost catalog") && message.contains("invoices"), "{message}");
     assert!(digest(&foreign) == before, "not a byte changed");
@@ -140,15 +140,15 @@ async fn another_applications_database_is_refused_untouched() {
     let mut connection = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", tagged.display())).await.unwrap();
     sqlx::query("PRAGMA application_id = 42").execute(&mut connection).await.unwrap();
     connection.close().await.unwrap();
-    let message = toolhost::catalog::store::Store::open(&tagged, 10).await.err().expect("refused").to_string();
+    let message = toolhost::store::Store::open(&tagged, 10).await.err().expect("refused").to_string();
     assert!(message.contains("application_id is 0x2a"), "{message}");
 
     // toolhost's own store opens again, and so does an empty file.
     let own = dir.path("own.db");
-    toolhost::catalog::store::Store::open(&own, 10).await.unwrap().close().await;
-    toolhost::catalog::store::Store::open(&own, 10).await.unwrap().close().await;
+    toolhost::store::Store::open(&own, 10).await.unwrap().close().await;
+    toolhost::store::Store::open(&own, 10).await.unwrap().close().await;
     std::fs::write(dir.path("empty.db"), b"").unwrap();
-    toolhost::catalog::store::Store::open(&dir.path("empty.db"), 10).await.unwrap().close().await;
+    toolhost::store::Store::open(&dir.path("empty.db"), 10).await.unwrap().close().await;
 }
 
 /// Waits on the health service's own stream until `service` reports `wanted`.

@@ -4,7 +4,7 @@
 use super::{Task, TaskError, Tasks, as_listed};
 use crate::access::Caller;
 use crate::catalog::record::now_ms;
-use crate::catalog::store::tasks::TaskFilter;
+use crate::store::tasks::TaskFilter;
 
 /// Tasks a listing shows at most.
 pub const MAX_LISTED: u32 = 200;

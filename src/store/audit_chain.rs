@@ -430,7 +430,7 @@ pub async fn verify(path: &Path, key: &VerifyingKey, span: Span, more: &[Checkpo
 mod tests {
     use super::*;
     use crate::catalog::record::AuditRecord;
-    use crate::catalog::store::Store;
+    use crate::store::Store;
 
     fn record(n: i64) -> AuditRecord {
         AuditRecord {

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationReason, EnumerationRecord};
-use crate::catalog::store::{CommitOutcome, Store};
+use crate::store::{CommitOutcome, Store};
 
 const HISTORY: u32 = 6;
 

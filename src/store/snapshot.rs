@@ -115,7 +115,7 @@ mod store_tests {
 
     use crate::catalog::model::Listing;
     use crate::catalog::record::{EnumerationReason, EnumerationRecord};
-    use crate::catalog::store::Store;
+    use crate::store::Store;
 
     async fn names_after_restart(path: &std::path::Path) -> Vec<String> {
         let store = Store::open(path, 10).await.unwrap();

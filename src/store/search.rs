@@ -3,7 +3,11 @@
 
 use sqlx::sqlite::SqliteConnection;
 
-use super::{CANDIDATES_PER_RESULT, Store, StoreError};
+use super::{Store, StoreError};
+
+/// Best full-text matches considered per result wanted: the rest of them may be versions that
+/// are not in the generations asked for (kept history, or not yet published).
+const CANDIDATES_PER_RESULT: i64 = 8;
 use crate::catalog::model::ToolDef;
 use crate::catalog::search::{SearchDoc, fts_queries};
 
@@ -182,7 +186,7 @@ mod tests {
 
     use crate::catalog::model::Listing;
     use crate::catalog::record::{EnumerationReason, EnumerationRecord};
-    use crate::catalog::store::Store;
+    use crate::store::Store;
 
     #[tokio::test]
     async fn a_store_from_before_the_index_gets_it_built_at_open() {

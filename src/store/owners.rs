@@ -1,0 +1,105 @@
+//! Who owns what in the store. One SQLite file holds several repositories, each the only writer
+//! of its tables and the author of its own section of the migrations; `store_meta` is the
+//! store's own key-value table, where each repository keeps its keys (the search index's
+//! version, the fleet spool's cursors, the audit chain's anchor). The fleet spool owns no
+//! table: it reads what the audit and catalog repositories wrote and keeps its cursors.
+//! The test below holds the map to the migrations and to the code.
+
+/// One repository: its files in `src/store/`, its tables, and its migrations.
+pub(crate) struct Owner {
+    pub name: &'static str,
+    pub files: &'static [&'static str],
+    pub tables: &'static [&'static str],
+    pub migrations: &'static [&'static str],
+}
+
+pub(crate) const OWNERS: &[Owner] = &[
+    Owner {
+        name: "catalog generations",
+        files: &["generations.rs", "search.rs", "snapshot.rs", "approvals.rs"],
+        tables: &[
+            "servers",
+            "generations",
+            "tool_versions",
+            "definitions",
+            "enumerations",
+            "current_snapshots",
+            "search_rows",
+            "tool_search",
+            "approvals",
+        ],
+        migrations: &["0001_catalog", "0002_era", "0004_search", "0005_integrity", "0006_private_listings", "0007_current_snapshot"],
+    },
+    Owner {
+        name: "audit trail",
+        files: &["audit.rs", "audit_chain.rs"],
+        tables: &["audit", "audit_checkpoints"],
+        migrations: &["0003_audit", "0011_audit_chain", "0012_audit_anchor"],
+    },
+    Owner { name: "quotas", files: &["quotas.rs"], tables: &["quota_usage"], migrations: &["0008_quotas"] },
+    Owner { name: "tasks", files: &["tasks.rs"], tables: &["tasks"], migrations: &["0009_tasks"] },
+    Owner { name: "call approvals", files: &["call_approvals.rs"], tables: &["call_approvals"], migrations: &["0010_call_approvals"] },
+    Owner { name: "fleet spool", files: &["fleet.rs"], tables: &[], migrations: &[] },
+];
+
+/// The store's own table, shared by key.
+pub(crate) const SHARED: &str = "store_meta";
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn words_after<'a>(text: &'a str, keyword: &str) -> Vec<&'a str> {
+        text.match_indices(keyword)
+            .filter_map(|(at, _)| text[at + keyword.len()..].split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next())
+            .filter(|word| !word.is_empty() && *word != "IF")
+            .collect()
+    }
+
+    #[test]
+    fn every_table_and_migration_has_one_owner_and_only_the_owner_writes_its_tables() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut migrations: Vec<_> = std::fs::read_dir(root.join("migrations"))
+            .unwrap()
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "sql"))
+            .collect();
+        migrations.sort();
+        let owner_of_migration: BTreeMap<&str, &str> =
+            OWNERS.iter().flat_map(|owner| owner.migrations.iter().map(|migration| (*migration, owner.name))).collect();
+        let owner_of_table: BTreeMap<&str, &str> =
+            OWNERS.iter().flat_map(|owner| owner.tables.iter().map(|table| (*table, owner.name))).collect();
+        assert_eq!(owner_of_migration.len(), OWNERS.iter().map(|owner| owner.migrations.len()).sum::<usize>(), "a migration listed twice");
+        assert_eq!(owner_of_table.len(), OWNERS.iter().map(|owner| owner.tables.len()).sum::<usize>(), "a table listed twice");
+        for path in &migrations {
+            let stem = path.file_stem().unwrap().to_str().unwrap();
+            let owner = owner_of_migration.get(stem).unwrap_or_else(|| panic!("migration {stem} has no owner in OWNERS"));
+            let sql = std::fs::read_to_string(path).unwrap();
+            for table in words_after(&sql, "CREATE TABLE ").into_iter().chain(words_after(&sql, "CREATE VIRTUAL TABLE ")) {
+                if table == SHARED {
+                    continue;
+                }
+                assert_eq!(owner_of_table.get(table), Some(owner), "{stem} creates {table}, which its owner {owner} does not list");
+            }
+        }
+        assert_eq!(owner_of_migration.len(), migrations.len(), "OWNERS lists a migration that does not exist");
+        // Only the owner's files write its tables.
+        let store = root.join("src/store");
+        for entry in std::fs::read_dir(&store).unwrap() {
+            let path = entry.unwrap().path();
+            let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+            let code = std::fs::read_to_string(&path).unwrap();
+            let written = ["INSERT INTO ", "INSERT OR REPLACE INTO ", "UPDATE ", "DELETE FROM "]
+                .into_iter()
+                .flat_map(|verb| words_after(&code, verb));
+            for table in written {
+                let Some(owner) = owner_of_table.get(table) else { continue };
+                let files = OWNERS.iter().find(|candidate| candidate.name == *owner).unwrap().files;
+                assert!(files.contains(&file.as_str()), "{file} writes {table}, which belongs to {owner} ({files:?})");
+            }
+        }
+    }
+}
