@@ -88,6 +88,25 @@ pub fn locate(servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>, t
 }
 
 /// The refusal of a held tool (its offered definition is not the approved one), if it is held.
+/// Why the server's own state refuses a call of its tool `idx` before anything is sent: held
+/// (never the approved definition in place of the offered one: a held tool is not called at
+/// all), a tool that runs only as a task on a server that runs none, a server not callable now.
+fn refusal(view: &ServerView, idx: usize) -> Option<CallError> {
+    if let Some(held) = held(view, idx) {
+        return Some(held);
+    }
+    let tool = &view.generation.as_ref()?.tools[idx];
+    let server_tasks = view.hello.as_ref().is_some_and(|hello| hello.tasks);
+    if tool.fields().task_required && !server_tasks {
+        return Some(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
+    }
+    if !view.is_available() {
+        let reason = view.last_error.clone();
+        return Some(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason });
+    }
+    None
+}
+
 fn held(view: &ServerView, idx: usize) -> Option<CallError> {
     let hold = view.held(idx)?;
     let tool = &view.generation.as_ref()?.tools[idx];
@@ -231,28 +250,13 @@ impl Calls {
             expected_hash = Some(&pending.definition_hash);
         }
         self.check_preconditions(&view, tool, generation.number, expected_hash, request.expected_revision)?;
-        // Never the approved definition in place of the offered one: a held tool is not called at all.
-        if let Some(held) = held(&view, idx) {
-            if let CallError::DefinitionHeld { hold, .. } = &held {
+        if let Some(refused) = refusal(&view, idx) {
+            if let CallError::DefinitionHeld { hold, .. } = &refused {
                 span.set_attribute("toolhost.hold", hold.as_str());
             }
-            return Err(held);
+            return Err(refused);
         }
         let server_tasks = view.hello.as_ref().is_some_and(|hello| hello.tasks);
-        if tool.fields().task_required && !server_tasks {
-            return Err(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
-        }
-        if !view.is_available() {
-            return Err(CallError::Unavailable {
-                server: view.name.to_string(),
-                tool: tool.name.clone(),
-                state: view.state,
-                reason: view.last_error.clone(),
-            });
-        }
-        if view.session.is_none() {
-            return Err(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason: None });
-        }
         let arguments = check_arguments(request.arguments)?;
         let responses = match request.answer {
             Some(answer) => Some(continuation::check_responses(answer.responses)?),
@@ -334,8 +338,7 @@ impl Calls {
             },
             other => other,
         };
-        let at = |server: &ServerView| (server.name.to_string(), tool.name.clone(), generation.number);
-        match result {
+        let error = match result {
             Ok(result) => {
                 let done = self.finish(&view, tool, generation.number, result)?;
                 if done.outcome.is_error {
@@ -344,58 +347,25 @@ impl Calls {
                 if done.outcome.input_required.is_some() {
                     upstream_span.set_attribute("mcp.result_type", "input_required");
                 }
-                Ok(done)
+                return Ok(done);
             }
-            Err(UpstreamError::Rpc(error)) if is_unknown_tool(error.code, &error.message, &tool.name) => {
-                view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
-                self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
-                upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
-                // The server knows better than the catalog: look again, at once. The enumeration
-                // that follows links back to this call.
-                self.refresher.refresh_linked(
-                    &view.name,
-                    EnumerationReason::StaleTool,
-                    crate::telemetry::span_context(&tracing::Span::current()),
-                );
-                tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
-                Err(CallError::Stale(Box::new(StaleTool {
-                    kind: RaceKind::UpstreamUnknownTool,
-                    server: view.name.to_string(),
-                    tool: tool.name.clone(),
-                    current_generation: generation.number,
-                    removed_in_generation: None,
-                    current_hash: Some(tool.hash.clone()),
-                    detail: format!("the server answered {} ({}); a re-enumeration has started", error.code, error.message),
-                })))
-            }
-            Err(UpstreamError::Rpc(error)) if error.code == INVALID_PARAMS => {
-                let (server, tool, generation) = at(&view);
-                Err(CallError::UpstreamInvalidParams { server, tool, generation, message: error.message })
-            }
-            Err(UpstreamError::Rpc(error)) => {
-                let (server, tool, generation) = at(&view);
-                Err(CallError::Upstream { server, tool, generation, code: error.code, message: error.message })
-            }
-            Err(UpstreamError::Timeout { .. }) => Err(expired()),
-            Err(UpstreamError::Overloaded) => Err(CallError::Overloaded { server: view.name.to_string(), tool: tool.name.clone() }),
-            // It never reached the server: nothing ran, and the caller may try again.
-            Err(UpstreamError::NotSent(reason)) => Err(CallError::Unavailable {
-                server: view.name.to_string(),
-                tool: tool.name.clone(),
-                state: view.state,
-                reason: Some(reason),
-            }),
-            // The session ended, or the exchange broke after the request was sent: the server may
-            // have run it, so it is never retried, and the caller is told exactly that.
-            Err(error) => {
-                let (server, tool, generation) = at(&view);
-                let detail = match error {
-                    UpstreamError::Lost(detail) => Some(detail),
-                    _ => None,
-                };
-                Err(CallError::SessionLost { server, tool, generation, detail })
-            }
+            Err(error) => error,
+        };
+        let failure = Failure::of(error, &tool.name);
+        if matches!(failure, Failure::UnknownTool { .. }) {
+            view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
+            self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
+            upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
+            // The server knows better than the catalog: look again, at once. The enumeration
+            // that follows links back to this call.
+            self.refresher.refresh_linked(
+                &view.name,
+                EnumerationReason::StaleTool,
+                crate::telemetry::span_context(&tracing::Span::current()),
+            );
+            tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
         }
+        Err(failure.into_error(&view, tool, generation.number, timeout))
     }
 
     /// A server's answer to a call, read.
@@ -689,6 +659,66 @@ fn call_params(name: &str, raw: &RawValue, meta: &HashMap<String, String>, extra
 /// ("unknown field", "not found in enum"), so it counts as an unknown tool only when the message
 /// names this tool and says that a *tool* is unknown: a stale-tool race triggers a
 /// re-enumeration, and an argument error must not.
+/// What an upstream failure of a sent call means for its caller. Decided from the failure
+/// alone (pure, table-tested); `call_inner` acts on it (a race is also counted, logged and
+/// starts a re-enumeration).
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// The server does not know a tool the catalog lists: a stale-tool race.
+    UnknownTool { code: i64, message: String },
+    /// The server refused the arguments.
+    InvalidParams(String),
+    /// Any other JSON-RPC error the server answered.
+    Upstream { code: i64, message: String },
+    /// No answer within the caller's deadline.
+    Expired,
+    /// The server is not reading its input.
+    Overloaded,
+    /// It never reached the server: nothing ran, and the caller may try again.
+    NotSent(String),
+    /// The session ended, or the exchange broke after the request was sent: the server may have
+    /// run it, so it is never retried, and the caller is told exactly that.
+    Lost(Option<String>),
+}
+
+impl Failure {
+    fn of(error: UpstreamError, tool: &str) -> Failure {
+        match error {
+            UpstreamError::Rpc(error) if is_unknown_tool(error.code, &error.message, tool) => {
+                Failure::UnknownTool { code: error.code, message: error.message }
+            }
+            UpstreamError::Rpc(error) if error.code == INVALID_PARAMS => Failure::InvalidParams(error.message),
+            UpstreamError::Rpc(error) => Failure::Upstream { code: error.code, message: error.message },
+            UpstreamError::Timeout { .. } => Failure::Expired,
+            UpstreamError::Overloaded => Failure::Overloaded,
+            UpstreamError::NotSent(reason) => Failure::NotSent(reason),
+            UpstreamError::Lost(detail) => Failure::Lost(Some(detail)),
+            _ => Failure::Lost(None),
+        }
+    }
+
+    fn into_error(self, view: &ServerView, tool: &ToolDef, generation: u64, timeout: Duration) -> CallError {
+        let (server, name) = (view.name.to_string(), tool.name.clone());
+        match self {
+            Failure::UnknownTool { code, message } => CallError::Stale(Box::new(StaleTool {
+                kind: RaceKind::UpstreamUnknownTool,
+                server,
+                tool: name,
+                current_generation: generation,
+                removed_in_generation: None,
+                current_hash: Some(tool.hash.clone()),
+                detail: format!("the server answered {code} ({message}); a re-enumeration has started"),
+            })),
+            Failure::InvalidParams(message) => CallError::UpstreamInvalidParams { server, tool: name, generation, message },
+            Failure::Upstream { code, message } => CallError::Upstream { server, tool: name, generation, code, message },
+            Failure::Expired => CallError::DeadlineExceeded { server, tool: name, generation, after: timeout },
+            Failure::Overloaded => CallError::Overloaded { server, tool: name },
+            Failure::NotSent(reason) => CallError::Unavailable { server, tool: name, state: view.state, reason: Some(reason) },
+            Failure::Lost(detail) => CallError::SessionLost { server, tool: name, generation, detail },
+        }
+    }
+}
+
 fn is_unknown_tool(code: i64, message: &str, tool: &str) -> bool {
     if code == METHOD_NOT_FOUND {
         return true;
@@ -703,6 +733,80 @@ fn is_unknown_tool(code: i64, message: &str, tool: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_that_cannot_take_the_call_refuses_it_saying_why() {
+        use crate::catalog::model::{Generation, Listing};
+        use crate::registry::ServerState;
+        let tools = Listing::from_raw(vec![
+            serde_json::json!({"name": "plain", "inputSchema": {"type": "object"}}),
+            serde_json::json!({"name": "long", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}),
+        ])
+        .tools;
+        let at = |name: &str| tools.iter().position(|tool| tool.name == name).unwrap();
+        let (plain, long) = (at("plain"), at("long"));
+        let view = |state: ServerState, error: Option<&str>| {
+            let audit = crate::config::AuditArguments::None;
+            let mut view = ServerView::new("s".into(), state, "stdio", 1, Duration::from_secs(1), audit, Default::default());
+            view.generation = Some(Arc::new(Generation { number: 3, committed_at_ms: 0, tools: tools.clone() }));
+            view.last_error = error.map(str::to_owned);
+            view
+        };
+        let unavailable = |state: ServerState, reason: Option<&str>| CallError::Unavailable {
+            server: "s".into(),
+            tool: "plain".into(),
+            state,
+            reason: reason.map(str::to_owned),
+        };
+        let cases = [
+            // Shown ready, its session gone (ended a moment ago): not callable, and not sent.
+            (view(ServerState::Ready, None), plain, Some(unavailable(ServerState::Ready, None))),
+            (
+                view(ServerState::Reconnecting, Some("the server exited with status 1")),
+                plain,
+                Some(unavailable(ServerState::Reconnecting, Some("the server exited with status 1"))),
+            ),
+            (
+                view(ServerState::Failed, Some("cannot make its home")),
+                plain,
+                Some(unavailable(ServerState::Failed, Some("cannot make its home"))),
+            ),
+            // A tool that runs only as a task, on a server that runs none, whatever its state.
+            (view(ServerState::Ready, None), long, Some(CallError::TaskRequired { server: "s".into(), tool: "long".into() })),
+        ];
+        for (view, idx, expected) in cases {
+            let refused = refusal(&view, idx);
+            assert_eq!(format!("{refused:?}"), format!("{expected:?}"), "{:?} tool {idx}", view.state);
+        }
+    }
+
+    #[test]
+    fn an_upstream_failure_is_classified_by_what_it_says_of_the_call() {
+        let rpc =
+            |code: i64, message: &str| UpstreamError::Rpc(crate::mcp::jsonrpc::RpcError { code, message: message.to_owned(), data: None });
+        let cases: Vec<(UpstreamError, Failure)> = vec![
+            (rpc(METHOD_NOT_FOUND, "no such method"), Failure::UnknownTool { code: METHOD_NOT_FOUND, message: "no such method".into() }),
+            (
+                rpc(INVALID_PARAMS, "Unknown tool: echo"),
+                Failure::UnknownTool { code: INVALID_PARAMS, message: "Unknown tool: echo".into() },
+            ),
+            // Invalid arguments that name the tool but do not say it is unknown are the caller's.
+            (rpc(INVALID_PARAMS, "echo: text is required"), Failure::InvalidParams("echo: text is required".into())),
+            // Another tool unknown (the server's own dispatch) is not a race of this one.
+            (rpc(INVALID_PARAMS, "Unknown tool: other"), Failure::InvalidParams("Unknown tool: other".into())),
+            (rpc(-32000, "backend down"), Failure::Upstream { code: -32000, message: "backend down".into() }),
+            (UpstreamError::Timeout { method: "tools/call".into(), after: Duration::from_secs(1) }, Failure::Expired),
+            (UpstreamError::Overloaded, Failure::Overloaded),
+            (UpstreamError::NotSent("queue closed".into()), Failure::NotSent("queue closed".into())),
+            (UpstreamError::Lost("reset".into()), Failure::Lost(Some("reset".into()))),
+            (UpstreamError::Closed, Failure::Lost(None)),
+            (UpstreamError::Exited("exited with status 1".into()), Failure::Lost(None)),
+        ];
+        for (error, expected) in cases {
+            let said = error.to_string();
+            assert_eq!(Failure::of(error, "echo"), expected, "{said}");
+        }
+    }
 
     fn params_of(arguments: Option<&str>, meta: &HashMap<String, String>, extra: &CallExtras<'_>) -> Result<Box<RawValue>, CallError> {
         call_params("t", check_arguments(arguments)?, meta, extra)
