@@ -47,12 +47,7 @@ impl WorkerSeed {
             era: self.era,
             commands,
             cancel: self.cancel.clone(),
-            session_listed_ok: false,
-            empty_listing_held: false,
-            last_ttl: None,
-            last_pass: None,
-            session_needed_authorization: false,
-            session_stopped_by_sandbox: false,
+            listings: Default::default(),
         }
     }
 }

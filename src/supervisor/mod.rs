@@ -8,6 +8,7 @@ mod guard;
 pub mod integrity;
 pub(crate) mod lifecycle;
 pub mod probe;
+mod session_state;
 mod trace;
 mod worker;
 

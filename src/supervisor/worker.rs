@@ -12,6 +12,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::lifecycle::{self, Event, Lifecycle, Next};
+use super::session_state::{Listen, ListingMemory, Schedule, Wake};
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::config::ServerSpec;
@@ -59,8 +60,10 @@ pub(crate) enum WorkerCommand {
 enum SessionEnd {
     /// toolhost is stopping this server.
     Cancelled,
-    /// The session closed (the process exited or its output ended).
-    Closed,
+    /// The session closed (the process exited or its output ended); `refused`: the state a
+    /// restart waits in when the server cannot simply be started again (failed at a sandbox
+    /// limit, or waiting for an authorization).
+    Closed { refused: Option<ServerState> },
     /// An operator asked for a fresh session.
     Restart,
 }
@@ -78,18 +81,8 @@ pub(crate) struct Worker {
     pub(crate) era: Option<Era>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) cancel: CancellationToken,
-    /// A listing of this session was committed (or found unchanged).
-    pub(crate) session_listed_ok: bool,
-    /// The previous listing was empty and was held back for confirmation.
-    pub(crate) empty_listing_held: bool,
-    /// The `ttlMs` of the last complete listing, if the server gave one.
-    pub(crate) last_ttl: Option<Duration>,
-    /// When the last pass ended and how long it took: bursts keep listing to a share of the time.
-    pub(crate) last_pass: Option<(Instant, Duration)>,
-    /// The last session ended because its OAuth authorization needs an operator.
-    pub(crate) session_needed_authorization: bool,
-    /// The last session's sandbox stopped the server at a limit: it shows `failed`.
-    pub(crate) session_stopped_by_sandbox: bool,
+    /// What the worker remembers of its listings (the empty-listing hold, ttlMs, pacing).
+    pub(crate) listings: ListingMemory,
 }
 
 // === impl Worker ===
@@ -140,14 +133,7 @@ impl Worker {
                     match self.run_session(connection, reason, permit, settings.authorizer.as_deref()).await {
                         SessionEnd::Cancelled => break,
                         SessionEnd::Restart => Event::RestartAsked,
-                        SessionEnd::Closed => {
-                            let refused = if std::mem::take(&mut self.session_stopped_by_sandbox) {
-                                Some(ServerState::Failed)
-                            } else {
-                                self.session_needed_authorization.then_some(ServerState::AuthRequired)
-                            };
-                            Event::SessionEnded { lasted: started.elapsed(), refused }
-                        }
+                        SessionEnd::Closed { refused } => Event::SessionEnded { lasted: started.elapsed(), refused },
                     }
                 }
                 Err(error) => {
@@ -212,7 +198,6 @@ impl Worker {
             }
         };
         tokio::pin!(keep_fresh);
-        let mut authorization_lost = false;
         let hello = connection.hello().clone();
         tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
         let mut changes = handle.list_changed();
@@ -235,109 +220,101 @@ impl Worker {
                 .with(opentelemetry::KeyValue::new("toolhost.server", self.name.to_string()))
         });
         // Modern servers announce changes only on a subscriptions/listen stream.
-        let wants_listen = hello.era == Era::Modern && hello.has_tools && hello.tools_list_changed;
-        let listen_handle = handle.clone();
         let listen_params = modern::listen_params();
+        let mut listen = Listen::new(hello.era == Era::Modern && hello.has_tools && hello.tools_list_changed);
         let (ack_tx, mut ack_rx) = watch::channel(0u64);
-        let mut listen: Option<ListenFuture<'_>> = None;
-        let mut listen_open_at: Option<Instant> = wants_listen.then(Instant::now);
-        let mut ack_deadline: Option<Instant> = None;
-        let mut ttl_refresh_at: Option<Instant> = None;
-        let mut pending = Some(reason);
-        let mut cause: Option<SpanContext> = None;
-        let mut change_seen_at: Option<Instant> = None;
-        let mut retry_at: Option<Instant> = None;
+        let mut schedule = Schedule::starting(reason);
         let stray_changes = Throttle::new(1);
-        self.session_listed_ok = false;
-        self.empty_listing_held = false;
+        let mut authorization_lost = false;
+        self.listings.new_session();
         let end = loop {
-            if let Some(reason) = pending.take() {
-                retry_at = None;
-                let span = trace::refresh(&self.name, reason, session_context.clone(), cause.take());
-                let refreshed = self.refresh(&connection, &hello, reason, &mut changes).instrument(span).await;
-                match refreshed {
+            if let Some((reason, cause)) = schedule.take_due() {
+                let span = trace::refresh(&self.name, reason, session_context.clone(), cause);
+                match self.refresh(&connection, &hello, reason, &mut changes).instrument(span).await {
                     Ok(true) => {
-                        if let Some(seen) = change_seen_at.take() {
-                            self.metrics.record_propagation(&self.name, seen.elapsed());
+                        if let Some(propagation) = schedule.settled(self.listings.ttl.take()) {
+                            self.metrics.record_propagation(&self.name, propagation);
                         }
-                        ttl_refresh_at = self.last_ttl.take().map(|ttl| deadline::after(ttl_delay(ttl)));
                     }
-                    Ok(false) => retry_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::REFRESH_FAILED))),
+                    Ok(false) => schedule.failed(lifecycle::backoff(&self.spec.restart, lifecycle::REFRESH_FAILED)),
                     Err(end) => break end,
                 }
             }
             // The session is up and enumerated (or its first pass has failed): let the next start.
             drop(start_permit.take());
-            let retry = async {
-                match retry_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
+            let (retry_at, ttl_at, open_at, ack_by) = (schedule.retry_at(), schedule.ttl_at(), listen.open_at(), listen.ack_by());
+            let wake = tokio::select! {
+                () = self.cancel.cancelled() => Wake::Cancelled,
+                () = handle.closed() => Wake::Closed,
+                lost = &mut keep_fresh => Wake::AuthorizationLost(lost.to_string()),
+                Ok(()) = changes.changed() => Wake::ListChanged,
+                Some(command) = self.commands.recv() => Wake::Command(command),
+                () = sleep_until_opt(retry_at) => Wake::RetryDue,
+                () = sleep_until_opt(ttl_at) => Wake::TtlDue,
+                () = sleep_until_opt(open_at) => Wake::OpenListen,
+                ended = listen.ended() => Wake::ListenEnded(ended),
+                Ok(()) = ack_rx.changed() => Wake::ListenAcknowledged,
+                () = sleep_until_opt(ack_by) => Wake::ListenOverdue,
             };
-            tokio::select! {
-                () = self.cancel.cancelled() => break SessionEnd::Cancelled,
-                () = handle.closed() => break SessionEnd::Closed,
-                lost = &mut keep_fresh => {
+            match wake {
+                Wake::Cancelled => break SessionEnd::Cancelled,
+                Wake::Closed => break SessionEnd::Closed { refused: None },
+                Wake::AuthorizationLost(lost) => {
                     self.registry.update(&self.name, |view| view.last_error = Some(format!("authorization required: {lost}")));
                     authorization_lost = true;
-                    break SessionEnd::Closed;
+                    break SessionEnd::Closed { refused: None };
                 }
-                Ok(()) = changes.changed() => {
-                    if hello.has_tools {
-                        pending = Some(EnumerationReason::ListChanged);
-                        change_seen_at.get_or_insert_with(Instant::now);
-                    } else {
-                        if let Some(suppressed) = stray_changes.admit() {
-                            tracing::warn!(server = %self.name, suppressed, "ignored tools/list_changed from a server that does not offer tools");
-                        }
-                        changes.borrow_and_update();
+                Wake::ListChanged if hello.has_tools => schedule.changed(),
+                Wake::ListChanged => {
+                    if let Some(suppressed) = stray_changes.admit() {
+                        tracing::warn!(server = %self.name, suppressed, "ignored tools/list_changed from a server that does not offer tools");
                     }
+                    changes.borrow_and_update();
                 }
-                Some(command) = self.commands.recv() => match command {
-                    WorkerCommand::Refresh(reason, link) => {
-                        pending = Some(reason);
-                        cause = link;
-                    }
-                    WorkerCommand::Restart => break SessionEnd::Restart,
-                    WorkerCommand::Authorized => {}
-                },
-                () = retry => pending = Some(EnumerationReason::Manual),
-                () = sleep_until_opt(ttl_refresh_at) => {
-                    // ttlMs is a freshness hint: the listing has gone stale, so look again (jittered,
-                    // never sooner than the floor in ttl_delay).
-                    ttl_refresh_at = None;
-                    pending = Some(EnumerationReason::Ttl);
+                Wake::Command(WorkerCommand::Refresh(reason, link)) => schedule.ask_linked(reason, link),
+                Wake::Command(WorkerCommand::Restart) => break SessionEnd::Restart,
+                Wake::Command(WorkerCommand::Authorized) => {}
+                Wake::RetryDue => schedule.retry_due(),
+                // ttlMs is a freshness hint: the listing has gone stale, so look again (jittered,
+                // never sooner than the floor in ttl_delay).
+                Wake::TtlDue => schedule.ttl_due(),
+                Wake::OpenListen => listen.open(Box::pin(handle.listen(&listen_params, ack_tx.clone())), self.spec.request_timeout),
+                Wake::ListenEnded(result) => {
+                    tracing::info!(server = %self.name, ?result, "the subscriptions/listen stream ended; re-opening it");
+                    listen.close(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_ENDED));
                 }
-                () = sleep_until_opt(listen_open_at), if listen.is_none() => {
-                    listen_open_at = None;
-                    listen = Some(Box::pin(listen_handle.listen(&listen_params, ack_tx.clone())));
-                    ack_deadline = Some(deadline::after(self.spec.request_timeout));
+                // Notifications may have been missed while no stream was open.
+                Wake::ListenAcknowledged => {
+                    listen.acknowledged();
+                    schedule.ask(EnumerationReason::ListChanged);
                 }
-                ended = async { listen.as_mut().expect("guarded by the condition").await }, if listen.is_some() => {
-                    listen = None;
-                    ack_deadline = None;
-                    tracing::info!(server = %self.name, result = ?ended, "the subscriptions/listen stream ended; re-opening it");
-                    listen_open_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_ENDED)));
-                }
-                Ok(()) = ack_rx.changed() => {
-                    ack_deadline = None;
-                    // Notifications may have been missed while no stream was open.
-                    pending = Some(EnumerationReason::ListChanged);
-                }
-                () = sleep_until_opt(ack_deadline) => {
+                Wake::ListenOverdue => {
                     tracing::warn!(server = %self.name, "subscriptions/listen was not acknowledged in time; re-opening it");
-                    ack_deadline = None;
-                    listen = None;
-                    listen_open_at = Some(deadline::after(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_UNACKNOWLEDGED)));
+                    listen.close(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_UNACKNOWLEDGED));
                 }
             }
         };
         drop(listen);
-        if !hello.tools_list_changed && handle.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        self.end_session(connection, &hello, end, authorization_lost, life, &session_span).await
+    }
+
+    /// Takes a session down after its loop ended: says at once that the server is not
+    /// callable, shuts the connection down, and records why it ended (a sandbox limit, its own
+    /// exit with its stderr, a lost authorization). A session that closed is told apart by how.
+    async fn end_session(
+        &mut self,
+        connection: Connection,
+        hello: &ServerHello,
+        end: SessionEnd,
+        authorization_lost: bool,
+        life: Option<SessionLife>,
+        session_span: &tracing::Span,
+    ) -> SessionEnd {
+        if !hello.tools_list_changed && connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
         let ended_by_server = connection.ended_by_server();
-        self.session_needed_authorization = authorization_lost || connection.needs_authorization();
+        let needs_authorization = authorization_lost || connection.needs_authorization();
         self.registry.update(&self.name, |view| {
             view.session = None;
             // Said at once, not after the shutdown below (which may wait out a grace period):
@@ -353,15 +330,17 @@ impl Worker {
         if let Some(life) = life {
             let error_type = match (&ended.sandbox, &end) {
                 (Some(_), _) => Some("sandbox_limit"),
-                (None, SessionEnd::Closed) => Some("session_closed"),
+                (None, SessionEnd::Closed { .. }) => Some("session_closed"),
                 (None, SessionEnd::Cancelled | SessionEnd::Restart) => None,
             };
             life.end(error_type);
         }
+        let exit = ended.status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
+        tracing::info!(server = %self.name, %exit, "session ended");
+        session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
         if let Some(report) = &ended.sandbox {
             let text = report.describe();
             tracing::warn!(server = %self.name, error = %text, "the server's sandbox stopped it");
-            self.session_stopped_by_sandbox = true;
             let limit = match report {
                 crate::sandbox::Report::Limit { kind, .. } => Some(*kind),
                 _ => None,
@@ -373,21 +352,23 @@ impl Worker {
                 }
             });
         }
+        let SessionEnd::Closed { .. } = end else { return end };
+        if ended.sandbox.is_some() {
+            return SessionEnd::Closed { refused: Some(ServerState::Failed) };
+        }
+        if needs_authorization {
+            return SessionEnd::Closed { refused: Some(ServerState::AuthRequired) };
+        }
         // A server that went away by itself says how and why, at WARN and in its last error:
         // "the session is closed" alone tells an operator nothing.
-        if ended.sandbox.is_none() && matches!(end, SessionEnd::Closed) && !self.session_needed_authorization {
-            let why = format!("the server {}", ended.explain());
-            tracing::warn!(server = %self.name, error = %why, "the server ended its session");
-            self.registry.update(&self.name, |view| {
-                if view.last_error.is_none() {
-                    view.last_error = Some(why);
-                }
-            });
-        }
-        let exit = ended.status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
-        tracing::info!(server = %self.name, %exit, "session ended");
-        session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
-        end
+        let why = format!("the server {}", ended.explain());
+        tracing::warn!(server = %self.name, error = %why, "the server ended its session");
+        self.registry.update(&self.name, |view| {
+            if view.last_error.is_none() {
+                view.last_error = Some(why);
+            }
+        });
+        SessionEnd::Closed { refused: None }
     }
 
     /// One refresh: the capability gate, burst coalescing, then passes until one settles.
@@ -454,21 +435,22 @@ impl Worker {
             };
             trace::finish_pass(&pass_span, outcome, &stats, error);
             drop(pass_span);
-            self.last_pass = Some((Instant::now(), clock.elapsed()));
+            self.listings.last_pass = Some((Instant::now(), clock.elapsed()));
             if outcome != "complete" {
                 self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, clock.elapsed());
             }
             match pass {
                 Ok(listing) => {
-                    if let Some(error) = self.suspicious_empty_listing(&listing) {
+                    let current = self.registry.server(&self.name).and_then(|view| view.generation.clone());
+                    if let Some(error) = self.listings.suspicious_empty(&listing, current.as_deref()) {
                         tracing::warn!(server = %self.name, %error, "not committed; confirming with another listing");
                         self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;
                         self.set_state(ServerState::Failed, Some(error));
                         return Ok(false);
                     }
-                    self.last_ttl = stats.ttl_ms.filter(|ttl| *ttl > 0).map(Duration::from_millis);
+                    self.listings.ttl = stats.ttl_ms.filter(|ttl| *ttl > 0).map(Duration::from_millis);
                     let committed = self.commit(listing, reason, clock, stats).await;
-                    self.session_listed_ok |= committed;
+                    self.listings.committed(committed);
                     return Ok(committed);
                 }
                 Err(PassEnd::Superseded) => {
@@ -487,31 +469,11 @@ impl Worker {
         }
     }
 
-    /// An empty listing that would empty a non-empty catalog right after (re)connecting or after
-    /// a failure is held back once: servers that lost their credentials or state often answer
-    /// with nothing. A second empty listing in a row confirms it.
-    fn suspicious_empty_listing(&mut self, listing: &Listing) -> Option<String> {
-        if !listing.tools.is_empty() {
-            self.empty_listing_held = false;
-            return None;
-        }
-        let current = self.registry.server(&self.name).and_then(|view| view.generation.clone())?;
-        if current.tools.is_empty() || self.session_listed_ok || self.empty_listing_held {
-            return None;
-        }
-        self.empty_listing_held = true;
-        Some(format!(
-            "the server listed no tools right after connecting; generation {} ({} tools) stays until a second listing confirms it",
-            current.number,
-            current.tools.len()
-        ))
-    }
-
     /// Waits until no list_changed has arrived for [`QUIET_PERIOD`] and listing has been idle
     /// for [`IDLE_PER_PASS`] times the last pass (at most [`MAX_QUIET_WAIT`] in all).
     async fn wait_for_quiet(&self, changes: &mut watch::Receiver<u64>) -> Result<(), SessionEnd> {
         let give_up = deadline::after(MAX_QUIET_WAIT);
-        let idle_until = self.last_pass.map(|(ended, took)| ended + took.saturating_mul(IDLE_PER_PASS).min(MAX_QUIET_WAIT));
+        let idle_until = self.listings.last_pass.map(|(ended, took)| ended + took.saturating_mul(IDLE_PER_PASS).min(MAX_QUIET_WAIT));
         changes.borrow_and_update();
         loop {
             let quiet_until = deadline::after(QUIET_PERIOD).max(idle_until.unwrap_or_else(Instant::now));
@@ -543,25 +505,12 @@ fn is_isolated(gap_before: Option<Duration>) -> bool {
     gap_before.is_none_or(|gap| gap >= ISOLATION)
 }
 
-/// An open `subscriptions/listen`: completes when the subscription ends.
-type ListenFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), UpstreamError>> + Send + 'a>>;
-
 /// Completes at `at`, or never when there is no deadline.
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// When to look again after a listing that was fresh for `ttl`: never sooner than a floor (ttlMs
-/// is a hint, not a polling interval), with up to 10% jitter so servers do not refresh in step.
-fn ttl_delay(ttl: Duration) -> Duration {
-    const FLOOR: Duration = Duration::from_secs(5);
-    // A server's ttlMs can be any u64; a day is as long as toolhost waits to look again.
-    const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-    let base = ttl.clamp(FLOOR, MAX_TTL);
-    base.saturating_add(base.mul_f64(fastrand::f64() * 0.1))
 }
 
 #[cfg(test)]
@@ -575,16 +524,5 @@ mod tests {
         assert!(is_isolated(Some(ISOLATION)));
         assert!(!is_isolated(Some(Duration::from_millis(1))));
         assert!(!is_isolated(Some(Duration::from_millis(99))));
-    }
-
-    #[test]
-    fn ttl_refreshes_are_jittered_and_never_a_tight_poll() {
-        for ttl in [Duration::ZERO, Duration::from_millis(1), Duration::from_secs(60), Duration::from_millis(u64::MAX)] {
-            for _ in 0..20 {
-                let delay = ttl_delay(ttl);
-                let base = ttl.clamp(Duration::from_secs(5), Duration::from_secs(24 * 3600));
-                assert!(delay >= base && delay <= base.mul_f64(1.1), "{ttl:?} -> {delay:?}");
-            }
-        }
     }
 }
