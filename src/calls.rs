@@ -748,8 +748,8 @@ mod tests {
         let view = |state: ServerState, error: Option<&str>| {
             let audit = crate::config::AuditArguments::None;
             let mut view = ServerView::new("s".into(), state, "stdio", 1, Duration::from_secs(1), audit, Default::default());
-            view.generation = Some(Arc::new(Generation { number: 3, committed_at_ms: 0, tools: tools.clone() }));
-            view.last_error = error.map(str::to_owned);
+            view.stored(Arc::new(Generation { number: 3, committed_at_ms: 0, tools: tools.clone() }), None, false);
+            view.enter(state, error.map(str::to_owned));
             view
         };
         let unavailable = |state: ServerState, reason: Option<&str>| CallError::Unavailable {

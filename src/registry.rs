@@ -29,6 +29,7 @@ use crate::mcp::lifecycle::ServerHello;
 use crate::upstream::SessionHandle;
 
 pub mod history;
+mod transitions;
 
 /// Snapshots kept for paging and revision preconditions.
 const SNAPSHOTS_KEPT: usize = 64;

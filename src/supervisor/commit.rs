@@ -9,7 +9,6 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::catalog::integrity::{self, Approval, ToolIntegrity};
 use crate::catalog::model::{Generation, Listing};
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationRecord, now_ms};
-use crate::registry::ServerState;
 use crate::store::CommitOutcome;
 use crate::store::approvals::ACCEPTED_BY_POLICY;
 use crate::supervisor::enumerate::{PassClock, PassStats};
@@ -89,15 +88,7 @@ impl Worker {
                 {
                     view.shared.remember_generation_span(number, context);
                 }
-                self.registry.update(&self.name, |view| {
-                    view.generation = Some(generation);
-                    view.integrity = states;
-                    view.revalidating = false;
-                    view.last_error = None;
-                    view.last_verified_at_ms = Some(now_ms());
-                    view.last_enumeration =
-                        Some(EnumerationRecord { outcome: EnumerationOutcome::Committed, generation: number, ..record });
-                });
+                self.registry.update(&self.name, |view| view.published(generation, states, record));
                 EnumerationOutcome::Committed
             }
             Ok(CommitOutcome::Unchanged { generation }) => {
@@ -108,16 +99,10 @@ impl Worker {
                 if previous.is_none()
                     && let Some(unpublished) = self.unpublished_generation(&mut approvals).await
                 {
-                    self.registry.update(&self.name, |view| {
-                        view.generation = Some(unpublished.0);
-                        view.integrity = unpublished.1;
-                    });
+                    self.registry.update(&self.name, |view| view.stored_generation_released(unpublished.0, unpublished.1));
                 }
                 self.registry.update(&self.name, |view| {
-                    view.revalidating = false;
-                    view.last_error = None;
-                    view.last_verified_at_ms = Some(now_ms());
-                    view.last_enumeration = Some(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
+                    view.verified(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
                 });
                 EnumerationOutcome::Unchanged
             }
@@ -128,14 +113,8 @@ impl Worker {
                 span.set_attribute("error.type", "store");
                 self.metrics.record_enumeration(&self.name, reason.as_str(), "store_failed", clock.elapsed());
                 let message = format!("the new tool generation could not be stored, so it was not published: {error}");
-                self.registry.update(&self.name, |view| {
-                    let generation = view.generation.as_ref().map_or(0, |g| g.number);
-                    view.state = ServerState::Failed;
-                    view.last_error = Some(message.clone());
-                    // The attempt is shown even though the store could not record it.
-                    view.last_enumeration =
-                        Some(EnumerationRecord { outcome: EnumerationOutcome::Failed, generation, error: Some(message), ..record });
-                });
+                // The attempt is shown even though the store could not record it.
+                self.registry.update(&self.name, |view| view.commit_failed(message, record));
                 return false;
             }
         };
@@ -225,10 +204,7 @@ impl Worker {
         if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
             tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
         }
-        self.registry.update(&self.name, |view| {
-            let generation = view.generation.as_ref().map_or(0, |g| g.number);
-            view.last_enumeration = Some(EnumerationRecord { generation, ..record });
-        });
+        self.registry.update(&self.name, |view| view.enumerated(record));
     }
 
     fn record(

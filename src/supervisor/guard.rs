@@ -13,9 +13,10 @@ use tracing::Instrument;
 
 use crate::config::ServerSpec;
 use crate::mcp::lifecycle::Era;
-use crate::registry::{Registry, ServerState};
+use crate::registry::Registry;
 use crate::store::Store;
-use crate::supervisor::worker::{Worker, WorkerCommand};
+use crate::supervisor::session_state::WorkerCommand;
+use crate::supervisor::worker::Worker;
 use crate::supervisor::{Senders, WORKER_QUEUE, lifecycle};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
@@ -69,12 +70,7 @@ pub(crate) async fn guard(seed: WorkerSeed, mut commands: mpsc::Receiver<WorkerC
         let message = panic_message(error.into_panic());
         tracing::error!(server = %seed.name, panics, %message, "the server's worker panicked; it will be restarted");
         seed.metrics.record_worker_panic(&seed.name);
-        seed.registry.update(&seed.name, |view| {
-            view.state = ServerState::Failed;
-            view.session = None;
-            view.num_worker_panics += 1;
-            view.last_error = Some(format!("toolhost's worker for this server panicked ({message}); restarting it"));
-        });
+        seed.registry.update(&seed.name, |view| view.worker_panicked(&message));
         let delay = lifecycle::backoff(&seed.spec.restart, panics);
         tokio::select! {
             () = seed.cancel.cancelled() => return,

@@ -159,7 +159,7 @@ impl Approver {
         let states = compact(&generation.tools, evaluation.tools);
         self.registry.update(server, |view| {
             if view.generation.as_ref().is_some_and(|current| Arc::ptr_eq(current, &generation)) {
-                view.integrity = states;
+                view.integrity_changed(states);
             }
         });
         tracing::info!(server, tools = entries.len(), approved_by, "tool definitions approved");

@@ -28,7 +28,7 @@ use crate::registry::{self, ConfigChange, Registry, ServerState, ServerView};
 use crate::store::{Store, StoreError, StoredServer};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::reaper::Reaper;
-use worker::WorkerCommand;
+use session_state::WorkerCommand;
 
 /// Commands a worker may have queued before it reads them.
 pub(crate) const WORKER_QUEUE: usize = 16;
@@ -241,7 +241,7 @@ impl Supervisor {
             Some(generation) => {
                 let (states, approvals) =
                     integrity::evaluate_stored(&self.store, &view.name, &view.shared.policy, &generation, approvals, previous).await?;
-                view.integrity = states;
+                view.integrity_changed(states);
                 approvals
             }
             None => approvals,
@@ -273,7 +273,7 @@ impl Supervisor {
             let sandbox = &stdio.sandbox;
             // The network as it runs: a package launcher left unset reaches its registry alone.
             let (network, allow) = crate::upstream::effective_network(stdio);
-            view.sandbox = Some(registry::SandboxView {
+            view.sandboxed(registry::SandboxView {
                 enabled: sandbox.enabled,
                 network,
                 allow: allow.iter().map(ToString::to_string).collect(),
@@ -295,9 +295,7 @@ impl Supervisor {
             _ => true,
         });
         if let Some(stored) = stored {
-            view.generation = Some(stored.generation);
-            view.last_verified_at_ms = stored.last_verified_at_ms;
-            view.revalidating = spec.enabled;
+            view.stored(stored.generation, stored.last_verified_at_ms, spec.enabled);
         }
         view
     }

@@ -14,7 +14,17 @@ use crate::catalog::record::EnumerationReason;
 use crate::deadline;
 use crate::upstream::UpstreamError;
 
-use super::worker::WorkerCommand;
+/// Requests a worker accepts from the rest of toolhost.
+#[derive(Debug)]
+pub(crate) enum WorkerCommand {
+    /// Re-enumerate now (a manual refresh, or a call that found a tool missing, whose span the
+    /// refresh links to).
+    Refresh(EnumerationReason, Option<SpanContext>),
+    /// End the session and start a fresh one at once.
+    Restart,
+    /// A new authorization: stop waiting out a backoff (nothing for a running session).
+    Authorized,
+}
 
 /// When the session next looks at the server's tools, and why.
 #[derive(Debug, Default)]

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::trace::SpanContext;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,7 +11,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::lifecycle::{self, Event, Lifecycle, Next};
-use super::session_state::{Listen, ListingMemory, Schedule, Wake};
+use super::session_state::{Listen, ListingMemory, Schedule, Wake, WorkerCommand};
 use crate::catalog::model::Listing;
 use crate::catalog::record::{EnumerationOutcome, EnumerationReason};
 use crate::config::ServerSpec;
@@ -43,18 +42,6 @@ const ISOLATION: Duration = Duration::from_millis(100);
 /// Under a burst, a pass starts no sooner than this many times the last pass's duration after
 /// it ended: listing takes at most a tenth of the server's time, however long the burst.
 const IDLE_PER_PASS: u32 = 9;
-
-/// Requests a worker accepts from the rest of toolhost.
-#[derive(Debug)]
-pub(crate) enum WorkerCommand {
-    /// Re-enumerate now (a manual refresh, or a call that found a tool missing, whose span the
-    /// refresh links to).
-    Refresh(EnumerationReason, Option<SpanContext>),
-    /// End the session and start a fresh one at once.
-    Restart,
-    /// A new authorization: stop waiting out a backoff (nothing for a running session).
-    Authorized,
-}
 
 /// Why a session ended.
 enum SessionEnd {
@@ -109,7 +96,7 @@ impl Worker {
             egress: self.registry.server(&self.name).map(|view| view.shared.egress.clone()).unwrap_or_default(),
         };
         let authorizer = settings.authorizer.clone();
-        self.registry.update(&self.name, |view| view.authorizer = authorizer);
+        self.registry.update(&self.name, |view| view.authorized_by(authorizer));
         let mut life = Lifecycle::new(self.spec.restart.clone());
         loop {
             self.set_state(life.attempt_state(), None);
@@ -150,7 +137,7 @@ impl Worker {
                         | UpstreamError::Sandbox(_) => Some(ServerState::Failed),
                         _ => None,
                     };
-                    self.registry.update(&self.name, |view| view.last_error = Some(text));
+                    self.registry.update(&self.name, |view| view.fault(text));
                     Event::StartFailed { refused }
                 }
             };
@@ -163,11 +150,7 @@ impl Worker {
                     (state, Some(delay))
                 }
             };
-            self.registry.update(&self.name, |view| {
-                view.state = state;
-                view.session = None;
-                view.num_restarts += 1;
-            });
+            self.registry.update(&self.name, |view| view.restarting(state));
             let Some(delay) = delay else { continue };
             tokio::select! {
                 () = self.cancel.cancelled() => break,
@@ -201,11 +184,7 @@ impl Worker {
         let hello = connection.hello().clone();
         tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
         let mut changes = handle.list_changed();
-        self.registry.update(&self.name, |view| {
-            view.hello = Some(hello.clone());
-            view.session = Some(handle.clone());
-            view.last_error = None;
-        });
+        self.registry.update(&self.name, |view| view.session_started(hello.clone(), handle.clone()));
         if self.era != Some(hello.era) {
             self.era = Some(hello.era);
             if let Err(error) = self.store.remember_era(&self.name, hello.era.as_str(), &hello.protocol_version).await {
@@ -260,7 +239,7 @@ impl Worker {
                 Wake::Cancelled => break SessionEnd::Cancelled,
                 Wake::Closed => break SessionEnd::Closed { refused: None },
                 Wake::AuthorizationLost(lost) => {
-                    self.registry.update(&self.name, |view| view.last_error = Some(format!("authorization required: {lost}")));
+                    self.registry.update(&self.name, |view| view.fault(format!("authorization required: {lost}")));
                     authorization_lost = true;
                     break SessionEnd::Closed { refused: None };
                 }
@@ -315,17 +294,10 @@ impl Worker {
         }
         let ended_by_server = connection.ended_by_server();
         let needs_authorization = authorization_lost || connection.needs_authorization();
-        self.registry.update(&self.name, |view| {
-            view.session = None;
-            // Said at once, not after the shutdown below (which may wait out a grace period):
-            // a server with no session is never shown "ready".
-            if !matches!(end, SessionEnd::Cancelled) {
-                view.state = ServerState::Reconnecting;
-            }
-            if ended_by_server.is_some() {
-                view.last_error = ended_by_server;
-            }
-        });
+        // Said at once, not after the shutdown below (which may wait out a grace period): a
+        // server with no session is never shown "ready".
+        let reconnecting = !matches!(end, SessionEnd::Cancelled);
+        self.registry.update(&self.name, |view| view.session_ended(reconnecting, ended_by_server));
         let ended = connection.shutdown().await;
         if let Some(life) = life {
             let error_type = match (&ended.sandbox, &end) {
@@ -345,12 +317,7 @@ impl Worker {
                 crate::sandbox::Report::Limit { kind, .. } => Some(*kind),
                 _ => None,
             };
-            self.registry.update(&self.name, |view| {
-                view.last_error = Some(text);
-                if let (Some(sandbox), Some(limit)) = (view.sandbox.as_mut(), limit) {
-                    sandbox.last_limit = Some(limit);
-                }
-            });
+            self.registry.update(&self.name, |view| view.stopped_by_sandbox(text, limit));
         }
         let SessionEnd::Closed { .. } = end else { return end };
         if ended.sandbox.is_some() {
@@ -363,11 +330,7 @@ impl Worker {
         // "the session is closed" alone tells an operator nothing.
         let why = format!("the server {}", ended.explain());
         tracing::warn!(server = %self.name, error = %why, "the server ended its session");
-        self.registry.update(&self.name, |view| {
-            if view.last_error.is_none() {
-                view.last_error = Some(why);
-            }
-        });
+        self.registry.update(&self.name, |view| view.fault_unless_said(why));
         SessionEnd::Closed { refused: None }
     }
 
@@ -491,12 +454,7 @@ impl Worker {
         }
     }
     fn set_state(&self, state: ServerState, error: Option<String>) {
-        self.registry.update(&self.name, |view| {
-            view.state = state;
-            if error.is_some() {
-                view.last_error = error;
-            }
-        });
+        self.registry.update(&self.name, |view| view.enter(state, error));
     }
 }
 
