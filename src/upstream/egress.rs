@@ -1,5 +1,5 @@
-//! A sandboxed server's only way out under `network = { allow = [...] }`: an HTTP CONNECT proxy
-//! the daemon serves on a listener in the sandbox's own network namespace (its init made it and
+//! A sandboxed server's only way out under `network = { allow = [...] }`: an HTTP proxy (CONNECT
+//! tunnels, and plain `http://` requests forwarded one per connection) the daemon serves on a listener in the sandbox's own network namespace (its init made it and
 //! handed it over, `sandbox::EGRESS_FD`). Each tunnel is to a host and port the entry allows,
 //! resolved and connected from the daemon's side; everything else is refused (403), counted
 //! and named (the last refused host, in `toolhost servers`, the console and the log). A host
@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use crate::config::sandbox::HostPattern;
 use crate::telemetry::throttle::Throttle;
 
-/// The request head of a CONNECT, at most.
+/// The request head a client sends the proxy, at most.
 const MAX_HEAD: usize = 8 << 10;
 /// Tunnels open at once per server, at most.
 const MAX_TUNNELS: usize = 64;
@@ -96,12 +96,25 @@ async fn receive_listener(channel: std::os::unix::net::UnixStream) -> std::io::R
     TcpListener::from_std(listener)
 }
 
-/// One client connection: its CONNECT checked, the host reached, the bytes relayed.
+/// What a client asked the proxy for.
+#[derive(Debug, PartialEq, Eq)]
+enum Ask {
+    /// `CONNECT host:port`: a tunnel (HTTPS, or anything else over TCP).
+    Tunnel { host: String, port: u16 },
+    /// `GET http://host[:port]/path`: one plain HTTP request, sent on as `head` (origin-form,
+    /// `Connection: close`, no proxy headers).
+    Forward { host: String, port: u16, head: String },
+}
+
+/// One client connection: its request checked, the host reached, the bytes relayed.
 async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStats) -> Result<(), String> {
     let head = tokio::time::timeout(STEP_TIMEOUT, read_head(&mut client)).await.map_err(|_| "no request in time".to_owned())??;
-    let Some((host, port)) = connect_target(&head) else {
-        let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
-        return Err("a request other than CONNECT (this proxy only tunnels)".to_owned());
+    let Some(ask) = ask_of(&head) else {
+        let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        return Err("a request this proxy does not take (CONNECT host:port, or a plain http:// URL)".to_owned());
+    };
+    let (host, port) = match &ask {
+        Ask::Tunnel { host, port } | Ask::Forward { host, port, .. } => (host.clone(), *port),
     };
     let target = format!("{host}:{port}");
     let Some(entry) = allow.iter().find(|entry| entry.matches(&host, port)) else {
@@ -132,9 +145,62 @@ async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStat
         return Err(format!("{target} did not answer"));
     };
     stats.tunnels.fetch_add(1, Ordering::Relaxed);
-    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.map_err(|error| error.to_string())?;
+    match ask {
+        Ask::Tunnel { .. } => client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await,
+        Ask::Forward { head, .. } => upstream.write_all(head.as_bytes()).await,
+    }
+    .map_err(|error| error.to_string())?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     Ok(())
+}
+
+/// What a request head asks for: a tunnel, a plain HTTP request to forward, or nothing this
+/// proxy takes (another scheme, a malformed line).
+fn ask_of(head: &str) -> Option<Ask> {
+    let (line, rest) = head.split_once('\n')?;
+    let mut words = line.trim_end_matches('\r').split(' ');
+    let (method, uri, version) = (words.next()?, words.next()?, words.next()?);
+    if words.next().is_some() || !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = authority(uri, None)?;
+        return Some(Ask::Tunnel { host, port });
+    }
+    if !method.bytes().all(|byte| byte.is_ascii_uppercase()) {
+        return None;
+    }
+    let after_scheme = uri.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("http://")).map(|_| &uri[7..])?;
+    let (authority_part, path) = match after_scheme.find(['/', '?']) {
+        Some(at) => (&after_scheme[..at], &after_scheme[at..]),
+        None => (after_scheme, "/"),
+    };
+    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
+    let (host, port) = authority(authority_part, Some(80))?;
+    // The headers as sent, less the proxy's own and the connection's: one request, then close.
+    let mut forwarded = format!("{method} {path} {version}\r\n");
+    for header in rest.lines().map(|line| line.trim_end_matches('\r')).filter(|line| !line.is_empty()) {
+        let name = header.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
+            forwarded.push_str(header);
+            forwarded.push_str("\r\n");
+        }
+    }
+    forwarded.push_str("Connection: close\r\n\r\n");
+    Some(Ask::Forward { host, port, head: forwarded })
+}
+
+/// `host:port` (or `host`, with `default_port`) → the host and port; no user info.
+fn authority(text: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    if text.is_empty() || text.contains('@') {
+        return None;
+    }
+    let bracketed_end = text.rfind(']');
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) if bracketed_end.is_none_or(|end| end < host.len()) => (host, port.parse().ok()?),
+        _ => (text, default_port?),
+    };
+    (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
 /// The refusal a client reads (curl and npm print the status line).
@@ -160,19 +226,6 @@ async fn read_head(client: &mut TcpStream) -> Result<String, String> {
     String::from_utf8(head).map_err(|_| "the request head is not text".to_owned())
 }
 
-/// `CONNECT host:port HTTP/1.x` → the host and port.
-fn connect_target(head: &str) -> Option<(String, u16)> {
-    let mut words = head.lines().next()?.split_whitespace();
-    if !words.next()?.eq_ignore_ascii_case("CONNECT") {
-        return None;
-    }
-    let authority = words.next()?;
-    words.next().filter(|version| version.starts_with("HTTP/1."))?;
-    let (host, port) = authority.rsplit_once(':')?;
-    let port = port.parse().ok()?;
-    (!host.is_empty()).then(|| (host.to_owned(), port))
-}
-
 /// Addresses an allowed name must not lead to: this machine and the link itself.
 fn internal(address: IpAddr) -> bool {
     let address = match address {
@@ -190,17 +243,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_well_formed_connect_names_a_target() {
-        assert_eq!(connect_target("CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n"), Some(("registry.npmjs.org".into(), 443)));
-        assert_eq!(connect_target("CONNECT [::1]:8080 HTTP/1.1\r\n\r\n"), Some(("[::1]".into(), 8080)));
+    fn a_tunnel_or_a_plain_http_request_names_its_target_and_nothing_else_does() {
+        let tunnel = |host: &str, port: u16| Some(Ask::Tunnel { host: host.into(), port });
+        assert_eq!(ask_of("CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n"), tunnel("registry.npmjs.org", 443));
+        assert_eq!(ask_of("CONNECT [::1]:8080 HTTP/1.1\r\n\r\n"), tunnel("[::1]", 8080));
+        let forwarded = ask_of(
+            "GET http://Example.com/a?b=1 HTTP/1.1\r\nHost: example.com\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+        );
+        assert_eq!(
+            forwarded,
+            Some(Ask::Forward {
+                host: "Example.com".into(),
+                port: 80,
+                head: "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n".into()
+            })
+        );
+        let Some(Ask::Forward { host, port, head }) = ask_of("POST http://[::1]:8081?q HTTP/1.0\r\n\r\n") else { panic!() };
+        assert_eq!((host.as_str(), port, head.as_str()), ("[::1]", 8081, "POST /?q HTTP/1.0\r\nConnection: close\r\n\r\n"));
         for head in [
-            "GET http://x.com/ HTTP/1.1\r\n\r\n",
+            "GET https://x.com/ HTTP/1.1\r\n\r\n",
+            "GET /relative HTTP/1.1\r\n\r\n",
+            "GET http://user:pw@x.com/ HTTP/1.1\r\n\r\n",
+            "get http://x.com/ HTTP/1.1\r\n\r\n",
             "CONNECT x.com HTTP/1.1\r\n\r\n",
             "CONNECT x.com:99999 HTTP/1.1\r\n\r\n",
             "CONNECT :443 HTTP/1.1\r\n\r\n",
             "CONNECT x.com:443\r\n\r\n",
+            "CONNECT x.com:443 HTTP/2 extra\r\n\r\n",
         ] {
-            assert_eq!(connect_target(head), None, "{head}");
+            assert_eq!(ask_of(head), None, "{head}");
         }
     }
 

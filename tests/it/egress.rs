@@ -12,10 +12,20 @@ use crate::sandbox::{PYTHON, TOOLHOST};
 use crate::sandbox_life::python_server;
 
 /// The tool `reach`: a CONNECT to `target` through the proxy its environment names, then one
-/// line each way; or, with `direct`, a plain connection to `target` (which must fail).
+/// line each way; or, with `direct`, a plain connection to `target` (which must fail); or, with
+/// `url`, a plain HTTP GET as `urllib` makes it through `HTTP_PROXY`.
 const REACH: &str = r#"args = message["params"].get("arguments", {})
-host, port = args["target"].rsplit(":", 1)
-if args.get("direct"):
+host, port = args.get("target", "x:0").rsplit(":", 1)
+if args.get("url"):
+    # A plain http:// URL, fetched as Python fetches one: through the proxy HTTP_PROXY names.
+    try:
+        with urllib.request.urlopen(args["url"], timeout=10) as response:
+            said = "%d | %s" % (response.status, response.read().decode().strip())
+    except urllib.error.HTTPError as error:
+        said = "%d | %s" % (error.code, error.read().decode(errors="replace").strip())
+    except Exception as error:
+        said = "failed: " + repr(error)
+elif args.get("direct"):
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=3)
         said = "connected directly"
@@ -51,6 +61,19 @@ async fn reach(
         arguments_json: json!({"target": target, "direct": direct}).to_string(),
         ..Default::default()
     };
+    said(grpc, call).await
+}
+
+async fn fetch(grpc: &mut toolhost::api::pb::tool_host_client::ToolHostClient<tonic::transport::Channel>, url: &str) -> String {
+    let call =
+        pb::CallToolRequest { qualified_name: "out__reach".into(), arguments_json: json!({"url": url}).to_string(), ..Default::default() };
+    said(grpc, call).await
+}
+
+async fn said(
+    grpc: &mut toolhost::api::pb::tool_host_client::ToolHostClient<tonic::transport::Channel>,
+    call: pb::CallToolRequest,
+) -> String {
     let answer = grpc.call_tool(call).await.unwrap().into_inner();
     let content: Value = serde_json::from_str(&answer.content_json).unwrap();
     content[0]["text"].as_str().unwrap_or_default().to_owned()
@@ -74,11 +97,42 @@ async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_na
             });
         }
     });
+    // And a plain HTTP server there, answering one request per connection with what it was asked.
+    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web_port = web.local_addr().unwrap().port();
+    let pages = tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        while let Ok((stream, _)) = web.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                let (mut request, mut headers) = (String::new(), Vec::new());
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if line.is_empty() {
+                        break;
+                    }
+                    if request.is_empty() { request = line } else { headers.push(line.to_ascii_lowercase()) }
+                }
+                let body = format!(
+                    "{request} with {}",
+                    headers
+                        .iter()
+                        .filter(|h| h.starts_with("connection") || h.starts_with("proxy"))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let _ = write
+                    .write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes())
+                    .await;
+            });
+        }
+    });
     let dir = TestDir::new();
     let script = dir.path("out.py");
-    python_server(&script, "import os, socket", "reach", REACH);
+    python_server(&script, "import os, socket, urllib.request, urllib.error", "reach", REACH);
     let table = format!(
-        "[servers.out]\ncommand = {PYTHON:?}\nargs = [{:?}]\nnetwork = {{ allow = [\"127.0.0.1:{port}\", \"*.allowed.test\", \"localhost:{port}\"] }}\n",
+        "[servers.out]\ncommand = {PYTHON:?}\nargs = [{:?}]\nnetwork = {{ allow = [\"127.0.0.1:{port}\", \"*.allowed.test\", \"localhost:{port}\", \"127.0.0.1:{web_port}\"] }}\n",
         script.display().to_string()
     );
     let app = start(dir.config(&table)).await;
@@ -97,6 +151,12 @@ async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_na
     // Another port of an allowed address is another host.
     let said = reach(&mut grpc, &format!("127.0.0.1:{}", port.wrapping_add(1).max(1)), false).await;
     assert!(said.starts_with("HTTP/1.1 403 Forbidden"), "{said}");
+    // A plain http:// URL goes through the same way, as one request in origin form with no
+    // proxy headers; one not allowed is refused the same way.
+    let page = fetch(&mut grpc, &format!("http://127.0.0.1:{web_port}/hello?x=1")).await;
+    assert_eq!(page, "200 | GET /hello?x=1 HTTP/1.1 with connection: close", "{page}");
+    let refused = fetch(&mut grpc, "http://example.org/").await;
+    assert!(refused.starts_with("403 | toolhost: example.org:80 is not in this server's network.allow"), "{refused}");
     // No way around the proxy: its own namespace has no route to the host.
     let said = reach(&mut grpc, &format!("127.0.0.1:{port}"), true).await;
     assert!(said.starts_with("no route"), "{said}");
@@ -106,13 +166,18 @@ async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_na
     let shown: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{output:?}"));
     let sandbox = &shown["sandbox"];
     assert_eq!(sandbox["network"], "allow-list", "{shown}");
-    assert_eq!(sandbox["egress_denied"], 3, "{shown}");
-    assert_eq!(sandbox["egress_tunnels"], 1, "{shown}");
-    assert_eq!(sandbox["last_denied"], format!("127.0.0.1:{}", port.wrapping_add(1).max(1)), "{shown}");
-    assert_eq!(sandbox["allow"], json!([format!("127.0.0.1:{port}"), "*.allowed.test:443", format!("localhost:{port}")]), "{shown}");
+    assert_eq!(sandbox["egress_denied"], 4, "{shown}");
+    assert_eq!(sandbox["egress_tunnels"], 2, "{shown}");
+    assert_eq!(sandbox["last_denied"], "example.org:80", "{shown}");
+    assert_eq!(
+        sandbox["allow"],
+        json!([format!("127.0.0.1:{port}"), "*.allowed.test:443", format!("localhost:{port}"), format!("127.0.0.1:{web_port}")]),
+        "{shown}"
+    );
     let output = std::process::Command::new(TOOLHOST).args(["servers", "--addr", &cli_addr(&app)]).output().unwrap();
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(table.contains("net=allow-list") && table.contains("denied=3"), "{table}");
+    assert!(table.contains("net=allow-list") && table.contains("denied=4"), "{table}");
     app.shutdown().await;
     echo.abort();
+    pages.abort();
 }
