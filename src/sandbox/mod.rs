@@ -68,6 +68,12 @@ pub const PROXY_VARIABLES: &[&str] =
     &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "npm_config_https_proxy", "npm_config_proxy"];
 /// The hidden subcommand that runs the helper.
 pub const HELPER_COMMAND: &str = "__sandbox";
+/// What `toolhost-sandbox __identity` prints: the build of the sandbox code it holds. The
+/// daemon runs that binary only when it prints the daemon's own [`IDENTITY`].
+pub const IDENTITY_COMMAND: &str = "__identity";
+pub const IDENTITY: &str = env!("TOOLHOST_SANDBOX_ID");
+/// The small binary of the sandbox alone, looked for beside `toolhost`.
+pub const SMALL_HELPER: &str = "toolhost-sandbox";
 
 /// Directories every sandbox sees read-only (those that exist; symbolic links such as a merged
 /// `/usr`'s `/lib` are recreated as links).

@@ -18,7 +18,8 @@ use nix::unistd::Pid;
 /// The daemon's side: registers and unregisters process groups with the helper.
 pub struct Reaper {
     inner: Mutex<Option<(Child, ChildStdin)>>,
-    /// toolhost itself, which also runs each sandboxed server (`__sandbox`); `None` when the
+    /// What runs each sandboxed server (`PROGRAM __sandbox PLAN`): `toolhost-sandbox` beside
+    /// toolhost when it holds the same sandbox code, else toolhost itself; `None` when the
     /// daemon is embedded (tests) and has no program of its own to run.
     program: Option<std::path::PathBuf>,
 }
@@ -33,7 +34,7 @@ impl Reaper {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new(program).arg("__reap").stdin(Stdio::piped()).stdout(Stdio::null()).process_group(0).spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the helper's stdin was not piped"))?;
-        Ok(Reaper { inner: Mutex::new(Some((child, stdin))), program: Some(program.to_path_buf()) })
+        Ok(Reaper { inner: Mutex::new(Some((child, stdin))), program: Some(sandbox_program(program)) })
     }
 
     /// A reaper that guards nothing (tests that run the daemon in-process); sandboxed servers
@@ -42,7 +43,7 @@ impl Reaper {
         Reaper { inner: Mutex::new(None), program: None }
     }
 
-    /// The program that runs the sandbox helper.
+    /// The program that runs the sandbox helper (see [`sandbox_program`]).
     pub(crate) fn program(&self) -> Option<&Path> {
         self.program.as_deref()
     }
@@ -75,6 +76,33 @@ impl Reaper {
         if let Some((mut child, stdin)) = taken {
             drop(stdin);
             let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+    }
+}
+
+/// The program to run sandboxed servers with: `toolhost-sandbox` beside `toolhost` (two of its
+/// processes stay up per server, and a binary of the sandbox's code alone keeps each one's
+/// private memory to about a tenth of toolhost's), when it says it holds the very sandbox code
+/// this toolhost was built with; else toolhost itself, which runs the same code as
+/// `toolhost __sandbox`. A helper from another build is never run: the plan they exchange may
+/// differ.
+fn sandbox_program(toolhost: &Path) -> std::path::PathBuf {
+    let small = toolhost.with_file_name(crate::sandbox::SMALL_HELPER);
+    if !small.is_file() {
+        return toolhost.to_path_buf();
+    }
+    let said = Command::new(&small).arg(crate::sandbox::IDENTITY_COMMAND).stdin(Stdio::null()).stderr(Stdio::null()).output();
+    match said {
+        Ok(output) if output.status.success() && String::from_utf8_lossy(&output.stdout).trim() == crate::sandbox::IDENTITY => small,
+        Ok(output) => {
+            let identity: String = String::from_utf8_lossy(&output.stdout).trim().chars().take(80).collect();
+            tracing::warn!(helper = %small.display(), %identity, expected = crate::sandbox::IDENTITY,
+                "the sandbox helper beside toolhost is from another build; sandboxed servers run as `toolhost __sandbox` instead");
+            toolhost.to_path_buf()
+        }
+        Err(error) => {
+            tracing::warn!(helper = %small.display(), %error, "cannot run the sandbox helper beside toolhost; sandboxed servers run as `toolhost __sandbox` instead");
+            toolhost.to_path_buf()
         }
     }
 }

@@ -242,6 +242,63 @@ async fn a_home_that_cannot_be_made_fails_its_server_alone_and_says_why() {
     app.shutdown().await;
 }
 
+/// The sandbox processes (helper and init: the init is the helper's clone) of the server whose
+/// home is `home`: each one's program and the memory it holds privately (kB).
+fn sandbox_processes(home: &Path) -> Vec<(String, u64)> {
+    let home = home.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let argv: Vec<String> = cmdline.split(|byte| *byte == 0).map(|arg| String::from_utf8_lossy(arg).into_owned()).collect();
+        if argv.get(1).map(String::as_str) != Some("__sandbox") || !argv.get(2).is_some_and(|plan| plan.contains(&home)) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let anon = status
+            .lines()
+            .find_map(|line| line.strip_prefix("RssAnon:"))
+            .and_then(|kb| kb.trim().trim_end_matches(" kB").trim().parse().ok());
+        found.push((argv[0].clone(), anon.unwrap_or(u64::MAX)));
+    }
+    found
+}
+
+/// A sandboxed server runs in `toolhost-sandbox` (the sandbox's code alone, beside toolhost),
+/// whose two processes hold little memory of their own; a `toolhost-sandbox` of another build
+/// is never run (the plan they exchange may differ): the daemon runs `toolhost __sandbox`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_run_in_the_small_helper_of_the_same_build_only() {
+    let dir = TestDir::new();
+    let app = start(dir.config(&hostile_table("small", ""))).await;
+    wait_for_server(app.registry(), "small", "ready", |v| v.state == ServerState::Ready).await;
+    let processes = sandbox_processes(&dir.path("servers/small"));
+    assert_eq!(processes.len(), 2, "the helper and the init: {processes:?}");
+    for (program, anon_kb) in &processes {
+        assert!(program.ends_with("/toolhost-sandbox"), "{processes:?}");
+        // The goal (0.5 MB a sandbox, both processes) is measured in BENCHMARKS.md; here, that
+        // the full binary's 2 MB of relocated data is not paid again.
+        assert!(*anon_kb < 1024, "{processes:?}");
+    }
+    app.shutdown().await;
+
+    // Beside a toolhost, a toolhost-sandbox that answers for another build.
+    let elsewhere = TestDir::new();
+    std::os::unix::fs::symlink(TOOLHOST, elsewhere.path("toolhost")).unwrap();
+    let stranger = elsewhere.path("toolhost-sandbox");
+    std::fs::write(&stranger, "#!/bin/sh\necho 0.0.1-0000000000000000\n").unwrap();
+    std::fs::set_permissions(&stranger, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let options = toolhost::app::RuntimeOptions {
+        reaper_program: Some(elsewhere.path("toolhost")),
+        notifier: toolhost::systemd::Notifier::disabled(),
+    };
+    let other = TestDir::new();
+    let app = toolhost::app::App::start_with(other.config(&hostile_table("skewed", "")), options).await.unwrap();
+    wait_for_server(app.registry(), "skewed", "ready", |v| v.state == ServerState::Ready).await;
+    let processes = sandbox_processes(&other.path("servers/skewed"));
+    assert!(processes.len() == 2 && processes.iter().all(|(program, _)| program.ends_with("/toolhost")), "{processes:?}");
+    app.shutdown().await;
+}
+
 /// The CPU limit is the whole sandbox's: three processes that each stay under `cpu_time` but
 /// together pass it stop the sandbox, the limit named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
