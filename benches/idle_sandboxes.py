@@ -1,11 +1,15 @@
 """What idle sandboxed servers cost: starts a daemon with N sandboxed scripted servers, waits
 until every one is ready, lets them settle, then reads the CPU time the daemon and all its
-descendants (sandbox helpers, inits, servers) used over a window, and their wake-ups.
+descendants (sandbox helpers, inits, servers) used over a window, their wake-ups, and the memory
+they hold privately.
 
-    python3 benches/idle_sandboxes.py TOOLHOST SCRIPTED_SERVER [N ...]
+    python3 benches/idle_sandboxes.py [--off] TOOLHOST SCRIPTED_SERVER [N ...]
 
-Prints one line per N: start to all ready, CPU over the window as a share of one core, and the
-voluntary context switches per server per second. Standard library only.
+Prints one line per N: start to all ready, CPU over the window as a share of one core, the
+voluntary context switches per server per second, and the private (anonymous) resident memory
+of the daemon's descendants per server. `--off` runs the same servers with `sandbox = "off"`.
+The daemon runs sandboxes with `toolhost-sandbox` when it sits beside TOOLHOST (from the same
+build), else with TOOLHOST itself. Standard library only.
 """
 
 import json
@@ -40,7 +44,7 @@ def descendants(root):
 
 
 def usage(pids):
-    ticks = switches = 0
+    ticks = switches = anon_kb = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -51,16 +55,19 @@ def usage(pids):
                 for line in f:
                     if line.startswith("voluntary_ctxt_switches:"):
                         switches += int(line.split()[1])
+                    elif line.startswith("RssAnon:"):
+                        anon_kb += int(line.split()[1])
         except OSError:
             pass
-    return ticks, switches
+    return ticks, switches, anon_kb
 
 
-def run(toolhost, server, n):
+def run(toolhost, server, n, off):
     with tempfile.TemporaryDirectory() as d:
         with open(f"{d}/script.json", "w") as f:
             f.write("{}")
-        tables = "".join(f'[servers.s{i}]\ncommand = "{server}"\nargs = ["{d}/script.json"]\n' for i in range(n))
+        extra = 'sandbox = "off"\n' if off else ""
+        tables = "".join(f'[servers.s{i}]\ncommand = "{server}"\nargs = ["{d}/script.json"]\n{extra}' for i in range(n))
         with open(f"{d}/t.toml", "w") as f:
             f.write(f'[store]\npath = "catalog.db"\n[grpc]\nlisten = ["unix:{d}/t.sock"]\n{tables}')
         started = time.monotonic()
@@ -81,20 +88,30 @@ def run(toolhost, server, n):
             # The window runs from the middle of one reading to the middle of the next: on a
             # saturated machine reading thousands of processes takes seconds, and so does a sleep.
             read0 = time.monotonic()
-            ticks0, switches0 = usage(pids)
+            ticks0, switches0, _ = usage(pids)
             read1 = time.monotonic()
             time.sleep(WINDOW)
             read2 = time.monotonic()
-            ticks1, switches1 = usage(pids)
+            ticks1, switches1, _ = usage(pids)
+            # Private memory of the servers and their sandboxes (the daemon's own left out).
+            _, _, anon_kb = usage(pids[1:])
             elapsed = (read2 + time.monotonic()) / 2 - (read0 + read1) / 2
             cpu = (ticks1 - ticks0) / TICKS / elapsed
             wakeups = (switches1 - switches0) / n / elapsed
-            print(f"{n:>5} servers: all ready in {ready:6.1f} s; idle: {cpu * 100:5.1f} % of a core, {wakeups:6.2f} wake-ups per server per second", flush=True)
+            mode = "off" if off else "sandboxed"
+            print(
+                f"{n:>5} servers ({mode}): all ready in {ready:6.1f} s; idle: {cpu * 100:5.1f} % of a core, "
+                f"{wakeups:6.2f} wake-ups per server per second; {anon_kb / n:7.0f} kB private per server",
+                flush=True,
+            )
         finally:
             daemon.terminate()
             daemon.wait()
 
 
 if __name__ == "__main__":
-    for count in [int(arg) for arg in sys.argv[3:]] or [100]:
-        run(sys.argv[1], sys.argv[2], count)
+    args = sys.argv[1:]
+    off = "--off" in args
+    args = [arg for arg in args if arg != "--off"]
+    for count in [int(arg) for arg in args[2:]] or [100]:
+        run(args[0], args[1], count, off)
