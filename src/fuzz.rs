@@ -10,7 +10,6 @@
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
-use crate::api::service::{page_token, parse_page_token};
 use crate::catalog::model::{Listing, canonical_json, define_entries};
 use crate::catalog::names::{qualify, server_of};
 use crate::door::paging::Position;
@@ -181,12 +180,13 @@ proptest! {
 
     #[test]
     fn page_tokens_round_trip_and_garbage_is_refused_quietly(
-        revision in any::<u64>(), fingerprint in "[0-9a-f]{12}", server in any::<usize>(), tool in any::<usize>(), garbage in text()
+        revision in any::<u64>(), caller in text(), server in any::<usize>(), tool in any::<usize>(), garbage in text()
     ) {
         let position = Position { revision, server, tool };
-        let token = page_token(&fingerprint, position);
-        prop_assert_eq!(parse_page_token(&token), Some((fingerprint, position)));
-        let _ = parse_page_token(&garbage);
+        let binding = crate::door::paging::Binding::of(&[&caller]);
+        let token = binding.token(position);
+        prop_assert_eq!(binding.resume(&token), Ok(position));
+        let _ = binding.resume(&garbage);
     }
 
     #[test]

@@ -11,10 +11,9 @@ use crate::access::Caller;
 use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
 use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
-use crate::catalog::model::sha256_hex;
 use crate::catalog::names;
 use crate::door::changes::Changes;
-use crate::door::paging::{self, Position};
+use crate::door::paging::{self, Binding, Position, TokenError};
 use crate::door::{Door, Presentation, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
@@ -76,8 +75,9 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             0 => DEFAULT_PAGE_SIZE,
             n => n.min(MAX_PAGE_SIZE),
         };
-        // Page tokens are bound to the agent too: one agent's token is useless to another.
-        let fingerprint = filter_fingerprint(&request, page_size, &caller.agent.name);
+        // Page tokens are bound to the agent and its filters: useless to another agent, or to
+        // the same one asking for something else.
+        let binding = page_binding(&request, page_size, &caller.agent.name);
         let (snapshot, start) = match request.page_token.as_str() {
             "" => {
                 let snapshot = self.registry.snapshot();
@@ -85,11 +85,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
                 (snapshot, start)
             }
             token => {
-                let (token_fingerprint, position) =
-                    parse_page_token(token).ok_or_else(|| ApiError::InvalidArgument("malformed page_token".into()))?;
-                if token_fingerprint != fingerprint {
-                    return Err(ApiError::InvalidArgument("page_token was issued for different filters".into()).into());
-                }
+                let position = binding.resume(token).map_err(|error| match error {
+                    TokenError::Malformed => ApiError::InvalidArgument("malformed page_token".into()),
+                    TokenError::OtherCaller => ApiError::InvalidArgument("page_token was issued for different filters".into()),
+                })?;
                 (self.registry.snapshot_at(position.revision).ok_or(ApiError::PageExpired(position.revision))?, position)
             }
         };
@@ -99,7 +98,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             }
         }
         let (tools, next) = collect_page(&snapshot, &request, start, page_size, &caller);
-        let next_page_token = next.map(|position| page_token(&fingerprint, position)).unwrap_or_default();
+        let next_page_token = next.map(|position| binding.token(position)).unwrap_or_default();
         Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision, next_page_token }))
     }
 
@@ -443,19 +442,10 @@ fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
     needle.len() <= haystack.len() && haystack.windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle))
 }
 
-fn filter_fingerprint(request: &pb::ListToolsRequest, page_size: u32, agent: &str) -> String {
-    let filters = format!("{:?}|{}|{}|{page_size}|{agent}", request.servers, request.name_contains, request.available_only);
-    sha256_hex(filters.as_bytes())[..12].to_owned()
-}
-
-/// `FINGERPRINT.REVISION.SERVER.TOOL`: bound to the filters and the agent, then the position.
-pub(crate) fn page_token(fingerprint: &str, position: Position) -> String {
-    format!("{fingerprint}.{}", position.encode())
-}
-
-pub(crate) fn parse_page_token(token: &str) -> Option<(String, Position)> {
-    let (fingerprint, position) = token.split_once('.')?;
-    Some((fingerprint.to_owned(), Position::decode(position)?))
+/// What a ListTools page token is bound to: the filters, the page size and the agent.
+fn page_binding(request: &pb::ListToolsRequest, page_size: u32, agent: &str) -> Binding {
+    let servers = format!("{:?}", request.servers);
+    Binding::of(&[agent, &servers, &request.name_contains, &request.available_only.to_string(), &page_size.to_string()])
 }
 
 /// The caller's deadline from the `grpc-timeout` header (`{digits}{H|M|S|m|u|n}`, at most eight
@@ -492,15 +482,6 @@ fn grpc_unit(amount: u64, unit: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn page_tokens_round_trip_and_reject_garbage() {
-        let position = Position { revision: 42, server: 3, tool: 17 };
-        assert_eq!(parse_page_token(&page_token("abc", position)), Some(("abc".to_owned(), position)));
-        for bad in ["", "1.2.3", "x.a.1.2", "1.a.1.2.3"] {
-            assert_eq!(parse_page_token(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn grpc_timeouts_parse_in_every_unit() {

@@ -1,7 +1,9 @@
 //! Pages over one catalog snapshot, for both doors: where a page starts (bound to the revision
-//! it was cut from, so that a page never mixes two catalogs) and the walk that fills it. Each
-//! door keeps its own token format (a gRPC page token, an MCP cursor) and its own filters.
+//! it was cut from, so that a page never mixes two catalogs), the walk that fills it, and the
+//! token that carries the position, bound to who asked and how ([`Binding`]): a gRPC page token
+//! or an MCP cursor is useless to another caller, or to the same caller with other filters.
 
+use crate::digest::sha256_hex;
 use crate::registry::{CatalogSnapshot, ServerView};
 
 /// Where a page starts: the catalog revision it was cut from, a server's index in that
@@ -32,6 +34,52 @@ impl Position {
         let tool = parts.next()?.parse().ok()?;
         parts.next().is_none().then_some(Position { revision, server, tool })
     }
+}
+
+/// Who a page token was issued to and for which view (the agent, its filters or profile): a
+/// digest, so that the token says nothing of either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding(String);
+
+impl Binding {
+    /// Bound to each of `parts`, in order.
+    #[must_use]
+    pub fn of(parts: &[&str]) -> Binding {
+        let mut text = String::new();
+        for part in parts {
+            // Length-prefixed: ("ab", "c") and ("a", "bc") bind differently.
+            text.push_str(&format!("{}:{part}|", part.len()));
+        }
+        Binding(sha256_hex(text.as_bytes())[..12].to_owned())
+    }
+
+    /// `BINDING.REVISION.SERVER.TOOL`, what both doors' tokens carry after their own prefix.
+    #[must_use]
+    pub fn token(&self, position: Position) -> String {
+        format!("{}.{}", self.0, position.encode())
+    }
+
+    /// Where `token` resumes, if it is one of this binding's.
+    ///
+    /// # Errors
+    /// [`TokenError`]: not a token at all, or one issued to another caller or view.
+    pub fn resume(&self, token: &str) -> Result<Position, TokenError> {
+        let (binding, position) = token.split_once('.').ok_or(TokenError::Malformed)?;
+        let position = Position::decode(position).ok_or(TokenError::Malformed)?;
+        if binding != self.0 {
+            return Err(TokenError::OtherCaller);
+        }
+        Ok(position)
+    }
+}
+
+/// Why a page token is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("not a page token toolhost issued")]
+    Malformed,
+    #[error("issued to another caller, or for other filters")]
+    OtherCaller,
 }
 
 /// Walks `snapshot` (which `start` must come from) from `start`: of the servers `server` lets
@@ -70,6 +118,20 @@ pub fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_resumes_only_for_the_binding_it_was_issued_to() {
+        let position = Position { revision: 9, server: 1, tool: 5 };
+        let alice = Binding::of(&["alice", "profile-a"]);
+        let token = alice.token(position);
+        assert_eq!(alice.resume(&token), Ok(position));
+        for other in [Binding::of(&["bob", "profile-a"]), Binding::of(&["alice", "profile-b"]), Binding::of(&["alic", "eprofile-a"])] {
+            assert_eq!(other.resume(&token), Err(TokenError::OtherCaller));
+        }
+        for bad in ["", "abc", "abc.1.2", &format!("{token}.4"), "x.a.b.c"] {
+            assert_eq!(alice.resume(bad), Err(TokenError::Malformed), "{bad}");
+        }
+    }
 
     #[test]
     fn positions_round_trip_and_reject_garbage() {

@@ -1,5 +1,5 @@
 //! `tools/list` over one registry snapshot: pages with toolhost's own cursors (bound to the
-//! catalog revision they were cut from), each tool rendered once per generation and reused by
+//! catalog revision they were cut from, and to the caller and its profile), each tool rendered once per generation and reused by
 //! every page and every client, and the change watch that tells a session its view changed.
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
 use crate::catalog::model::ToolDef;
-use crate::door::paging::{self, Position};
+use crate::door::paging::{self, Binding, Position, TokenError};
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Servers (per naming) whose rendered tools are kept.
@@ -51,9 +51,14 @@ impl Cache {
         page_size: usize,
         era: Era,
     ) -> Result<String, String> {
+        // Cursors are bound to the caller and its profile: useless to anyone else.
+        let binding = cursor_binding(view);
         let start = match cursor {
             None => Position::start(current),
-            Some(cursor) => parse_cursor(cursor).ok_or("the cursor is not one toolhost issued; list again without a cursor")?,
+            Some(cursor) => parse_cursor(cursor, &binding).map_err(|error| match error {
+                TokenError::Malformed => "the cursor is not one toolhost issued; list again without a cursor",
+                TokenError::OtherCaller => "the cursor was issued to another caller or for another profile; list again without a cursor",
+            })?,
         };
         let snapshot = match start.revision == current.revision {
             true => current.clone(),
@@ -98,7 +103,7 @@ impl Cache {
         );
         out.push(']');
         if let Some(next) = next {
-            out.push_str(&format!(r#","nextCursor":"{CURSOR_TAG}.{}""#, next.encode()));
+            out.push_str(&format!(r#","nextCursor":"{CURSOR_TAG}.{}""#, binding.token(next)));
         }
         if era == Era::Modern {
             // What a caller sees depends on who it is: never to be shared across callers.
@@ -168,8 +173,14 @@ fn render(server: &str, generation: u64, tool: &ToolDef, shown: &str) -> Box<str
     Value::Object(object).to_string().into_boxed_str()
 }
 
-fn parse_cursor(cursor: &str) -> Option<Position> {
-    Position::decode(cursor.strip_prefix(CURSOR_TAG)?.strip_prefix('.')?)
+/// What an MCP cursor is bound to: the caller's agent entry and the profile it lists through.
+fn cursor_binding(view: &View) -> Binding {
+    Binding::of(&[&view.caller.agent.name, view.profile.as_ref().map_or("", |profile| profile.name.as_str())])
+}
+
+fn parse_cursor(cursor: &str, binding: &Binding) -> Result<Position, TokenError> {
+    let token = cursor.strip_prefix(CURSOR_TAG).and_then(|rest| rest.strip_prefix('.')).ok_or(TokenError::Malformed)?;
+    binding.resume(token)
 }
 
 /// What `view` sees of `snapshot`, as one number: the names and definition hashes of the tools
@@ -246,10 +257,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cursors_are_strict() {
-        assert_eq!(parse_cursor("th1.7.2.40"), Some(Position { revision: 7, server: 2, tool: 40 }));
-        for bad in ["", "th1", "th1.7.2", "th1.7.2.40.1", "th2.7.2.40", "th1.-1.2.3", "th1.a.b.c", "x.th1.1.1.1"] {
-            assert_eq!(parse_cursor(bad), None, "{bad}");
+    fn cursors_are_strict_and_bound_to_their_caller() {
+        let binding = Binding::of(&["agent", ""]);
+        let cursor = format!("{CURSOR_TAG}.{}", binding.token(Position { revision: 7, server: 2, tool: 40 }));
+        assert_eq!(parse_cursor(&cursor, &binding), Ok(Position { revision: 7, server: 2, tool: 40 }));
+        assert_eq!(parse_cursor(&cursor, &Binding::of(&["another", ""])), Err(TokenError::OtherCaller));
+        assert_eq!(parse_cursor(&cursor, &Binding::of(&["agent", "profile"])), Err(TokenError::OtherCaller));
+        for bad in ["", "th1", "th1.7.2.40", "th1.7.2", "th2.x.7.2.40", "th1.x.-1.2.3", "th1.x.a.b.c", "x.th1.1.1.1"] {
+            assert_eq!(parse_cursor(bad, &binding), Err(TokenError::Malformed), "{bad}");
         }
     }
 

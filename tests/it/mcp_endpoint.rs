@@ -223,9 +223,20 @@ async fn the_socket_lists_every_page_calls_and_names_each_race() {
     assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
     assert!(oversized["error"]["message"].as_str().unwrap().contains("exceeds"));
 
-    // A cursor from a revision no longer kept is refused; the client lists again.
-    let expired = mcp.request(8, "tools/list", json!({"cursor": "th1.99999999.1.1"})).await;
+    // A cursor from a revision no longer kept is refused; the client lists again. (A real
+    // cursor, its revision changed: `th1.BINDING.REVISION.SERVER.TOOL`.)
+    let first = mcp.request(8, "tools/list", json!({})).await;
+    let cursor = first["result"]["nextCursor"].as_str().unwrap().to_owned();
+    let parts: Vec<&str> = cursor.split('.').collect();
+    assert_eq!(parts.len(), 5, "{cursor}");
+    let old = format!("{}.{}.99999999.{}.{}", parts[0], parts[1], parts[3], parts[4]);
+    let expired = mcp.request(8, "tools/list", json!({"cursor": old})).await;
     assert_eq!(expired["error"]["code"], -32602, "{expired}");
+    assert!(expired["error"]["message"].as_str().unwrap().contains("expired"), "{expired}");
+    // One bound to another caller (here: its binding changed) or not toolhost's at all.
+    let other = format!("{}.000000000000.{}.{}.{}", parts[0], parts[2], parts[3], parts[4]);
+    let elsewhere = mcp.request(9, "tools/list", json!({"cursor": other})).await;
+    assert!(elsewhere["error"]["message"].as_str().unwrap().contains("another caller"), "{elsewhere}");
     let forged = mcp.request(9, "tools/list", json!({"cursor": "not-ours"})).await;
     assert_eq!(forged["error"]["code"], -32602);
     app.shutdown().await;
