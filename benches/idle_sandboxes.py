@@ -44,8 +44,10 @@ def descendants(root):
 
 
 def usage(pids):
+    """CPU ticks and voluntary switches of `pids`, and the private memory of all but the first
+    (the daemon's own left out), in one pass."""
     ticks = switches = anon_kb = 0
-    for pid in pids:
+    for index, pid in enumerate(pids):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read()
@@ -55,7 +57,7 @@ def usage(pids):
                 for line in f:
                     if line.startswith("voluntary_ctxt_switches:"):
                         switches += int(line.split()[1])
-                    elif line.startswith("RssAnon:"):
+                    elif line.startswith("RssAnon:") and index > 0:
                         anon_kb += int(line.split()[1])
         except OSError:
             pass
@@ -92,9 +94,7 @@ def run(toolhost, server, n, off):
             read1 = time.monotonic()
             time.sleep(WINDOW)
             read2 = time.monotonic()
-            ticks1, switches1, _ = usage(pids)
-            # Private memory of the servers and their sandboxes (the daemon's own left out).
-            _, _, anon_kb = usage(pids[1:])
+            ticks1, switches1, anon_kb = usage(pids)
             elapsed = (read2 + time.monotonic()) / 2 - (read0 + read1) / 2
             cpu = (ticks1 - ticks0) / TICKS / elapsed
             wakeups = (switches1 - switches0) / n / elapsed

@@ -264,12 +264,7 @@ impl Calls {
         };
         let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
         let deadline = crate::deadline::after(timeout);
-        let expired = || CallError::DeadlineExceeded {
-            server: view.name.to_string(),
-            tool: tool.name.clone(),
-            generation: generation.number,
-            after: timeout,
-        };
+        let expired = || Failure::Expired.into_error(&view, tool, generation.number, timeout);
         // Calls beyond the server's limit wait here, in their agent's line (served round-robin);
         // the wait counts against the caller's deadline.
         let permit = match tokio::time::timeout_at(deadline, view.shared.call_queue.acquire(&request.queue_as)).await {
