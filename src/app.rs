@@ -16,6 +16,7 @@ use crate::calls::Calls;
 use crate::config::Config;
 use crate::console::{self, Console};
 use crate::door::Door;
+use crate::door::operator::Operator;
 use crate::door::tasks::Tasks;
 use crate::endpoint::{self, Endpoint};
 use crate::fleet::{Fleet, FleetParts};
@@ -196,21 +197,20 @@ impl App {
             let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
             background.spawn(fleet.clone().run(parts, background_cancel.clone()));
         }
-        let parts = ApiParts {
-            registry: registry.clone(),
-            store: store.clone(),
-            door: door.clone(),
-            approver: supervisor.approver(),
-            refresher: supervisor.refresher(),
-            fleet: fleet.clone(),
-            audit_broken,
+        let operator = Operator::new(
+            registry.clone(),
+            store.clone(),
+            supervisor.refresher(),
+            supervisor.approver(),
+            fleet.clone(),
             audit_key,
-        };
-        api::serve(listeners, parts, &api_tasks, api_cancel.clone())?;
+            audit_broken,
+        );
+        api::serve(listeners, ApiParts { door: door.clone(), operator: operator.clone() }, &api_tasks, api_cancel.clone())?;
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
-        let console = Arc::new(Console::new(door.clone(), supervisor.approver(), supervisor.refresher(), store.clone(), &config.console));
+        let console = Arc::new(Console::new(door.clone(), operator, &config.console));
         console::serve(console_listeners, console, &api_tasks, &api_cancel);
         for addr in &console_addrs {
             tracing::info!(?addr, "serving the operator console");

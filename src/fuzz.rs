@@ -207,8 +207,8 @@ proptest! {
                 let mut buf = Vec::new();
                 let mut lines = Vec::new();
                 loop {
-                    let line = crate::upstream::lines::read_line(&mut reader, &mut buf, max).await.expect("reading a slice");
-                    if line == crate::upstream::lines::Line::Eof {
+                    let line = crate::mcp::lines::read_line(&mut reader, &mut buf, max).await.expect("reading a slice");
+                    if line == crate::mcp::lines::Line::Eof {
                         return lines;
                     }
                     lines.push((format!("{line:?}"), buf.clone()));

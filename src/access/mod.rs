@@ -10,7 +10,6 @@
 
 pub mod identity;
 pub mod limits;
-pub mod share;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,13 +4,10 @@
 
 use tonic::{Request, Status};
 
-use crate::access::{Caller, Identity};
 use crate::api::pb;
 use crate::api::service::ToolHostService;
-use crate::api::status::ApiError;
-use crate::audit::AuditRecord;
+use crate::door::model::{AuditRecord, Caller, Identity, Span, Verdict};
 use crate::door::{Presentation, shows_tool};
-use crate::store::audit_chain::{Span, Verdict};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.
@@ -27,7 +24,7 @@ impl ToolHostService {
 
     pub(crate) async fn who_am_i_in(&self, request: &Request<pb::WhoAmIRequest>) -> Result<pb::WhoAmIResponse, Status> {
         let caller = self.admit(request)?;
-        let snapshot = self.registry.snapshot();
+        let snapshot = self.door.snapshot();
         let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
         for view in snapshot.servers.values() {
             let Some(generation) = &view.generation else { continue };
@@ -42,9 +39,7 @@ impl ToolHostService {
                 callable_tools = callable_tools.saturating_add(count(Presentation::Callable));
             }
         }
-        let now = crate::catalog::record::now_ms();
-        let limits = crate::door::limits::read(&self.store, &caller.agent, now).await.map_err(ApiError::from)?;
-        let limits = agent_limits(&limits);
+        let limits = agent_limits(&self.door.own_limits(&caller).await?);
         let peer = caller.identity.peer();
         Ok(pb::WhoAmIResponse {
             transport: caller.identity.transport.to_owned(),
@@ -65,37 +60,23 @@ impl ToolHostService {
     }
 
     pub(crate) async fn query_audit_in(&self, request: Request<pb::QueryAuditRequest>) -> Result<pb::QueryAuditResponse, Status> {
-        self.admit_admin(&request)?;
+        let operator = self.admit(&request)?;
         let request = request.into_inner();
         let limit = if request.limit == 0 { 100 } else { request.limit.min(10_000) };
-        let agent = Some(request.agent.as_str()).filter(|agent| !agent.is_empty());
-        if request.fleet {
-            let pool = self.fleet()?.pool()?;
-            let records = crate::fleet::query::audit(&pool, request.since_unix_ms, agent, limit).await?;
-            let records =
-                records.into_iter().map(|found| pb::AuditRecord { host_id: found.host_id, ..audit_message(found.record) }).collect();
-            return Ok(pb::QueryAuditResponse { records });
-        }
-        let records = self.store.query_audit(request.since_unix_ms, agent, limit).await.map_err(ApiError::from)?;
-        Ok(pb::QueryAuditResponse { records: records.into_iter().map(audit_message).collect() })
+        let found = self.operator.audit(&operator, request.since_unix_ms, Some(&request.agent), limit, request.fleet).await?;
+        let records =
+            found.into_iter().map(|found| pb::AuditRecord { host_id: found.host_id.unwrap_or_default(), ..audit_message(found.record) });
+        Ok(pb::QueryAuditResponse { records: records.collect() })
     }
 
     pub(crate) async fn verify_audit_in(&self, request: Request<pb::VerifyAuditRequest>) -> Result<pb::VerifyAuditResponse, Status> {
-        self.admit_admin(&request)?;
+        let operator = self.admit(&request)?;
         let request = request.into_inner();
-        let key =
-            self.audit_key.ok_or_else(|| Status::failed_precondition("the daemon has no audit key: its checkpoints are not signed"))?;
         let span = Span {
             from_ms: (request.from_unix_ms > 0).then_some(request.from_unix_ms),
             to_ms: (request.to_unix_ms > 0).then_some(request.to_unix_ms),
         };
-        // The fleet's copy of this host's checkpoints, when it has one and answers.
-        let kept = match self.fleet.as_ref().filter(|fleet| fleet.shares_audit()).map(|fleet| (fleet.pool(), fleet.host_id())) {
-            Some((Ok(pool), host_id)) => crate::fleet::verify::checkpoints_of(&pool, host_id).await?,
-            _ => Vec::new(),
-        };
-        let verdict = self.store.verify_audit(&key, span, &kept).await.map_err(ApiError::from)?;
-        let fleet_checkpoints = u64::try_from(kept.len()).unwrap_or(u64::MAX);
+        let (verdict, fleet_checkpoints) = self.operator.verify_audit(&operator, span).await?;
         Ok(match verdict {
             Verdict::Intact { records, checkpoints, last_signed_at_ms, before_chain } => pb::VerifyAuditResponse {
                 intact: true,

@@ -5,12 +5,11 @@ use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
-use crate::api::status::ApiError;
-use crate::store::call_approvals::{ApprovalRecord, ApprovalStatus};
+use crate::door::model::{ApprovalRecord, ApprovalStatus};
 
 impl ToolHostService {
     pub(crate) async fn list_approvals_in(&self, request: Request<pb::ListApprovalsRequest>) -> Result<pb::ListApprovalsResponse, Status> {
-        self.admit_admin(&request)?;
+        let operator = self.admit(&request)?;
         let wanted = request.into_inner().status;
         let status = match wanted.as_str() {
             "" => None,
@@ -18,15 +17,13 @@ impl ToolHostService {
                 Status::invalid_argument(format!("{text:?} is not one of pending, approved, denied, expired, used, stale"))
             })?),
         };
-        let records = self.door.approvals().list(status).await.map_err(ApiError::from)?;
+        let records = self.door.list_approvals(&operator, status).await?;
         Ok(pb::ListApprovalsResponse { approvals: records.iter().map(|record| self.approval_message(record, false)).collect() })
     }
 
     pub(crate) async fn get_approval_in(&self, request: Request<pb::ApprovalRequest>) -> Result<pb::CallApproval, Status> {
-        self.admit_admin(&request)?;
-        let id = request.into_inner().approval_id;
-        let record = self.door.approvals().get(&id).await.map_err(ApiError::from)?;
-        let record = record.ok_or_else(|| Status::from(crate::door::approvals::DecideError::Unknown(crate::door::truncate(id, 128))))?;
+        let operator = self.admit(&request)?;
+        let record = self.door.approval(&operator, &request.into_inner().approval_id).await?;
         Ok(self.approval_message(&record, true))
     }
 
@@ -41,16 +38,9 @@ impl ToolHostService {
     /// A request as the API tells it; with the bound definition when `definition` and it is
     /// still the tool's current one.
     fn approval_message(&self, record: &ApprovalRecord, definition: bool) -> pb::CallApproval {
-        let definition_json = if definition {
-            let snapshot = self.door.registry().snapshot();
-            let tool = crate::calls::ToolRef::Qualified(record.qualified_name.clone());
-            crate::calls::locate(&snapshot.servers, &tool)
-                .and_then(|(view, idx)| view.generation.as_ref().and_then(|generation| generation.tools.get(idx).cloned()))
-                .filter(|tool| tool.hash == record.definition_hash)
-                .map(|tool| tool.definition.to_string())
-                .unwrap_or_default()
-        } else {
-            String::new()
+        let definition_json = match definition {
+            true => self.door.bound_definition(record).map(|tool| tool.definition.to_string()).unwrap_or_default(),
+            false => String::new(),
         };
         pb::CallApproval {
             approval_id: record.id.clone(),

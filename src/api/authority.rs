@@ -276,10 +276,10 @@ fn needs_fix(headers: &[(Vec<u8>, Vec<u8>)]) -> bool {
 
 /// The kernel's word on who connected, read once per connection and attached to every request.
 impl tonic::transport::server::Connected for AuthorityFix<tokio::net::UnixStream> {
-    type ConnectInfo = crate::access::PeerInfo;
+    type ConnectInfo = crate::door::model::PeerInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        crate::access::PeerInfo(crate::access::UnixPeer::of(&self.inner))
+        crate::door::model::PeerInfo(crate::door::model::UnixPeer::of(&self.inner))
     }
 }
 

@@ -3,10 +3,10 @@
 use std::sync::atomic::Ordering;
 
 use crate::api::pb;
-use crate::catalog::integrity::ToolIntegrity;
-use crate::catalog::model::ToolDef;
-use crate::catalog::record::{EnumerationRecord, GenerationSummary};
-use crate::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState, ServerView};
+use crate::door::model::{
+    CatalogChange, CatalogEvent, ConfigChange, EnumerationRecord, GenerationSummary, ServerState, ServerView, ToolDef, ToolIntegrity,
+    redact,
+};
 
 pub(crate) fn server(view: &ServerView) -> pb::Server {
     let hello = view.hello.as_ref();
@@ -23,7 +23,7 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
         revalidating: view.revalidating,
         last_verified_unix_ms: view.last_verified_at_ms.unwrap_or(0),
         last_enumeration: view.last_enumeration.as_ref().map(enumeration),
-        last_error: view.last_error.as_deref().map(|error| crate::secrets::redact(error).into_owned()).unwrap_or_default(),
+        last_error: view.last_error.as_deref().map(|error| redact(error).into_owned()).unwrap_or_default(),
         restarts: view.num_restarts,
         worker_panics: view.num_worker_panics,
         era: hello.map(|h| h.era.as_str().to_owned()).unwrap_or_default(),
@@ -64,7 +64,7 @@ pub(crate) fn server_with_history(view: &ServerView) -> pb::Server {
         .map(|happening| pb::ServerEvent {
             at_unix_ms: happening.at_ms,
             state: state(happening.state) as i32,
-            what: crate::secrets::redact(&happening.what).into_owned(),
+            what: redact(&happening.what).into_owned(),
         })
         .collect();
     pb::Server { history, ..server(view) }

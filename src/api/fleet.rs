@@ -1,26 +1,25 @@
-//! The API's side of the fleet store: `FleetStatus` (operators only). The work is `fleet`'s.
+//! The API's side of the fleet store: `FleetStatus` (operators only). The work is the operator
+//! side of the door's.
 
 use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
-use crate::fleet::{Fleet, FleetError, query};
 
 impl ToolHostService {
     pub(crate) async fn fleet_status_in(&self, request: Request<pb::FleetStatusRequest>) -> Result<pb::FleetStatusResponse, Status> {
-        self.admit_admin(&request)?;
-        let fleet = self.fleet()?;
+        let operator = self.admit(&request)?;
+        let fleet = self.operator.fleet_status(&operator).await?;
         let mut response = pb::FleetStatusResponse {
-            host_id: fleet.host_id().to_owned(),
-            connected: fleet.is_connected(),
-            last_error: fleet.last_error().unwrap_or_default(),
-            audit_pending: fleet.audit_pending(),
-            drifted_tools: fleet.drifted_tools(),
+            host_id: fleet.host_id,
+            connected: fleet.connected,
+            last_error: fleet.last_error.unwrap_or_default(),
+            audit_pending: fleet.audit_pending,
+            drifted_tools: fleet.drifted_tools,
             ..Default::default()
         };
-        let pool = fleet.pool()?;
-        response.hosts = query::hosts(&pool)
-            .await?
+        response.hosts = fleet
+            .hosts
             .into_iter()
             .map(|host| pb::FleetHost {
                 host_id: host.host_id,
@@ -39,8 +38,8 @@ impl ToolHostService {
                     .collect(),
             })
             .collect();
-        response.drift = query::drift(&pool)
-            .await?
+        response.drift = fleet
+            .drift
             .into_iter()
             .map(|drift| pb::FleetDrift {
                 identity: drift.identity,
@@ -49,10 +48,5 @@ impl ToolHostService {
             })
             .collect();
         Ok(response)
-    }
-
-    /// The fleet, or why there is none.
-    pub(crate) fn fleet(&self) -> Result<&Fleet, FleetError> {
-        self.fleet.as_ref().ok_or(FleetError::NotConfigured)
     }
 }

@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::access::UnixPeer;
-use crate::telemetry::throttle::Throttle;
+use crate::door::model::UnixPeer;
+use crate::door::observe::Throttle;
 
 /// Connections being looked up at once; more wait in the listener's backlog.
 const MAX_PENDING: usize = 256;

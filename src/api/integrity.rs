@@ -1,26 +1,25 @@
 //! The API's side of definition integrity: approving what a server offers and showing what
-//! changed. Operators only; the work is `supervisor::integrity::Approver`'s.
+//! changed. Operators only; the work is the operator side of the door's.
 
 use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
-use crate::api::status::ApiError;
+use crate::door::operator::Via;
 
 impl ToolHostService {
     pub(crate) async fn approve_tools_in(&self, request: Request<pb::ApproveToolsRequest>) -> Result<pb::ApproveToolsResponse, Status> {
-        let caller = self.admit_admin(&request)?;
+        let operator = self.admit(&request)?;
         let request = request.into_inner();
-        let hash = Some(request.hash.as_str()).filter(|hash| !hash.is_empty());
-        let by = format!("{} ({})", caller.agent.name, caller.identity.describe());
-        let approved = self.approver.approve(&request.server, &request.tools, request.all, hash, &by).await?;
+        let approved =
+            self.operator.approve(&operator, Via::Grpc, &request.server, &request.tools, request.all, Some(&request.hash)).await?;
         Ok(pb::ApproveToolsResponse { approved: approved.into_iter().map(|(name, hash)| pb::ApprovedTool { name, hash }).collect() })
     }
 
     pub(crate) async fn diff_tool_in(&self, request: Request<pb::DiffToolRequest>) -> Result<pb::DiffToolResponse, Status> {
-        self.admit_admin(&request)?;
+        let operator = self.admit(&request)?;
         let request = request.into_inner();
-        let diff = self.approver.diff(&request.server, &request.name).await?;
+        let diff = self.operator.diff(&operator, &request.server, &request.name).await?;
         let held = diff.integrity.as_ref().and_then(|state| state.held);
         let (approved_definition_json, approved_hash, approved_by, approved_unix_ms) = match diff.approved {
             Some((approval, definition)) => (definition, approval.hash, approval.approved_by, approval.approved_at_ms),
@@ -42,10 +41,9 @@ impl ToolHostService {
 
     /// The approval history shown with a server's history.
     pub(crate) async fn approvals_of(&self, server: &str, visible: impl Fn(&str) -> bool) -> Result<Vec<pb::Approval>, Status> {
-        let history = self.store.approval_history(server, 50).await.map_err(ApiError::from)?;
+        let history = self.door.approval_history(server, 50, visible).await?;
         Ok(history
             .into_iter()
-            .filter(|(name, _)| visible(name))
             .map(|(name, approval)| pb::Approval {
                 name,
                 hash: approval.hash,

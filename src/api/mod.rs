@@ -28,12 +28,10 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{ListenAddr, Listener};
 use crate::door::Door;
+use crate::door::model::{ListenAddr, Listener};
+use crate::door::operator::{Health, HealthWatch, Operator};
 use crate::listen::{self, BindError, BoundAddr};
-use crate::registry::{Registry, ServerState};
-use crate::store::Store;
-use crate::supervisor::Refresher;
 
 /// The generated protobuf types.
 #[allow(clippy::all, clippy::pedantic, unreachable_pub, missing_docs)]
@@ -57,19 +55,10 @@ enum Bound {
     Unix(UnixListener, PathBuf),
 }
 
-/// What the API serves from.
+/// What the API serves from: the door's agent side and its operator side.
 pub struct ApiParts {
-    pub registry: Arc<Registry>,
-    pub store: Store,
     pub door: Door,
-    pub approver: crate::supervisor::integrity::Approver,
-    pub refresher: Refresher,
-    /// The fleet store, when `[fleet]` is configured.
-    pub fleet: Option<crate::fleet::Fleet>,
-    /// What the audit chain's verification at start found broken, if anything.
-    pub audit_broken: tokio::sync::watch::Receiver<Option<String>>,
-    /// The public half of the key the audit checkpoints are signed with, if there is one.
-    pub audit_key: Option<ed25519_dalek::VerifyingKey>,
+    pub operator: Operator,
 }
 
 /// Binds every listener first, so that a bad address fails the start before anything runs.
@@ -123,17 +112,13 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|err| ApiStartError::Reflection(err.to_string()))?;
+    let health = parts.operator.health();
     let service = service::ToolHostService {
-        registry: parts.registry.clone(),
-        store: parts.store.clone(),
-        refresher: parts.refresher,
-        watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone(), open: Arc::default(), opened: Arc::default() },
         door: parts.door,
-        approver: parts.approver,
-        fleet: parts.fleet,
-        audit_key: parts.audit_key,
+        operator: parts.operator,
+        watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone(), open: Arc::default(), opened: Arc::default() },
     };
-    tracker.spawn(report_health(parts.registry, parts.store.watch_degraded(), parts.audit_broken, health_reporter, cancel.clone()));
+    tracker.spawn(report_health(health, health_reporter, cancel.clone()));
     for listener in listeners.0 {
         let router = tonic::transport::Server::builder()
             .add_service(health_service.clone())
@@ -177,38 +162,26 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
 /// `toolhost.v1.Store` says whether the catalog store can be written: NOT_SERVING while it is
 /// degraded (the daemon itself still serves the stored catalog). `toolhost.v1.Audit` is
 /// NOT_SERVING once a verification found the audit chain altered (calls go on; operators decide).
-async fn report_health(
-    registry: Arc<Registry>,
-    mut degraded: tokio::sync::watch::Receiver<Option<Arc<str>>>,
-    mut audit_broken: tokio::sync::watch::Receiver<Option<String>>,
-    reporter: tonic_health::server::HealthReporter,
-    cancel: CancellationToken,
-) {
+async fn report_health(mut health: HealthWatch, reporter: tonic_health::server::HealthReporter, cancel: CancellationToken) {
     const SERVICE: &str = "toolhost.v1.ToolHost";
     const STORE: &str = "toolhost.v1.Store";
     const AUDIT: &str = "toolhost.v1.Audit";
     use tonic_health::ServingStatus::{NotServing, Serving};
+    let serving = |yes: bool| if yes { Serving } else { NotServing };
     reporter.set_service_status("", NotServing).await;
     reporter.set_service_status(SERVICE, NotServing).await;
-    let mut revisions = registry.subscribe_status();
-    let mut settled = false;
     loop {
-        let store = if degraded.borrow_and_update().is_some() { NotServing } else { Serving };
-        reporter.set_service_status(STORE, store).await;
-        let audit = if audit_broken.borrow_and_update().is_some() { NotServing } else { Serving };
-        reporter.set_service_status(AUDIT, audit).await;
-        if !settled && registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting) {
-            settled = true;
-            reporter.set_service_status("", Serving).await;
-            reporter.set_service_status(SERVICE, Serving).await;
-        }
-        tokio::select! {
+        let now: Health = tokio::select! {
             () = cancel.cancelled() => break,
-            changed = revisions.changed(), if !settled => if changed.is_err() { break },
-            changed = degraded.changed() => if changed.is_err() { break },
-            // The verification ends once; its sender then goes, which is no reason to stop.
-            Ok(()) = audit_broken.changed() => {}
-        }
+            now = health.next() => match now {
+                Some(now) => now,
+                None => break,
+            },
+        };
+        reporter.set_service_status(STORE, serving(now.store_writable)).await;
+        reporter.set_service_status(AUDIT, serving(now.audit_intact)).await;
+        reporter.set_service_status("", serving(now.settled)).await;
+        reporter.set_service_status(SERVICE, serving(now.settled)).await;
     }
     reporter.set_service_status("", NotServing).await;
     reporter.set_service_status(SERVICE, NotServing).await;

@@ -4,9 +4,8 @@
 use tonic::{Request, Status};
 
 use crate::api::service::ToolHostService;
-use crate::api::status::ApiError;
 use crate::api::{convert, pb};
-use crate::door::{Presentation, SearchError};
+use crate::door::Presentation;
 
 const DEFAULT_LIMIT: u32 = 10;
 const MAX_LIMIT: u32 = 100;
@@ -19,14 +18,8 @@ impl ToolHostService {
             0 => DEFAULT_LIMIT,
             n => n.min(MAX_LIMIT),
         };
-        let (snapshot, hits) = self
-            .door
-            .search(&caller, &request.query, &request.servers, limit as usize, Presentation::WithState, |_, _| true)
-            .await
-            .map_err(|error| match error {
-                SearchError::UnknownServer(server) => ApiError::UnknownServer(server),
-                SearchError::Store(error) => ApiError::from(error),
-            })?;
+        let (snapshot, hits) =
+            self.door.search(&caller, &request.query, &request.servers, limit as usize, Presentation::WithState, |_, _| true).await?;
         let results = hits
             .iter()
             .filter_map(|hit| {

@@ -1,4 +1,4 @@
-//! The `toolhost.v1.ToolHost` service: decode, ask the registry, the store or the call router,
+//! The `toolhost.v1.ToolHost` service: decode, ask the door (its agent side or its operator side),
 //! encode. No catalog logic lives here.
 
 use std::sync::Arc;
@@ -7,24 +7,19 @@ use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::access::Caller;
-use crate::api::status::ApiError;
 use crate::api::{convert, pb, watch};
-use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
-use crate::catalog::names;
 use crate::door::changes::Changes;
+use crate::door::error::DoorError;
+use crate::door::model::{
+    Answer, CallError, CallRequest, Caller, CatalogSnapshot, ContinuationError, ServerAction, ServerView, ToolRef, locate, names,
+};
+use crate::door::observe::{DoorSpan, Front, Wire};
+use crate::door::operator::Operator;
 use crate::door::paging::{self, Binding, Position, TokenError};
 use crate::door::{Door, Presentation, refused_tool, server_visible, shows_name, shows_tool};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
-use crate::registry::{CatalogSnapshot, Registry, ServerView};
-use crate::store::Store;
-use crate::supervisor::integrity::Approver;
-use crate::supervisor::{Refresher, ServerAction};
-use crate::telemetry::mcp::{Operation, Side, Wire};
-use crate::telemetry::propagation;
 use serde_json::value::RawValue;
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 const DEFAULT_PAGE_SIZE: u32 = 500;
 const MAX_PAGE_SIZE: u32 = 5000;
@@ -35,32 +30,26 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
 /// Everything the handlers need. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct ToolHostService {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) store: Store,
-    pub(crate) refresher: Refresher,
-    pub(crate) watchers: watch::Watchers,
     pub(crate) door: Door,
-    pub(crate) approver: Approver,
-    pub(crate) fleet: Option<crate::fleet::Fleet>,
-    /// The public half of the audit signing key, for `VerifyAudit`.
-    pub(crate) audit_key: Option<ed25519_dalek::VerifyingKey>,
+    pub(crate) operator: Operator,
+    pub(crate) watchers: watch::Watchers,
 }
 
 #[tonic::async_trait]
 impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn list_servers(&self, request: Request<pb::ListServersRequest>) -> Result<Response<pb::ListServersResponse>, Status> {
         let caller = self.admit(&request)?;
-        let snapshot = self.registry.snapshot();
+        let snapshot = self.door.snapshot();
         let servers = match request.get_ref().name.as_str() {
             "" => snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect(),
             name => {
                 // A server the caller may not see answers as one that does not exist.
                 let view = snapshot.servers.get(name).filter(|view| server_visible(&caller, view));
-                let view = view.ok_or_else(|| Status::from(ApiError::UnknownServer(name.to_owned())))?;
+                let view = view.ok_or_else(|| Status::from(DoorError::unknown_server(name)))?;
                 vec![convert::server_with_history(view)]
             }
         };
-        let degraded = self.store.degraded();
+        let degraded = self.door.degraded();
         let store = pb::StoreStatus {
             degraded: degraded.is_some(),
             reason: degraded.filter(|_| caller.agent.admin).map(|why| why.to_string()).unwrap_or_default(),
@@ -80,21 +69,21 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let binding = page_binding(&request, page_size, &caller.agent.name);
         let (snapshot, start) = match request.page_token.as_str() {
             "" => {
-                let snapshot = self.registry.snapshot();
+                let snapshot = self.door.snapshot();
                 let start = Position::start(&snapshot);
                 (snapshot, start)
             }
             token => {
                 let position = binding.resume(token).map_err(|error| match error {
-                    TokenError::Malformed => ApiError::InvalidArgument("malformed page_token".into()),
-                    TokenError::OtherCaller => ApiError::InvalidArgument("page_token was issued for different filters".into()),
+                    TokenError::Malformed => DoorError::invalid("malformed page_token"),
+                    TokenError::OtherCaller => DoorError::invalid("page_token was issued for different filters"),
                 })?;
-                (self.registry.snapshot_at(position.revision).ok_or(ApiError::PageExpired(position.revision))?, position)
+                (self.door.snapshot_at(position.revision).ok_or(DoorError::page_expired(position.revision))?, position)
             }
         };
         for server in &request.servers {
             if !snapshot.servers.get(server.as_str()).is_some_and(|view| server_visible(&caller, view)) {
-                return Err(ApiError::UnknownServer(server.clone()).into());
+                return Err(DoorError::unknown_server(server).into());
             }
         }
         let (tools, next) = collect_page(&snapshot, &request, start, page_size, &caller);
@@ -105,7 +94,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn get_tool(&self, request: Request<pb::GetToolRequest>) -> Result<Response<pb::GetToolResponse>, Status> {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
-        let snapshot = self.registry.snapshot();
+        let snapshot = self.door.snapshot();
         let (target, server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         // A tool held now is hidden from agents in every generation, as it is from every listing.
         if !caller.agent.may_use(&target.qualified())
@@ -113,21 +102,14 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         {
             return Err(refused_tool(&caller, &snapshot, &target).into());
         }
-        let view = snapshot.servers.get(server.as_str()).ok_or_else(|| ApiError::UnknownServer(server.clone()))?;
-        let not_found = || ApiError::UnknownTool { server: server.clone(), tool: name.clone() };
+        let view = snapshot.servers.get(server.as_str()).ok_or_else(|| DoorError::unknown_server(&server))?;
+        let not_found = || DoorError::unknown_tool(&server, &name);
         let current = view.generation.as_ref();
         let tool = match (request.generation, current) {
             (0, Some(generation)) => generation.tool(&name).cloned().map(|tool| (tool, generation.number)),
             (0, None) => None,
             (wanted, Some(generation)) if wanted == generation.number => generation.tool(&name).cloned().map(|tool| (tool, wanted)),
-            (wanted, _) => self
-                .store
-                .tools_at(&server, wanted)
-                .await
-                .map_err(ApiError::from)?
-                .into_iter()
-                .find(|t| t.name == name)
-                .map(|tool| (tool, wanted)),
+            (wanted, _) => self.door.tools_at(&server, wanted).await?.into_iter().find(|t| t.name == name).map(|tool| (tool, wanted)),
         };
         let (tool, generation) = tool.ok_or_else(not_found)?;
         let qualified = names::qualify(&server, &tool.name);
@@ -139,14 +121,11 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
     async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
-        if !self.registry.server(&request.server).is_some_and(|view| server_visible(&caller, &view)) {
-            return Err(ApiError::UnknownServer(request.server).into());
-        }
         let limit = if request.limit == 0 { 20 } else { request.limit.min(1000) };
-        let mut generations = self.store.history(&request.server, limit).await.map_err(ApiError::from)?;
-        let mut enumerations = self.store.enumerations(&request.server, 20).await.map_err(ApiError::from)?;
+        let history = self.door.server_history(&caller, &request.server, limit, 20).await?;
+        let (mut generations, mut enumerations) = history.ok_or_else(|| DoorError::unknown_server(&request.server))?;
         // Names the agent may not see are left out; diagnostics (which quote entries) are for operators.
-        let snapshot = self.registry.snapshot();
+        let snapshot = self.door.snapshot();
         let visible = |name: &str| shows_name(&caller, &snapshot, &names::qualify(&request.server, name), Presentation::WithState);
         for generation in &mut generations {
             generation.added.retain(|name| visible(name));
@@ -170,8 +149,8 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
         for server in &request.servers {
-            if !self.registry.server(server).is_some_and(|view| server_visible(&caller, &view)) {
-                return Err(ApiError::UnknownServer(server.clone()).into());
+            if !self.door.server(server).is_some_and(|view| server_visible(&caller, &view)) {
+                return Err(DoorError::unknown_server(server).into());
             }
         }
         let principal = caller.principal();
@@ -193,46 +172,38 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             Some(addr) => Wire::http(Some(Arc::from(addr.ip().to_string())), Some(addr.port())),
             None => Wire::unix(Some("http")),
         };
-        let histogram = &self.door.metrics().server_operation_duration;
-        let mut operation = Operation::start(Side::Server, histogram, METHOD_TOOLS_CALL, Some(&target), &wire);
-        operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "grpc"));
-        let span = operation.span().clone();
-        propagation::continue_from(&span, request.metadata());
-        let traced = crate::telemetry::traces_exported();
-        if traced {
-            span.set_attribute("rpc.system", "grpc");
-            span.set_attribute("rpc.method", "toolhost.v1.ToolHost/CallTool");
+        let mut operation = DoorSpan::start(&self.door, Front::Grpc, METHOD_TOOLS_CALL, Some(&target), &wire);
+        let metadata = |key: &str| request.metadata().get(key).and_then(|value| value.to_str().ok());
+        if let Some(parent) = metadata("traceparent") {
+            operation.continue_trace(parent, metadata("tracestate"));
         }
+        operation.note("rpc.system", "grpc".to_owned());
+        operation.note("rpc.method", "toolhost.v1.ToolHost/CallTool".to_owned());
+        let span = operation.span().clone();
         let answered = async {
             let caller = self.admit(&request)?;
-            if traced {
-                span.set_attribute("toolhost.agent", caller.agent.name.to_string());
-            }
+            operation.caller(&caller);
             self.call_tool_in(request, caller, &mut operation).await
         }
-        .instrument(span.clone())
+        .instrument(span)
         .await;
+        // A request refused before its call (admission, a malformed request) is judged by its
+        // code here; a call's own outcome was judged by the door.
         let code = answered.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-        if traced {
-            span.set_attribute("rpc.response.status_code", super::status::code_name(code));
-        }
-        if let Err(status) = &answered {
-            // Refusals before the call (admission, a malformed request) fail here; a call's own
-            // failure was already named by its kind.
-            operation.failed(super::status::code_name(code), status.message());
-        }
+        let fault = answered.as_ref().err().filter(|status| super::status::is_fault(status.code())).map(|status| status.message());
+        operation.answered(super::status::code_name(code), fault);
         answered
     }
 
     async fn refresh_server(&self, request: Request<pb::RefreshServerRequest>) -> Result<Response<pb::RefreshServerResponse>, Status> {
-        self.admit_admin(&request)?;
-        self.refresher.operate(&request.into_inner().server, ServerAction::Refresh).map_err(ApiError::from)?;
+        let operator = self.admit(&request)?;
+        self.operator.operate(&operator, &request.into_inner().server, ServerAction::Refresh)?;
         Ok(Response::new(pb::RefreshServerResponse {}))
     }
 
     async fn restart_server(&self, request: Request<pb::RestartServerRequest>) -> Result<Response<pb::RestartServerResponse>, Status> {
-        self.admit_admin(&request)?;
-        self.refresher.operate(&request.into_inner().server, ServerAction::Restart).map_err(ApiError::from)?;
+        let operator = self.admit(&request)?;
+        self.operator.operate(&operator, &request.into_inner().server, ServerAction::Restart)?;
         Ok(Response::new(pb::RestartServerResponse {}))
     }
 
@@ -320,12 +291,12 @@ impl ToolHostService {
         &self,
         request: Request<pb::CallToolRequest>,
         caller: Caller,
-        operation: &mut Operation,
+        operation: &mut DoorSpan,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let timeout = grpc_deadline(request.metadata()).map(|deadline| deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 10)));
         let request = request.into_inner();
         let Some(tool) = ToolRef::from_parts(&request.qualified_name, &request.server, &request.name) else {
-            return Err(ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()).into());
+            return Err(DoorError::invalid("name the tool by qualified_name, or by server and name").into());
         };
         let answer = match (request.continuation_token.as_str(), request.input_responses_json.as_str()) {
             ("", "") => None,
@@ -338,12 +309,13 @@ impl ToolHostService {
                 serde_json::from_str::<&RawValue>(text)
                     .ok()
                     .filter(|raw| raw.get().starts_with('{'))
-                    .ok_or_else(|| ApiError::InvalidArgument("client_capabilities_json is not a JSON object".into()))?,
+                    .ok_or_else(|| DoorError::invalid("client_capabilities_json is not a JSON object"))?,
             ),
         };
         let call = CallRequest {
             tool,
             queue_as: caller.agent.name.clone(),
+            // Empty fields are "not given": the door normalises every door's request alike.
             arguments: Some(request.arguments_json.as_str()),
             expected_hash: Some(request.expected_definition_hash.as_str()),
             expected_revision: Some(request.expected_catalog_revision),
@@ -354,10 +326,7 @@ impl ToolHostService {
             upstream_task: None,
         };
         let result = self.door.call(&caller, call).await;
-        crate::door::observe_call(operation, &result);
-        if let Err(error) = &result {
-            operation.failed(error.kind(), &error.to_string());
-        }
+        operation.call_ended(&result);
         let result = result?;
         let input_required = match (result.outcome.input_required, result.continuation) {
             (Some(input), Some((token, expires_at_unix_ms))) => Some(pb::InputRequired {
@@ -382,18 +351,18 @@ impl ToolHostService {
     /// The server and the tool's own name a GetTool request means: a qualified name is looked
     /// up in the current generations; a server and name are taken as given (the tool may be in
     /// an older generation).
-    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(ToolRef, String, String), ApiError> {
+    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(ToolRef, String, String), DoorError> {
         let tool = ToolRef::from_parts(qualified, server, name)
-            .ok_or_else(|| ApiError::InvalidArgument("name the tool by qualified_name, or by server and name".into()))?;
+            .ok_or_else(|| DoorError::invalid("name the tool by qualified_name, or by server and name"))?;
         let ToolRef::Qualified(qualified) = &tool else { return Ok((tool, server.to_owned(), name.to_owned())) };
-        let snapshot = self.registry.snapshot();
-        let unknown = || ApiError::UnknownTool { server: tool.server().unwrap_or_default().to_owned(), tool: qualified.clone() };
+        let snapshot = self.door.snapshot();
+        let unknown = || DoorError::unknown_tool(tool.server().unwrap_or_default(), qualified);
         match tool.server() {
-            Some(server) if !snapshot.servers.contains_key(server) => return Err(ApiError::UnknownServer(server.to_owned())),
+            Some(server) if !snapshot.servers.contains_key(server) => return Err(DoorError::unknown_server(server)),
             None => return Err(unknown()),
             Some(_) => {}
         }
-        let (view, idx) = crate::calls::locate(&snapshot.servers, &tool).ok_or_else(unknown)?;
+        let (view, idx) = locate(&snapshot, &tool).ok_or_else(unknown)?;
         let generation = view.generation.as_ref().ok_or_else(unknown)?;
         let name = generation.tools[idx].name.clone();
         Ok((tool, view.name.to_string(), name))

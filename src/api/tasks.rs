@@ -8,10 +8,9 @@ use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::{ToolHostService, grpc_deadline};
-use crate::api::status::ApiError;
-use crate::calls::ToolRef;
+use crate::door::error::DoorError;
+use crate::door::model::{TaskStatus, ToolRef, deadline_after, names};
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, expires_at, failure_of};
-use crate::store::tasks::TaskStatus;
 
 /// How long `GetTaskResult` waits for a task's end when the caller set no deadline.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -24,17 +23,18 @@ impl ToolHostService {
         let request = request.into_inner();
         let call = request.call.unwrap_or_default();
         let Some(tool) = ToolRef::from_parts(&call.qualified_name, &call.server, &call.name) else {
-            return Err(ApiError::InvalidArgument("name the tool by call.qualified_name, or by call.server and call.name".into()).into());
+            return Err(DoorError::invalid("name the tool by call.qualified_name, or by call.server and call.name").into());
         };
         if !call.continuation_token.is_empty() || !call.input_responses_json.is_empty() {
-            return Err(ApiError::InvalidArgument("a task starts a call; answer input requests with CallTool".into()).into());
+            return Err(DoorError::invalid("a task starts a call; answer input requests with CallTool").into());
         }
         let call = TaskCall {
             tool,
+            // Empty fields are "not given": the door normalises every door's request alike.
             arguments: Some(call.arguments_json),
-            expected_hash: Some(call.expected_definition_hash).filter(|hash| !hash.is_empty()),
-            expected_revision: Some(call.expected_catalog_revision).filter(|revision| *revision > 0),
-            ttl: Some(Duration::from_millis(request.ttl_ms)).filter(|ttl| !ttl.is_zero()),
+            expected_hash: Some(call.expected_definition_hash),
+            expected_revision: Some(call.expected_catalog_revision),
+            ttl: Some(Duration::from_millis(request.ttl_ms)),
         };
         let task = self.door.start_task(&caller, call).await?;
         Ok(task_message(&task))
@@ -48,7 +48,7 @@ impl ToolHostService {
     pub(crate) async fn get_task_result_in(&self, request: Request<pb::TaskRequest>) -> Result<pb::TaskResult, Status> {
         let caller = self.admit(&request)?;
         let wait = grpc_deadline(request.metadata()).map_or(DEFAULT_WAIT, |deadline| deadline.saturating_sub(deadline / 10));
-        let until = crate::deadline::after(wait);
+        let until = deadline_after(wait);
         let task = self.door.tasks().wait(&caller, &request.get_ref().task_id, until).await?;
         if let Some(error) = failure_of(&task) {
             return Err(error.into());
@@ -91,7 +91,7 @@ impl ToolHostService {
                 let next = tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tx.closed() => return,
-                    next = tasks.wait(&caller, &id, crate::deadline::after(WATCH_LOOK)) => next,
+                    next = tasks.wait(&caller, &id, deadline_after(WATCH_LOOK)) => next,
                 };
                 task = match next {
                     Ok(task) => task,
@@ -138,7 +138,7 @@ fn call_response(task: &Task, raw: &str) -> Result<pb::CallToolResponse, Status>
         content_json: outcome.content.get().to_owned(),
         structured_content_json: outcome.structured_content.map(|s| s.get().to_owned()).unwrap_or_default(),
         is_error: outcome.is_error,
-        server: crate::catalog::names::server_of(&task.qualified_name).unwrap_or_default().to_owned(),
+        server: names::server_of(&task.qualified_name).unwrap_or_default().to_owned(),
         name: String::new(),
         generation,
         definition_hash,

@@ -20,8 +20,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::access::TlsPeerInfo;
-use crate::config::TlsFiles;
+use crate::door::model::{TlsFiles, TlsPeerInfo};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HANDSHAKES: usize = 256;

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use crate::access::share;
 use crate::api::convert;
 use crate::api::pb;
-use crate::api::status::ApiError;
 use crate::door::changes::{Changes, Seen};
+use crate::door::error::DoorError;
+use crate::listen::tables as share;
 
 /// Events buffered per watcher before it counts as slow.
 const WATCH_BUFFER: usize = 256;
@@ -39,9 +39,9 @@ pub(crate) struct Watchers {
 impl Watchers {
     /// Opens a stream of `changes` for the caller `principal` (whose share of the streams it
     /// uses).
-    pub(crate) fn watch(&self, changes: Changes, principal: String) -> Result<ReceiverStream<Result<pb::CatalogEvent, Status>>, ApiError> {
+    pub(crate) fn watch(&self, changes: Changes, principal: String) -> Result<ReceiverStream<Result<pb::CatalogEvent, Status>>, DoorError> {
         if self.cancel.is_cancelled() {
-            return Err(ApiError::ShuttingDown);
+            return Err(DoorError::shutting_down());
         }
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let ended = self.cancel.child_token();

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
-use crate::access::{Caller, share};
+use crate::access::Caller;
+use crate::listen::tables as share;
 
 /// How long an agent has to answer a server's questions.
 pub const CONTINUATION_TTL: Duration = Duration::from_secs(600);

@@ -7,7 +7,7 @@ use maud::{Markup, html};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
 use crate::door::Door;
-use crate::store::call_approvals::{ApprovalRecord, ApprovalStatus};
+use crate::door::model::{ApprovalRecord, ApprovalStatus, Caller};
 
 /// Decided requests shown below the pending ones.
 const RECENT: usize = 50;
@@ -15,16 +15,9 @@ const RECENT: usize = 50;
 const SHOWN_BYTES: usize = 16 * 1024;
 
 pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, flash: Option<&str>) -> Result<Markup, ConsoleError> {
-    let all = door.approvals().list(None).await?;
+    let all = door.list_approvals(ctx.caller, None).await?;
     let (pending, decided): (Vec<&ApprovalRecord>, Vec<&ApprovalRecord>) = all.iter().partition(|r| r.status == ApprovalStatus::Pending);
-    let snapshot = door.registry().snapshot();
-    let definition = |record: &ApprovalRecord| {
-        let tool = crate::calls::ToolRef::Qualified(record.qualified_name.clone());
-        crate::calls::locate(&snapshot.servers, &tool)
-            .and_then(|(view, idx)| view.generation.as_ref().and_then(|generation| generation.tools.get(idx).cloned()))
-            .filter(|tool| tool.hash == record.definition_hash)
-            .map(|tool| pretty(&tool.definition))
-    };
+    let definition = |record: &ApprovalRecord| door.bound_definition(record).map(|tool| pretty(&tool.definition));
     let controls = html! { @if let Some(flash) = flash { p.flash { (flash) } } };
     let live = html! {
         @if pending.is_empty() { p { "No call waits for an approval." } }
@@ -71,13 +64,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, flash: Option<&str>) -> Res
 }
 
 /// An operator's decision from the page.
-pub(super) async fn decide(
-    door: &Door,
-    caller: &crate::access::Caller,
-    id: &str,
-    decision: &str,
-    reason: &str,
-) -> Result<String, ConsoleError> {
+pub(super) async fn decide(door: &Door, caller: &Caller, id: &str, decision: &str, reason: &str) -> Result<String, ConsoleError> {
     let approve = match decision {
         "approve" => true,
         "deny" if reason.trim().is_empty() => return Err(ConsoleError::BadRequest("a denial says why: give a reason".into())),

@@ -8,9 +8,9 @@ use super::diff::pretty;
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, has_marks, marked, page, short_hash};
 use super::servers::urlencode;
+use crate::door::error::DoorError;
+use crate::door::model::ServerView;
 use crate::door::{Door, Presentation, server_visible, shows_tool};
-use crate::registry::ServerView;
-use crate::store::Store;
 
 /// Rows a page shows at most (a search keeps its best).
 const MAX_ROWS: usize = 500;
@@ -38,9 +38,9 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Ma
     let servers: Vec<String> = if query.server.is_empty() { Vec::new() } else { vec![query.server.clone()] };
     let mut rows: Vec<(std::sync::Arc<ServerView>, usize)> = Vec::new();
     let snapshot = if query.q.trim().is_empty() {
-        let snapshot = door.registry().snapshot();
+        let snapshot = door.snapshot();
         if !servers.is_empty() && !snapshot.servers.get(query.server.as_str()).is_some_and(|view| server_visible(ctx.caller, view)) {
-            return Err(ConsoleError::UnknownServer(query.server.clone()));
+            return Err(DoorError::unknown_server(&query.server).into());
         }
         'servers: for view in snapshot.servers.values().filter(|view| servers.is_empty() || *view.name == *query.server) {
             let Some(generation) = &view.generation else { continue };
@@ -119,15 +119,15 @@ pub(super) fn tool_href(server: &str, name: &str) -> String {
 }
 
 /// One tool's page.
-pub(super) async fn tool(ctx: &Ctx<'_>, door: &Door, store: &Store, server: &str, name: &str) -> Result<Markup, ConsoleError> {
-    let snapshot = door.registry().snapshot();
-    let unknown = || ConsoleError::UnknownTool { server: server.to_owned(), tool: name.to_owned() };
+pub(super) async fn tool(ctx: &Ctx<'_>, door: &Door, server: &str, name: &str) -> Result<Markup, ConsoleError> {
+    let snapshot = door.snapshot();
+    let unknown = || ConsoleError::from(DoorError::unknown_tool(server, name));
     let view = snapshot.servers.get(server).filter(|view| server_visible(ctx.caller, view)).ok_or_else(unknown)?;
     let generation = view.generation.as_ref().ok_or_else(unknown)?;
     let idx = generation.position(name).filter(|idx| shows_tool(ctx.caller, view, *idx, Presentation::WithState)).ok_or_else(unknown)?;
     let tool = &generation.tools[idx];
     let integrity = view.integrity_at(idx);
-    let history = store.tool_history(server, name, HISTORY).await?;
+    let history = door.tool_history(server, name, HISTORY).await?;
     let definition = pretty(&tool.definition);
     let live = html! {
         dl.facts {

@@ -9,9 +9,9 @@ use http::Response;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::access::Identity;
 use crate::door::Door;
 use crate::door::changes::{Changes, Seen};
+use crate::door::model::Identity;
 use crate::listen::http::{Body, sse};
 use crate::listen::shares::{Share, Shares};
 
@@ -26,7 +26,7 @@ pub(super) const STREAMS_PER_AGENT: usize = 16;
 pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, permit: (OwnedSemaphorePermit, Share)) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<String>(4);
     let mut changes = Changes::new(door, identity, 0, Vec::new());
-    let revision = door.registry().snapshot().revision;
+    let revision = door.snapshot().revision;
     let feeder = async move {
         let _permit = permit;
         if tx.send(revision.to_string()).await.is_err() {

@@ -4,8 +4,7 @@
 
 use maud::{DOCTYPE, Markup, html};
 
-use crate::access::Caller;
-use crate::catalog::integrity::{confusable, is_invisible};
+use crate::door::model::{Caller, confusable, is_invisible};
 
 /// What every view of one request knows.
 pub(super) struct Ctx<'a> {

@@ -9,16 +9,12 @@ use maud::{Markup, html};
 
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, page, when};
-use crate::door::limits::{self, AgentLimits, RECENT, Recent};
+use crate::door::limits::{AgentLimits, RECENT, Recent};
 use crate::door::{Door, server_visible};
-use crate::store::Store;
 
-pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, store: &Store, now_ms: i64) -> Result<Markup, ConsoleError> {
-    let mut agents = Vec::new();
-    for agent in limits::entries_for(ctx.caller, door.access()) {
-        agents.push((limits::read(store, &agent, now_ms).await?, limits::recent(store, &agent.name, now_ms).await?));
-    }
-    let snapshot = door.registry().snapshot();
+pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, now_ms: i64) -> Result<Markup, ConsoleError> {
+    let agents = door.limits_overview(ctx.caller, now_ms).await?;
+    let snapshot = door.snapshot();
     let servers: Vec<_> = snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).collect();
     let live = html! {
         h2 { "Agents" }

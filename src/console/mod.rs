@@ -37,16 +37,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::access::{Caller, Identity, Refusal, UnixPeer};
-use crate::config::ConsoleConfig;
 use crate::door::Door;
+use crate::door::error::DoorError;
+use crate::door::model::{Caller, ConsoleConfig, Identity, Refusal, ServerAction, UnixPeer, now_ms};
+use crate::door::observe::Throttle;
+use crate::door::operator::{Operator, Via};
 use crate::listen::http::Body;
 use crate::listen::shares::{PeerRate, Shares};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
-use crate::store::Store;
-use crate::supervisor::integrity::Approver;
-use crate::supervisor::{Refresher, ServerAction};
-use crate::telemetry::throttle::Throttle;
 pub use error::ConsoleError;
 use html::Ctx;
 use sessions::{Session, Sessions};
@@ -71,9 +69,7 @@ const ICON: &str = include_str!("assets/icon.svg");
 /// What the console needs of the daemon.
 pub struct Console {
     door: Door,
-    approver: Approver,
-    refresher: Refresher,
-    store: Store,
+    operator: Operator,
     origins: Origins,
     sessions: Sessions,
     streams: Arc<tokio::sync::Semaphore>,
@@ -98,12 +94,10 @@ impl Peer {
 }
 
 impl Console {
-    pub fn new(door: Door, approver: Approver, refresher: Refresher, store: Store, config: &ConsoleConfig) -> Console {
+    pub fn new(door: Door, operator: Operator, config: &ConsoleConfig) -> Console {
         Console {
             door,
-            approver,
-            refresher,
-            store,
+            operator,
             origins: Origins::new(config.allowed_origins.clone()),
             sessions: Sessions::new(config.session_ttl),
             streams: Arc::new(tokio::sync::Semaphore::new(events::MAX_STREAMS)),
@@ -202,7 +196,7 @@ impl Console {
             _ => {}
         }
         let caller = self.admit(peer, session.token.clone()).map_err(ConsoleError::NotAdmitted)?;
-        let snapshot = self.door.registry().snapshot();
+        let snapshot = self.door.snapshot();
         let fragment = parts.headers.get("x-console-fragment").is_some();
         let poll_ms = (path == "/server").then_some(2000);
         let ctx = Ctx {
@@ -215,20 +209,17 @@ impl Console {
         };
         let params = Form::parse(query.as_bytes());
         let flash = if fragment { None } else { self.sessions.take_flash(&session.id) };
-        let admin = || caller.require_admin().map_err(ConsoleError::NotAdmin);
+        let admin = || caller.require_admin().map_err(DoorError::from);
         let page = match path {
-            "/servers" => servers::view(&ctx, &snapshot, self.store.degraded().map(|why| why.to_string()), flash.as_deref()),
+            "/servers" => servers::view(&ctx, &snapshot, self.door.degraded().map(|why| why.to_string()), flash.as_deref()),
             "/server" => servers::server(&ctx, &snapshot, &params.text("name", 200), flash.as_deref()).ok_or(ConsoleError::NotFound)?,
             "/catalog" => {
                 let query =
                     catalog::Query { q: params.text("q", 200), server: params.text("server", 200), state: params.text("state", 20) };
                 catalog::view(&ctx, &self.door, &query).await?
             }
-            "/tool" => catalog::tool(&ctx, &self.door, &self.store, &params.text("server", 200), &params.text("name", 1000)).await?,
-            "/review" => {
-                admin()?;
-                review::view(&ctx, &self.door, &self.approver, &self.store, flash.as_deref()).await?
-            }
+            "/tool" => catalog::tool(&ctx, &self.door, &params.text("server", 200), &params.text("name", 1000)).await?,
+            "/review" => review::view(&ctx, &self.operator, flash.as_deref()).await?,
             "/audit" => {
                 admin()?;
                 let query = trail::Query {
@@ -237,18 +228,18 @@ impl Console {
                     outcome: params.text("outcome", 100),
                     window: params.text("window", 8),
                 };
-                trail::view(&ctx, &self.store, &query, crate::catalog::record::now_ms()).await?
+                trail::view(&ctx, &self.operator, &query, now_ms()).await?
             }
             "/tasks" => {
                 let query =
                     tasks::Query { agent: params.text("agent", 200), state: params.text("state", 20), tool: params.text("tool", 200) };
-                tasks::view(&ctx, &self.door, &query, crate::catalog::record::now_ms(), flash.as_deref()).await?
+                tasks::view(&ctx, &self.door, &query, now_ms(), flash.as_deref()).await?
             }
             "/approvals" => {
                 admin()?;
                 approvals::view(&ctx, &self.door, flash.as_deref()).await?
             }
-            "/limits" => limits::view(&ctx, &self.door, &self.store, crate::catalog::record::now_ms()).await?,
+            "/limits" => limits::view(&ctx, &self.door, now_ms()).await?,
             "/events" => {
                 let slot = events::slot(&self.streams, &self.stream_shares, &caller.agent.name).ok_or(ConsoleError::Busy)?;
                 return Ok(events::stream(&self.door, caller.identity, stop.clone(), slot));
@@ -274,14 +265,14 @@ impl Console {
             };
             return Ok((format!("Cancelled task {} ({}).", task.id, task.qualified_name), "/tasks"));
         }
-        caller.require_admin().map_err(ConsoleError::NotAdmin)?;
+        caller.require_admin().map_err(DoorError::from)?;
         match path {
             "/servers/refresh" => {
-                self.refresher.operate(&server, ServerAction::Refresh)?;
+                self.operator.operate(caller, &server, ServerAction::Refresh)?;
                 Ok((format!("Asked {server} for its tools again."), "/servers"))
             }
             "/servers/restart" => {
-                self.refresher.operate(&server, ServerAction::Restart)?;
+                self.operator.operate(caller, &server, ServerAction::Restart)?;
                 Ok((format!("Restarting {server}."), "/servers"))
             }
             "/approvals/decide" => {
@@ -295,8 +286,8 @@ impl Console {
                 if hash.is_empty() {
                     return Err(ConsoleError::BadRequest("an approval names the exact hash it approves".into()));
                 }
-                let by = format!("{} ({}, console)", caller.agent.name, caller.identity.describe());
-                let approved = self.approver.approve(&server, std::slice::from_ref(&tool), false, Some(&hash), &by).await?;
+                let approved =
+                    self.operator.approve(caller, Via::Console, &server, std::slice::from_ref(&tool), false, Some(&hash)).await?;
                 let hashes: Vec<String> = approved.iter().map(|(name, hash)| format!("{name} {}", html::short_hash(hash))).collect();
                 Ok((format!("Approved {server}/{}: callable now.", hashes.join(", ")), "/review"))
             }
@@ -340,15 +331,13 @@ impl Console {
         self.door.admit(identity)
     }
 
+    /// The page of a refusal or a failure (an internal one was logged where the door made it).
     fn refusal(&self, error: ConsoleError) -> Response<Body> {
-        if error.is_internal()
-            && let Some(suppressed) = self.warnings.admit()
-        {
-            tracing::warn!(%error, suppressed, "a console request failed");
-        }
         let status = error.status();
         let title = status.canonical_reason().unwrap_or("Refused");
-        html_response(status, html::message_page(title, &error.message(), matches!(error, ConsoleError::NotAdmin(_))))
+        // Refused as no operator: signing in with an operator's token is the way on.
+        let sign_in = matches!(&error, ConsoleError::Door(refused) if refused.reason == "ADMIN_REQUIRED");
+        html_response(status, html::message_page(title, &error.to_string(), sign_in))
     }
 }
 

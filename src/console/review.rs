@@ -9,42 +9,17 @@ use super::catalog::tool_href;
 use super::diff::{pretty, side_by_side};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, short_hash, when};
-use crate::catalog::integrity::Hold;
-use crate::door::Door;
-use crate::store::Store;
-use crate::store::fleet::FROM_FLEET;
-use crate::supervisor::integrity::{Approver, DefinitionDiff};
+use crate::door::model::{DefinitionDiff, FROM_FLEET, Hold};
+use crate::door::operator::Operator;
 
 /// Held tools reviewed on one page at most.
 const MAX_HELD: usize = 100;
 /// Approvals listed.
 const APPROVALS: u32 = 20;
 
-pub(super) async fn view(
-    ctx: &Ctx<'_>,
-    door: &Door,
-    approver: &Approver,
-    store: &Store,
-    flash: Option<&str>,
-) -> Result<Markup, ConsoleError> {
-    let snapshot = door.registry().snapshot();
-    let mut held = Vec::new();
-    for view in snapshot.servers.values() {
-        let Some(generation) = &view.generation else { continue };
-        for (idx, tool) in generation.tools.iter().enumerate() {
-            if let Some(hold) = view.held(idx)
-                && held.len() < MAX_HELD
-            {
-                // A tool that moved on since the snapshot is shown as it is now, or not at all.
-                match approver.diff(&view.name, &tool.name).await {
-                    Ok(diff) => held.push((view.name.to_string(), tool.name.clone(), hold, diff)),
-                    Err(crate::supervisor::integrity::ApproveError::Store(error)) => return Err(error.into()),
-                    Err(_) => {}
-                }
-            }
-        }
-    }
-    let approvals = store.recent_approvals(APPROVALS).await?;
+pub(super) async fn view(ctx: &Ctx<'_>, operator: &Operator, flash: Option<&str>) -> Result<Markup, ConsoleError> {
+    let held = operator.held(ctx.caller, MAX_HELD).await?;
+    let approvals = operator.recent_approvals(ctx.caller, APPROVALS).await?;
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
         h2 { (held.len()) " held" @if held.len() == MAX_HELD { " (the first " (MAX_HELD) ")" } }

@@ -7,8 +7,8 @@
 use maud::{Markup, html};
 
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
+use crate::door::model::{CatalogSnapshot, ServerState, ServerView, ToolDef, redact};
 use crate::door::server_visible;
-use crate::registry::{CatalogSnapshot, ServerState, ServerView};
 
 pub(super) fn view(ctx: &Ctx, snapshot: &CatalogSnapshot, store_degraded: Option<String>, flash: Option<&str>) -> Markup {
     let servers: Vec<&ServerView> = snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).map(|v| &**v).collect();
@@ -42,7 +42,7 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
     let hello = view.hello.as_ref();
     let tools = view.generation.as_ref().map_or(0, |generation| generation.tools.len());
     let held = (0..tools).filter(|idx| view.held(*idx).is_some()).count();
-    let error = view.last_error.as_deref().map(crate::secrets::redact);
+    let error = view.last_error.as_deref().map(redact);
     html! {
         tr data-server=(view.name) {
             td { a href=(format!("/server?name={}", urlencode(&view.name))) { strong { (view.name) } }
@@ -80,9 +80,9 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
 pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: Option<&str>) -> Option<Markup> {
     let view = snapshot.servers.get(name).filter(|view| server_visible(ctx.caller, view))?;
     let hello = view.hello.as_ref();
-    let tools: Vec<(usize, &crate::catalog::model::ToolDef)> =
+    let tools: Vec<(usize, &ToolDef)> =
         view.generation.as_ref().map(|generation| generation.tools.iter().enumerate().collect()).unwrap_or_default();
-    let error = view.last_error.as_deref().map(crate::secrets::redact);
+    let error = view.last_error.as_deref().map(redact);
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
         table.servers { (head(ctx)) tbody { (row(ctx, view)) } }
@@ -106,7 +106,7 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
             Some(record) => p {
                 (record.outcome.as_str()) " (" (record.reason.as_str()) "), " (when(record.started_at_ms)) ": "
                 (record.tools) " tools in " (record.pages) " pages, " (record.duration_ms) " ms; generation " (record.generation)
-                @if let Some(error) = &record.error { br; span.error-text { (marked(&crate::secrets::redact(error))) } }
+                @if let Some(error) = &record.error { br; span.error-text { (marked(&redact(error))) } }
             },
             None => p { "None yet." },
         }

@@ -7,9 +7,10 @@ use maud::{Markup, html};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
 use crate::door::Door;
+use crate::door::model::{TaskFilter, TaskStatus};
 use crate::door::tasks::Task;
 use crate::door::tasks::overview::MAX_LISTED;
-use crate::store::tasks::{TaskFilter, TaskStatus};
+use crate::door::truncate;
 
 /// Longest part of a result or error shown in the list (the whole is the task's, by id).
 const SHOWN_BYTES: usize = 2000;
@@ -32,8 +33,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query, now_ms: i64,
         tool: text(&query.tool),
     };
     let tasks = door.tasks().overview(ctx.caller, filter).await?;
-    let agents: Vec<String> =
-        if admin { door.access().policy().entries().iter().map(|a| a.name.to_string()).collect() } else { Vec::new() };
+    let agents: Vec<String> = if admin { door.policy().entries().iter().map(|a| a.name.to_string()).collect() } else { Vec::new() };
     // The flash stays outside the live region: the page fetches that every two seconds.
     let controls = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
@@ -72,7 +72,7 @@ fn row(ctx: &Ctx, task: &Task, now_ms: i64) -> Markup {
     let admin = ctx.caller.agent.admin;
     let cancellable = task.status == TaskStatus::Working && (admin || task.owner == ctx.caller.principal());
     let age = std::time::Duration::from_secs(u64::try_from(now_ms.saturating_sub(task.created_at_ms) / 1000).unwrap_or(0));
-    let shown = task.result.as_deref().or(task.failure.as_deref()).map(|text| crate::door::truncate(text.to_owned(), SHOWN_BYTES));
+    let shown = task.result.as_deref().or(task.failure.as_deref()).map(|text| truncate(text.to_owned(), SHOWN_BYTES));
     html! {
         tr data-task=(task.id) data-status=(task.status.as_str()) {
             td { code title=(task.id) { (task.id.get(..12).unwrap_or(&task.id)) } }

@@ -8,8 +8,8 @@ use maud::{Markup, html};
 use super::chart::{buckets, chart};
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, marked, page, when};
-use crate::store::Store;
-use crate::store::audit::AuditFilter;
+use crate::door::model::{self, AuditFilter};
+use crate::door::operator::Operator;
 
 /// Records listed at most.
 const ROWS: u32 = 200;
@@ -35,7 +35,7 @@ pub(super) struct Query {
     pub(super) window: String,
 }
 
-pub(super) async fn view(ctx: &Ctx<'_>, store: &Store, query: &Query, now_ms: i64) -> Result<Markup, ConsoleError> {
+pub(super) async fn view(ctx: &Ctx<'_>, operator: &Operator, query: &Query, now_ms: i64) -> Result<Markup, ConsoleError> {
     let (window_key, window) =
         WINDOWS.iter().find(|(key, _, _)| *key == query.window).map_or(("1h", WINDOWS[1].1), |(key, window, _)| (*key, *window));
     let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
@@ -45,15 +45,14 @@ pub(super) async fn view(ctx: &Ctx<'_>, store: &Store, query: &Query, now_ms: i6
     let text = |value: &str| Some(value.trim().to_owned()).filter(|value| !value.is_empty());
     let filter =
         AuditFilter { since_ms: first, until_ms: None, agent: text(&query.agent), tool: text(&query.tool), outcome: text(&query.outcome) };
-    let records = store.query_audit_filtered(&filter, ROWS).await?;
-    let sums = store.audit_histogram(&filter, bucket_ms).await?;
+    let (records, sums) = operator.audit_window(ctx.caller, &filter, ROWS, bucket_ms).await?;
     let bars = buckets(
         first,
         bucket_ms,
         BARS,
         sums.into_iter()
-            .filter(|(_, outcome, _)| crate::audit::is_call(outcome))
-            .map(|(start, outcome, count)| (start, crate::audit::refused(&outcome), count)),
+            .filter(|(_, outcome, _)| model::is_call(outcome))
+            .map(|(start, outcome, count)| (start, model::refused(&outcome), count)),
     );
     let (ran, refused) = bars.iter().fold((0u64, 0u64), |(ran, refused), bar| (ran + bar.ran, refused + bar.refused));
     let controls = html! {
@@ -74,7 +73,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, store: &Store, query: &Query, now_ms: i6
             thead { tr { th { "when" } th { "agent" } th { "caller" } th { "tool" } th { "generation" } th { "outcome" } th { "duration" } } }
             tbody {
                 @for record in &records {
-                    tr.refused[crate::audit::refused(&record.outcome)] {
+                    tr.refused[model::refused(&record.outcome)] {
                         td { (when(record.at_ms)) }
                         td { (record.agent) }
                         td { small { (record.caller) " · " (record.transport) } }

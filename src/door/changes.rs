@@ -40,9 +40,8 @@ impl Changes {
     /// Follows the catalog after `from_revision` (0: from now).
     #[must_use]
     pub fn new(door: &Door, identity: Identity, from_revision: u64, servers: Vec<String>) -> Changes {
-        let registry = door.registry();
-        let revisions = registry.subscribe();
-        let cursor = if from_revision == 0 { registry.snapshot().revision } else { from_revision };
+        let revisions = door.registry.subscribe();
+        let cursor = if from_revision == 0 { door.registry.snapshot().revision } else { from_revision };
         Changes { door: door.clone(), identity, servers, revisions, cursor, ready: std::collections::VecDeque::new(), judge: None }
     }
 
@@ -66,8 +65,7 @@ impl Changes {
                 }
             }
             self.revisions.borrow_and_update();
-            let registry = self.door.registry();
-            let events = registry.events_after(self.cursor);
+            let events = self.door.registry.events_after(self.cursor);
             // The policy in force now decides, checked at every change (a reload that removes
             // the caller ends its stream at once); judged after the events were taken, so that a
             // reload's own events (it replaces the policy first) are never shown under the
@@ -76,14 +74,14 @@ impl Changes {
                 Ok(caller) => caller,
                 Err(refusal) => return Some(Err(refusal)),
             };
-            self.judge = Some((caller, registry.snapshot()));
+            self.judge = Some((caller, self.door.registry.snapshot()));
             match events {
                 Ok(events) => {
                     self.cursor = events.iter().map(|event| event.revision).fold(self.cursor, u64::max);
                     self.ready.extend(events);
                 }
                 Err(Lagged) => {
-                    self.cursor = registry.snapshot().revision;
+                    self.cursor = self.door.registry.snapshot().revision;
                     return Some(Ok(Seen::Resync { revision: self.cursor }));
                 }
             }

@@ -1,11 +1,18 @@
-//! What every front door (the gRPC API, the MCP endpoint) shares: around a tool call, the access
-//! decision, the refusal that looks exactly like absence, the call itself through [`Calls`] and
-//! the audit record; and search over one catalog snapshot under the caller's policy. One
-//! implementation, so that the doors cannot drift apart.
+//! The one face of the front doors (the gRPC API, the MCP endpoint, the console): they name
+//! nothing below it (`.ci/door-face`). [`Door`] is the agent side: around a tool call, the
+//! access decision, the refusal that looks exactly like absence, the request's fields
+//! normalised, the call itself through [`Calls`] and the audit record; search and every read of
+//! the catalog under the caller's policy. [`operator::Operator`] is the operator side. The doors
+//! speak [`model`]'s nouns, fail with [`error::DoorError`] and build their spans with
+//! [`observe::DoorSpan`]. One implementation, so that the doors cannot drift apart.
 
 pub mod approvals;
 pub mod changes;
+pub mod error;
 pub mod limits;
+pub mod model;
+pub mod observe;
+pub mod operator;
 pub mod paging;
 pub mod tasks;
 
@@ -20,8 +27,6 @@ use crate::catalog::names;
 use crate::config::AuditArguments;
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::store::Store;
-use crate::telemetry::mcp::Operation;
-use opentelemetry::KeyValue;
 
 /// Search hits fetched beyond the limit, for those the caller's policy then hides.
 const SEARCH_OVERFETCH: usize = 4;
@@ -76,9 +81,35 @@ impl Door {
         Door { registry, calls, access, auditor, store, continuations: Continuations::default(), tasks, approvals }
     }
 
-    /// The daemon's approval requests (listing; [`Door::decide_approval`] decides).
-    pub fn approvals(&self) -> &approvals::Approvals {
-        &self.approvals
+    /// The approval requests (of `status`, or all), newest first: an operator's to read.
+    ///
+    /// # Errors
+    /// Not an operator; the store.
+    pub async fn list_approvals(
+        &self,
+        operator: &Caller,
+        status: Option<crate::store::call_approvals::ApprovalStatus>,
+    ) -> Result<Vec<crate::store::call_approvals::ApprovalRecord>, error::DoorError> {
+        operator.require_admin()?;
+        Ok(self.approvals.list(status).await?)
+    }
+
+    /// One approval request: an operator's to read.
+    ///
+    /// # Errors
+    /// Not an operator; no such request; the store.
+    pub async fn approval(&self, operator: &Caller, id: &str) -> Result<crate::store::call_approvals::ApprovalRecord, error::DoorError> {
+        operator.require_admin()?;
+        let record = self.approvals.get(id).await?;
+        Ok(record.ok_or_else(|| approvals::DecideError::Unknown(truncate(id.to_owned(), 128)))?)
+    }
+
+    /// The definition an approval request binds, while it is still its tool's current one.
+    pub fn bound_definition(&self, record: &crate::store::call_approvals::ApprovalRecord) -> Option<crate::catalog::model::ToolDef> {
+        let tool = ToolRef::Qualified(record.qualified_name.clone());
+        crate::calls::locate(&self.registry.snapshot().servers, &tool)
+            .and_then(|(view, idx)| view.generation.as_ref().and_then(|generation| generation.tools.get(idx).cloned()))
+            .filter(|tool| tool.hash == record.definition_hash)
     }
 
     /// An operator approves or denies a pending call (with a reason); audited.
@@ -116,6 +147,13 @@ impl Door {
     /// [`tasks::TaskError`].
     pub async fn start_task(&self, caller: &Caller, call: tasks::TaskCall) -> Result<tasks::Task, tasks::TaskError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
+        let call = tasks::TaskCall {
+            arguments: given(call.arguments.as_deref()).map(str::to_owned),
+            expected_hash: given(call.expected_hash.as_deref()).map(str::to_owned),
+            expected_revision: call.expected_revision.filter(|revision| *revision > 0),
+            ttl: call.ttl.filter(|ttl| !ttl.is_zero()),
+            ..call
+        };
         let task = self.tasks.start(self, caller, call).await?;
         // The start in the trail (the call's end follows when it ends, as any call's does).
         self.audit_event(caller, &task.qualified_name, format!("task_started:{}", task.id), started);
@@ -258,12 +296,117 @@ impl Door {
         Ok((snapshot, hits))
     }
 
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
+    /// The catalog now.
+    pub fn snapshot(&self) -> Arc<CatalogSnapshot> {
+        self.registry.snapshot()
     }
 
-    pub fn access(&self) -> &Arc<Access> {
-        &self.access
+    /// Whether the tool `tool` names supports running as a task, as its current definition says
+    /// (`execution.taskSupport`): a 2026 door then answers with a task's handle at once.
+    pub fn runs_as_task(&self, tool: &ToolRef) -> bool {
+        crate::calls::locate(&self.registry.snapshot().servers, tool)
+            .and_then(|(server, idx)| server.generation.as_ref().map(|generation| generation.tools[idx].fields().task_supporting))
+            .unwrap_or(false)
+    }
+
+    /// One server's view now.
+    pub fn server(&self, name: &str) -> Option<Arc<ServerView>> {
+        self.registry.server(name)
+    }
+
+    /// The tools `server` offered in `generation`, from the store (a past generation's).
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn tools_at(&self, server: &str, generation: u64) -> Result<Vec<crate::catalog::model::ToolDef>, error::DoorError> {
+        Ok(self.store.tools_at(server, generation).await?)
+    }
+
+    /// The catalog as it was at `revision`, while it is kept (page tokens refer to one).
+    pub fn snapshot_at(&self, revision: u64) -> Option<Arc<CatalogSnapshot>> {
+        self.registry.snapshot_at(revision)
+    }
+
+    /// The catalog's revision, as it changes.
+    pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.registry.subscribe()
+    }
+
+    /// The access policy now: a reload replaces it for the next request.
+    pub fn policy(&self) -> Arc<crate::access::Policy> {
+        self.access.policy()
+    }
+
+    /// Whether the catalog store cannot be written now, and why (the daemon serves on).
+    pub fn degraded(&self) -> Option<Arc<str>> {
+        self.store.degraded()
+    }
+
+    /// `server`'s generations, newest first, and its latest enumerations, if `caller` may see
+    /// the server (else `None`: it answers as one that does not exist).
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn server_history(
+        &self,
+        caller: &Caller,
+        server: &str,
+        generations: u32,
+        enumerations: u32,
+    ) -> Result<Option<(Vec<crate::catalog::record::GenerationSummary>, Vec<crate::catalog::record::EnumerationRecord>)>, error::DoorError>
+    {
+        if !self.registry.server(server).is_some_and(|view| server_visible(caller, &view)) {
+            return Ok(None);
+        }
+        Ok(Some((self.store.history(server, generations).await?, self.store.enumerations(server, enumerations).await?)))
+    }
+
+    /// The definitions `server` offered as tool `name`: `(first generation, last generation if
+    /// it is gone, hash)`, newest first. The caller has seen the tool.
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn tool_history(&self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, error::DoorError> {
+        Ok(self.store.tool_history(server, name, limit).await?)
+    }
+
+    /// The definition approvals of `server`'s tools, newest first, those `visible` lets through.
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn approval_history(
+        &self,
+        server: &str,
+        limit: u32,
+        visible: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, crate::catalog::integrity::Approval)>, error::DoorError> {
+        let history = self.store.approval_history(server, limit).await?;
+        Ok(history.into_iter().filter(|(name, _)| visible(name)).collect())
+    }
+
+    /// `caller`'s own limits now (in flight, rate, quotas).
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn own_limits(&self, caller: &Caller) -> Result<limits::AgentLimits, error::DoorError> {
+        Ok(limits::read(&self.store, &caller.agent, crate::catalog::record::now_ms()).await?)
+    }
+
+    /// The limits of every agent entry `caller` may see (an operator every one, anyone else
+    /// their own), each with its calls that ran and were refused lately.
+    ///
+    /// # Errors
+    /// The store.
+    pub async fn limits_overview(
+        &self,
+        caller: &Caller,
+        now_ms: i64,
+    ) -> Result<Vec<(limits::AgentLimits, limits::Recent)>, error::DoorError> {
+        let mut agents = Vec::new();
+        for agent in limits::entries_for(caller, &self.access) {
+            agents.push((limits::read(&self.store, &agent, now_ms).await?, limits::recent(&self.store, &agent.name, now_ms).await?));
+        }
+        Ok(agents)
     }
 
     pub fn metrics(&self) -> &crate::telemetry::metrics::Metrics {
@@ -344,6 +487,7 @@ impl Door {
     /// [`CallError`]; a refusal is the error a missing tool would give (operators get the truth).
     pub async fn call(&self, caller: &Caller, request: CallRequest<'_>) -> Result<CallResult, CallError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
+        let request = normalise(request);
         let target = request.tool.clone();
         let arguments = request.arguments.unwrap_or("{}");
         // The same decision as listing: a tool this agent may not use answers like one that does not exist.
@@ -552,30 +696,6 @@ impl Door {
     }
 }
 
-/// Marks a door's server operation (its span and `mcp.server.operation.duration`) with what the
-/// call came to: the tool, only once the call reached a real one (a made-up name never becomes a
-/// time series), a tool's own failure, and toolhost's outcome. The door adds its protocol's
-/// error code.
-pub fn observe_call(operation: &mut Operation, result: &Result<CallResult, CallError>) {
-    if !operation.observed() {
-        return;
-    }
-    match result {
-        Ok(done) => {
-            operation.tool(&names::qualify(&done.server, &done.name));
-            if done.outcome.is_error {
-                operation.tool_error();
-            }
-        }
-        Err(error) => {
-            if let Some((server, tool)) = error.resolved_tool() {
-                operation.tool(&names::qualify(server, tool));
-            }
-            operation.attribute(KeyValue::new("toolhost.outcome", error.kind()));
-        }
-    }
-}
-
 /// How a door presents tools: with their state (the gRPC API marks a tool held), or as the
 /// list of what may be called (MCP, whose clients know no state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -653,6 +773,21 @@ pub fn truncate(mut text: String, max: usize) -> String {
 
 /// A call request borrowed for less long: what the door substitutes (an approval's arguments)
 /// lives only as long as the call.
+/// The one normalisation of what a caller sent, whichever door it came through: an empty or
+/// blank string, a zero revision and an absent field all mean "not given". (A zero timeout is
+/// a deadline already spent, not an absent one.)
+fn normalise(mut request: CallRequest<'_>) -> CallRequest<'_> {
+    request.arguments = given(request.arguments);
+    request.expected_hash = given(request.expected_hash);
+    request.expected_revision = request.expected_revision.filter(|revision| *revision > 0);
+    request
+}
+
+/// `text` if it says anything.
+fn given(text: Option<&str>) -> Option<&str> {
+    text.map(str::trim).filter(|text| !text.is_empty())
+}
+
 fn shorten<'short, 'long: 'short>(request: CallRequest<'long>) -> CallRequest<'short> {
     request
 }

@@ -24,11 +24,11 @@ use tokio_util::task::TaskTracker;
 use super::message::{self, Message, Params};
 use super::sessions::{Session, Sessions};
 use super::{Admission, ChangeWatch, Endpoint, Era, Origin, View, reply};
-use crate::access::{Identity, UnixPeer};
+use crate::door::model::{Identity, PROGRESS_QUEUE, Refusal, UnixPeer};
+use crate::door::observe::{Throttle, Wire};
 use crate::listen::http::{Body, serve_connection, sse};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
 use crate::mcp::modern::{self, HEADER_MISMATCH, METHOD_LISTEN};
-use crate::telemetry::mcp::Wire;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -42,7 +42,7 @@ pub async fn serve_http(listener: TcpListener, endpoint: Arc<Endpoint>, tracker:
     tracker.spawn(sessions.clone().expire(cancel.clone()));
     let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
     let shares = crate::listen::shares::Shares::new(super::CONNECTIONS_PER_PEER);
-    let warnings = Arc::new(crate::telemetry::throttle::Throttle::new(1));
+    let warnings = Arc::new(Throttle::new(1));
     loop {
         let (stream, remote) = tokio::select! {
             () = cancel.cancelled() => return,
@@ -138,7 +138,7 @@ impl Front {
             Ok(caller) => caller,
             Err(refusal) => {
                 let status = match refusal {
-                    crate::access::Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
+                    Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
                     _ => StatusCode::FORBIDDEN,
                 };
                 let mut response = rpc_error(status, reply::SERVER_ERROR, &refusal.to_string());
@@ -245,7 +245,7 @@ impl Front {
             let line = self.endpoint.answer(&view, request, None).await;
             let requested = Params::read(request.params).ok().and_then(|params| params.protocol_version);
             let version = super::agreed_version(requested.as_deref());
-            let session = self.sessions.open(&view, version, &self.endpoint.door.metrics().server_session_duration);
+            let session = self.sessions.open(&view, version, &self.endpoint.door);
             let Some(session) = session else {
                 return rpc_error(StatusCode::SERVICE_UNAVAILABLE, reply::SERVER_ERROR, "too many MCP sessions are open; try again later");
             };
@@ -313,7 +313,7 @@ impl Front {
     /// call also ends on `notifications/cancelled`.
     /// `body` is the request's (a shared buffer): the task that outlives this borrow reads it again.
     fn call_streamed(&self, body: Bytes, view: View, session: Option<(Arc<Session>, CancellationToken)>) -> Response<Body> {
-        let (tx, rx) = mpsc::channel::<String>(crate::upstream::session::PROGRESS_QUEUE);
+        let (tx, rx) = mpsc::channel::<String>(PROGRESS_QUEUE);
         let endpoint = self.endpoint.clone();
         let stop = self.cancel.clone();
         let task = async move {

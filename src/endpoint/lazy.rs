@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{Era, View, reply};
-use crate::calls::{CallError, ToolRef};
+use crate::door::model::{CallError, ServerView, ToolRef};
 use crate::door::{Door, Presentation};
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 
@@ -94,7 +94,7 @@ pub(super) async fn target<'a>(
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
             };
             let limit = args.limit.unwrap_or(DEFAULT_FOUND).clamp(1, MAX_FOUND);
-            let also = |server: &crate::registry::ServerView, idx: usize| server.is_available() && in_scope(server.qualified().name(idx));
+            let also = |server: &ServerView, idx: usize| server.is_available() && in_scope(server.qualified().name(idx));
             match door.search(&view.caller, &args.query, &[], limit, Presentation::Callable, also).await {
                 Ok((_, hits)) => {
                     let found: Vec<Value> = hits

@@ -11,9 +11,9 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
-use crate::catalog::model::ToolDef;
+use crate::door::Door;
+use crate::door::model::{CatalogSnapshot, ServerView, ToolDef};
 use crate::door::paging::{self, Binding, Position, TokenError};
-use crate::registry::{CatalogSnapshot, Registry, ServerView};
 
 /// Servers (per naming) whose rendered tools are kept.
 const RENDERED_KEPT: usize = 8192;
@@ -45,7 +45,7 @@ impl Cache {
     pub(super) fn page(
         &self,
         current: &Arc<CatalogSnapshot>,
-        registry: &Registry,
+        door: &Door,
         view: &View,
         cursor: Option<&str>,
         page_size: usize,
@@ -62,7 +62,7 @@ impl Cache {
         };
         let snapshot = match start.revision == current.revision {
             true => current.clone(),
-            false => registry
+            false => door
                 .snapshot_at(start.revision)
                 .ok_or("the cursor has expired (the catalog changed too often since); list again without a cursor")?,
         };
@@ -210,9 +210,9 @@ pub(super) struct ChangeWatch {
 
 impl ChangeWatch {
     pub(super) fn new(endpoint: &Endpoint, view: &View) -> ChangeWatch {
-        let mut revisions = endpoint.door.registry().subscribe();
+        let mut revisions = endpoint.door.revisions();
         revisions.borrow_and_update();
-        ChangeWatch { revisions, seen: fingerprint(&endpoint.door.registry().snapshot(), view), last_sent: None }
+        ChangeWatch { revisions, seen: fingerprint(&endpoint.door.snapshot(), view), last_sent: None }
     }
 
     /// Sends `line` on `out` each time what `view` sees changes, until the registry or `out`
@@ -242,7 +242,7 @@ impl ChangeWatch {
                 tokio::time::sleep_until(last.checked_add(SETTLE).unwrap_or(last)).await;
             }
             self.revisions.borrow_and_update();
-            let now = fingerprint(&endpoint.door.registry().snapshot(), view);
+            let now = fingerprint(&endpoint.door.snapshot(), view);
             if now != self.seen {
                 self.seen = now;
                 self.last_sent = Some(tokio::time::Instant::now());

@@ -233,13 +233,10 @@ impl<'a> Params<'a> {
         Ok(())
     }
 
-    /// Makes `span` a child of the trace named in `_meta` (`traceparent`), if any.
-    /// Whether `_meta` named one.
-    pub(super) fn continue_trace(&self, span: &tracing::Span) -> bool {
-        let Some(meta) = &self.meta else { return false };
-        let Some(parent) = meta.traceparent.as_deref() else { return false };
-        crate::telemetry::propagation::continue_from_pairs(span, parent, meta.tracestate.as_deref());
-        true
+    /// The trace named in `_meta` (`traceparent`, `tracestate`), if any.
+    pub(super) fn trace(&self) -> Option<(&str, Option<&str>)> {
+        let meta = self.meta.as_ref()?;
+        Some((meta.traceparent.as_deref()?, meta.tracestate.as_deref()))
     }
 }
 

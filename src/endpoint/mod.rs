@@ -25,23 +25,21 @@ use arc_swap::ArcSwap;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use wildmatch::WildMatch;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::access::{Caller, Identity, Refusal};
-use crate::calls::{Answer, CallError, CallRequest, ContinuationError, ToolRef};
-use crate::catalog::names;
-use crate::config::McpConfig;
 use crate::door::Door;
+use crate::door::model::{
+    Answer, CallError, CallRequest, CallResult, Caller, ContinuationError, Identity, Listener, McpConfig, PROGRESS_QUEUE, Policy, Refusal,
+    ServerView, ToolRef, names,
+};
+use crate::door::observe::{DoorSpan, Front, REQUEST_ID, Throttle, Wire};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
 use crate::mcp::modern::{self, METHOD_DISCOVER};
-use crate::registry::ServerView;
-use crate::telemetry::mcp::{Operation, Side, Wire};
 
 pub use http::serve_http;
 use listing::ChangeWatch;
@@ -116,7 +114,7 @@ pub struct Origin {
 /// A request's identity as the transport knows it, admitted afresh when the policy changes.
 pub struct Admission {
     identity: Identity,
-    cached: Option<(Arc<crate::access::Policy>, Result<Caller, Refusal>)>,
+    cached: Option<(Arc<Policy>, Result<Caller, Refusal>)>,
 }
 
 // === impl Endpoint ===
@@ -167,7 +165,7 @@ impl Endpoint {
     /// # Errors
     /// The refusal that turns it away.
     fn admit(&self, admission: &mut Admission) -> Result<Caller, Refusal> {
-        let policy = self.door.access().policy();
+        let policy = self.door.policy();
         match &admission.cached {
             Some((cached, result)) if Arc::ptr_eq(cached, &policy) => result.clone(),
             _ => {
@@ -190,17 +188,19 @@ impl Endpoint {
             (METHOD_TOOLS_CALL, Ok(params)) => params.name.as_deref().map(reply::clip),
             _ => None,
         };
-        let histogram = &self.door.metrics().server_operation_duration;
-        let mut operation = Operation::start(Side::Server, histogram, &request.method, target, &view.origin.wire);
+        let mut operation = DoorSpan::start(&self.door, Front::Mcp, &request.method, target, &view.origin.wire);
         let span = operation.span().clone();
-        let continued = params.as_ref().is_ok_and(|params| params.continue_trace(&span));
-        if !continued && let Some((parent, state)) = &view.trace {
-            crate::telemetry::propagation::continue_from_pairs(&span, parent, state.as_deref());
+        match params.as_ref().ok().and_then(Params::trace) {
+            Some((parent, state)) => operation.continue_trace(parent, state),
+            None => {
+                if let Some((parent, state)) = &view.trace {
+                    operation.continue_trace(parent, state.as_deref());
+                }
+            }
         }
         if operation.observed() {
-            span.set_attribute(crate::telemetry::mcp::REQUEST_ID, reply::clip(id.get()).to_owned());
-            span.set_attribute("toolhost.agent", view.caller.agent.name.to_string());
-            operation.attribute(opentelemetry::KeyValue::new("toolhost.front_door", "mcp"));
+            operation.note(REQUEST_ID, reply::clip(id.get()).to_owned());
+            operation.caller(&view.caller);
         }
         if let Some(session) = &view.origin.session {
             operation.session(session);
@@ -233,7 +233,7 @@ impl Endpoint {
         request: &message::Request<'_>,
         params: &Params<'_>,
         out: Option<&mpsc::Sender<String>>,
-        operation: &mut Operation,
+        operation: &mut DoorSpan,
     ) -> String {
         let id = request.id;
         let era = params.era();
@@ -259,8 +259,8 @@ impl Endpoint {
 
     fn list(&self, view: &View, id: &RawValue, params: &Params<'_>, era: Era) -> String {
         let settings = self.settings.load();
-        let snapshot = self.door.registry().snapshot();
-        match self.listing.page(&snapshot, self.door.registry(), view, params.cursor.as_deref(), settings.page_size, era) {
+        let snapshot = self.door.snapshot();
+        match self.listing.page(&snapshot, &self.door, view, params.cursor.as_deref(), settings.page_size, era) {
             Ok(page) => reply::result(id, &page),
             Err(problem) => reply::error(id, INVALID_PARAMS, &problem, Some(&reply::reason_data("CURSOR_EXPIRED", &[]))),
         }
@@ -277,7 +277,7 @@ impl Endpoint {
         params: &Params<'_>,
         era: Era,
         out: Option<&mpsc::Sender<String>>,
-        operation: &mut Operation,
+        operation: &mut DoorSpan,
     ) -> String {
         let Some(name) = params.name.as_deref() else {
             return reply::error(id, INVALID_PARAMS, "tools/call needs params.name", None);
@@ -338,7 +338,7 @@ impl Endpoint {
                 upstream_task: None,
             };
             let result = self.call_once(view, request, params.progress_token, out).await;
-            crate::door::observe_call(operation, &result);
+            operation.call_ended(&result);
             let done = match result {
                 Ok(done) => done,
                 Err(error) => return reply::call_error(id, &error),
@@ -366,10 +366,10 @@ impl Endpoint {
         mut request: CallRequest<'_>,
         progress_token: Option<&RawValue>,
         out: Option<&mpsc::Sender<String>>,
-    ) -> Result<crate::calls::CallResult, CallError> {
+    ) -> Result<CallResult, CallError> {
         let mut upstream_progress = None;
         if let (Some(_), Some(_)) = (progress_token, out) {
-            let (tx, rx) = mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);
+            let (tx, rx) = mpsc::channel(PROGRESS_QUEUE);
             request.progress = Some(tx);
             upstream_progress = Some(rx);
         }
@@ -536,10 +536,7 @@ const CONNECTIONS_PER_PEER: usize = 256;
 const MAX_CONNECTIONS: usize = 1024;
 
 /// A connection slot of an endpoint listener ([`listen::connection_slot`]).
-fn connection_slot(
-    slots: &Arc<tokio::sync::Semaphore>,
-    warnings: &crate::telemetry::throttle::Throttle,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
+fn connection_slot(slots: &Arc<tokio::sync::Semaphore>, warnings: &Throttle) -> Option<tokio::sync::OwnedSemaphorePermit> {
     listen::connection_slot(slots, warnings, DOOR, MAX_CONNECTIONS)
 }
 
@@ -553,7 +550,7 @@ pub struct BoundListeners(Vec<Bound>);
 ///
 /// # Errors
 /// [`BindError`] naming the address.
-pub async fn bind(listeners: &[crate::config::Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
+pub async fn bind(listeners: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
     let (addrs, bound) = listen::bind_all(listeners).await?;
     Ok((addrs, BoundListeners(bound)))
 }

@@ -5,8 +5,7 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::access::Refusal;
-use crate::calls::CallError;
+use crate::door::model::{CallError, Refusal, redact_owned};
 use crate::mcp::jsonrpc::code::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST_CHANGED;
 use crate::mcp::modern::{METHOD_ACKNOWLEDGED, SUBSCRIPTION_ID};
@@ -31,7 +30,7 @@ pub(super) fn result(id: &RawValue, result: &str) -> String {
 
 /// An error response line; `data` is raw JSON.
 pub(super) fn error(id: &RawValue, code: i64, message: &str, data: Option<&RawValue>) -> String {
-    let message = crate::door::truncate(crate::secrets::redact_owned(message.to_owned()), MAX_MESSAGE_BYTES);
+    let message = crate::door::truncate(redact_owned(message.to_owned()), MAX_MESSAGE_BYTES);
     let mut error = Map::new();
     error.insert("code".into(), Value::from(code));
     error.insert("message".into(), Value::from(message));
@@ -78,7 +77,7 @@ pub(super) fn reason_data(reason: &str, facts: &[(&str, String)]) -> Box<RawValu
     data.insert("reason".into(), Value::from(reason));
     data.insert("domain".into(), Value::from("toolhost"));
     for (key, value) in facts {
-        let clean = crate::door::truncate(crate::secrets::redact_owned(value.clone()), 256);
+        let clean = crate::door::truncate(redact_owned(value.clone()), 256);
         let value = match (key.ends_with("generation") || *key == "retry_after_ms", clean.parse::<u64>()) {
             (true, Ok(number)) => Value::from(number),
             _ => Value::from(clean),
@@ -212,7 +211,7 @@ pub(super) fn clip(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calls::{RaceKind, StaleTool};
+    use crate::door::model::{RaceKind, StaleTool};
 
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_owned()).unwrap()

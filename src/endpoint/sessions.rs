@@ -9,9 +9,10 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::{Origin, Profile, View};
-use crate::access::share;
-use crate::telemetry::mcp::{SessionLife, Side};
-use opentelemetry::metrics::Histogram;
+use crate::door::Door;
+use crate::door::model::random_token;
+use crate::door::observe::{SessionLife, session_life};
+use crate::listen::tables as share;
 
 /// Sessions open at once; past this, the least recently used session of the caller holding
 /// the most makes room.
@@ -33,9 +34,11 @@ pub(super) struct Sessions {
 
 pub(super) struct Session {
     id: String,
-    /// Who opened it: the agent entry, the caller's identity and its principal (whose share
-    /// of the table it uses).
-    owner: (Arc<str>, crate::access::Identity, String),
+    /// Who opened it: the caller's principal (its agent entry and the proof it gave: a token, a
+    /// certificate, the kernel's uid), whose share of the table it uses and who alone may use
+    /// it. Not the pid: a process that forks shares its sockets, and the kernel's tables then
+    /// name whichever holder is found first.
+    owner: String,
     profile: Option<Arc<Profile>>,
     last_used: Mutex<Instant>,
     /// Calls running, by their request id's JSON text, for `notifications/cancelled`.
@@ -57,13 +60,13 @@ pub(super) struct Session {
 impl Sessions {
     /// A new session for `view`'s caller, making room in its share (or, in a full table, in
     /// the biggest holder's); `None` only when no session id can be made.
-    pub(super) fn open(&self, view: &View, version: &str, durations: &Histogram<f64>) -> Option<Arc<Session>> {
+    pub(super) fn open(&self, view: &View, version: &str, door: &Door) -> Option<Arc<Session>> {
         let id = session_id()?;
         let origin = Origin { wire: view.origin.wire.clone(), session: Some(Arc::from(id.as_str())), version: Some(Arc::from(version)) };
-        let life = SessionLife::start(durations, version, &origin.wire, Side::Server);
+        let life = session_life(door, version, &origin.wire);
         let session = Arc::new(Session {
             id: id.clone(),
-            owner: owner(view),
+            owner: view.caller.principal(),
             profile: view.profile.clone(),
             last_used: Mutex::new(Instant::now()),
             in_flight: Mutex::default(),
@@ -74,9 +77,8 @@ impl Sessions {
             _life: life,
         });
         let mut open = self.lock();
-        let entries =
-            open.values().map(|s| (s.id.as_str(), s.owner.2.as_str(), *s.last_used.lock().unwrap_or_else(PoisonError::into_inner)));
-        if let Some(evicted) = share::make_room(entries, &session.owner.2, SESSIONS_PER_CALLER, MAX_SESSIONS).map(str::to_owned)
+        let entries = open.values().map(|s| (s.id.as_str(), s.owner.as_str(), *s.last_used.lock().unwrap_or_else(PoisonError::into_inner)));
+        if let Some(evicted) = share::make_room(entries, &session.owner, SESSIONS_PER_CALLER, MAX_SESSIONS).map(str::to_owned)
             && let Some(evicted) = open.remove(&evicted)
         {
             evicted.ended.cancel();
@@ -89,8 +91,7 @@ impl Sessions {
     pub(super) fn get(&self, id: &str, view: &View) -> Option<Arc<Session>> {
         let session = self.lock().get(id).cloned()?;
         let same_profile = session.profile.as_ref().map(|p| &p.name) == view.profile.as_ref().map(|p| &p.name);
-        let same_owner = Arc::ptr_eq(&session.owner.0, &view.caller.agent.name) || session.owner.0 == view.caller.agent.name;
-        if !same_owner || session.owner.1 != view.caller.identity || !same_profile {
+        if session.owner != view.caller.principal() || !same_profile {
             return None;
         }
         *session.last_used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
@@ -186,12 +187,8 @@ impl Session {
     }
 }
 
-fn owner(view: &View) -> (Arc<str>, crate::access::Identity, String) {
-    (view.caller.agent.name.clone(), view.caller.identity.clone(), view.caller.principal())
-}
-
 fn session_id() -> Option<String> {
-    crate::secrets::random_token()
+    random_token()
 }
 
 #[cfg(test)]

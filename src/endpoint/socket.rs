@@ -24,11 +24,11 @@ use tokio_util::task::TaskTracker;
 use super::asking::ClientLink;
 use super::message::{self, Message, Request};
 use super::{Admission, ChangeWatch, Endpoint, Origin, View, reply};
-use crate::access::{Identity, UnixPeer};
+use crate::door::model::{Identity, UnixPeer};
+use crate::door::observe::{SessionLife, Throttle, Wire, session_life};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
+use crate::mcp::lines::{self, Line};
 use crate::mcp::modern::METHOD_LISTEN;
-use crate::telemetry::mcp::{SessionLife, Side, Wire};
-use crate::upstream::lines::{self, Line};
 
 /// A toolhost notification a client sends first to be served one profile (`toolhost mcp
 /// --profile NAME` does): `{"method": "notifications/toolhost/profile", "params": {"name": NAME}}`.
@@ -46,7 +46,7 @@ const FLUSH_ON_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 pub async fn serve_unix(listener: UnixListener, endpoint: Arc<Endpoint>, tracker: TaskTracker, cancel: CancellationToken) {
     let slots = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
     let shares = crate::listen::shares::Shares::new(super::CONNECTIONS_PER_PEER);
-    let warnings = crate::telemetry::throttle::Throttle::new(1);
+    let warnings = Throttle::new(1);
     loop {
         let stream = tokio::select! {
             () = cancel.cancelled() => return,
@@ -214,8 +214,7 @@ impl Connection {
             let requested = message::Params::read(request.params).ok().and_then(|params| params.protocol_version);
             let version = super::agreed_version(requested.as_deref());
             self.origin = Arc::new(Origin { wire: Wire::unix(None), session: None, version: Some(Arc::from(version)) });
-            let histogram = &self.endpoint.door.metrics().server_session_duration;
-            self.session = Some(SessionLife::start(histogram, version, &self.origin.wire, Side::Server));
+            self.session = Some(session_life(&self.endpoint.door, version, &self.origin.wire));
         }
         let view =
             View { caller, profile: self.profile.clone(), trace: None, client: Some(self.client.clone()), origin: self.origin.clone() };

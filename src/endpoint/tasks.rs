@@ -15,9 +15,9 @@ use serde_json::{Map, Value};
 
 use super::message::Params;
 use super::{Endpoint, Era, View, reply};
+use crate::door::model::{TaskStatus, deadline_after};
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, failure_of};
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
-use crate::store::tasks::TaskStatus;
 
 pub(super) use crate::mcp::tasks::{METHOD_CANCEL, METHOD_GET, METHOD_LIST, METHOD_RESULT, METHOD_UPDATE};
 /// Whether `method` names a task in `params.taskId` (and so, over HTTP, in `Mcp-Name`).
@@ -32,18 +32,13 @@ impl Endpoint {
     /// its server calls task-supporting is always a task; any other call answers plainly if it
     /// ends within `[tasks] answer_within`, else with the handle of the task it goes on as.
     pub(super) async fn start_task(&self, view: &View, id: &RawValue, call: TaskCall, era: Era) -> String {
-        let supporting = {
-            let snapshot = self.door.registry().snapshot();
-            crate::calls::locate(&snapshot.servers, &call.tool)
-                .and_then(|(server, idx)| server.generation.as_ref().map(|generation| generation.tools[idx].fields().task_supporting))
-                .unwrap_or(false)
-        };
+        let supporting = self.door.runs_as_task(&call.tool);
         let task = match self.door.start_task(&view.caller, call).await {
             Ok(task) => task,
             Err(error) => return task_error(id, &error),
         };
         if era == Era::Modern && !supporting {
-            let ended = self.door.tasks().wait(&view.caller, &task.id, crate::deadline::after(self.door.tasks().answer_within())).await;
+            let ended = self.door.tasks().wait(&view.caller, &task.id, deadline_after(self.door.tasks().answer_within())).await;
             if let Ok(ended) = ended {
                 let answer = match (failure_of(&ended), ended.result.as_deref().and_then(|raw| RawValue::from_string(raw.to_owned()).ok()))
                 {
@@ -118,7 +113,7 @@ impl Endpoint {
                 Err(error) => return task_error(id, &error),
             },
             METHOD_CANCEL => self.door.cancel_task(&view.caller, task_id).await,
-            METHOD_RESULT => tasks.wait(&view.caller, task_id, crate::deadline::after(RESULT_WAIT)).await,
+            METHOD_RESULT => tasks.wait(&view.caller, task_id, deadline_after(RESULT_WAIT)).await,
             _ => tasks.get(&view.caller, task_id).await,
         };
         let task = match found {

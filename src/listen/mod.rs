@@ -3,6 +3,7 @@
 
 pub mod http;
 pub mod shares;
+pub mod tables;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,7 @@
 pub mod headers;
 pub mod jsonrpc;
 pub mod lifecycle;
+pub mod lines;
 pub mod modern;
 pub mod sse;
 pub mod tasks;

@@ -229,6 +229,11 @@ impl Operation {
         }
     }
 
+    /// The answer's status code (a door's own: `OK`, `NOT_FOUND`, `-32602`), judging nothing.
+    pub fn status_code(&mut self, code: &str) {
+        self.both(KeyValue::new(STATUS_CODE, code.to_owned()));
+    }
+
     /// The operation failed without a JSON-RPC error code (a timeout, a lost connection, a gRPC
     /// status): `error_type` is low-cardinality, e.g. `timeout`.
     pub fn failed(&mut self, error_type: &str, message: &str) {

@@ -1,38 +1,11 @@
-//! W3C trace context in and out: from an agent's gRPC metadata into toolhost's spans, and from
-//! toolhost's spans into the upstream request's `params._meta`.
+//! W3C trace context in and out: from an agent's request (gRPC metadata, `_meta`, HTTP headers)
+//! into toolhost's spans, and from toolhost's spans into the upstream request's `params._meta`.
 
 use std::collections::HashMap;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-struct Metadata<'a>(&'a tonic::metadata::MetadataMap);
-
-impl Extractor for Metadata<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|value| value.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0
-            .keys()
-            .filter_map(|key| match key {
-                tonic::metadata::KeyRef::Ascii(key) => Some(key.as_str()),
-                tonic::metadata::KeyRef::Binary(_) => None,
-            })
-            .collect()
-    }
-}
-
-/// Makes `span` a child of the caller's trace, if the request carries a `traceparent`.
-pub fn continue_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
-    let parent = TraceContextPropagator::new().extract(&Metadata(metadata));
-    use opentelemetry::trace::TraceContextExt;
-    if parent.span().span_context().is_valid() {
-        let _ = span.set_parent(parent);
-    }
-}
 
 struct Pairs<'a>([(&'static str, Option<&'a str>); 2]);
 
@@ -47,7 +20,7 @@ impl Extractor for Pairs<'_> {
 }
 
 /// Makes `span` a child of the trace named by a W3C `traceparent` (and `tracestate`), as an MCP
-/// request carries them in `_meta` or an HTTP request in its headers.
+/// request carries them in `_meta`, or a gRPC or HTTP request in its headers.
 pub fn continue_from_pairs(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
     let parent = TraceContextPropagator::new().extract(&Pairs([("traceparent", Some(traceparent)), ("tracestate", tracestate)]));
     use opentelemetry::trace::TraceContextExt;

@@ -8,7 +8,6 @@ pub mod egress;
 mod exit;
 pub(crate) mod http;
 mod launchers;
-pub(crate) mod lines;
 pub mod oauth;
 pub mod queue;
 pub mod reaper;

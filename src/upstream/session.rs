@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_PROGRESS, METHOD_TOOLS_LIST_CHANGED};
+use crate::mcp::lines::{self, Line};
 use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
-use crate::upstream::lines::{self, Line};
 
 /// How many outgoing lines may wait for the server to read them before requests are refused.
 const OUTGOING_QUEUE: usize = 1024;

@@ -13,11 +13,11 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::config::StdioSpec;
+use crate::mcp::lines::{self, Line};
 use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::confinement::{self, SandboxError};
 use crate::upstream::exit::StderrTail;
-use crate::upstream::lines::{self, Line};
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{Ended, UpstreamError};
 

@@ -161,8 +161,18 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     has(grpc_failed, &[("error.type", Some("tool_error"))]);
     assert_eq!(grpc_failed.status, ERROR);
     assert_eq!(grpc_failed.status_message, "the tool reported an error");
+    // An unknown tool is the caller's error, not the server's: named, not failed, on both doors.
     let made_up = span(&spans, "tools/call madeup__tool", &[]);
-    has(made_up, &[("rpc.response.status_code", Some("NOT_FOUND")), ("error.type", Some("unknown_tool")), ("gen_ai.tool.name", None)]);
+    has(
+        made_up,
+        &[
+            ("rpc.response.status_code", Some("NOT_FOUND")),
+            ("toolhost.outcome", Some("unknown_tool")),
+            ("error.type", None),
+            ("gen_ai.tool.name", None),
+        ],
+    );
+    assert_ne!(made_up.status, ERROR);
 
     // --- Upstream client spans, over a pipe and over TCP, in both eras.
     let to_piped = span(&spans, "tools/call echo", &[("toolhost.server", "piped")]);
@@ -226,7 +236,15 @@ async fn every_operation_follows_the_mcp_conventions_on_both_doors_and_both_tran
     has(span(&spans, "initialize", &[("toolhost.front_door", "mcp")]), &[("mcp.protocol.version", Some(LEGACY))]);
     let unknown_tool = span(&spans, "tools/call nosuch__tool", &[]);
     // Invalid params is the caller's error, not the server's.
-    has(unknown_tool, &[("rpc.response.status_code", Some("-32602")), ("error.type", None), ("gen_ai.tool.name", None)]);
+    has(
+        unknown_tool,
+        &[
+            ("rpc.response.status_code", Some("-32602")),
+            ("toolhost.outcome", Some("unknown_tool")),
+            ("error.type", None),
+            ("gen_ai.tool.name", None),
+        ],
+    );
     assert_ne!(unknown_tool.status, ERROR);
     has(span(&spans, "_OTHER", &[]), &[("mcp.method.name", Some("_OTHER")), ("rpc.response.status_code", Some("-32601"))]);
     let in_session = span(&spans, "tools/call remote__t0", &[("toolhost.front_door", "mcp")]);
