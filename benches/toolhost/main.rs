@@ -26,6 +26,10 @@ fn main() {
         fast_server::serve_http();
         return;
     }
+    if args.get(1).map(String::as_str) == Some("--serve-bare-grpc") {
+        scenarios::serve_bare_grpc(args.get(2).map_or("bare.sock", String::as_str));
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--serve-mcp") {
         let tools = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(10);
         fast_server::serve(tools);

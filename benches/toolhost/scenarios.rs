@@ -68,15 +68,70 @@ pub(crate) fn call_request(tool: &str) -> pb::CallToolRequest {
     pb::CallToolRequest { qualified_name: tool.to_owned(), arguments_json: r#"{"x":1}"#.to_owned(), ..Default::default() }
 }
 
-/// Per-call latency, direct vs through toolhost, interleaved in blocks so both see the same noise.
+/// A bare tonic server answering `grpc.health.v1.Health/Check` on a Unix socket and nothing
+/// else, on the daemon's kind of runtime: the floor of one gRPC hop (this binary run with
+/// `--serve-bare-grpc PATH`).
+pub fn serve_bare_grpc(path: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+        let listener = tokio::net::UnixListener::bind(path).expect("bind the bare gRPC socket");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await.expect("the bare gRPC server");
+    });
+}
+
+/// The bare tonic server's process: killed and reaped when dropped.
+struct BareGrpc(std::process::Child);
+
+impl Drop for BareGrpc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The bare tonic server of [`serve_bare_grpc`] as a child pinned to `cpu`, and a client of it.
+async fn bare_grpc(
+    dir: &std::path::Path,
+    cpu: usize,
+) -> (BareGrpc, tonic_health::pb::health_client::HealthClient<tonic::transport::Channel>) {
+    let socket = dir.join("bare.sock");
+    let exe = std::env::current_exe().expect("the bench binary's path");
+    let child = std::process::Command::new("taskset")
+        .args(["-c", &cpu.to_string()])
+        .arg(exe)
+        .arg("--serve-bare-grpc")
+        .arg(&socket)
+        .spawn()
+        .map(BareGrpc)
+        .expect("start the bare gRPC server");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(channel) = toolhost::cli::connect(&toolhost::config::ListenAddr::Unix(socket.clone())).await {
+            return (child, tonic_health::pb::health_client::HealthClient::new(channel));
+        }
+        assert!(Instant::now() < deadline, "the bare gRPC server never listened");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Per-call latency, direct vs through toolhost, interleaved in blocks so both see the same noise,
+/// beside the floors of the two hops a gRPC call through toolhost crosses: the direct stdio call
+/// and a bare tonic server's no-op RPC. Every server process (the daemon and its server, the
+/// direct server, the bare tonic server) is pinned to the last CPU; run the bench itself on
+/// another (`taskset -c 0`).
 pub async fn overhead() {
     const ROUNDS: usize = 10;
     const PER_ROUND: usize = 2000;
     let dir = bench_dir("overhead");
-    let daemon = Daemon::start(&dir, &daemon::servers(&["bench".to_owned()], 10, ""));
+    let cpu = std::thread::available_parallelism().map_or(1, usize::from).saturating_sub(1);
+    let daemon = Daemon::start_with(&dir, "", &daemon::servers(&["bench".to_owned()], 10, ""), Some(cpu));
     daemon.wait_ready(1, Instant::now()).await;
     let mut client = daemon.client().await;
-    let direct = direct_session(10).await;
+    let direct = direct_session_with(10, Some(cpu)).await;
+    let (bare_server, mut bare) = bare_grpc(&dir, cpu).await;
     let params = RawValue::from_string(r#"{"name":"tool_1","arguments":{"x":1}}"#.to_owned()).expect("params");
     let session = direct.handle().clone();
     for _ in 0..PER_ROUND {
@@ -88,6 +143,7 @@ pub async fn overhead() {
     let mut direct_times = Vec::with_capacity(ROUNDS * PER_ROUND);
     let mut through_times = Vec::with_capacity(ROUNDS * PER_ROUND);
     let mut floor_times = Vec::with_capacity(ROUNDS * PER_ROUND);
+    let mut bare_times = Vec::with_capacity(ROUNDS * PER_ROUND);
     let mut daemon_cpu = Duration::ZERO;
     for round in 0..ROUNDS {
         for leg in 0..2 {
@@ -111,9 +167,13 @@ pub async fn overhead() {
             let started = Instant::now();
             health.check(health_check.clone()).await.expect("health check");
             floor_times.push(started.elapsed());
+            let started = Instant::now();
+            bare.check(health_check.clone()).await.expect("bare health check");
+            bare_times.push(started.elapsed());
         }
     }
     floor_times.sort();
+    bare_times.sort();
     direct_times.sort();
     through_times.sort();
     let (d50, d99) = (percentile(&direct_times, 0.5), percentile(&direct_times, 0.99));
@@ -130,11 +190,21 @@ pub async fn overhead() {
         micros(percentile(&floor_times, 0.9)),
         micros(percentile(&floor_times, 0.99))
     );
+    let b50 = percentile(&bare_times, 0.5);
     println!(
-        "\nratio at p50: {:.2}x; daemon CPU per call: {} µs",
+        "| gRPC floor: a bare tonic server's Health/Check (its own process) | {} | {} | {} |",
+        micros(b50),
+        micros(percentile(&bare_times, 0.9)),
+        micros(percentile(&bare_times, 0.99))
+    );
+    println!(
+        "\nratio at p50: {:.2}x the direct call; {:.2}x the floor (direct stdio + bare tonic, {} µs); daemon CPU per call: {} µs",
         t50.as_secs_f64() / d50.as_secs_f64(),
+        t50.as_secs_f64() / (d50 + b50).as_secs_f64(),
+        micros(d50 + b50),
         micros(daemon_cpu / (ROUNDS * PER_ROUND / 2 * 2) as u32)
     );
+    drop(bare_server);
     direct.shutdown().await;
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
