@@ -15,7 +15,8 @@ impl ToolHostService {
         let operator = self.admit(&request)?;
         let request = request.into_inner();
         let scope = Some(request.scope.trim().to_owned()).filter(|scope| !scope.is_empty());
-        let started = self.operator.begin_login(&operator, &request.server, scope).await?;
+        let port = u16::try_from(request.redirect_port).ok().filter(|port| *port != 0);
+        let started = self.operator.begin_login(&operator, &request.server, scope, port).await?;
         let expires = SystemTime::now().checked_add(LOGIN_TIMEOUT).and_then(|at| at.duration_since(UNIX_EPOCH).ok());
         Ok(pb::BeginLoginResponse {
             login_id: started.login_id,

@@ -26,9 +26,20 @@ const MAX_REQUEST_BYTES: usize = 16 << 10;
 /// # Errors
 /// What went wrong, for the operator.
 pub async fn run(config_path: &Path, server: &str, scope: Option<String>, paste: bool) -> Result<String, String> {
-    let visit: Visit = Box::new(move |url: String| Box::pin(async move { browser(&url, paste).await }));
+    let redirect = Redirect::prepare(paste).await;
+    let port = redirect.port();
+    let redirect = Arc::new(std::sync::Mutex::new(Some(redirect)));
+    let visit: Visit = Box::new(move |url: String| {
+        let redirect = redirect.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Box::pin(async move {
+            match redirect {
+                Some(redirect) => redirect.wait(&url).await,
+                None => Err("the login asked for a second authorization".to_owned()),
+            }
+        })
+    });
     let authorizer = authorizer(config_path, server, Interaction::Operator(visit))?;
-    authorizer.login(scope).await.map_err(|err| format!("the login failed: {err}"))?;
+    authorizer.login(scope, port).await.map_err(|err| format!("the login failed: {err}"))?;
     Ok(format!("logged in: {server}'s tokens are in {}", authorizer.token_file().display()))
 }
 
@@ -60,28 +71,57 @@ fn authorizer(config_path: &Path, server: &str, interaction: Interaction) -> Res
         .ok_or_else(|| format!("{server} has no OAuth configuration"))
 }
 
-/// The operator's side of an authorization: prints the URL, then waits for the browser's
-/// redirect on the loopback address the URL names, or (`paste`) reads the URL the browser
-/// ended on. Returns the redirect's query.
-///
-/// # Errors
-/// The listener cannot be set up, the operator gave up, or the pasted text is not a redirect.
-pub async fn browser(url: &str, paste: bool) -> Result<String, String> {
-    match paste {
-        true => paste_redirect(url).await,
-        false => loopback_redirect(url).await,
+/// The operator's side of an authorization: where the browser's redirect arrives. Unless the
+/// operator pastes the URL the browser ended on, a loopback port the kernel gives is bound
+/// before the login begins, so that a redirect URI naming no port (RFC 8252 §7.3) is sent
+/// there; a redirect URI with its own port is listened on as it says.
+pub struct Redirect {
+    listener: Option<tokio::net::TcpListener>,
+    paste: bool,
+}
+
+impl Redirect {
+    pub async fn prepare(paste: bool) -> Redirect {
+        let listener = match paste {
+            true => None,
+            false => tokio::net::TcpListener::bind("127.0.0.1:0").await.ok(),
+        };
+        Redirect { listener, paste }
+    }
+
+    /// The port bound for a redirect URI that names none.
+    pub fn port(&self) -> Option<u16> {
+        self.listener.as_ref().and_then(|listener| listener.local_addr().ok()).map(|addr| addr.port())
+    }
+
+    /// Prints the URL, then waits for the browser's redirect on the loopback address the URL
+    /// names, or (`paste`) reads the URL the browser ended on. Returns the redirect's query.
+    ///
+    /// # Errors
+    /// The listener cannot be set up, the operator gave up, or the pasted text is not a redirect.
+    pub async fn wait(self, url: &str) -> Result<String, String> {
+        match self.paste {
+            true => paste_redirect(url).await,
+            false => loopback_redirect(url, self.listener).await,
+        }
     }
 }
 
-/// Prints the URL and waits for the browser's redirect on the loopback address.
-async fn loopback_redirect(url: &str) -> Result<String, String> {
+/// Prints the URL and waits for the browser's redirect on the loopback address: on `bound` when
+/// the redirect names its port, else on the address the redirect names.
+async fn loopback_redirect(url: &str, bound: Option<tokio::net::TcpListener>) -> Result<String, String> {
     let redirect_uri = redirect_of(url)?;
     let rest = redirect_uri.strip_prefix("http://").ok_or_else(|| {
         format!("the redirect URI {redirect_uri} is not a loopback http:// address: use --paste, and paste the URL the browser ends on")
     })?;
     let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    let listener =
-        tokio::net::TcpListener::bind(authority).await.map_err(|err| format!("cannot listen on {authority} for the redirect: {err}"))?;
+    let ours = bound.filter(|listener| listener.local_addr().is_ok_and(|addr| addr.to_string() == authority));
+    let listener = match ours {
+        Some(listener) => listener,
+        None => {
+            tokio::net::TcpListener::bind(authority).await.map_err(|err| format!("cannot listen on {authority} for the redirect: {err}"))?
+        }
+    };
     announce(&format!("Open this URL in a browser and approve:\n\n  {url}\n\nWaiting for the redirect to {redirect_uri} ..."));
     tokio::time::timeout(APPROVAL_TIMEOUT, async {
         loop {

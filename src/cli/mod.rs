@@ -491,9 +491,11 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             out.done(&format!("logged out of {server}: {}; {} deleted", done.outcome, done.token_file))?;
         }
         ClientCommand::Login { server, scope, paste, .. } => {
-            let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default() };
+            let redirect = login::Redirect::prepare(paste).await;
+            let redirect_port = redirect.port().map_or(0, u32::from);
+            let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default(), redirect_port };
             let started = client.begin_login(request).await?.into_inner();
-            let redirect_query = login::browser(&started.authorization_url, paste).await.map_err(ClientError::Login)?;
+            let redirect_query = redirect.wait(&started.authorization_url).await.map_err(ClientError::Login)?;
             let request = pb::CompleteLoginRequest { server: server.clone(), login_id: started.login_id, redirect_query };
             let done = client.complete_login(request).await?.into_inner();
             out.done(&format!("logged in: the daemon keeps {server}'s tokens in {} and reconnects it", done.token_file))?;

@@ -93,6 +93,21 @@ impl TokenEndpointAuth {
 /// The default loopback redirect of `toolhost login` (RFC 8252 §7.3).
 pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:33418/callback";
 
+/// The loopback redirect URIs that name no port (`http://127.0.0.1/callback`): RFC 8252 §7.3's
+/// variable port, which each login picks (the kernel gives `toolhost login` a free one) and an
+/// authorization server must accept.
+pub fn has_variable_port(redirect_uri: &str) -> bool {
+    ["http://127.0.0.1/", "http://[::1]/"].iter().any(|prefix| redirect_uri.starts_with(prefix))
+}
+
+/// `redirect_uri` with `port` in it, when it names no port of its own; else as it is.
+pub fn with_port(redirect_uri: &str, port: u16) -> String {
+    match redirect_uri.strip_prefix("http://").and_then(|rest| rest.split_once('/')) {
+        Some((host, path)) if has_variable_port(redirect_uri) => format!("http://{host}:{port}/{path}"),
+        _ => redirect_uri.to_owned(),
+    }
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAuth {
@@ -198,9 +213,14 @@ pub(crate) fn validate(raw: RawAuth, url: &str, base: &Path, state_dir: &Path, s
         None => None,
     };
     let redirect_uri = raw.redirect_uri.unwrap_or_else(|| DEFAULT_REDIRECT_URI.to_owned());
-    if !(redirect_uri.starts_with("http://127.0.0.1:") || redirect_uri.starts_with("http://[::1]:") || redirect_uri.starts_with("https://"))
+    if !(redirect_uri.starts_with("http://127.0.0.1:")
+        || redirect_uri.starts_with("http://[::1]:")
+        || has_variable_port(&redirect_uri)
+        || redirect_uri.starts_with("https://"))
     {
-        return Err(at("redirect_uri")(format!("{redirect_uri:?}: use a loopback http://127.0.0.1:PORT/... or an https:// URL")));
+        return Err(at("redirect_uri")(format!(
+            "{redirect_uri:?}: use a loopback http://127.0.0.1:PORT/... (or no port: each login picks one), or an https:// URL"
+        )));
     }
     let refresh_before =
         optional_duration(raw.refresh_before.as_deref(), Duration::from_secs(60), 60 * MINUTE).map_err(at("refresh_before"))?;

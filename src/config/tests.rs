@@ -306,6 +306,12 @@ fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
     assert_eq!(code.redirect_uri, auth::DEFAULT_REDIRECT_URI);
     assert_eq!(code.token_file, Path::new("/var/lib/toolhost/remote.oauth.json"));
     assert_eq!(code.refresh_before, Duration::from_secs(60));
+    // A loopback redirect without a port: each login picks one (RFC 8252 section 7.3).
+    let any_port = oauth(&http("grant = \"authorization_code\", redirect_uri = \"http://127.0.0.1/cb\""));
+    assert!(auth::has_variable_port(&any_port.redirect_uri));
+    assert_eq!(auth::with_port(&any_port.redirect_uri, 40123), "http://127.0.0.1:40123/cb");
+    assert_eq!(auth::with_port("http://[::1]/cb", 7), "http://[::1]:7/cb");
+    assert_eq!(auth::with_port(auth::DEFAULT_REDIRECT_URI, 7), auth::DEFAULT_REDIRECT_URI, "a port of its own is kept");
     let credentials = oauth(&http(
         "grant = \"client_credentials\", client_id = \"svc\", client_secret = \"literal-secret\", token_file = \"t.json\", issuer = \"https://login.example\"",
     ));

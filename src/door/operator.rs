@@ -239,13 +239,20 @@ impl Operator {
         Ok(self.fleet.as_ref().ok_or(crate::fleet::FleetError::NotConfigured)?)
     }
 
-    /// Starts an OAuth login of `server` done by the daemon (the operator's browser completes it).
+    /// Starts an OAuth login of `server` done by the daemon (the operator's browser completes
+    /// it); `port` is where the operator's side listens, for a redirect URI that names none.
     ///
     /// # Errors
     /// Not an operator; no such server, or one without a login; the authorization server.
-    pub async fn begin_login(&self, by: &Caller, server: &str, scope: Option<String>) -> Result<LoginStarted, DoorError> {
+    pub async fn begin_login(
+        &self,
+        by: &Caller,
+        server: &str,
+        scope: Option<String>,
+        port: Option<u16>,
+    ) -> Result<LoginStarted, DoorError> {
         let authorizer = self.authorizer(by, server)?;
-        authorizer.begin_login(scope).await.map_err(|error| DoorError::login(server, error))
+        authorizer.begin_login(scope, port).await.map_err(|error| DoorError::login(server, error))
     }
 
     /// Completes a login with the query the browser was redirected with; a server waiting out

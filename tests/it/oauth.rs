@@ -90,10 +90,6 @@ fn check_config(dir: &TestDir) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// `toolhost login remote`, with the test approving in place of the operator's browser. Returns
 /// everything it printed.
 fn login(config: &std::path::Path, app_addr: &str) -> String {
@@ -156,9 +152,9 @@ async fn echo(client: &mut toolhost::api::pb::tool_host_client::ToolHostClient<t
 async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation() {
     let server = AuthServer::start(&["2"]);
     let dir = TestDir::new();
-    let redirect = format!("http://127.0.0.1:{}/callback", free_port());
-    let auth = format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\", token_file = \"remote.tokens.json\"");
-    let app = start(config(&dir, &server.base, &auth)).await;
+    // No port: each login listens on one the kernel gives it (RFC 8252 section 7.3).
+    let auth = "grant = \"authorization_code\", redirect_uri = \"http://127.0.0.1/callback\", token_file = \"remote.tokens.json\"";
+    let app = start(config(&dir, &server.base, auth)).await;
 
     // Never logged in: a state that says what to do, not an empty catalog.
     let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
@@ -278,8 +274,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
 async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_revokes() {
     let server = AuthServer::start(&["2"]);
     let dir = TestDir::new();
-    let redirect = format!("http://127.0.0.1:{}/callback", free_port());
-    let config = config(&dir, &server.base, &format!("grant = \"authorization_code\", redirect_uri = \"{redirect}\""));
+    let config = config(&dir, &server.base, "grant = \"authorization_code\", redirect_uri = \"http://127.0.0.1/callback\"");
     // Before the daemon runs: the login is done by the command itself, and the daemon finds the
     // token file when it starts.
     let (config_path, nowhere) = (dir.path("toolhost.toml"), format!("unix:{}", dir.path("no-daemon.sock").display()));

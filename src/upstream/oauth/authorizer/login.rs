@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{AuthError, Authorizer, Client, Inner, Interaction};
+use crate::config::auth::{has_variable_port, with_port};
 use crate::upstream::oauth::Challenge;
 use crate::upstream::oauth::discovery::{self, Discovery};
 use crate::upstream::oauth::flow::{self, Pending};
@@ -41,29 +42,31 @@ pub struct LoginStarted {
 
 impl Authorizer {
     /// `toolhost login` without a daemon: a new authorization from the operator, whatever is
-    /// stored, approved through this authorizer's [`Interaction`].
+    /// stored, approved through this authorizer's [`Interaction`]. `port`: where the operator's
+    /// side listens, for a redirect URI that names no port (RFC 8252 §7.3).
     ///
     /// # Errors
     /// Discovery, the operator's answer or the token request failed.
-    pub async fn login(&self, scope: Option<String>) -> Result<(), AuthError> {
+    pub async fn login(&self, scope: Option<String>, port: Option<u16>) -> Result<(), AuthError> {
         let challenge = self.probe().await;
         let mut inner = self.inner.lock().await;
         self.load(&mut inner);
         let scope = scope.or_else(|| inner.stored.as_ref().and_then(|s| s.scope.clone()));
-        self.authorize(&mut inner, challenge.as_ref(), scope).await
+        self.authorize(&mut inner, challenge.as_ref(), scope, port).await
     }
 
     /// The first half of a login through the daemon: the URL for the operator's browser. A
-    /// login begun earlier and not finished is dropped (one at a time per server).
+    /// login begun earlier and not finished is dropped (one at a time per server). `port`: as
+    /// for [`Authorizer::login`].
     ///
     /// # Errors
     /// Discovery or registration failed.
-    pub async fn begin_login(&self, scope: Option<String>) -> Result<LoginStarted, AuthError> {
+    pub async fn begin_login(&self, scope: Option<String>, port: Option<u16>) -> Result<LoginStarted, AuthError> {
         let challenge = self.probe().await;
         let mut inner = self.inner.lock().await;
         self.load(&mut inner);
         let scope = scope.or_else(|| inner.stored.as_ref().and_then(|s| s.scope.clone()));
-        let authorization = self.start_authorization(&mut inner, challenge.as_ref(), scope).await?;
+        let authorization = self.start_authorization(&mut inner, challenge.as_ref(), scope, port).await?;
         let id = crate::secrets::random_token().ok_or_else(|| AuthError::Unavailable("cannot read the system's random source".into()))?;
         let started = LoginStarted {
             login_id: id.clone(),
@@ -150,8 +153,14 @@ impl Authorizer {
     }
 
     /// The authorization code grant with PKCE, approved through [`Interaction`].
-    pub(super) async fn authorize(&self, inner: &mut Inner, challenge: Option<&Challenge>, scope: Option<String>) -> Result<(), AuthError> {
-        let authorization = self.start_authorization(inner, challenge, scope).await?;
+    pub(super) async fn authorize(
+        &self,
+        inner: &mut Inner,
+        challenge: Option<&Challenge>,
+        scope: Option<String>,
+        port: Option<u16>,
+    ) -> Result<(), AuthError> {
+        let authorization = self.start_authorization(inner, challenge, scope, port).await?;
         let url = authorization.pending.url.clone();
         let query = match &self.interaction {
             Interaction::None => return Err(self.login_required("it needs a new authorization")),
@@ -161,19 +170,31 @@ impl Authorizer {
         self.finish_authorization(inner, authorization, &query).await
     }
 
-    /// Discovery, the client (registered if need be), and the authorization URL.
+    /// Discovery, the client (registered if need be), and the authorization URL. A client
+    /// registered with a redirect URI that names no port is sent back to `port`.
     async fn start_authorization(
         &self,
         inner: &mut Inner,
         challenge: Option<&Challenge>,
         scope: Option<String>,
+        port: Option<u16>,
     ) -> Result<Authorization, AuthError> {
         // An operator is at hand: the authorization server they log in at becomes the pinned one
         // when the login completes (see `accept`).
         let discovery = self.discovery(inner, challenge, true).await?;
         let client = self.client(inner, &discovery, true).await?;
         let scope = scope.or_else(|| discovery::select_scope(self.spec.scopes.as_deref(), challenge, &discovery));
-        let pending = flow::authorization_url(&discovery, &client.id, &client.redirect_uri, scope.as_deref())?;
+        let redirect_uri = match (has_variable_port(&client.redirect_uri), port) {
+            (false, _) => client.redirect_uri.clone(),
+            (true, Some(port)) => with_port(&client.redirect_uri, port),
+            (true, None) => {
+                return Err(AuthError::Required(format!(
+                    "the redirect URI {} names no port: run `toolhost login`, which listens on one the kernel gives it",
+                    client.redirect_uri
+                )));
+            }
+        };
+        let pending = flow::authorization_url(&discovery, &client.id, &redirect_uri, scope.as_deref())?;
         Ok(Authorization { pending, client, discovery, scope })
     }
 

@@ -265,7 +265,7 @@ impl Authorizer {
             // rare enough (tokens are refreshed before they expire) to look again each time.
             inner.discovery = None;
             return match self.renew(&mut inner, challenge).await {
-                Err(AuthError::Required(_)) if self.can_ask() => self.authorize(&mut inner, challenge, None).await,
+                Err(AuthError::Required(_)) if self.can_ask() => self.authorize(&mut inner, challenge, None, None).await,
                 other => other,
             };
         }
@@ -277,7 +277,7 @@ impl Authorizer {
                     let discovery = self.discovery(&mut inner, challenge, false).await?;
                     self.client_credentials(&mut inner, &discovery, wanted).await
                 }
-                Grant::AuthorizationCode if self.can_ask() => self.authorize(&mut inner, challenge, wanted).await,
+                Grant::AuthorizationCode if self.can_ask() => self.authorize(&mut inner, challenge, wanted, None).await,
                 Grant::AuthorizationCode => {
                     // Remember what to ask for, so that `toolhost login` does.
                     if let Some(stored) = inner.stored.as_mut() {
