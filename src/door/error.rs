@@ -56,9 +56,13 @@ impl DoorError {
         DoorError { kind, reason, message: message.into(), facts, retry_after: None }
     }
 
-    /// toolhost's own failure: logged here in full, told generically.
+    /// toolhost's own failure: logged here in full (a few a second at most, with how many were
+    /// not: callers pace these, a full disk answers every request with one), told generically.
     pub fn internal(error: &dyn std::fmt::Display) -> DoorError {
-        tracing::error!(%error, "internal error while serving a request");
+        static LOGGED: std::sync::OnceLock<crate::telemetry::throttle::Throttle> = std::sync::OnceLock::new();
+        if let Some(suppressed) = LOGGED.get_or_init(|| crate::telemetry::throttle::Throttle::new(5)).admit() {
+            tracing::error!(%error, suppressed, "internal error while serving a request");
+        }
         DoorError::new(Kind::Internal, "INTERNAL", INTERNAL_MESSAGE, vec![])
     }
 

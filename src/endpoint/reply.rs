@@ -5,6 +5,7 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::door::error::DoorError;
 use crate::door::model::{CallError, Refusal, redact_owned};
 use crate::mcp::jsonrpc::code::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::mcp::lifecycle::METHOD_TOOLS_LIST_CHANGED;
@@ -103,8 +104,9 @@ pub(super) fn call_error(id: &RawValue, failure: &CallError) -> String {
         | CallError::Continuation(_) => INVALID_PARAMS,
         CallError::Upstream { code, .. } => *code,
         CallError::Store(detail) => {
-            tracing::error!(error = %detail, "internal error while serving an MCP call");
-            return error(id, INTERNAL_ERROR, "internal error in toolhost (see its log)", None);
+            // Logged (paced) where the door makes it; the caller is told generically.
+            let told = DoorError::internal(detail);
+            return error(id, INTERNAL_ERROR, &told.message, None);
         }
         CallError::Unavailable { .. }
         | CallError::RevisionNotKept(_)

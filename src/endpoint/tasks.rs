@@ -15,9 +15,10 @@ use serde_json::{Map, Value};
 
 use super::message::Params;
 use super::{Endpoint, Era, View, reply};
+use crate::door::error::DoorError;
 use crate::door::model::{TaskStatus, deadline_after};
 use crate::door::tasks::{MAX_PAGE, POLL_INTERVAL, Task, TaskCall, TaskError, failure_of};
-use crate::mcp::jsonrpc::code::INVALID_PARAMS;
+use crate::mcp::jsonrpc::code::{INTERNAL_ERROR, INVALID_PARAMS};
 
 pub(super) use crate::mcp::tasks::{METHOD_CANCEL, METHOD_GET, METHOD_LIST, METHOD_RESULT, METHOD_UPDATE};
 /// Whether `method` names a task in `params.taskId` (and so, over HTTP, in `Mcp-Name`).
@@ -35,7 +36,7 @@ impl Endpoint {
         let supporting = self.door.runs_as_task(&call.tool);
         let task = match self.door.start_task(&view.caller, call).await {
             Ok(task) => task,
-            Err(error) => return task_error(id, &error),
+            Err(error) => return task_error(id, error),
         };
         if era == Era::Modern && !supporting {
             let ended = self.door.tasks().wait(&view.caller, &task.id, deadline_after(self.door.tasks().answer_within())).await;
@@ -93,7 +94,7 @@ impl Endpoint {
                     }
                     reply::result(id, &complete(result, era))
                 }
-                Err(error) => task_error(id, &error),
+                Err(error) => task_error(id, error),
             };
         }
         let Some(task_id) = params.task_id.as_deref() else {
@@ -104,13 +105,13 @@ impl Endpoint {
             METHOD_CANCEL if era == Era::Modern => {
                 return match self.door.cancel_task(&view.caller, task_id).await {
                     Ok(_) | Err(TaskError::Ended { .. }) => reply::result(id, r#"{"resultType":"complete"}"#),
-                    Err(error) => task_error(id, &error),
+                    Err(error) => task_error(id, error),
                 };
             }
             // toolhost's tasks never ask for input (a call that needs some fails its task).
             METHOD_UPDATE => match tasks.get(&view.caller, task_id).await {
                 Ok(_) => return reply::error(id, INVALID_PARAMS, "this task does not wait for input", None),
-                Err(error) => return task_error(id, &error),
+                Err(error) => return task_error(id, error),
             },
             METHOD_CANCEL => self.door.cancel_task(&view.caller, task_id).await,
             METHOD_RESULT => tasks.wait(&view.caller, task_id, deadline_after(RESULT_WAIT)).await,
@@ -118,7 +119,7 @@ impl Endpoint {
         };
         let task = match found {
             Ok(task) => task,
-            Err(error) => return task_error(id, &error),
+            Err(error) => return task_error(id, error),
         };
         match method {
             METHOD_RESULT => task_result(id, &task),
@@ -225,31 +226,20 @@ fn complete(mut result: Map<String, Value>, era: Era) -> String {
     Value::Object(result).to_string()
 }
 
-/// The JSON-RPC error for a refused task operation.
-fn task_error(id: &RawValue, error: &TaskError) -> String {
-    let reason = match error {
+/// The JSON-RPC error for a refused task operation: the door's reason and facts, in JSON-RPC's
+/// codes (what names no task is the caller's invalid params).
+fn task_error(id: &RawValue, error: TaskError) -> String {
+    let code = match &error {
         TaskError::Call(error) => return reply::call_error(id, error),
-        TaskError::Unknown(task) => {
-            return reply::error(
-                id,
-                INVALID_PARAMS,
-                &error.to_string(),
-                Some(&reply::reason_data("UNKNOWN_TASK", &[("task_id", task.clone())])),
-            );
-        }
-        TaskError::Ended { .. } => {
-            return reply::error(id, INVALID_PARAMS, &error.to_string(), Some(&reply::reason_data("TASK_ENDED", &[])));
-        }
-        TaskError::TooManyForAgent { .. } | TaskError::TooMany { .. } => "TASKS_LIMITED",
-        TaskError::StorageFull { .. } => "TASK_STORAGE_FULL",
-        TaskError::ShuttingDown => "SHUTTING_DOWN",
-        TaskError::NoRandom => return reply::error(id, crate::mcp::jsonrpc::code::INTERNAL_ERROR, &error.to_string(), None),
-        TaskError::Store(detail) => {
-            tracing::error!(error = %detail, "internal error in a task request");
-            return reply::error(id, crate::mcp::jsonrpc::code::INTERNAL_ERROR, "internal error in toolhost (see its log)", None);
+        TaskError::Unknown(_) | TaskError::Ended { .. } => INVALID_PARAMS,
+        TaskError::NoRandom | TaskError::Store(_) => INTERNAL_ERROR,
+        TaskError::TooManyForAgent { .. } | TaskError::TooMany { .. } | TaskError::StorageFull { .. } | TaskError::ShuttingDown => {
+            reply::SERVER_ERROR
         }
     };
-    reply::error(id, reply::SERVER_ERROR, &error.to_string(), Some(&reply::reason_data(reason, &[])))
+    let told = DoorError::from(error);
+    let data = (!told.is_internal()).then(|| reply::reason_data(told.reason, &told.facts));
+    reply::error(id, code, &told.message, data.as_deref())
 }
 
 fn timestamp(unix_ms: i64) -> String {
