@@ -107,9 +107,13 @@ impl Door {
     /// The definition an approval request binds, while it is still its tool's current one.
     pub fn bound_definition(&self, record: &crate::store::call_approvals::ApprovalRecord) -> Option<crate::catalog::model::ToolDef> {
         let tool = ToolRef::Qualified(record.qualified_name.clone());
-        crate::calls::locate(&self.registry.snapshot().servers, &tool)
-            .and_then(|(view, idx)| view.generation.as_ref().and_then(|generation| generation.tools.get(idx).cloned()))
-            .filter(|tool| tool.hash == record.definition_hash)
+        self.with_current_definition(&tool, |tool| (tool.hash == record.definition_hash).then(|| tool.clone())).flatten()
+    }
+
+    /// `read` of the current definition of the tool `tool` names, if its server offers it now.
+    fn with_current_definition<T>(&self, tool: &ToolRef, read: impl FnOnce(&crate::catalog::model::ToolDef) -> T) -> Option<T> {
+        let (view, idx) = crate::calls::locate(&self.registry.snapshot().servers, tool)?;
+        view.generation.as_ref()?.tools.get(idx).map(read)
     }
 
     /// An operator approves or denies a pending call (with a reason); audited.
@@ -304,9 +308,7 @@ impl Door {
     /// Whether the tool `tool` names supports running as a task, as its current definition says
     /// (`execution.taskSupport`): a 2026 door then answers with a task's handle at once.
     pub fn runs_as_task(&self, tool: &ToolRef) -> bool {
-        crate::calls::locate(&self.registry.snapshot().servers, tool)
-            .and_then(|(server, idx)| server.generation.as_ref().map(|generation| generation.tools[idx].fields().task_supporting))
-            .unwrap_or(false)
+        self.with_current_definition(tool, |definition| definition.fields().task_supporting).unwrap_or(false)
     }
 
     /// One server's view now.
@@ -771,8 +773,6 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-/// A call request borrowed for less long: what the door substitutes (an approval's arguments)
-/// lives only as long as the call.
 /// The one normalisation of what a caller sent, whichever door it came through: an empty or
 /// blank string, a zero revision and an absent field all mean "not given". (A zero timeout is
 /// a deadline already spent, not an absent one.)
@@ -788,6 +788,8 @@ fn given(text: Option<&str>) -> Option<&str> {
     text.map(str::trim).filter(|text| !text.is_empty())
 }
 
+/// A call request borrowed for less long: what the door substitutes (an approval's arguments)
+/// lives only as long as the call.
 fn shorten<'short, 'long: 'short>(request: CallRequest<'long>) -> CallRequest<'short> {
     request
 }

@@ -37,13 +37,13 @@ impl Front {
 /// One request a door answers: its server span and its duration.
 pub struct DoorSpan {
     operation: Operation,
-    /// Set once the outcome is judged (by a call's result or a refusal): the door's status
-    /// code is then recorded without judging again.
+    /// Set once a call's result judged the outcome: the door's status code is then recorded
+    /// without judging again.
     judged: bool,
 }
 
 /// Whether a failure of this kind is toolhost's or the server's rather than the caller's.
-pub fn is_fault(kind: Kind) -> bool {
+fn is_fault(kind: Kind) -> bool {
     matches!(kind, Kind::Unavailable | Kind::DeadlineExceeded | Kind::Upstream | Kind::Internal)
 }
 
@@ -129,7 +129,7 @@ impl DoorSpan {
     }
 
     /// The door's own status code of its answer (`OK`, `NOT_FOUND`, `-32602`). Unless a call's
-    /// result or a refusal judged the request already, `fault` says whether the door's
+    /// result judged the request already, `fault` says whether the door's
     /// protocol counts this code as the server's failure.
     pub fn answered(&mut self, code: &str, fault: Option<&str>) {
         self.operation.status_code(code);
@@ -144,9 +144,4 @@ impl DoorSpan {
 /// A 2025 session's life on a door, in `mcp.server.session.duration`.
 pub fn session_life(door: &Door, version: &str, wire: &Wire) -> SessionLife {
     SessionLife::start(&door.metrics().server_session_duration, version, wire, Side::Server)
-}
-
-/// Whether traces are exported at all: attributes only worth building then.
-pub fn traces_exported() -> bool {
-    crate::telemetry::traces_exported()
 }

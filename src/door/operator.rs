@@ -108,7 +108,7 @@ impl Operator {
             Via::Console => ", console",
         };
         let signed = format!("{} ({}{through})", by.agent.name, by.identity.describe());
-        let hash = hash.filter(|hash| !hash.trim().is_empty());
+        let hash = super::given(hash);
         Ok(self.approver.approve(server, tools, all, hash, &signed).await?)
     }
 

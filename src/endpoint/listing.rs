@@ -1,6 +1,7 @@
 //! `tools/list` over one registry snapshot: pages with toolhost's own cursors (bound to the
-//! catalog revision they were cut from, and to the caller and its profile), each tool rendered once per generation and reused by
-//! every page and every client, and the change watch that tells a session its view changed.
+//! catalog revision they were cut from, and to the caller and its profile), each tool rendered
+//! once per generation and reused by every page and every client, and the change watch that
+//! tells a session its view changed.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
