@@ -140,6 +140,8 @@ pub struct SandboxView {
     pub network: crate::sandbox::Network,
     pub limits: crate::sandbox::Limits,
     pub last_limit: Option<crate::sandbox::LimitKind>,
+    /// How its limits are held on this host.
+    pub enforcement: crate::sandbox::Enforcement,
     /// What it sees beyond the system, read-only (its program, its arguments' files, its
     /// script's project, its `cwd`, its `read` grants), and what it may write.
     pub read: Vec<std::path::PathBuf>,

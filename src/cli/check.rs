@@ -132,6 +132,10 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
             }
         }
     }
+    let sandboxed = config.servers.values().any(|spec| matches!(&spec.transport, Transport::Stdio(stdio) if stdio.sandbox.enabled));
+    if sandboxed {
+        report.note(None, format!("sandboxes: {}", crate::sandbox::Enforcement::here().describe()));
+    }
     if probe {
         probe_servers(&config, &mut report).await;
     }

@@ -33,6 +33,9 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
         lines.push(format!("sandbox     {}", output::sandbox_summary(Some(sandbox))));
         if sandbox.enabled {
             lines.push(format!("  cpu       {} s   open files {}", sandbox.cpu_seconds, sandbox.open_files));
+            if !sandbox.enforcement_detail.is_empty() {
+                lines.push(format!("  limits    {}", sandbox.enforcement_detail));
+            }
             if !sandbox.home.is_empty() {
                 lines.push(format!("  home      {}", sandbox.home));
             }

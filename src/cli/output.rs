@@ -539,7 +539,9 @@ pub(crate) fn server_json(s: &pb::Server, store: Option<&str>) -> Value {
         "store": store.unwrap_or("ok"),
         "calls_in_flight": s.calls_in_flight, "calls_waiting": s.calls_waiting,
         "sandbox": s.sandbox.as_ref().map(|b| json!({"enabled": b.enabled, "network": b.network, "memory_bytes": b.memory_bytes,
-            "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "last_limit": b.last_limit,
+            "processes": b.processes, "open_files": b.open_files, "cpu_seconds": b.cpu_seconds, "tmp_bytes": b.tmp_bytes,
+            "last_limit": b.last_limit, "enforcement": Some(&b.enforcement).filter(|e| !e.is_empty()),
+            "enforcement_detail": Some(&b.enforcement_detail).filter(|e| !e.is_empty()),
             "read": b.read, "write": b.write, "home": Some(&b.home).filter(|home| !home.is_empty()),
             "allow": b.allow, "egress_tunnels": b.egress_tunnels, "egress_denied": b.egress_denied,
             "last_denied": Some(&b.last_denied).filter(|host| !host.is_empty())})),
@@ -631,7 +633,16 @@ pub(crate) fn sandbox_summary(sandbox: Option<&pb::Sandbox>) -> String {
         None => "-".to_owned(),
         Some(sandbox) if !sandbox.enabled => "OFF".to_owned(),
         Some(sandbox) => {
-            let mut text = format!("net={} mem={}M procs={}", sandbox.network, sandbox.memory_bytes >> 20, sandbox.processes);
+            let mut text = format!(
+                "net={} mem={}M procs={} tmp={}M",
+                sandbox.network,
+                sandbox.memory_bytes >> 20,
+                sandbox.processes,
+                sandbox.tmp_bytes >> 20
+            );
+            if !sandbox.enforcement.is_empty() {
+                text.push_str(&format!(" limits={}", sandbox.enforcement));
+            }
             if !sandbox.last_limit.is_empty() {
                 text.push_str(&format!(" hit={}", sandbox.last_limit));
             }

@@ -139,7 +139,11 @@ fn sandbox(view: &ServerView) -> Markup {
         @if sandbox.enabled { "sandboxed" } @else { span.error { "not sandboxed" } }
         ", network " (sandbox.network.label())
         br;
-        small { (limits.memory_bytes / (1024 * 1024)) " MiB · " (limits.processes) " processes · " (limits.open_files) " files · " (limits.cpu_seconds) " s CPU" }
+        small title=[sandbox.enabled.then(|| sandbox.enforcement.describe())] {
+            (limits.memory_bytes / (1024 * 1024)) " MiB · " (limits.processes) " processes · " (limits.open_files) " files · "
+            (limits.cpu_seconds) " s CPU · " (limits.tmp_bytes / (1024 * 1024)) " MiB /tmp"
+            @if sandbox.enabled { " · limits " (sandbox.enforcement.label()) }
+        }
         @if let Some(kind) = sandbox.last_limit { br; small.error { "last hit: " (kind.label()) } }
         @if !sandbox.allow.is_empty() { br; small { "reaches " (sandbox.allow.join(", ")) } }
         @let denied = view.shared.egress.denied.load(std::sync::atomic::Ordering::Relaxed);

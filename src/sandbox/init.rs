@@ -2,7 +2,7 @@
 //! namespace, and stops them all when a limit is crossed or the server exits.
 
 use std::os::unix::process::CommandExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -14,9 +14,10 @@ use super::{LimitKind, Limits, Plan, Report};
 
 /// How often the init looks at what the sandbox uses while its processes work.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-/// The longest it waits between looks while they are idle: the wait doubles from
-/// [`SAMPLE_EVERY`] for as long as they used no CPU, since nothing can grow without it (an
-/// allocation, a fork, a file opened all take CPU), and a child starting or ending wakes it at once.
+/// Without the daemon's watch, the longest it waits between looks while they are idle: the wait
+/// doubles from [`SAMPLE_EVERY`] for as long as they used no CPU, since nothing can grow without
+/// it (an allocation, a fork, a file opened all take CPU), and a child starting or ending wakes
+/// it at once.
 const IDLE_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Clock ticks a second in `/proc/PID/stat` (`USER_HZ`, 100 on every Linux ABI).
 const TICKS_PER_SECOND: u64 = 100;
@@ -44,33 +45,35 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
     if let Err(error) = super::confine::seal(plan) {
         reporter.fail("cannot confine the server", error);
     }
-    let mut chld = SigSet::empty();
-    chld.add(Signal::SIGCHLD);
-    if let Err(errno) = chld.thread_block() {
-        reporter.fail("cannot block SIGCHLD", errno.desc());
+    let mut wake = SigSet::empty();
+    wake.add(Signal::SIGCHLD);
+    wake.add(Signal::SIGUSR1);
+    if let Err(errno) = wake.thread_block() {
+        reporter.fail("cannot block SIGCHLD and SIGUSR1", errno.desc());
     }
     // SAFETY: the init is single-threaded.
     let server = match unsafe { fork() } {
         Err(errno) => reporter.fail("cannot fork the server", errno.desc()),
-        Ok(ForkResult::Child) => exec_server(plan, proxy_port, &chld, reporter),
+        Ok(ForkResult::Child) => exec_server(plan, proxy_port, &wake, reporter),
         Ok(ForkResult::Parent { child }) => child,
     };
     reporter.send(&Report::Ready);
-    let (mut wait, mut last) = (SAMPLE_EVERY, None);
+    let mut pace = Pace::new(plan.watched, Instant::now());
     loop {
-        let woken_by_a_child = wait_for_child(&chld, wait);
+        let woken = wait_for_signal(&wake, pace.wait);
         if let Some(code) = reap(server, reporter) {
             stop_all();
             std::process::exit(code);
         }
-        // The cheap look first: the CPU its processes used, all together (the reaped ones'
-        // included). Unchanged, nothing else can have changed: wait longer.
-        let now = activity();
-        if now == last && !woken_by_a_child {
-            wait = wait.saturating_mul(2).min(IDLE_SAMPLE_EVERY);
+        if !pace.look_now(woken, Instant::now()) {
             continue;
         }
-        (wait, last) = (SAMPLE_EVERY, now);
+        // The cheap look first: the CPU its processes used, all together (the reaped ones'
+        // included). Unchanged, nothing else can have changed.
+        let now = activity();
+        if !pace.moved(now) {
+            continue;
+        }
         let over = now
             .filter(|used| used.ticks >= plan.limits.cpu_seconds.saturating_mul(TICKS_PER_SECOND))
             .map(|used| {
@@ -85,6 +88,56 @@ pub(super) fn run(plan: &Plan, reporter: &mut Reporter) -> ! {
             stop_all();
             std::process::exit(STOPPED_AT_LIMIT);
         }
+    }
+}
+
+/// When the init looks at its sandbox: every [`SAMPLE_EVERY`] while its processes work; once
+/// they are still, not until a signal comes (a child started or ended, or the daemon's watch saw
+/// them use CPU) when the daemon watches, else after twice the last wait, up to
+/// [`IDLE_SAMPLE_EVERY`]. Looks stay at least [`SAMPLE_EVERY`] apart whatever wakes it, so a
+/// server that signals its init in a loop gets a look no more often than a busy one.
+#[derive(Debug, Clone, PartialEq)]
+struct Pace {
+    watched: bool,
+    /// How long the next wait may last; `None`: until a signal.
+    wait: Option<Duration>,
+    looked_at: Instant,
+    /// A signal came since the last look: look even if the CPU count did not move.
+    owed: bool,
+    last: Option<Activity>,
+}
+
+impl Pace {
+    fn new(watched: bool, now: Instant) -> Pace {
+        Pace { watched, wait: Some(SAMPLE_EVERY), looked_at: now, owed: true, last: None }
+    }
+
+    /// After a wait (`woken`: by a signal, else its time ran out): whether to look now, or wait
+    /// out the rest of the spacing first.
+    fn look_now(&mut self, woken: bool, now: Instant) -> bool {
+        self.owed |= woken;
+        let since = now.saturating_duration_since(self.looked_at);
+        if since < SAMPLE_EVERY {
+            self.wait = Some(SAMPLE_EVERY.saturating_sub(since));
+            return false;
+        }
+        self.looked_at = now;
+        true
+    }
+
+    /// What the look found: whether to check the limits (the count moved, or a signal asked).
+    fn moved(&mut self, now: Option<Activity>) -> bool {
+        let moved = now != self.last || self.owed;
+        self.owed = false;
+        self.last = now;
+        self.wait = if moved {
+            Some(SAMPLE_EVERY)
+        } else if self.watched {
+            None
+        } else {
+            Some(self.wait.unwrap_or(SAMPLE_EVERY).saturating_mul(2).min(IDLE_SAMPLE_EVERY))
+        };
+        moved
     }
 }
 
@@ -119,8 +172,8 @@ fn field(fields: &[String], n: usize) -> u64 {
     fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
 }
 
-fn exec_server(plan: &Plan, proxy_port: Option<u16>, chld: &SigSet, reporter: &mut Reporter) -> ! {
-    let _ = chld.thread_unblock();
+fn exec_server(plan: &Plan, proxy_port: Option<u16>, wake: &SigSet, reporter: &mut Reporter) -> ! {
+    let _ = wake.thread_unblock();
     let mut command = std::process::Command::new(&plan.program);
     command.arg0(&plan.command).args(&plan.args);
     if let Some(port) = proxy_port {
@@ -137,12 +190,17 @@ fn exec_server(plan: &Plan, proxy_port: Option<u16>, chld: &SigSet, reporter: &m
     std::process::exit(127)
 }
 
-/// Sleeps until a child changes state or `wait` has passed; whether a child woke it.
-fn wait_for_child(chld: &SigSet, wait: Duration) -> bool {
+/// Sleeps until a signal of `wake` comes or `wait` has passed (`None`: no limit); whether a
+/// signal woke it.
+fn wait_for_signal(wake: &SigSet, wait: Option<Duration>) -> bool {
+    let Some(wait) = wait else {
+        // SAFETY: a valid signal set; the siginfo is not wanted.
+        return unsafe { nix::libc::sigwaitinfo(wake.as_ref(), std::ptr::null_mut()) > 0 };
+    };
     let timeout =
         nix::libc::timespec { tv_sec: wait.as_secs() as nix::libc::time_t, tv_nsec: nix::libc::c_long::from(wait.subsec_nanos() as i32) };
     // SAFETY: a valid signal set and timeout; the siginfo is not wanted.
-    unsafe { nix::libc::sigtimedwait(chld.as_ref(), std::ptr::null_mut(), &timeout) > 0 }
+    unsafe { nix::libc::sigtimedwait(wake.as_ref(), std::ptr::null_mut(), &timeout) > 0 }
 }
 
 /// Reaps every exited process. `Some(code)`: the server itself exited, and the init should end
@@ -199,7 +257,15 @@ fn over_limit(limits: &Limits) -> Option<(LimitKind, String)> {
     if memory > limits.memory_bytes {
         return Some((LimitKind::Memory, format!("{} MiB in use of {} MiB", memory >> 20, limits.memory_bytes >> 20)));
     }
-    None
+    tmp_full(limits)
+}
+
+/// Whether the private `/tmp` (a tmpfs of `limits.tmp_bytes`) is full: no block or no inode
+/// left, so that every write in it fails.
+fn tmp_full(limits: &Limits) -> Option<(LimitKind, String)> {
+    let tmp = nix::sys::statvfs::statvfs("/tmp").ok()?;
+    (tmp.blocks_available() == 0 || tmp.files_available() == 0)
+        .then(|| (LimitKind::Tmp, format!("its /tmp is full ({} MiB)", limits.tmp_bytes >> 20)))
 }
 
 /// A process's proportional share of the memory it has in RAM (`Pss`: pages it shares with
@@ -216,4 +282,70 @@ fn resident_memory(dir: &std::path::Path, page: u64) -> u64 {
         .ok()
         .and_then(|statm| statm.split(' ').nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages.saturating_mul(page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STILL: Option<Activity> = Some(Activity { ticks: 7, processes: 1 });
+    const BUSY: Option<Activity> = Some(Activity { ticks: 9, processes: 1 });
+
+    /// From a look that found its processes still: what the next waits are.
+    fn settled(watched: bool) -> (Pace, Instant) {
+        let start = Instant::now();
+        let mut pace = Pace::new(watched, start);
+        let mut at = start + SAMPLE_EVERY;
+        assert!(pace.look_now(false, at), "the first look, at the first timeout");
+        assert!(pace.moved(STILL), "the first look checks the limits");
+        at += SAMPLE_EVERY;
+        assert!(pace.look_now(false, at));
+        assert!(!pace.moved(STILL), "nothing moved, nothing to check");
+        (pace, at)
+    }
+
+    #[test]
+    fn a_watched_init_sleeps_until_a_signal_once_its_processes_are_still() {
+        let (mut pace, at) = settled(true);
+        assert_eq!(pace.wait, None);
+        // The watch (or a child) wakes it: it checks even if the count has not moved yet, and
+        // looks again soon.
+        assert!(pace.look_now(true, at + Duration::from_secs(600)));
+        assert!(pace.moved(STILL));
+        assert_eq!(pace.wait, Some(SAMPLE_EVERY));
+    }
+
+    #[test]
+    fn an_unwatched_init_backs_off_to_its_ceiling() {
+        let (mut pace, mut at) = settled(false);
+        let mut waits = vec![pace.wait];
+        for _ in 0..8 {
+            at += pace.wait.expect("always a timeout");
+            assert!(pace.look_now(false, at));
+            assert!(!pace.moved(STILL));
+            waits.push(pace.wait);
+        }
+        let millis: Vec<u128> = waits.iter().map(|wait| wait.expect("a timeout").as_millis()).collect();
+        assert_eq!(millis, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+    }
+
+    #[test]
+    fn busy_processes_are_looked_at_every_sample_and_signals_cannot_hurry_it() {
+        let (mut pace, at) = settled(true);
+        let woken = at + Duration::from_secs(1);
+        assert!(pace.look_now(true, woken));
+        assert!(pace.moved(BUSY));
+        // A server signalling its init in a loop: no look until 50 ms after the last.
+        for millis in [1, 10, 49] {
+            assert!(!pace.look_now(true, woken + Duration::from_millis(millis)));
+            assert_eq!(pace.wait, Some(SAMPLE_EVERY - Duration::from_millis(millis)));
+        }
+        // At the timeout the look it owes is made, and it checks (a signal asked) though the
+        // count has not moved since.
+        assert!(pace.look_now(false, woken + SAMPLE_EVERY));
+        assert!(pace.moved(BUSY));
+        assert!(pace.look_now(false, woken + SAMPLE_EVERY * 2));
+        assert!(!pace.moved(BUSY));
+        assert_eq!(pace.wait, None);
+    }
 }

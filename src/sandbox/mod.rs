@@ -36,6 +36,8 @@ mod reporter;
 mod root;
 pub mod servers;
 mod setup;
+#[allow(unsafe_code)]
+pub mod watch;
 
 use std::path::PathBuf;
 
@@ -103,6 +105,10 @@ pub struct Plan {
     pub home: Option<PathBuf>,
     pub network: Network,
     pub limits: Limits,
+    /// The daemon's watch looks at this sandbox (see `watch`): once its processes are still,
+    /// the init sleeps until a signal instead of looking again every few seconds.
+    #[serde(default)]
+    pub watched: bool,
 }
 
 /// What a sandboxed server may reach over the network.
@@ -162,6 +168,8 @@ pub enum LimitKind {
     Processes,
     OpenFiles,
     Cpu,
+    /// Its private `/tmp` filled up.
+    Tmp,
 }
 
 impl LimitKind {
@@ -171,11 +179,14 @@ impl LimitKind {
             LimitKind::Processes => "processes",
             LimitKind::OpenFiles => "open_files",
             LimitKind::Cpu => "cpu",
+            LimitKind::Tmp => "tmp",
         }
     }
 
     fn parse(word: &str) -> Option<LimitKind> {
-        [LimitKind::Memory, LimitKind::Processes, LimitKind::OpenFiles, LimitKind::Cpu].into_iter().find(|kind| kind.label() == word)
+        [LimitKind::Memory, LimitKind::Processes, LimitKind::OpenFiles, LimitKind::Cpu, LimitKind::Tmp]
+            .into_iter()
+            .find(|kind| kind.label() == word)
     }
 }
 
@@ -221,6 +232,70 @@ impl Report {
             Report::Limit { kind, detail } => format!("limit {} {detail}\n", kind.label()),
             Report::Error(message) => format!("error {}\n", message.replace('\n', " ")),
         }
+    }
+}
+
+/// How a sandbox's limits are held on this host. Memory, processes, CPU and `/tmp` are the
+/// whole sandbox's; its init checks them every 50 ms while its processes work and stops the
+/// whole sandbox at the first one crossed; rlimits bound each process in between (twice the
+/// memory in data, the processes, the open files, the CPU time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// An idle init sleeps until woken: by a child starting or ending, by the daemon handing its
+    /// server a message, or by the daemon's one look at every sandbox ([`watch::PERIOD`]).
+    Watched,
+    /// This kernel does not let the daemon watch from outside: each init looks at its own
+    /// sandbox, backing off to every 5 s while its processes are still.
+    OwnLook,
+}
+
+impl Enforcement {
+    /// What applies to the sandboxes this daemon starts (the same for all of them).
+    pub fn here() -> Enforcement {
+        static HERE: std::sync::OnceLock<Enforcement> = std::sync::OnceLock::new();
+        *HERE.get_or_init(|| if watch::available() { Enforcement::Watched } else { Enforcement::OwnLook })
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Enforcement::Watched => "watched",
+            Enforcement::OwnLook => "own-look",
+        }
+    }
+
+    /// The operator's sentence, with why the kernel's cgroups do not hold them instead.
+    pub fn describe(self) -> String {
+        let how = match self {
+            Enforcement::Watched => {
+                "checked by its init every 50 ms while its processes work; idle, it sleeps until its server is sent a \
+                 message or toolhost's one look at every sandbox (each second) sees its processes use CPU"
+            }
+            Enforcement::OwnLook => {
+                "checked by its init every 50 ms while its processes work, then every 5 s at most while they are idle \
+                 (this kernel has no /proc/PID/task/TID/children or pidfds for toolhost to watch from outside)"
+            }
+        };
+        format!("limits of the whole sandbox ({}), {how}; rlimits bound each process in between; {}", self.label(), cgroup_gap())
+    }
+}
+
+/// Why the kernel's cgroups do not hold the limits: what this host's cgroup v2 offers.
+fn cgroup_gap() -> String {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| text.lines().find_map(|line| line.strip_prefix("0::").map(str::to_owned)));
+    let controllers = own
+        .as_deref()
+        .and_then(|own| std::fs::read_to_string(format!("/sys/fs/cgroup{}/cgroup.controllers", own.trim_end_matches('/'))).ok());
+    match controllers {
+        None => "no cgroup v2 hierarchy here (memory, pids and cpu are cgroup v1's), so no kernel cgroup holds them".to_owned(),
+        Some(offered) if ["memory", "pids", "cpu"].iter().all(|wanted| offered.split_whitespace().any(|c| c == *wanted)) => {
+            "this host's cgroup v2 offers memory, pids and cpu, which toolhost does not use yet".to_owned()
+        }
+        Some(offered) => format!(
+            "this host's cgroup v2 offers toolhost's cgroup only [{}], not memory, pids and cpu, so no kernel cgroup holds them",
+            offered.trim()
+        ),
     }
 }
 

@@ -149,6 +149,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         home: sandbox.home.as_deref().and_then(canonical),
         network,
         limits: sandbox.limits,
+        watched: false,
     })
 }
 

@@ -135,10 +135,14 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     let writes =
         if plan.write.is_empty() { "only its private /tmp".to_owned() } else { format!("{} and its private /tmp", listed(&plan.write)) };
     Ok(format!(
-        "sandbox: network {network}, memory {} MiB, {} processes, {} open files; sees {sees}; writes {writes}{home}",
+        "sandbox: network {network}, memory {} MiB, {} processes, {} open files, {} s of CPU, {} MiB of /tmp; sees {sees}; writes \
+         {writes}{home}; limits {}",
         sandbox.limits.memory_bytes >> 20,
         sandbox.limits.processes,
         sandbox.limits.open_files,
+        sandbox.limits.cpu_seconds,
+        sandbox.limits.tmp_bytes >> 20,
+        crate::sandbox::Enforcement::here().label(),
     ))
 }
 

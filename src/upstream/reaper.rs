@@ -22,6 +22,8 @@ pub struct Reaper {
     /// toolhost when it holds the same sandbox code, else toolhost itself; `None` when the
     /// daemon is embedded (tests) and has no program of its own to run.
     program: Option<std::path::PathBuf>,
+    /// The one look at every sandbox (see `sandbox::watch`).
+    watch: crate::sandbox::watch::Watch,
 }
 
 impl Reaper {
@@ -34,13 +36,13 @@ impl Reaper {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new(program).arg("__reap").stdin(Stdio::piped()).stdout(Stdio::null()).process_group(0).spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the helper's stdin was not piped"))?;
-        Ok(Reaper { inner: Mutex::new(Some((child, stdin))), program: Some(sandbox_program(program)) })
+        Ok(Reaper { inner: Mutex::new(Some((child, stdin))), program: Some(sandbox_program(program)), watch: start_watch() })
     }
 
     /// A reaper that guards nothing (tests that run the daemon in-process); sandboxed servers
     /// then cannot start.
     pub fn disabled() -> Reaper {
-        Reaper { inner: Mutex::new(None), program: None }
+        Reaper { inner: Mutex::new(None), program: None, watch: crate::sandbox::watch::Watch::disabled() }
     }
 
     /// The program that runs the sandbox helper (see [`sandbox_program`]).
@@ -48,14 +50,29 @@ impl Reaper {
         self.program.as_deref()
     }
 
-    /// A new server process group: guarded against a daemon crash, and never a caller.
-    pub(crate) fn register(&self, pgid: Pid) {
+    /// Whether the sandboxes it starts are watched (their inits may sleep until woken).
+    pub(crate) fn watches_sandboxes(&self) -> bool {
+        self.watch.is_running()
+    }
+
+    /// A new server process group: guarded against a daemon crash, and never a caller; with
+    /// `sandboxed`, its leader is a sandbox's helper, which the watch looks at.
+    pub(crate) fn register(&self, pgid: Pid, sandboxed: bool) {
         crate::sandbox::servers::register(pgid.as_raw());
+        if sandboxed {
+            self.watch.add(pgid.as_raw());
+        }
         self.send(&format!("+{pgid}\n"));
+    }
+
+    /// Asks the watch to wake the init of the sandbox whose helper is `helper` now.
+    pub(crate) fn wake_sandbox(&self, helper: Pid) {
+        self.watch.wake(helper.as_raw());
     }
 
     pub(crate) fn unregister(&self, pgid: Pid) {
         crate::sandbox::servers::unregister(pgid.as_raw());
+        self.watch.remove(pgid.as_raw());
         self.send(&format!("-{pgid}\n"));
     }
 
@@ -70,14 +87,28 @@ impl Reaper {
         }
     }
 
-    /// Closes the pipe (every server is stopped by now) and reaps the helper.
+    /// Stops the watch, closes the pipe (every server is stopped by now) and reaps the helper.
     pub async fn stop(&self) {
+        self.watch.stop();
         let taken = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some((mut child, stdin)) = taken {
             drop(stdin);
             let _ = tokio::task::spawn_blocking(move || child.wait()).await;
         }
     }
+}
+
+/// The watch, where this kernel allows it; else each sandbox looks at itself.
+fn start_watch() -> crate::sandbox::watch::Watch {
+    use crate::sandbox::watch::{PERIOD, Watch, available};
+    if !available() {
+        tracing::info!("this kernel lacks /proc/PID/task/TID/children or pidfds: each idle sandbox looks at itself every few seconds");
+        return Watch::disabled();
+    }
+    Watch::start(PERIOD).unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot start the sandbox watch: each idle sandbox looks at itself every few seconds");
+        Watch::disabled()
+    })
 }
 
 /// The program to run sandboxed servers with: `toolhost-sandbox` beside `toolhost` (two of its

@@ -57,7 +57,7 @@ pub(crate) fn spawn(
     spec: &StdioSpec,
     reaper: Arc<Reaper>,
     egress_stats: Arc<super::egress::EgressStats>,
-) -> Result<(ChildProcess, ChildStdout, ChildStdin), UpstreamError> {
+) -> Result<(ChildProcess, ChildStdout, ServerInput), UpstreamError> {
     // The sandbox helper in place of the server (it execs the server inside), with its report
     // pipe (and for a proxied network, the channel its proxy listener comes back on); or, with
     // `sandbox = "off"`, the server itself in its `cwd`.
@@ -76,7 +76,8 @@ pub(crate) fn spawn(
         if let Some(home) = &spec.sandbox.home {
             confinement::make_home(home)?;
         }
-        let plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
+        let mut plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
+        plan.watched = reaper.watches_sandboxes();
         let proxied = plan.network == crate::sandbox::Network::Proxied;
         let plan = serde_json::to_string(&plan).map_err(SandboxError::Encode)?;
         let mut command = Command::new(helper);
@@ -132,7 +133,7 @@ pub(crate) fn spawn(
     });
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     if let Some(pgid) = pgid {
-        reaper.register(pgid);
+        reaper.register(pgid, spec.sandbox.enabled);
     }
     let (Some(stdout), Some(stdin), Some(stderr)) = (child.stdout.take(), child.stdin.take(), child.stderr.take()) else {
         return Err(UpstreamError::Protocol("the child's stdio pipes were not created".to_owned()));
@@ -140,7 +141,49 @@ pub(crate) fn spawn(
     let stderr_quiet = Arc::new(AtomicBool::new(false));
     let stderr_tail = Arc::new(StderrTail::default());
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone()));
-    Ok((ChildProcess { child, pgid, stderr_pump, reports, egress, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, stdin))
+    let wake = pgid.filter(|_| spec.sandbox.enabled).map(|helper| SandboxWake { reaper: reaper.clone(), helper, last: None });
+    let input = ServerInput { stdin, wake };
+    Ok((ChildProcess { child, pgid, stderr_pump, reports, egress, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, input))
+}
+
+/// How often at most a sandboxed server's input wakes its init.
+const WAKE_AT_MOST_EVERY: Duration = Duration::from_millis(100);
+
+/// A server's stdin. A sandboxed server's wakes its init's look when a message is written (at
+/// most every [`WAKE_AT_MOST_EVERY`]): a request is what usually sets an idle server to work,
+/// and the init, asleep while its processes were still, then checks its limits from the first
+/// 50 ms of that work instead of at the watch's next look.
+pub(crate) struct ServerInput {
+    stdin: ChildStdin,
+    wake: Option<SandboxWake>,
+}
+
+struct SandboxWake {
+    reaper: Arc<Reaper>,
+    helper: Pid,
+    last: Option<std::time::Instant>,
+}
+
+impl tokio::io::AsyncWrite for ServerInput {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(wake) = &mut this.wake {
+            let now = std::time::Instant::now();
+            if wake.last.is_none_or(|last| now.saturating_duration_since(last) >= WAKE_AT_MOST_EVERY) {
+                wake.last = Some(now);
+                wake.reaper.wake_sandbox(wake.helper);
+            }
+        }
+        std::pin::Pin::new(&mut this.stdin).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stdin).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stdin).poll_shutdown(cx)
+    }
 }
 
 /// `sandbox = "off"` is the operator's explicit choice, said at every start.

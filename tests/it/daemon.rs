@@ -37,7 +37,7 @@ impl Daemon {
         Daemon { child, socket: dir.path("daemon.sock"), log }
     }
 
-    fn pid(&self) -> Pid {
+    pub(crate) fn pid(&self) -> Pid {
         Pid::from_raw(self.child.id() as i32)
     }
 

@@ -238,20 +238,20 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
     let dir = TestDir::new();
-    let limits =
-        "limits = { memory = \"64MiB\", processes = 16, open_files = 64 }\nrestart = { initial_backoff = \"2s\", max_backoff = \"2s\" }";
+    let limits = "limits = { memory = \"64MiB\", processes = 16, open_files = 64, tmp = \"8MiB\" }\nrestart = { initial_backoff = \"2s\", max_backoff = \"2s\" }";
     let steady = dir.script("steady", json!({"tools": tools("echo", 1)}));
     let servers = [
         hostile_table("leak", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
         hostile_table("bomb", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
         hostile_table("files", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
+        hostile_table("filler", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", ""),
         server_table("steady", &steady, ""),
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
-    for name in ["leak", "bomb", "files", "steady"] {
+    for name in ["leak", "bomb", "files", "filler", "steady"] {
         wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
     }
-    for (server, kind) in [("leak", "memory"), ("bomb", "processes"), ("files", "open_files")] {
+    for (server, kind) in [("leak", "memory"), ("bomb", "processes"), ("files", "open_files"), ("filler", "tmp")] {
         let mut client = client(&app).await;
         let call = client.call_tool(pb::CallToolRequest {
             qualified_name: format!("{server}__runaway"),
@@ -265,6 +265,10 @@ async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
         })
         .await;
         assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some(kind));
+        let output = std::process::Command::new(TOOLHOST).args(["servers", "--addr", &cli_addr(&app)]).output().unwrap();
+        let listed = String::from_utf8_lossy(&output.stdout);
+        let line = listed.lines().find(|line| line.starts_with(server)).unwrap_or_default();
+        assert!(line.contains(&format!("hit={kind}")), "{listed}");
         // The others answer all the while.
         let echoed = client
             .call_tool(pb::CallToolRequest { qualified_name: "steady__echo0".into(), arguments_json: "{}".into(), ..Default::default() })

@@ -1,0 +1,291 @@
+//! The daemon's one look at every sandbox: a single thread that, once a period, reads how much
+//! CPU each sandbox's processes have used together and wakes the init of every sandbox whose
+//! count moved (`SIGUSR1`), so that the init checks its limits. An idle sandbox's init sleeps
+//! until a signal comes: a thousand idle servers cost one wake-up a period, not a thousand.
+//!
+//! The count is read from outside the sandbox (the host's `/proc`): the init is the helper's
+//! only child, found through `/proc/PID/task/TID/children`, and held by a pidfd so that a
+//! signal never reaches a process that took a dead init's pid. The init's own CPU is left out
+//! (its look must not count as the sandbox's activity, or every look would cause the next).
+
+use std::collections::BTreeMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::io::AsRawFd;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::servers::stat_fields;
+
+/// How often the daemon looks at every sandbox: coarse, since the init checks its limits every
+/// 50 ms for as long as its processes work; this only notices that they started to.
+pub const PERIOD: Duration = Duration::from_secs(1);
+/// Processes walked in one sandbox at most (its process limit is far below).
+const MAX_WALKED: usize = 16_384;
+
+/// The watching thread's handle: the daemon adds each sandbox's helper when it starts it and
+/// removes it when it is reaped.
+pub struct Watch {
+    inner: Mutex<Option<(Sender<Change>, JoinHandle<()>)>>,
+}
+
+enum Change {
+    Add(i32),
+    Remove(i32),
+    /// Wake this sandbox's init now (the daemon just gave its server work).
+    Wake(i32),
+}
+
+impl Watch {
+    /// Starts the thread (`sandbox-watch`). It sleeps without a timeout while no sandbox runs.
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn start(period: Duration) -> std::io::Result<Watch> {
+        let (sender, receiver) = channel();
+        let thread = std::thread::Builder::new().name("sandbox-watch".to_owned()).spawn(move || run(&receiver, period))?;
+        Ok(Watch { inner: Mutex::new(Some((sender, thread))) })
+    }
+
+    /// A watch that looks at nothing: sandboxes then look at themselves (see [`available`]).
+    pub fn disabled() -> Watch {
+        Watch { inner: Mutex::new(None) }
+    }
+
+    /// Whether sandboxes started now are watched (an idle init may then sleep until woken).
+    pub fn is_running(&self) -> bool {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    /// The sandbox whose helper is `helper` (a child of this process, not yet reaped).
+    pub fn add(&self, helper: i32) {
+        self.send(Change::Add(helper));
+    }
+
+    pub fn remove(&self, helper: i32) {
+        self.send(Change::Remove(helper));
+    }
+
+    /// Wakes the sandbox's init now, without waiting for the next look.
+    pub fn wake(&self, helper: i32) {
+        self.send(Change::Wake(helper));
+    }
+
+    fn send(&self, change: Change) {
+        if let Some((sender, _)) = self.inner.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            let _ = sender.send(change);
+        }
+    }
+
+    /// Stops the thread and waits for it (at most one look, which reads only `/proc`).
+    pub fn stop(&self) {
+        let taken = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some((sender, thread)) = taken {
+            drop(sender);
+            if thread.join().is_err() {
+                tracing::error!("the sandbox watch panicked; idle sandboxes were looking at themselves since");
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether this kernel lets the daemon watch sandboxes from outside: `/proc/PID/task/TID/children`
+/// (`CONFIG_PROC_CHILDREN`) and pidfds (Linux 5.3). Without them each init looks at its own
+/// sandbox, backing off to every few seconds while it is idle.
+pub fn available() -> bool {
+    let me = std::process::id();
+    std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists() && pidfd_open(me as i32).is_some()
+}
+
+fn run(changes: &Receiver<Change>, period: Duration) {
+    let mut sandboxes: BTreeMap<i32, Sandbox> = BTreeMap::new();
+    let mut next_look = Instant::now();
+    loop {
+        let change = if sandboxes.is_empty() {
+            changes.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            changes.recv_timeout(next_look.saturating_duration_since(Instant::now()))
+        };
+        match change {
+            Ok(Change::Add(helper)) => {
+                if sandboxes.is_empty() {
+                    next_look = after(Instant::now(), period);
+                }
+                sandboxes.insert(helper, Sandbox { helper, init: None, used: None });
+            }
+            Ok(Change::Remove(helper)) => {
+                sandboxes.remove(&helper);
+            }
+            Ok(Change::Wake(helper)) => {
+                if let Some(sandbox) = sandboxes.get_mut(&helper) {
+                    sandbox.wake();
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                for sandbox in sandboxes.values_mut() {
+                    sandbox.look();
+                }
+                next_look = after(Instant::now(), period);
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+fn after(now: Instant, period: Duration) -> Instant {
+    now.checked_add(period).unwrap_or(now)
+}
+
+/// One sandbox as the watch knows it.
+struct Sandbox {
+    helper: i32,
+    /// The init, once it exists: its pid (in this namespace) and a pidfd that names it alone.
+    init: Option<(i32, OwnedFd)>,
+    /// The CPU ticks its processes had used at the last look.
+    used: Option<u64>,
+}
+
+impl Sandbox {
+    fn look(&mut self) {
+        let before = self.used;
+        let Some((pid, pidfd)) = self.init() else { return };
+        let used = cpu_ticks(*pid);
+        if before.is_some_and(|before| before != used) {
+            wake(pidfd);
+        }
+        self.used = Some(used);
+    }
+
+    fn wake(&mut self) {
+        if let Some((_, pidfd)) = self.init() {
+            wake(pidfd);
+        }
+    }
+
+    fn init(&mut self) -> Option<&(i32, OwnedFd)> {
+        if self.init.is_none() {
+            self.init = find_init(self.helper);
+        }
+        self.init.as_ref()
+    }
+}
+
+/// The helper's only child, held by a pidfd; `None` before the helper has cloned it or after it
+/// ended.
+fn find_init(helper: i32) -> Option<(i32, OwnedFd)> {
+    let children = std::fs::read_to_string(format!("/proc/{helper}/task/{helper}/children")).ok()?;
+    let pid: i32 = children.split_whitespace().next()?.parse().ok()?;
+    let pidfd = pidfd_open(pid)?;
+    // The pid named the helper's child when the file was read; the pidfd is that process only if
+    // it still is (the helper, not yet reaped by the daemon, keeps its own pid from being reused).
+    let parent = field(&stat_fields(pid)?, 4);
+    (parent == u64::try_from(helper).ok()?).then_some((pid, pidfd))
+}
+
+/// CPU ticks used by the init's descendants: the live ones' (with what each reaped), and what
+/// the init reaped. The init's own ticks are left out.
+fn cpu_ticks(init: i32) -> u64 {
+    let mut total = stat_fields(init).map_or(0, |fields| field(&fields, 16).saturating_add(field(&fields, 17)));
+    let mut pending = children(init, 1);
+    let mut walked = 0;
+    while let Some(pid) = pending.pop() {
+        walked += 1;
+        if walked > MAX_WALKED {
+            break;
+        }
+        let Some(fields) = stat_fields(pid) else { continue };
+        total = (14..=17).fold(total, |sum, n| sum.saturating_add(field(&fields, n)));
+        let threads = usize::try_from(field(&fields, 20)).unwrap_or(1);
+        pending.extend(children(pid, threads));
+    }
+    total
+}
+
+/// The children of every thread of `pid` (a thread that forks is its child's parent).
+fn children(pid: i32, threads: usize) -> Vec<i32> {
+    let read = |tid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
+            .map(|text| text.split_whitespace().filter_map(|child| child.parse().ok()).collect::<Vec<i32>>())
+            .unwrap_or_default()
+    };
+    if threads <= 1 {
+        return read(&pid.to_string());
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks.flatten().flat_map(|task| read(&task.file_name().to_string_lossy())).collect()
+}
+
+/// Field `n` (numbered as proc(5) numbers them) as a number, 0 when it is not one.
+fn field(fields: &[String], n: usize) -> u64 {
+    fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
+}
+
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: the descriptor was just returned to this process and is owned by nothing else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Wakes the init: `SIGUSR1`, which it keeps blocked and waits for (a namespace's init gets no
+/// signal from outside it has not asked for, so nothing else can come of it).
+fn wake(pidfd: &OwnedFd) {
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            nix::libc::SIGUSR1,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_kernel_can_watch_from_outside() {
+        assert!(available(), "the tests' machines have /proc/PID/task/TID/children and pidfds");
+    }
+
+    /// `sh` stands for a helper and the `sleep` it starts for its init: the watch finds that
+    /// child, and its wake-up reaches it (a `sleep` has no use for SIGUSR1 and dies of it).
+    #[test]
+    fn the_helpers_child_is_found_and_woken_through_its_pidfd() {
+        use std::io::BufRead;
+        let mut helper = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo started; wait $!; echo $?"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sh");
+        let mut out = std::io::BufReader::new(helper.stdout.take().expect("piped"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("sh says it started its child");
+        assert_eq!(line.trim(), "started");
+        let helper_pid = helper.id() as i32;
+        let mut sandbox = Sandbox { helper: helper_pid, init: None, used: None };
+        let init = sandbox.init().map(|(pid, _)| *pid).expect("the helper's child");
+        assert_eq!(field(&stat_fields(init).expect("its stat"), 4), helper_pid as u64);
+        sandbox.look();
+        assert!(sandbox.used.is_some(), "a look counts the child's CPU");
+        sandbox.wake();
+        line.clear();
+        out.read_line(&mut line).expect("sh says how its child ended");
+        assert_eq!(line.trim(), (128 + nix::libc::SIGUSR1).to_string(), "the child got SIGUSR1");
+        assert!(helper.wait().expect("sh").success());
+        // Nothing is found below a process without children, and nothing is signalled.
+        assert!(find_init(std::process::id() as i32).is_none_or(|(pid, _)| pid != init));
+    }
+}
