@@ -102,6 +102,12 @@ fn runs_as(pid: i32, uid: u32) -> bool {
     status.lines().find_map(|line| line.strip_prefix("Uid:")).is_some_and(|ids| ids.split_whitespace().any(|id| id.parse() == Ok(uid)))
 }
 
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22): with the pid, what
+/// tells a process from a later one that took its number.
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(22 - 3)?.parse().ok()
+}
+
 /// The parent and the process group of `pid`.
 fn stat(pid: i32) -> Option<(i32, i32)> {
     let fields = stat_fields(pid)?;

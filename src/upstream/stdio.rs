@@ -31,6 +31,8 @@ pub(crate) struct ChildProcess {
     child: Child,
     /// The process group id, which is the leader's pid (`process_group(0)`).
     pgid: Option<Pid>,
+    /// When the leader started: once it is reaped, its number may name another process's group.
+    leader_started: Option<u64>,
     stderr_pump: JoinHandle<()>,
     /// The sandbox helper's reports (none without a sandbox).
     reports: Option<JoinHandle<Option<Report>>>,
@@ -143,7 +145,10 @@ pub(crate) fn spawn(
     let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone()));
     let wake = pgid.filter(|_| spec.sandbox.enabled).map(|helper| SandboxWake { reaper: reaper.clone(), helper, last: None });
     let input = ServerInput { stdin, wake };
-    Ok((ChildProcess { child, pgid, stderr_pump, reports, egress, stderr_quiet, stderr_tail, reaper, reaped: false }, stdout, input))
+    let leader_started = pgid.and_then(|pgid| crate::sandbox::servers::start_time(pgid.as_raw()));
+    let process =
+        ChildProcess { child, pgid, leader_started, stderr_pump, reports, egress, stderr_quiet, stderr_tail, reaper, reaped: false };
+    Ok((process, stdout, input))
 }
 
 /// How often at most a sandboxed server's input wakes its init.
@@ -257,11 +262,19 @@ impl ChildProcess {
         Ended { status, sandbox: report, stderr: self.stderr_tail.lines() }
     }
 
+    /// Signals the server's process group, unless its number may name someone else's now: a
+    /// process with the leader's pid that is not the leader took the number after the leader
+    /// was reaped and made a group of its own (as a `pg_ctl`'s postmaster does). While the
+    /// leader or anyone in its group lives, the kernel gives the number to nobody else.
     fn signal_group(&self, signal: Signal) {
-        if let Some(pgid) = self.pgid {
-            // ESRCH means the group is already empty.
-            let _ = killpg(pgid, signal);
+        let Some(pgid) = self.pgid else { return };
+        let now = crate::sandbox::servers::start_time(pgid.as_raw());
+        if now.is_some() && now != self.leader_started {
+            tracing::debug!(%pgid, "the server's group number names another process now; not signalled");
+            return;
         }
+        // ESRCH means the group is already empty.
+        let _ = killpg(pgid, signal);
     }
 }
 
