@@ -6,8 +6,8 @@ they hold privately.
     python3 benches/idle_sandboxes.py [--off] TOOLHOST SCRIPTED_SERVER [N ...]
 
 Prints one line per N: start to all ready, CPU over the window as a share of one core, the
-voluntary context switches per server per second, and the private (anonymous) resident memory
-of the daemon's descendants per server. `--off` runs the same servers with `sandbox = "off"`.
+daemon's voluntary context switches a second (all its threads) and its descendants' per server
+per second, and the private (anonymous) resident memory of the daemon's descendants per server. `--off` runs the same servers with `sandbox = "off"`.
 The daemon runs sandboxes with `toolhost-sandbox` when it sits beside TOOLHOST (from the same
 build), else with TOOLHOST itself. Standard library only.
 """
@@ -43,21 +43,35 @@ def descendants(root):
     return found
 
 
+def switches_of(pid):
+    """Voluntary context switches of every thread of `pid` (each wake from a sleep counts one)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
 def usage(pids):
-    """CPU ticks and voluntary switches of `pids`, and the private memory of all but the first
-    (the daemon's own left out), in one pass."""
-    ticks = switches = anon_kb = 0
+    """CPU ticks of `pids`; the voluntary switches of the first (the daemon, all its threads) and
+    of the rest; and the private memory of all but the first, in one pass."""
+    ticks = anon_kb = 0
+    switches = [0, 0]
     for index, pid in enumerate(pids):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read()
             fields = fields[fields.rfind(")") + 2 :].split()
             ticks += int(fields[11]) + int(fields[12])
+            switches[min(index, 1)] += switches_of(pid)
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        switches += int(line.split()[1])
-                    elif line.startswith("RssAnon:") and index > 0:
+                    if line.startswith("RssAnon:") and index > 0:
                         anon_kb += int(line.split()[1])
         except OSError:
             pass
@@ -97,11 +111,13 @@ def run(toolhost, server, n, off):
             ticks1, switches1, anon_kb = usage(pids)
             elapsed = (read2 + time.monotonic()) / 2 - (read0 + read1) / 2
             cpu = (ticks1 - ticks0) / TICKS / elapsed
-            wakeups = (switches1 - switches0) / n / elapsed
+            daemon_wakeups = (switches1[0] - switches0[0]) / elapsed
+            wakeups = (switches1[1] - switches0[1]) / n / elapsed
             mode = "off" if off else "sandboxed"
             print(
                 f"{n:>5} servers ({mode}): all ready in {ready:6.1f} s; idle: {cpu * 100:5.1f} % of a core, "
-                f"{wakeups:6.2f} wake-ups per server per second; {anon_kb / n:7.0f} kB private per server",
+                f"the daemon {daemon_wakeups:5.1f} wake-ups a second, its servers' processes {wakeups:6.2f} per server; "
+                f"{anon_kb / n:7.0f} kB private per server",
                 flush=True,
             )
         finally:

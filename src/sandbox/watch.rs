@@ -1,7 +1,9 @@
 //! The daemon's one look at every sandbox: a single thread that, once a period, reads how much
 //! CPU each sandbox's processes have used together and wakes the init of every sandbox whose
 //! count moved (`SIGUSR1`), so that the init checks its limits. An idle sandbox's init sleeps
-//! until a signal comes: a thousand idle servers cost one wake-up a period, not a thousand.
+//! until a signal comes: a thousand idle servers cost one wake-up a period, not a thousand. A
+//! sandbox still at look after look is looked at less often (every period, then every second
+//! period…, up to [`STILL_EVERY`] periods), and a request written to its server looks at once.
 //!
 //! The count is read from outside the sandbox (the host's `/proc`): the init is the helper's
 //! only child, found through `/proc/PID/task/TID/children`, and held by a pidfd so that a
@@ -16,11 +18,13 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::servers::stat_fields;
 
 /// How often the daemon looks at every sandbox: coarse, since the init checks its limits every
 /// 50 ms for as long as its processes work; this only notices that they started to.
 pub const PERIOD: Duration = Duration::from_secs(1);
+/// The most periods between two looks at a sandbox whose processes stay still: what the init's
+/// own look used to wait at most, so nothing is seen later than before.
+pub const STILL_EVERY: u32 = 5;
 /// Processes walked in one sandbox at most (its process limit is far below).
 const MAX_WALKED: usize = 16_384;
 
@@ -118,7 +122,7 @@ fn run(changes: &Receiver<Change>, period: Duration) {
                 if sandboxes.is_empty() {
                     next_look = after(Instant::now(), period);
                 }
-                sandboxes.insert(helper, Sandbox { helper, init: None, used: None });
+                sandboxes.insert(helper, Sandbox::new(helper));
             }
             Ok(Change::Remove(helper)) => {
                 sandboxes.remove(&helper);
@@ -130,7 +134,7 @@ fn run(changes: &Receiver<Change>, period: Duration) {
             }
             Err(RecvTimeoutError::Timeout) => {
                 for sandbox in sandboxes.values_mut() {
-                    sandbox.look();
+                    sandbox.tick();
                 }
                 next_look = after(Instant::now(), period);
             }
@@ -150,20 +154,60 @@ struct Sandbox {
     init: Option<(i32, OwnedFd)>,
     /// The CPU ticks its processes had used at the last look.
     used: Option<u64>,
+    /// The init's descendants the last walk found.
+    processes: Vec<i32>,
+    /// Looks in a row that found its processes still, and periods left until the next look.
+    still: u32,
+    due_in: u32,
 }
 
 impl Sandbox {
-    fn look(&mut self) {
-        let before = self.used;
-        let Some((pid, pidfd)) = self.init() else { return };
-        let used = cpu_ticks(*pid);
-        if before.is_some_and(|before| before != used) {
-            wake(pidfd);
-        }
-        self.used = Some(used);
+    fn new(helper: i32) -> Sandbox {
+        Sandbox { helper, init: None, used: None, processes: Vec::new(), still: 0, due_in: 1 }
     }
 
+    /// One period passed: a look if one is due, the next one further off while it is still.
+    fn tick(&mut self) {
+        self.due_in = self.due_in.saturating_sub(1);
+        if self.due_in > 0 {
+            return;
+        }
+        let moved = self.look();
+        self.paced(moved);
+    }
+
+    /// After a look: the next one in a period if its processes moved, else twice as far off as
+    /// the last gap, up to [`STILL_EVERY`].
+    fn paced(&mut self, moved: bool) {
+        self.still = if moved { 0 } else { self.still.saturating_add(1) };
+        self.due_in = 1u32.checked_shl(self.still).unwrap_or(u32::MAX).min(STILL_EVERY);
+    }
+
+    /// The quick look first: the processes the last walk found, which is all of them unless
+    /// one of them used CPU since (a fork takes some). Only when the count moved, a new walk.
+    /// Whether it moved (or could not be read yet).
+    fn look(&mut self) -> bool {
+        let before = self.used;
+        let known = std::mem::take(&mut self.processes);
+        let Some((init, pidfd)) = self.init() else { return true };
+        let init = *init;
+        let still = before.is_some() && ticks_of(init, &known) == before;
+        if still {
+            self.processes = known;
+            return false;
+        }
+        if before.is_some() {
+            wake(pidfd);
+        }
+        let (used, processes) = walk(init);
+        self.used = Some(used);
+        self.processes = processes;
+        true
+    }
+
+    /// Wakes its init now (its server was sent work), and looks at it from the next period on.
     fn wake(&mut self) {
+        (self.still, self.due_in) = (0, 1);
         if let Some((_, pidfd)) = self.init() {
             wake(pidfd);
         }
@@ -185,27 +229,70 @@ fn find_init(helper: i32) -> Option<(i32, OwnedFd)> {
     let pidfd = pidfd_open(pid)?;
     // The pid named the helper's child when the file was read; the pidfd is that process only if
     // it still is (the helper, not yet reaped by the daemon, keeps its own pid from being reused).
-    let parent = field(&stat_fields(pid)?, 4);
+    let parent = Stat::read(pid)?.field(4);
     (parent == u64::try_from(helper).ok()?).then_some((pid, pidfd))
 }
 
-/// CPU ticks used by the init's descendants: the live ones' (with what each reaped), and what
-/// the init reaped. The init's own ticks are left out.
-fn cpu_ticks(init: i32) -> u64 {
-    let mut total = stat_fields(init).map_or(0, |fields| field(&fields, 16).saturating_add(field(&fields, 17)));
+/// CPU ticks used by the init's descendants, walking them all: the live ones' (with what each
+/// reaped), and what the init reaped; the init's own ticks are left out. With the descendants.
+fn walk(init: i32) -> (u64, Vec<i32>) {
+    let mut total = reaped_by(init);
+    let mut found = Vec::new();
     let mut pending = children(init, 1);
-    let mut walked = 0;
     while let Some(pid) = pending.pop() {
-        walked += 1;
-        if walked > MAX_WALKED {
+        if found.len() >= MAX_WALKED {
             break;
         }
-        let Some(fields) = stat_fields(pid) else { continue };
-        total = (14..=17).fold(total, |sum, n| sum.saturating_add(field(&fields, n)));
-        let threads = usize::try_from(field(&fields, 20)).unwrap_or(1);
+        let Some(stat) = Stat::read(pid) else { continue };
+        total = total.saturating_add(stat.used());
+        found.push(pid);
+        let threads = usize::try_from(stat.field(20)).unwrap_or(1);
         pending.extend(children(pid, threads));
     }
-    total
+    (total, found)
+}
+
+/// The same count over `processes` alone; `None` when one of them is gone.
+fn ticks_of(init: i32, processes: &[i32]) -> Option<u64> {
+    processes.iter().try_fold(reaped_by(init), |total, pid| Some(total.saturating_add(Stat::read(*pid)?.used())))
+}
+
+/// What the init's reaped children used (fields 16 and 17 of its stat).
+fn reaped_by(init: i32) -> u64 {
+    Stat::read(init).map_or(0, |stat| stat.field(16).saturating_add(stat.field(17)))
+}
+
+/// One `/proc/PID/stat`, read with one `read` into a buffer of its own (the line is a few
+/// hundred bytes): the watch reads two of them per idle sandbox each look, so no allocation.
+struct Stat {
+    line: [u8; 1024],
+    len: usize,
+}
+
+impl Stat {
+    fn read(pid: i32) -> Option<Stat> {
+        use std::io::Read;
+        let mut stat = Stat { line: [0; 1024], len: 0 };
+        let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+        stat.len = file.read(&mut stat.line).ok()?;
+        // A line that fills the buffer may be cut: not one to count on.
+        (stat.len < stat.line.len()).then_some(stat)
+    }
+
+    /// Field `n` as proc(5) numbers them (after the command name, which may hold spaces and
+    /// parentheses), 0 when it is not a number.
+    fn field(&self, n: usize) -> u64 {
+        let line = &self.line[..self.len];
+        let Some(end) = line.iter().rposition(|byte| *byte == b')') else { return 0 };
+        let rest = line.get(end + 2..).unwrap_or_default();
+        let value = rest.split(|byte| *byte == b' ').nth(n.saturating_sub(3)).unwrap_or_default();
+        std::str::from_utf8(value).ok().and_then(|value| value.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// What the process used, and its reaped children (fields 14 to 17).
+    fn used(&self) -> u64 {
+        (14..=17).fold(0u64, |sum, n| sum.saturating_add(self.field(n)))
+    }
 }
 
 /// The children of every thread of `pid` (a thread that forks is its child's parent).
@@ -220,11 +307,6 @@ fn children(pid: i32, threads: usize) -> Vec<i32> {
     }
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
     tasks.flatten().flat_map(|task| read(&task.file_name().to_string_lossy())).collect()
-}
-
-/// Field `n` (numbered as proc(5) numbers them) as a number, 0 when it is not one.
-fn field(fields: &[String], n: usize) -> u64 {
-    fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
 }
 
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
@@ -259,6 +341,30 @@ mod tests {
         assert!(available(), "the tests' machines have /proc/PID/task/TID/children and pidfds");
     }
 
+    #[test]
+    fn a_still_sandbox_is_looked_at_less_often_up_to_its_ceiling_and_work_brings_it_back() {
+        let mut sandbox = Sandbox::new(i32::MAX);
+        // Found still look after look: the gaps between looks grow to the ceiling.
+        let gaps: Vec<u32> = (0..6)
+            .map(|_| {
+                sandbox.paced(false);
+                sandbox.due_in
+            })
+            .collect();
+        assert_eq!(gaps, [2, 4, STILL_EVERY, STILL_EVERY, STILL_EVERY, STILL_EVERY]);
+        // The periods pass: no look until the gap is over (a helper with no init never has one
+        // to find, so each look says it moved).
+        for _ in 1..STILL_EVERY {
+            sandbox.tick();
+            assert!(sandbox.due_in > 0 && sandbox.still > 0, "no look before its turn");
+        }
+        sandbox.tick();
+        assert_eq!((sandbox.still, sandbox.due_in), (0, 1), "looked, and (moving) looked at every period again");
+        sandbox.paced(false);
+        sandbox.wake();
+        assert_eq!((sandbox.still, sandbox.due_in), (0, 1), "a request brings the next look to the next period");
+    }
+
     /// `sh` stands for a helper and the `sleep` it starts for its init: the watch finds that
     /// child, and its wake-up reaches it (a `sleep` has no use for SIGUSR1 and dies of it).
     #[test]
@@ -275,9 +381,11 @@ mod tests {
         out.read_line(&mut line).expect("sh says it started its child");
         assert_eq!(line.trim(), "started");
         let helper_pid = helper.id() as i32;
-        let mut sandbox = Sandbox { helper: helper_pid, init: None, used: None };
+        let mut sandbox = Sandbox::new(helper_pid);
         let init = sandbox.init().map(|(pid, _)| *pid).expect("the helper's child");
-        assert_eq!(field(&stat_fields(init).expect("its stat"), 4), helper_pid as u64);
+        assert_eq!(Stat::read(init).expect("its stat").field(4), helper_pid as u64);
+        let own = Stat::read(std::process::id() as i32).expect("this process's stat");
+        assert_eq!(own.field(4), u64::from(std::os::unix::process::parent_id()), "field 4 is the parent");
         sandbox.look();
         assert!(sandbox.used.is_some(), "a look counts the child's CPU");
         sandbox.wake();
