@@ -18,7 +18,6 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-
 /// How often the daemon looks at every sandbox: coarse, since the init checks its limits every
 /// 50 ms for as long as its processes work; this only notices that they started to.
 pub const PERIOD: Duration = Duration::from_secs(1);

@@ -312,11 +312,12 @@ impl Worker {
         session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
         if let Some(report) = &ended.sandbox {
             let text = report.describe();
-            tracing::warn!(server = %self.name, error = %text, "the server's sandbox stopped it");
             let limit = match report {
                 crate::sandbox::Report::Limit { kind, .. } => Some(*kind),
                 _ => None,
             };
+            let hit = limit.map_or("", |kind| kind.label());
+            tracing::warn!(server = %self.name, error = %text, hit, "the server's sandbox stopped it");
             self.registry.update(&self.name, |view| view.stopped_by_sandbox(text, limit));
         }
         let SessionEnd::Closed { .. } = end else { return end };
