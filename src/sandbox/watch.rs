@@ -132,8 +132,13 @@ fn run(changes: &Receiver<Change>, period: Duration) {
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
+                // A look that panics (a bug, whatever /proc said) costs that sandbox its look,
+                // never the watch: the other inits would sleep unwatched from then on.
                 for sandbox in sandboxes.values_mut() {
-                    sandbox.tick();
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sandbox.tick())).is_err() {
+                        tracing::error!(helper = sandbox.helper, "the sandbox watch's look panicked; it goes on with the next");
+                        sandbox.init = None;
+                    }
                 }
                 next_look = after(Instant::now(), period);
             }
