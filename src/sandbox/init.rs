@@ -9,7 +9,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::reporter::Reporter;
-use super::servers::stat_fields;
+use super::servers::Stat;
 use super::{LimitKind, Limits, Plan, Report};
 
 /// How often the init looks at what the sandbox uses while its processes work.
@@ -152,24 +152,19 @@ struct Activity {
 
 fn activity() -> Option<Activity> {
     // The init's own line: fields 16 and 17 are the CPU of the children it reaped.
-    let reaped = stat_fields(1).map_or(0, |fields| field(&fields, 16).saturating_add(field(&fields, 17)));
+    let reaped = Stat::read(1).map_or(0, |stat| stat.field(16).saturating_add(stat.field(17)));
     let mut used = Activity { ticks: reaped, processes: 0 };
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
         if pid == 1 {
             continue;
         }
-        if let Some(fields) = stat_fields(pid) {
-            used.ticks = used.ticks.saturating_add(field(&fields, 14)).saturating_add(field(&fields, 15));
+        if let Some(stat) = Stat::read(pid) {
+            used.ticks = used.ticks.saturating_add(stat.field(14)).saturating_add(stat.field(15));
             used.processes += 1;
         }
     }
     Some(used)
-}
-
-/// Field `n` (numbered as proc(5) numbers them) as a number, 0 when it is not one.
-fn field(fields: &[String], n: usize) -> u64 {
-    fields.get(n - 3).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
 }
 
 fn exec_server(plan: &Plan, proxy_port: Option<u16>, wake: &SigSet, reporter: &mut Reporter) -> ! {

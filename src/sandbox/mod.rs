@@ -250,7 +250,8 @@ pub enum Enforcement {
 }
 
 impl Enforcement {
-    /// What applies to the sandboxes this daemon starts (the same for all of them).
+    /// What applies to the sandboxes a daemon would start on this host (for `check-config`; a
+    /// running daemon's reaper says what applies to its own).
     pub fn here() -> Enforcement {
         static HERE: std::sync::OnceLock<Enforcement> = std::sync::OnceLock::new();
         *HERE.get_or_init(|| if watch::available() { Enforcement::Watched } else { Enforcement::OwnLook })
@@ -279,8 +280,14 @@ impl Enforcement {
     }
 }
 
-/// Why the kernel's cgroups do not hold the limits: what this host's cgroup v2 offers.
-fn cgroup_gap() -> String {
+/// Why the kernel's cgroups do not hold the limits: what this host's cgroup v2 offers. Read once
+/// (every listing of the servers says it).
+fn cgroup_gap() -> &'static str {
+    static GAP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    GAP.get_or_init(read_cgroup_gap)
+}
+
+fn read_cgroup_gap() -> String {
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|text| text.lines().find_map(|line| line.strip_prefix("0::").map(str::to_owned)));

@@ -105,20 +105,42 @@ fn runs_as(pid: i32, uid: u32) -> bool {
 /// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22): with the pid, what
 /// tells a process from a later one that took its number.
 pub fn start_time(pid: i32) -> Option<u64> {
-    stat_fields(pid)?.get(22 - 3)?.parse().ok()
+    Some(Stat::read(pid)?.field(22))
 }
 
 /// The parent and the process group of `pid`.
 fn stat(pid: i32) -> Option<(i32, i32)> {
-    let fields = stat_fields(pid)?;
-    Some((fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?))
+    let stat = Stat::read(pid)?;
+    Some((i32::try_from(stat.field(4)).ok()?, i32::try_from(stat.field(5)).ok()?))
 }
 
-/// The fields of `/proc/PID/stat` after the command name (which may itself hold spaces and
-/// parentheses), so that field N of proc(5) is at index N - 3.
-pub(super) fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(text.get(text.rfind(')')? + 2..)?.split(' ').map(str::to_owned).collect())
+/// One `/proc/PID/stat`, read with one `read` into a buffer of its own: the sandbox watch reads
+/// two of them per idle sandbox at each look and an init one per process at each of its looks,
+/// so no allocation. The kernel writes the line in one go, far shorter than the buffer.
+pub(super) struct Stat {
+    line: [u8; 4096],
+    len: usize,
+}
+
+impl Stat {
+    pub(super) fn read(pid: i32) -> Option<Stat> {
+        use std::io::Read;
+        let mut stat = Stat { line: [0; 4096], len: 0 };
+        let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+        stat.len = file.read(&mut stat.line).ok()?;
+        // A line that fills the buffer may be cut: not one to count on.
+        (stat.len < stat.line.len()).then_some(stat)
+    }
+
+    /// Field `n` as proc(5) numbers them (after the command name, which may hold spaces and
+    /// parentheses), 0 when it is not a number.
+    pub(super) fn field(&self, n: usize) -> u64 {
+        let line = &self.line[..self.len];
+        let Some(end) = line.iter().rposition(|byte| *byte == b')') else { return 0 };
+        let rest = line.get(end + 2..).unwrap_or_default();
+        let value = rest.split(|byte| *byte == b' ').nth(n.saturating_sub(3)).unwrap_or_default();
+        std::str::from_utf8(value).ok().and_then(|value| value.trim().parse().ok()).unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

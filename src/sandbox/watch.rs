@@ -18,6 +18,8 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::servers::Stat;
+
 /// How often the daemon looks at every sandbox: coarse, since the init checks its limits every
 /// 50 ms for as long as its processes work; this only notices that they started to.
 pub const PERIOD: Duration = Duration::from_secs(1);
@@ -248,7 +250,7 @@ fn walk(init: i32) -> (u64, Vec<i32>) {
             break;
         }
         let Some(stat) = Stat::read(pid) else { continue };
-        total = total.saturating_add(stat.used());
+        total = total.saturating_add(used(&stat));
         found.push(pid);
         let threads = usize::try_from(stat.field(20)).unwrap_or(1);
         pending.extend(children(pid, threads));
@@ -258,7 +260,7 @@ fn walk(init: i32) -> (u64, Vec<i32>) {
 
 /// The same count over `processes` alone; `None` when one of them is gone.
 fn ticks_of(init: i32, processes: &[i32]) -> Option<u64> {
-    processes.iter().try_fold(reaped_by(init), |total, pid| Some(total.saturating_add(Stat::read(*pid)?.used())))
+    processes.iter().try_fold(reaped_by(init), |total, pid| Some(total.saturating_add(used(&Stat::read(*pid)?))))
 }
 
 /// What the init's reaped children used (fields 16 and 17 of its stat).
@@ -266,37 +268,9 @@ fn reaped_by(init: i32) -> u64 {
     Stat::read(init).map_or(0, |stat| stat.field(16).saturating_add(stat.field(17)))
 }
 
-/// One `/proc/PID/stat`, read with one `read` into a buffer of its own (the line is a few
-/// hundred bytes): the watch reads two of them per idle sandbox each look, so no allocation.
-struct Stat {
-    line: [u8; 1024],
-    len: usize,
-}
-
-impl Stat {
-    fn read(pid: i32) -> Option<Stat> {
-        use std::io::Read;
-        let mut stat = Stat { line: [0; 1024], len: 0 };
-        let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-        stat.len = file.read(&mut stat.line).ok()?;
-        // A line that fills the buffer may be cut: not one to count on.
-        (stat.len < stat.line.len()).then_some(stat)
-    }
-
-    /// Field `n` as proc(5) numbers them (after the command name, which may hold spaces and
-    /// parentheses), 0 when it is not a number.
-    fn field(&self, n: usize) -> u64 {
-        let line = &self.line[..self.len];
-        let Some(end) = line.iter().rposition(|byte| *byte == b')') else { return 0 };
-        let rest = line.get(end + 2..).unwrap_or_default();
-        let value = rest.split(|byte| *byte == b' ').nth(n.saturating_sub(3)).unwrap_or_default();
-        std::str::from_utf8(value).ok().and_then(|value| value.trim().parse().ok()).unwrap_or(0)
-    }
-
-    /// What the process used, and its reaped children (fields 14 to 17).
-    fn used(&self) -> u64 {
-        (14..=17).fold(0u64, |sum, n| sum.saturating_add(self.field(n)))
-    }
+/// What a process used, and its reaped children (fields 14 to 17).
+fn used(stat: &Stat) -> u64 {
+    (14..=17).fold(0u64, |sum, n| sum.saturating_add(stat.field(n)))
 }
 
 /// The children of every thread of `pid` (a thread that forks is its child's parent).
