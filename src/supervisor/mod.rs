@@ -279,7 +279,7 @@ impl Supervisor {
                 allow: allow.iter().map(ToString::to_string).collect(),
                 limits: sandbox.limits,
                 last_limit: None,
-                enforcement: crate::sandbox::Enforcement::here(),
+                enforcement: self.reaper.enforcement(),
                 // What it will see, as check-config counts it (else what its entry grants).
                 read: crate::upstream::sandbox_reads(stdio).unwrap_or_else(|| sandbox.read.clone()),
                 write: sandbox.write.clone(),

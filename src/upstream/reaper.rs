@@ -50,9 +50,10 @@ impl Reaper {
         self.program.as_deref()
     }
 
-    /// Whether the sandboxes it starts are watched (their inits may sleep until woken).
-    pub(crate) fn watches_sandboxes(&self) -> bool {
-        self.watch.is_running()
+    /// How the limits of the sandboxes it starts are held: watched (their inits may sleep until
+    /// woken) when its watch runs, else each init's own look.
+    pub(crate) fn enforcement(&self) -> crate::sandbox::Enforcement {
+        if self.watch.is_running() { crate::sandbox::Enforcement::Watched } else { crate::sandbox::Enforcement::OwnLook }
     }
 
     /// A new server process group: guarded against a daemon crash, and never a caller; with

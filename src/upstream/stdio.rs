@@ -79,7 +79,7 @@ pub(crate) fn spawn(
             confinement::make_home(home)?;
         }
         let mut plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
-        plan.watched = reaper.watches_sandboxes();
+        plan.watched = reaper.enforcement() == crate::sandbox::Enforcement::Watched;
         let proxied = plan.network == crate::sandbox::Network::Proxied;
         let plan = serde_json::to_string(&plan).map_err(SandboxError::Encode)?;
         let mut command = Command::new(helper);
