@@ -119,6 +119,20 @@ struct Connected {
     listener: PgListener,
 }
 
+impl Connected {
+    /// Takes the link down. The listener goes first: it holds one of the pool's connections,
+    /// and closing a pool waits for every connection to come back to it, so a link that failed
+    /// anywhere but in the listener would wait for ever. Bounded all the same: a connection on a
+    /// network that drops packets may take long to say goodbye, and dropping the pool ends it.
+    async fn close(self) {
+        let Connected { pool, listener } = self;
+        drop(listener);
+        if tokio::time::timeout(EXCHANGE_TIMEOUT, pool.close()).await.is_err() {
+            tracing::debug!("the fleet store's connections did not close in time; they are dropped");
+        }
+    }
+}
+
 impl Fleet {
     pub fn new(config: FleetConfig, servers: &BTreeMap<String, ServerSpec>) -> Fleet {
         Fleet {
@@ -215,7 +229,7 @@ impl Fleet {
                     Ok(()) => return,
                     Err(error) => {
                         self.down(&error, &warnings);
-                        connected.pool.close().await;
+                        connected.close().await;
                         Link::Down { wait: RETRY_FIRST }
                     }
                 },
@@ -223,14 +237,19 @@ impl Fleet {
         }
     }
 
+    /// One attempt, bounded in time as a whole: connecting, checking (or creating) the schema,
+    /// and the listener, so that a database that stops answering halfway leaves the attempt to
+    /// fail and the next one to try.
     async fn connect(&self) -> Result<Connected, FleetError> {
-        let pool = schema::open(&self.shared.config).await?;
-        let mut listener = match tokio::time::timeout(EXCHANGE_TIMEOUT, PgListener::connect_with(&pool)).await {
-            Ok(listener) => listener?,
-            Err(_) => return Err(FleetError::Timeout(EXCHANGE_TIMEOUT)),
+        let config = &self.shared.config;
+        let bound = config.connect_timeout.saturating_add(EXCHANGE_TIMEOUT);
+        let pool = match tokio::time::timeout(bound, schema::open(config)).await {
+            Ok(pool) => pool?,
+            Err(_) => return Err(FleetError::Timeout(bound)),
         };
-        if self.shared.config.share_approvals {
-            listener.listen(APPROVALS_CHANNEL).await?;
+        let mut listener = bounded(async { Ok(PgListener::connect_with(&pool).await?) }).await?;
+        if config.share_approvals {
+            bounded(async { Ok(listener.listen(APPROVALS_CHANNEL).await?) }).await?;
         }
         Ok(Connected { pool, listener })
     }

@@ -196,6 +196,13 @@ impl OwnCluster {
     fn run(&self, command: &str) {
         script(&[command, &self.dir.display().to_string()]);
     }
+
+    /// The last lines of the cluster's own log: what a failure must show to be understood.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_else(|error| format!("(no log: {error})"));
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
 }
 
 impl Drop for OwnCluster {
@@ -229,7 +236,8 @@ async fn shipped(url: &str, host: &str) -> Option<(i64, i64)> {
 /// Waits until PostgreSQL holds exactly this host's audit trail (the same local ids, each once),
 /// and fails with the difference if it never does. Both sides are read afresh each time: calls
 /// may still be recording while it waits.
-async fn all_shipped(app: &App, url: &str, host: &str) {
+async fn all_shipped(app: &App, cluster: Option<&OwnCluster>, url: &str, host: &str) {
+    let log = || cluster.map(|cluster| format!("\nPostgreSQL's log:\n{}", cluster.log_tail())).unwrap_or_default();
     eventually_within(WAIT * 3, "every record shipped, each once", async || {
         let local: Vec<i64> = app.store().audit_chained_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         let remote: Option<Vec<i64>> = async {
@@ -253,8 +261,8 @@ async fn all_shipped(app: &App, url: &str, host: &str) {
         };
         match remote {
             Some(remote) if remote == local => Ok(()),
-            Some(remote) => Err(format!("{} of {} local records shipped; the host's link: {link}", remote.len(), local.len())),
-            None => Err(format!("PostgreSQL cannot be read; the host's link: {link}")),
+            Some(remote) => Err(format!("{} of {} local records shipped; the host's link: {link}{}", remote.len(), local.len(), log())),
+            None => Err(format!("PostgreSQL cannot be read; the host's link: {link}{}", log())),
         }
     })
     .await;
@@ -316,7 +324,7 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
     eventually("calls flow after the outage", made_at_least(after_outage + 50)).await;
     stop.store(true, Ordering::Relaxed);
     caller.await.unwrap();
-    all_shipped(&app, &url, "outage-host").await;
+    all_shipped(&app, Some(&cluster), &url, "outage-host").await;
     assert!(made.load(Ordering::Relaxed) > calls_before_outage + 100, "calls went on during the outage");
     assert_eq!(failures.load(Ordering::Relaxed), 0, "no call failed while PostgreSQL was down");
 
@@ -347,8 +355,55 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
     // Down for real for a while: the shipper's retries meet a dead server.
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.run("restart");
-    all_shipped(&app, &url, "outage-host").await;
+    all_shipped(&app, Some(&cluster), &url, "outage-host").await;
     assert!(killed_at > 0 && u64::try_from(killed_at).unwrap() < backlog);
+    app.shutdown().await;
+}
+
+/// The link fails in the middle of its work while the connection that listens for approvals
+/// is still open (PostgreSQL drops the host's other connections and refuses new ones to its
+/// database): once PostgreSQL accepts it again, the host connects again by itself and ships what
+/// was recorded meanwhile. Taking the link down used to wait for the listener's connection to
+/// come back to the pool, which it never did: the host stayed unlinked until restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_lost_while_its_listener_is_open_comes_back_by_itself() {
+    let Some(cluster) = cluster() else { return };
+    let url = database(&cluster).await;
+    let name = url.split_once('?').and_then(|(base, _)| base.rsplit_once('/')).map(|(_, name)| name.to_owned()).unwrap();
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&fleet_section(&dir, &url, "relink-host"), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    connected(&app).await;
+    assert!(!call(&app, "demo__echo").await.unwrap().is_error);
+    all_shipped(&app, None, &url, "relink-host").await;
+
+    let mut admin = PgConnection::connect(&cluster).await.unwrap();
+    let listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'";
+    let listeners: i64 = sqlx::query_scalar(listening).bind(&name).fetch_one(&mut admin).await.unwrap();
+    assert_eq!(listeners, 1, "the host listens for approvals on a connection of its own");
+    // The database's name is this test's own hex digits: nothing to inject.
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))).execute(&mut admin).await.unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND query NOT LIKE 'LISTEN%' AND pid <> pg_backend_pid()) AS dropped",
+    )
+    .bind(&name)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 1, "the host's pool had a connection to drop");
+    // The next shipment needs a new connection and is refused: the link goes down (the status
+    // then says why the link is down, not what its own query met).
+    assert!(!call(&app, "demo__echo").await.unwrap().is_error);
+    let down = fleet_error(&app, "cannot connect to the fleet store").await;
+    assert!(down.contains("not currently accepting connections"), "{down}");
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))).execute(&mut admin).await.unwrap();
+    admin.close().await.unwrap();
+    assert!(!call(&app, "demo__echo").await.unwrap().is_error);
+    connected(&app).await;
+    all_shipped(&app, None, &url, "relink-host").await;
     app.shutdown().await;
 }
 
