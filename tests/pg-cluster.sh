@@ -49,10 +49,19 @@ case $command in
         ;;
     kill)
         pid=$(head -n 1 "$dir/data/postmaster.pid")
+        # Its children (backends, checkpointer...) name neither the directory nor the postmaster
+        # once it is gone: note them first.
+        children=$(pgrep -P "$pid" || true)
         kill -9 "$pid"
-        # Its backends notice the postmaster is gone and exit; wait until they have.
+        # They notice the postmaster is gone and exit; wait until they have (a zombie counts as
+        # gone: its memory and sockets are released).
         for _ in $(seq 100); do
-            pgrep -u nobody -f "postgres: .*$dir" >/dev/null 2>&1 || pgrep -f -- "-D $dir/data" >/dev/null 2>&1 || break
+            alive=""
+            for child in $children; do
+                state=$(awk '{print $3}' "/proc/$child/stat" 2>/dev/null || true)
+                [ -n "$state" ] && [ "$state" != Z ] && alive=1
+            done
+            [ -z "$alive" ] && break
             sleep 0.1
         done
         # The lock files name a pid that may linger as a zombie where nothing reaps it.
