@@ -32,6 +32,9 @@ use crate::upstream::reaper::Reaper;
 
 /// How often at most the service manager's STATUS line is updated.
 const STATUS_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the background tasks (audit writer, exports, fleet link...) get to end once told:
+/// each ends at once but the audit writer, which stores its last batch first.
+const BACKGROUND_GRACE: Duration = Duration::from_secs(5);
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -337,7 +340,10 @@ impl App {
         self.reaper.stop().await;
         self.background_cancel.cancel();
         self.background.close();
-        self.background.wait().await;
+        // A bound all the same: no task, whatever it waits on, holds the daemon's exit.
+        if tokio::time::timeout(BACKGROUND_GRACE, self.background.wait()).await.is_err() {
+            tracing::warn!(grace = ?BACKGROUND_GRACE, "background tasks did not stop in time; the store is closed under them");
+        }
         self.store.close().await;
     }
 }
