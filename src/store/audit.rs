@@ -14,6 +14,26 @@ macro_rules! audit_filter {
     };
 }
 
+/// Audit rows per `INSERT`: 14 bound values each, far below SQLite's limit of bound parameters.
+const ROWS_PER_INSERT: usize = 64;
+
+/// `INSERT INTO audit … VALUES` with `rows` rows of parameters.
+fn insert_rows(rows: usize) -> String {
+    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let mut sql = String::from(
+        "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, \
+         duration_us, arguments, prev_hash, hash) VALUES ",
+    );
+    sql.reserve(rows * (ROW.len() + 2));
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(ROW);
+    }
+    sql
+}
+
 impl Store {
     /// Stores audit records, in one transaction.
     ///
@@ -33,41 +53,35 @@ impl Store {
                 .await?
                 .unwrap_or_else(|| super::audit_chain::GENESIS.to_owned()),
         };
-        // The whole batch travels as one JSON array and is inserted by one statement: a row
-        // costs SQLite's work, not a round trip to the database thread each.
-        let rows: Vec<serde_json::Value> = records
-            .iter()
-            .map(|r| {
-                let hash = super::audit_chain::record_hash(&prev, &super::audit_chain::Fields::of(r));
-                let row = serde_json::json!([
-                    r.at_ms,
-                    &*r.agent,
-                    r.caller,
-                    r.transport,
-                    r.qualified_name,
-                    r.server,
-                    r.tool,
-                    to_i64(r.generation),
-                    r.definition_hash,
-                    r.outcome,
-                    to_i64(r.duration_us),
-                    r.arguments,
-                    prev,
-                    hash
-                ]);
-                prev = hash;
-                row
-            })
-            .collect();
-        let batch = serde_json::Value::Array(rows).to_string();
-        sqlx::query(
-            "INSERT INTO audit (at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments, prev_hash, hash) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, \
-                    value ->> 9, value ->> 10, value ->> 11, value ->> 12, value ->> 13 FROM json_each(?)",
-        )
-        .bind(batch)
-        .execute(tx.conn())
-        .await?;
+        let mut chain = Vec::with_capacity(records.len());
+        for r in records {
+            let hash = super::audit_chain::record_hash(&prev, &super::audit_chain::Fields::of(r));
+            chain.push((std::mem::replace(&mut prev, hash.clone()), hash));
+        }
+        // Rows go in with plain bound values, many to a statement: a row costs SQLite's insert
+        // alone (no JSON to write and parse back), and a chunk one round trip to the database
+        // thread. The statement's shapes (1 to `ROWS_PER_INSERT` rows) stay cached.
+        for (rows, links) in records.chunks(ROWS_PER_INSERT).zip(chain.chunks(ROWS_PER_INSERT)) {
+            let mut insert = sqlx::query(sqlx::AssertSqlSafe(insert_rows(rows.len())));
+            for (r, (prev_hash, hash)) in rows.iter().zip(links) {
+                insert = insert
+                    .bind(r.at_ms)
+                    .bind(&*r.agent)
+                    .bind(&r.caller)
+                    .bind(r.transport)
+                    .bind(&r.qualified_name)
+                    .bind(&r.server)
+                    .bind(&r.tool)
+                    .bind(to_i64(r.generation))
+                    .bind(&r.definition_hash)
+                    .bind(&r.outcome)
+                    .bind(to_i64(r.duration_us))
+                    .bind(r.arguments.as_deref())
+                    .bind(prev_hash)
+                    .bind(hash);
+            }
+            insert.execute(tx.conn()).await?;
+        }
         tx.commit().await
     }
 

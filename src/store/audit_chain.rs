@@ -490,6 +490,36 @@ mod tests {
         }
     }
 
+    /// A batch larger than one `INSERT` (64 rows) goes in whole, in its order, every field as
+    /// given (a missing argument stays missing), chained across the statements' seams.
+    #[tokio::test]
+    async fn a_batch_of_many_statements_is_stored_whole_in_order_and_chained() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
+        let store = Store::open(&path, 10).await.unwrap();
+        let records: Vec<AuditRecord> = (0..151).map(record).collect();
+        store.append_audit(&records[..150]).await.unwrap();
+        store.append_audit(&records[150..]).await.unwrap();
+        let stored = store.audit_chained_after(0, 1_000).await.unwrap();
+        assert_eq!(stored.len(), records.len());
+        let mut prev = GENESIS.to_owned();
+        for ((id, got, prev_hash, hash), (n, want)) in stored.iter().zip(records.iter().enumerate()) {
+            assert_eq!(*id, i64::try_from(n).unwrap() + 1);
+            assert_eq!(
+                (got.at_ms, &got.qualified_name, &got.tool, &got.arguments, got.generation, got.duration_us),
+                (want.at_ms, &want.qualified_name, &want.tool, &want.arguments, want.generation, want.duration_us)
+            );
+            assert_eq!(prev_hash.as_deref(), Some(prev.as_str()), "record {id} follows the one before it");
+            prev = record_hash(&prev, &Fields::of(want));
+            assert_eq!(hash.as_deref(), Some(prev.as_str()));
+        }
+        store.checkpoint_audit(&key, 5_000).await.unwrap();
+        store.close().await;
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
+        assert!(matches!(verdict, Verdict::Intact { records: 151, checkpoints: 1, .. }), "{verdict:?}");
+    }
+
     #[tokio::test]
     async fn retention_cuts_the_chain_where_it_says_and_removing_more_is_seen() {
         let dir = tempfile::tempdir().unwrap();
