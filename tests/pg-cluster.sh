@@ -7,6 +7,8 @@
 #   pg-cluster.sh halt DIR     stops it (fast); the data stays
 #   pg-cluster.sh kill DIR     SIGKILLs the postmaster; the data stays
 #   pg-cluster.sh restart DIR  starts a halted or killed cluster again
+#   pg-cluster.sh freeze DIR   SIGSTOPs the postmaster and its children: connections hang
+#   pg-cluster.sh thaw DIR     SIGCONTs them
 #   pg-cluster.sh destroy DIR  stops it and removes DIR
 set -euo pipefail
 command=${1:?start, halt, kill, restart or destroy}
@@ -43,7 +45,20 @@ case $command in
         ;;
     restart) start ;;
     halt) as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null ;;
+    freeze | thaw)
+        pid=$(head -n 1 "$dir/data/postmaster.pid")
+        signal=STOP
+        [ "$command" = thaw ] && signal=CONT
+        # shellcheck disable=SC2046
+        kill -"$signal" "$pid" $(pgrep -P "$pid" || true)
+        ;;
     destroy)
+        # A frozen cluster cannot stop.
+        if [ -f "$dir/data/postmaster.pid" ]; then
+            pid=$(head -n 1 "$dir/data/postmaster.pid")
+            # shellcheck disable=SC2046
+            kill -CONT "$pid" $(pgrep -P "$pid" || true) 2>/dev/null || true
+        fi
         as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
         rm -rf "$dir"
         ;;

@@ -269,7 +269,7 @@ async fn all_shipped(app: &App, cluster: Option<&OwnCluster>, url: &str, host: &
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_record() {
+async fn postgresql_down_for_a_minute_killed_mid_batch_or_frozen_costs_no_call_and_no_record() {
     if cluster().is_none() {
         return;
     }
@@ -357,6 +357,22 @@ async fn postgresql_down_for_a_minute_or_killed_mid_batch_costs_no_call_and_no_r
     cluster.run("restart");
     all_shipped(&app, Some(&cluster), &url, "outage-host").await;
     assert!(killed_at > 0 && u64::try_from(killed_at).unwrap() < backlog);
+
+    // Frozen rather than down (SIGSTOP): its connections hang instead of failing. Calls go on,
+    // an operator's read answers within its bound, the link goes down by its own bound, and
+    // after the thaw the trail ships.
+    cluster.run("freeze");
+    let down = eventually_within(OUTAGE, "the link to a frozen fleet store goes down", async || {
+        assert!(!call(&app, "demo__echo").await.unwrap().is_error, "a call while PostgreSQL is frozen");
+        let read = tokio::time::timeout(Duration::from_secs(30), grpc.fleet_status(pb::FleetStatusRequest {})).await;
+        let status = read.expect("an operator's read of a frozen fleet store is bounded").err()?;
+        assert_eq!(error_info(&status).0, "FLEET_UNAVAILABLE", "{status:?}");
+        status.message().starts_with("cannot connect to the fleet store").then_some(status)
+    })
+    .await;
+    assert!(down.message().contains("no answer within") || down.message().contains("timed out"), "{down:?}");
+    cluster.run("thaw");
+    all_shipped(&app, Some(&cluster), &url, "outage-host").await;
     app.shutdown().await;
 }
 
