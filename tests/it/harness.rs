@@ -333,7 +333,13 @@ pub async fn eventually<T, P: Progress<T>>(what: &str, check: impl AsyncFnMut() 
 pub async fn eventually_within<T, P: Progress<T>>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> P) -> T {
     let started = std::time::Instant::now();
     loop {
-        let why = match check().await.outcome() {
+        // A check that hangs fails the test as well, instead of holding the whole suite: it gets
+        // what is left of the limit, and the limit again.
+        let bound = limit.saturating_sub(started.elapsed()).saturating_add(limit);
+        let Ok(progress) = tokio::time::timeout(bound, check()).await else {
+            panic!("{what} did not happen within {limit:?}: a check gave no answer within {bound:?}");
+        };
+        let why = match progress.outcome() {
             Ok(found) => return found,
             Err(why) => why,
         };
@@ -344,6 +350,12 @@ pub async fn eventually_within<T, P: Progress<T>>(limit: Duration, what: &str, m
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+#[should_panic(expected = "a check gave no answer within")]
+async fn eventually_fails_a_check_that_never_answers() {
+    eventually_within(Duration::from_millis(50), "an answer", async || std::future::pending::<Option<()>>().await).await;
 }
 
 /// A steady pace for load a test keeps up while something else happens (one tick per call or
