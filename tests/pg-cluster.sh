@@ -30,6 +30,13 @@ start() {
         -o "-k $dir -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
         start >/dev/null
 }
+# Sends SIG to the postmaster and its children (its backends and auxiliary processes).
+signal_cluster() {
+    local pid
+    pid=$(head -n 1 "$dir/data/postmaster.pid")
+    # shellcheck disable=SC2046
+    kill -"$1" "$pid" $(pgrep -P "$pid" || true)
+}
 case $command in
     start)
         mkdir -p "$dir"
@@ -45,20 +52,11 @@ case $command in
         ;;
     restart) start ;;
     halt) as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null ;;
-    freeze | thaw)
-        pid=$(head -n 1 "$dir/data/postmaster.pid")
-        signal=STOP
-        [ "$command" = thaw ] && signal=CONT
-        # shellcheck disable=SC2046
-        kill -"$signal" "$pid" $(pgrep -P "$pid" || true)
-        ;;
+    freeze) signal_cluster STOP ;;
+    thaw) signal_cluster CONT ;;
     destroy)
         # A frozen cluster cannot stop.
-        if [ -f "$dir/data/postmaster.pid" ]; then
-            pid=$(head -n 1 "$dir/data/postmaster.pid")
-            # shellcheck disable=SC2046
-            kill -CONT "$pid" $(pgrep -P "$pid" || true) 2>/dev/null || true
-        fi
+        [ -f "$dir/data/postmaster.pid" ] && { signal_cluster CONT 2>/dev/null || true; }
         as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
         rm -rf "$dir"
         ;;

@@ -166,7 +166,7 @@ impl Operator {
         let agent = agent.filter(|agent| !agent.is_empty());
         if fleet {
             let pool = self.fleet()?.pool()?;
-            let records = crate::fleet::bounded(crate::fleet::query::audit(&pool, since_ms, agent, limit)).await?;
+            let records = crate::fleet::query::audit(&pool, since_ms, agent, limit).await?;
             return Ok(records.into_iter().map(|found| Found { host_id: Some(found.host_id), record: found.record }).collect());
         }
         let records = self.store.query_audit(since_ms, agent, limit).await?;
@@ -209,7 +209,7 @@ impl Operator {
             )
         })?;
         let kept = match self.fleet.as_ref().filter(|fleet| fleet.shares_audit()).map(|fleet| (fleet.pool(), fleet.host_id())) {
-            Some((Ok(pool), host_id)) => crate::fleet::bounded(crate::fleet::verify::checkpoints_of(&pool, host_id)).await?,
+            Some((Ok(pool), host_id)) => crate::fleet::verify::checkpoints_of(&pool, host_id).await?,
             _ => Vec::new(),
         };
         let verdict = self.store.verify_audit(&key, span, &kept).await?;
@@ -230,8 +230,8 @@ impl Operator {
             last_error: fleet.last_error(),
             audit_pending: fleet.audit_pending(),
             drifted_tools: fleet.drifted_tools(),
-            hosts: crate::fleet::bounded(crate::fleet::query::hosts(&pool)).await?,
-            drift: crate::fleet::bounded(crate::fleet::query::drift(&pool)).await?,
+            hosts: crate::fleet::query::hosts(&pool).await?,
+            drift: crate::fleet::query::drift(&pool).await?,
         })
     }
 

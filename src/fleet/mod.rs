@@ -383,11 +383,8 @@ impl State {
 
 /// One exchange with PostgreSQL, bounded in time: a database that stops answering (stopped,
 /// frozen, a network that drops packets) takes the link down instead of hanging it, and fails
-/// an operator's read instead of holding it.
-///
-/// # Errors
-/// The exchange's own, or [`FleetError::Timeout`].
-pub async fn bounded<T>(exchange: impl Future<Output = Result<T, FleetError>>) -> Result<T, FleetError> {
+/// an operator's read (`query`, `verify`) instead of holding it.
+async fn bounded<T>(exchange: impl Future<Output = Result<T, FleetError>>) -> Result<T, FleetError> {
     match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange).await {
         Ok(result) => result,
         Err(_) => Err(FleetError::Timeout(EXCHANGE_TIMEOUT)),

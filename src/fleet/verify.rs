@@ -10,19 +10,22 @@ use crate::store::audit_chain::{self, Chain, ChainRecord, CheckpointRecord, Verd
 /// The checkpoints of `host_id` as the fleet store kept them.
 ///
 /// # Errors
-/// [`FleetError`] when PostgreSQL fails.
+/// [`FleetError`] when PostgreSQL fails or gives no answer in time.
 pub async fn checkpoints_of(pool: &PgPool, host_id: &str) -> Result<Vec<CheckpointRecord>, FleetError> {
-    let mut checkpoints: Vec<CheckpointRecord> = sqlx::query_as(
-        "SELECT local_id AS id, record_id, head_hash, records, signed_at_ms, signature, anchor FROM audit_checkpoints \
-         WHERE host_id = $1 ORDER BY local_id",
-    )
-    .bind(host_id)
-    .fetch_all(pool)
-    .await?;
-    for checkpoint in &mut checkpoints {
-        checkpoint.kept_by_fleet = true;
-    }
-    Ok(checkpoints)
+    super::bounded(async {
+        let mut checkpoints: Vec<CheckpointRecord> = sqlx::query_as(
+            "SELECT local_id AS id, record_id, head_hash, records, signed_at_ms, signature, anchor FROM audit_checkpoints \
+             WHERE host_id = $1 ORDER BY local_id",
+        )
+        .bind(host_id)
+        .fetch_all(pool)
+        .await?;
+        for checkpoint in &mut checkpoints {
+            checkpoint.kept_by_fleet = true;
+        }
+        Ok(checkpoints)
+    })
+    .await
 }
 
 /// Every host's chain as it shipped it, each with its verdict, by host id. A host's records in

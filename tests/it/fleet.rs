@@ -63,6 +63,14 @@ async fn host(dir: &TestDir, url: &str, host_id: &str, read_description: &str) -
     app
 }
 
+/// A host with one server, `demo`, linked to the fleet store at `url`, its server ready.
+async fn demo_host(dir: &TestDir, url: &str, host_id: &str) -> App {
+    let script = dir.script("demo", json!({}));
+    let app = start(dir.config_with(&fleet_section(dir, url, host_id), &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    app
+}
+
 fn cli(app: &App, args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_toolhost")).args(args).args(["--json", "--addr", &cli_addr(app)]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -276,9 +284,7 @@ async fn postgresql_down_for_a_minute_killed_mid_batch_or_frozen_costs_no_call_a
     let cluster = OwnCluster::start();
     let url = database(&cluster.url).await;
     let dir = TestDir::new();
-    let script = dir.script("demo", json!({}));
-    let app = start(dir.config_with(&fleet_section(&dir, &url, "outage-host"), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let app = demo_host(&dir, &url, "outage-host").await;
     let mut grpc = client(&app).await;
 
     // Calls go on, one every 20 ms, all through the outage.
@@ -387,9 +393,7 @@ async fn a_link_lost_while_its_listener_is_open_comes_back_by_itself() {
     let url = database(&cluster).await;
     let name = url.split_once('?').and_then(|(base, _)| base.rsplit_once('/')).map(|(_, name)| name.to_owned()).unwrap();
     let dir = TestDir::new();
-    let script = dir.script("demo", json!({}));
-    let app = start(dir.config_with(&fleet_section(&dir, &url, "relink-host"), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let app = demo_host(&dir, &url, "relink-host").await;
     connected(&app).await;
     assert!(!call(&app, "demo__echo").await.unwrap().is_error);
     all_shipped(&app, None, &url, "relink-host").await;
