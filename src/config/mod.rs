@@ -533,10 +533,16 @@ impl Config {
         let mut config = validate(file, raw)?;
         config.private = sandbox::private_places(&config, text);
         let homes = config.homes();
+        let writable = config.servers.values().filter_map(|server| match &server.transport {
+            Transport::Stdio(stdio) if stdio.sandbox.enabled => Some(stdio.sandbox.write.iter().map(|path| sandbox::lexical(path))),
+            _ => None,
+        });
+        let writable = sandbox::ServerWritable(writable.flatten().chain([sandbox::lexical(&homes)]).collect());
         for (name, server) in &mut config.servers {
             if let Transport::Stdio(stdio) = &mut server.transport {
                 stdio.sandbox.hidden.clone_from(&config.private);
                 stdio.sandbox.home = Some(homes.join(name));
+                stdio.sandbox.server_writable = writable.clone();
             }
         }
         Ok(config)

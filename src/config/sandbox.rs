@@ -28,6 +28,45 @@ pub struct SandboxSpec {
     /// Its own persistent home ([`super::Config::homes`]): `HOME` and the XDG directories,
     /// owned by the uid it runs as, so launcher caches work and survive restarts.
     pub home: Option<PathBuf>,
+    /// Every place some server of this daemon can write (every write grant, the homes), where
+    /// a path is granted only as written, never through a link a server planted.
+    pub server_writable: ServerWritable,
+}
+
+/// The places servers write, the same for every server: shared, and no part of what makes one
+/// server's entry changed (a write grant added to one server restarts no other).
+#[derive(Debug, Clone, Default)]
+pub struct ServerWritable(pub std::sync::Arc<[PathBuf]>);
+
+impl PartialEq for ServerWritable {
+    fn eq(&self, _: &ServerWritable) -> bool {
+        true
+    }
+}
+
+impl ServerWritable {
+    /// Whether `path` (absolute) lies in one of these places, `..` taken as written.
+    pub fn holds(&self, path: &Path) -> bool {
+        let lexical = lexical(path);
+        self.0.iter().any(|place| lexical.starts_with(place))
+    }
+}
+
+/// `path` with `.` and `..` folded as written, without asking the filesystem (which would
+/// follow links).
+pub fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut folded = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    folded
 }
 
 impl Default for SandboxSpec {
@@ -42,6 +81,7 @@ impl Default for SandboxSpec {
             limits: Limits::default(),
             hidden: Vec::new(),
             home: None,
+            server_writable: ServerWritable::default(),
         }
     }
 }
@@ -140,7 +180,18 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
             tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p))?,
         },
     };
-    Ok(SandboxSpec { enabled, read, write, network, network_given: raw.network.is_some(), allow, limits, hidden: Vec::new(), home: None })
+    Ok(SandboxSpec {
+        enabled,
+        read,
+        write,
+        network,
+        network_given: raw.network.is_some(),
+        allow,
+        limits,
+        hidden: Vec::new(),
+        home: None,
+        server_writable: ServerWritable::default(),
+    })
 }
 
 /// Allowed hosts, at most: a server's way out is meant to be narrow.
@@ -287,6 +338,9 @@ pub(crate) fn private_places(config: &super::Config, text: &str) -> Vec<PathBuf>
     places.extend(std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from));
     let store = &config.store.path;
     places.push(store.clone());
+    // The servers' homes, beside the store: a grant of the store's directory (or one above it)
+    // must not show one server another's home; each still sees its own.
+    places.push(config.homes());
     // The audit trail's signing key: beside the store, or where the operator put it.
     places.extend(store.parent().map(|dir| dir.join("audit.key")));
     places.push(config.audit.key_place(store).path);

@@ -23,6 +23,7 @@
 
 // The one place that needs `unsafe` (the crate denies it elsewhere): fork, prctl, capset,
 // ioctl and the report descriptor. Every block says why it is sound.
+pub(crate) mod beneath;
 #[allow(unsafe_code)]
 mod confine;
 #[allow(unsafe_code)]

@@ -207,8 +207,12 @@ fn hide(hidden: &[PathBuf], home: Option<&Path>) -> Result<bool, SetupError> {
     for file in files {
         mask_file(file)?;
     }
+    // A private directory inside another (the homes inside the state directory) is hidden
+    // with it.
+    let outer: Vec<&PathBuf> =
+        dirs.iter().copied().filter(|dir| !dirs.iter().any(|other| other != dir && dir.starts_with(other))).collect();
     let mut home_shown = false;
-    for dir in dirs {
+    for dir in outer {
         match home.filter(|home| home.starts_with(dir)) {
             Some(home) => {
                 mask_dir_around(dir, home)?;
@@ -232,6 +236,7 @@ fn mask_dir_around(dir: &Path, home: &Path) -> Result<(), SetupError> {
         format!("hide {}", dir.display()),
     )?;
     let home_view = inside(home);
+    // server-paths: the way to the home in the view's own tmpfs, made before the server runs.
     std::fs::DirBuilder::new().recursive(true).mode(0o711).create(&home_view).during(format!("create the home {}", home.display()))?;
     mount_ctx(Some(outside(home).as_path()), &home_view, None, MsFlags::MS_BIND, None, format!("bind the home {}", home.display()))?;
     mount_ctx(

@@ -23,29 +23,38 @@ pub enum SandboxError {
     #[error("{}", .0.describe())]
     Reported(crate::sandbox::Report),
     #[error("cannot make its home {}: {source}", .path.display())]
-    Home { path: PathBuf, source: std::io::Error },
+    Home { path: PathBuf, source: crate::sandbox::beneath::BeneathError },
 }
 
 /// Makes the server's home (and the homes' directory) if missing: mode 0700, owned by the uid
 /// the server runs as (the sandbox's id under a root daemon), with the XDG directories in it.
 ///
+/// The home is the server's to write: everything in it is opened beneath the home's handle,
+/// never through a link ([`crate::sandbox::beneath`]). A link the server planted where an XDG
+/// directory goes (`.cache` → `/etc`) is left alone and named in the log; the server starts
+/// without that directory rather than the daemon making or giving away what it points to.
+///
 /// # Errors
 /// [`SandboxError::Home`]: it cannot be made (a full disk, a directory it may not write).
 pub(crate) fn make_home(home: &Path) -> Result<(), SandboxError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use crate::sandbox::beneath::{BeneathError, Dir};
     let failed = |source| SandboxError::Home { path: home.to_path_buf(), source };
-    if let Some(homes) = home.parent() {
-        // Traversable, not listable: the homes of the other servers are nobody's business.
-        std::fs::DirBuilder::new().recursive(true).mode(0o711).create(homes).map_err(failed)?;
+    let (Some(homes), Some(name)) = (home.parent(), home.file_name().and_then(|name| name.to_str())) else {
+        return Err(failed(BeneathError::Outside(home.to_path_buf())));
+    };
+    // Traversable, not listable: the homes of the other servers are nobody's business.
+    let homes = Dir::make_trusted(homes, 0o711).map_err(failed)?;
+    let owner = crate::sandbox::sandbox_ids();
+    let own = homes.make_beneath(name, 0o700, Some(owner)).map_err(failed)?;
+    own.chmod(0o700).map_err(failed)?;
+    for xdg in [".cache", ".config", ".local/share", ".local/state"] {
+        match own.make_beneath(xdg, 0o700, Some(owner)) {
+            Ok(_) => {}
+            Err(planted @ BeneathError::Planted(_)) => tracing::warn!(home = %home.display(), "{planted}"),
+            Err(other) => return Err(failed(other)),
+        }
     }
-    let (uid, gid) = crate::sandbox::sandbox_ids();
-    for dir in [home.to_path_buf(), home.join(".cache"), home.join(".config"), home.join(".local/share"), home.join(".local/state")] {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(failed)?;
-        std::os::unix::fs::chown(&dir, Some(uid.as_raw()), Some(gid.as_raw())).map_err(failed)?;
-    }
-    // `.local` was made on the way to its two directories.
-    std::os::unix::fs::chown(home.join(".local"), Some(uid.as_raw()), Some(gid.as_raw())).map_err(failed)?;
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).map_err(failed)
+    Ok(())
 }
 
 /// The variables that put a server's caches and settings in its home.
@@ -109,21 +118,19 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     if let Some(interpreter) = interpreter(&program) {
         read.extend(installation(&interpreter));
     }
-    let base = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
-    for arg in &spec.args {
-        let candidate = base.join(arg);
-        if arg.starts_with('-') || !candidate.exists() {
-            continue;
-        }
-        read.extend(canonical(&candidate));
-    }
+    // Relative paths are the entry's `cwd`'s, never the daemon's (the sandbox runs a server
+    // without one in its private `/tmp`).
+    let base = spec.cwd.clone();
+    let writable = &sandbox.server_writable;
+    read.extend(spec.args.iter().filter_map(|arg| path_argument(arg, base.as_deref(), writable)));
     read.extend(super::launchers::grants(
         &program,
         &spec.args,
-        &base,
+        base.as_deref(),
         spec.env.iter().map(|(name, value)| (name.as_str(), value.expose())),
+        writable,
     ));
-    read.extend(sandbox.read.iter().filter_map(|path| canonical(path)));
+    read.extend(sandbox.read.iter().filter_map(|path| super::launchers::resolve(path, writable)));
     if network == crate::sandbox::Network::All {
         // Name resolution: /etc is shown, but its resolv.conf is often a link into /run
         // (systemd-resolved), which is not.
@@ -171,20 +178,36 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-/// The program and its installation, as found and behind its symbolic links.
+/// The program and its installation, as found and behind its symbolic links: the directory
+/// above a `bin/` it lies in (a virtual environment, a language runtime) where
+/// [`super::launchers::shareable`] allows it, else the program alone.
 fn installation(program: &Path) -> Vec<PathBuf> {
     let mut paths = Vec::new();
     let resolved = canonical(program);
     for path in std::iter::once(program.to_path_buf()).chain(resolved) {
         let Some(dir) = path.parent() else { continue };
         let root = if dir.file_name().is_some_and(|name| name == "bin") { dir.parent() } else { None };
-        match root {
-            // `/usr/bin/node`'s installation is `/usr`; that is the system, shown anyway.
-            Some(root) if root != Path::new("/") => paths.extend(canonical(root)),
+        let shown = root.filter(|root| super::launchers::shareable(root)).and_then(canonical);
+        match shown {
+            Some(root) if super::launchers::shareable(&root) => paths.push(root),
+            // `/usr/bin/node`'s installation is `/usr`, the system, shown anyway; `~/bin/tool`
+            // or `~/.local/bin/uvx` show the program, never the home around it.
             _ => paths.extend(canonical(&path)),
         }
     }
     paths
+}
+
+/// An argument that names a file or directory the server is meant to use: a path (it holds a
+/// `/`; a bare word such as `run` is a verb, not a grant), relative ones resolved against the
+/// entry's `cwd` (none without one), which exists and is not the root.
+fn path_argument(arg: &str, cwd: Option<&Path>, writable: &crate::config::sandbox::ServerWritable) -> Option<PathBuf> {
+    if arg.starts_with('-') || !arg.contains('/') {
+        return None;
+    }
+    let path = Path::new(arg);
+    let candidate = if path.is_absolute() { path.to_path_buf() } else { cwd?.join(path) };
+    super::launchers::resolve(&candidate, writable).filter(|resolved| resolved != Path::new("/"))
 }
 
 /// A script's interpreter, from its `#!` line (not `/usr/bin/env`, which is the system's).
@@ -236,6 +259,70 @@ mod tests {
         assert!(plan.read.contains(&venv), "{:?}", plan.read);
         assert!(plan.read.contains(&std::fs::canonicalize(&script).unwrap()), "{:?}", plan.read);
         assert!(plan.read.iter().all(|path| !path.ends_with("stdio")));
+    }
+
+    #[test]
+    fn a_bare_word_or_a_relative_path_without_a_cwd_is_never_a_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("run")).unwrap();
+        std::fs::write(dir.path().join("weather.py"), "").unwrap();
+        // `uv --directory D run weather.py`: `run` and `weather.py` are words, whatever the
+        // daemon's own working directory holds.
+        let words = plan_for(&spec("sh", &["--directory", "/nonexistent", "run", "weather.py", "/"])).unwrap();
+        assert!(words.read.iter().all(|path| !path.ends_with("run") && path.as_path() != Path::new("/")), "{:?}", words.read);
+        // A relative path is the entry's cwd's; without one it names nothing.
+        let mut relative = spec("sh", &["./run", "sub/../weather.py"]);
+        assert!(plan_for(&relative).unwrap().read.iter().all(|path| !path.starts_with(dir.path())));
+        relative.cwd = Some(dir.path().to_path_buf());
+        let shown = plan_for(&relative).unwrap().read;
+        assert!(shown.contains(&std::fs::canonicalize(dir.path().join("run")).unwrap()), "{shown:?}");
+    }
+
+    #[test]
+    fn a_link_planted_where_a_server_writes_never_becomes_a_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let secret = dir.path().join("secret");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(&secret, "id_ed25519").unwrap();
+        std::fs::write(data.join("plain.db"), "").unwrap();
+        // What a server with `write = [data]` plants for its next start (or for a sibling's).
+        std::os::unix::fs::symlink(&secret, data.join("db.sqlite")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), data.join("up")).unwrap();
+        let args = [data.join("db.sqlite"), data.join("up/secret"), data.join("plain.db")];
+        let mut planned = spec("sh", &args.iter().map(|arg| arg.to_str().unwrap()).collect::<Vec<_>>());
+        planned.sandbox.read = vec![data.join("up")];
+        planned.sandbox.server_writable = crate::config::sandbox::ServerWritable(vec![data.clone()].into());
+        let read = plan_for(&planned).unwrap().read;
+        let secret = std::fs::canonicalize(&secret).unwrap();
+        assert!(read.iter().all(|path| !secret.starts_with(path)), "{read:?}");
+        assert!(read.contains(&std::fs::canonicalize(data.join("plain.db")).unwrap()), "a plain file is granted as written: {read:?}");
+    }
+
+    #[test]
+    fn a_program_installed_in_a_home_shows_itself_never_the_home() {
+        // A home is any directory straight in /home: one made for the test (as root, which the
+        // test command runs as; elsewhere /home is not writable and only the rule is checked).
+        let Ok(home) = tempfile::Builder::new().prefix("toolhost-test-home").tempdir_in("/home") else {
+            assert!(!crate::upstream::launchers::shareable(Path::new("/home/someone")));
+            return;
+        };
+        for program in ["bin/tool", ".local/bin/uvx", ".cargo/bin/npx", "tool"] {
+            let path = home.path().join(program);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let plan = plan_for(&spec(path.to_str().unwrap(), &[])).unwrap();
+            let inside: Vec<_> = plan.read.iter().filter(|grant| grant.starts_with(home.path())).collect();
+            assert_eq!(inside, [&path], "{program}: only the program itself, got {:?}", plan.read);
+        }
+        // A virtual environment deeper in the home is an installation, shown whole.
+        let venv = home.path().join("project/.venv/bin/python");
+        std::fs::create_dir_all(venv.parent().unwrap()).unwrap();
+        std::fs::write(&venv, "").unwrap();
+        std::fs::set_permissions(&venv, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let plan = plan_for(&spec(venv.to_str().unwrap(), &[])).unwrap();
+        assert!(plan.read.contains(&home.path().join("project/.venv")), "{:?}", plan.read);
     }
 
     #[test]

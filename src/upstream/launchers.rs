@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::sandbox::HostPattern;
+use crate::config::sandbox::{HostPattern, ServerWritable};
 
 /// Interpreters that take a script as their first argument that is not an option.
 const INTERPRETERS: &[&str] = &["python", "node", "nodejs", "bun", "deno", "ruby", "perl", "php", "tsx", "ts-node"];
@@ -17,11 +17,17 @@ const PROJECT_DEPTH: usize = 6;
 /// Environment variables whose directories a server's modules are found in.
 const MODULE_PATHS: &[&str] = &["PYTHONPATH", "NODE_PATH"];
 
-/// The directories `program` run with `args` (relative to `base`) and module paths from `env`
+/// The directories `program` run with `args` (relative to `base`, the entry's `cwd`) and module paths from `env`
 /// needs to read, beyond the program and the files its arguments name.
-pub(crate) fn grants<'a>(program: &Path, args: &[String], base: &Path, env: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<PathBuf> {
+pub(crate) fn grants<'a>(
+    program: &Path,
+    args: &[String],
+    base: Option<&Path>,
+    env: impl Iterator<Item = (&'a str, &'a str)>,
+    writable: &ServerWritable,
+) -> Vec<PathBuf> {
     let mut grants = Vec::new();
-    if let Some(script) = script(program, args, base) {
+    if let Some(script) = script(program, args, base, writable) {
         if let Some(dir) = script.parent().filter(|dir| shareable(dir)) {
             grants.push(dir.to_path_buf());
         }
@@ -33,7 +39,7 @@ pub(crate) fn grants<'a>(program: &Path, args: &[String], base: &Path, env: impl
     for (name, value) in env {
         if MODULE_PATHS.contains(&name) {
             grants.extend(
-                std::env::split_paths(value).filter(|dir| dir.is_absolute() && dir.is_dir()).filter_map(|dir| dir.canonicalize().ok()),
+                std::env::split_paths(value).filter(|dir| dir.is_absolute() && dir.is_dir()).filter_map(|dir| resolve(&dir, writable)),
             );
         }
     }
@@ -112,7 +118,7 @@ fn url_host(url: &str) -> Option<HostPattern> {
 
 /// The script an interpreter runs: its first argument that is not an option (after `run` for
 /// `deno` and `bun`), as a file; none for `-m`/`-c`/`-e` (a module or inline code).
-fn script(program: &Path, args: &[String], base: &Path) -> Option<PathBuf> {
+fn script(program: &Path, args: &[String], base: Option<&Path>, writable: &ServerWritable) -> Option<PathBuf> {
     let name = program.file_name()?.to_str()?;
     // `python3.12` is `python`.
     let family = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
@@ -124,7 +130,9 @@ fn script(program: &Path, args: &[String], base: &Path) -> Option<PathBuf> {
     if first.starts_with('-') {
         return None;
     }
-    base.join(first).canonicalize().ok().filter(|path| path.is_file())
+    let first = Path::new(first);
+    let path = if first.is_absolute() { first.to_path_buf() } else { base?.join(first) };
+    resolve(&path, writable).filter(|path| path.is_file())
 }
 
 /// Whether `program` runs JavaScript, whose imports resolve through every `node_modules`
@@ -153,13 +161,46 @@ fn project_root(script: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Whether a whole directory may be shown for a script in it: never the root, a top-level
-/// directory (`/tmp`, `/home`) or someone's home itself, where a stray script would show
-/// everything beside it; the script alone is shown then.
-fn shareable(dir: &Path) -> bool {
-    let depth = dir.components().count();
-    let home = matches!(dir.parent(), Some(parent) if parent == Path::new("/home")) || dir == Path::new("/root");
-    depth > 2 && !home
+/// `path` resolved to what the sandbox will show, where that is safe: a path inside a place
+/// some server can write (its home, a write grant) is taken only as written, since a link
+/// there is the server's to plant (`data/db.sqlite` → `/root/.ssh/id_ed25519`); one whose
+/// resolution follows a link below such a place is not granted at all.
+pub(crate) fn resolve(path: &Path, writable: &ServerWritable) -> Option<PathBuf> {
+    let resolved = path.canonicalize().ok()?;
+    let written = crate::config::sandbox::lexical(path);
+    let Some(place) = writable.0.iter().filter(|place| written.starts_with(place)).max_by_key(|place| place.components().count()) else {
+        return Some(resolved);
+    };
+    let below = written.strip_prefix(place).ok()?;
+    (place.canonicalize().ok()?.join(below) == resolved).then_some(resolved)
+}
+
+/// Whether a whole directory may be shown because a program or script lies in it (the one
+/// rule for a program's installation, a script's directory and its project): never the root,
+/// a top-level directory (`/tmp`, `/home`, `/opt`), someone's home (`/home/u`, `/root`, every
+/// home `/etc/passwd` names, the daemon's `$HOME`) or a dot-directory straight in a home
+/// (`~/.local`, `~/.cargo`, `~/.config`), which hold other programs' credentials. Where a
+/// directory may not be shown, the program or script alone is.
+pub(crate) fn shareable(dir: &Path) -> bool {
+    if dir.components().count() <= 2 || is_home(dir) {
+        return false;
+    }
+    let dot_in_home =
+        dir.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.')) && dir.parent().is_some_and(is_home);
+    !dot_in_home
+}
+
+/// Whether `dir` is someone's home.
+fn is_home(dir: &Path) -> bool {
+    if dir.parent() == Some(Path::new("/home")) || dir == Path::new("/root") {
+        return true;
+    }
+    if std::env::var_os("HOME").is_some_and(|home| Path::new(&home) == dir) {
+        return true;
+    }
+    // Read at each plan: accounts come and go while the daemon runs, and the file is small.
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd.lines().filter_map(|line| line.split(':').nth(5)).any(|home| home != "/" && Path::new(home) == dir)
 }
 
 #[cfg(test)]
@@ -178,17 +219,37 @@ mod tests {
         std::fs::create_dir_all(project.join("src/server")).unwrap();
         std::fs::write(project.join("src/server/index.js"), "").unwrap();
         let real = |path: &Path| path.canonicalize().unwrap();
-        let shown =
-            grants(Path::new("/usr/bin/node"), &args(&["--enable-source-maps", "src/server/index.js"]), &project, std::iter::empty());
+        let shown = grants(
+            Path::new("/usr/bin/node"),
+            &args(&["--enable-source-maps", "src/server/index.js"]),
+            Some(&project),
+            std::iter::empty(),
+            &ServerWritable::default(),
+        );
         // The script's directory is inside its project: the project alone is shown.
         assert_eq!(shown, vec![real(&project)]);
         // python3.12 is a Python; a module run (-m) names no script.
         std::fs::write(project.join("server.py"), "").unwrap();
-        let python = grants(Path::new("/usr/bin/python3.12"), &args(&["-u", "server.py"]), &project, std::iter::empty());
+        let python = grants(
+            Path::new("/usr/bin/python3.12"),
+            &args(&["-u", "server.py"]),
+            Some(&project),
+            std::iter::empty(),
+            &ServerWritable::default(),
+        );
         assert_eq!(python, vec![real(&project)]);
-        assert!(grants(Path::new("/usr/bin/python3"), &args(&["-m", "server"]), &project, std::iter::empty()).is_empty());
+        assert!(
+            grants(Path::new("/usr/bin/python3"), &args(&["-m", "server"]), Some(&project), std::iter::empty(), &ServerWritable::default())
+                .is_empty()
+        );
         assert_eq!(
-            grants(Path::new("/usr/bin/deno"), &args(&["run", "-A", "server.py"]), &project, std::iter::empty()),
+            grants(
+                Path::new("/usr/bin/deno"),
+                &args(&["run", "-A", "server.py"]),
+                Some(&project),
+                std::iter::empty(),
+                &ServerWritable::default()
+            ),
             vec![real(&project)]
         );
         // A package run from inside an install sees the install's hoisted dependencies too.
@@ -200,12 +261,22 @@ mod tests {
         let hoisted = grants(
             Path::new("node"),
             &args(&["node_modules/@scope/server/dist/index.js", "stdio"]),
-            &install.join(".."),
+            Some(&install.join("..")),
             std::iter::empty(),
+            &ServerWritable::default(),
         );
         assert_eq!(hoisted, vec![real(&install)]);
         // Not an interpreter: its arguments are files to show, nothing more.
-        assert!(grants(Path::new("/usr/bin/mcp-server-sqlite"), &args(&["server.py"]), &project, std::iter::empty()).is_empty());
+        assert!(
+            grants(
+                Path::new("/usr/bin/mcp-server-sqlite"),
+                &args(&["server.py"]),
+                Some(&project),
+                std::iter::empty(),
+                &ServerWritable::default()
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -227,9 +298,20 @@ mod tests {
         let lib = dir.path().join("lib");
         std::fs::create_dir_all(&lib).unwrap();
         let value = format!("{}:relative:/nonexistent-dir", lib.display());
-        let shown = grants(Path::new("/bin/true"), &[], dir.path(), [("PYTHONPATH", value.as_str()), ("OTHER", "/usr")].into_iter());
+        let shown = grants(
+            Path::new("/bin/true"),
+            &[],
+            Some(dir.path()),
+            [("PYTHONPATH", value.as_str()), ("OTHER", "/usr")].into_iter(),
+            &ServerWritable::default(),
+        );
         assert_eq!(shown, vec![lib.canonicalize().unwrap()]);
         assert!(!shareable(Path::new("/tmp")) && !shareable(Path::new("/home/alice")) && !shareable(Path::new("/root")));
         assert!(shareable(Path::new("/home/alice/mcp")) && shareable(Path::new("/opt/srv")));
+        // A home's own dot-directories hold other programs' credentials; deeper is a project.
+        for dot in ["/home/alice/.local", "/home/alice/.cargo", "/root/.config", "/root/.ssh"] {
+            assert!(!shareable(Path::new(dot)), "{dot}");
+        }
+        assert!(shareable(Path::new("/home/alice/.nvm/versions/node/v22")) && shareable(Path::new("/home/alice/mcp/.venv")));
     }
 }

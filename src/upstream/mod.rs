@@ -184,6 +184,7 @@ pub fn unwritable_write_grants(spec: &crate::config::StdioSpec) -> Vec<(std::pat
         .write
         .iter()
         .filter_map(|grant| {
+            // server-paths: a stat of the configured grant itself, whose parent is the operator's.
             let meta = std::fs::metadata(grant).ok()?;
             let mode = meta.mode();
             let writable = (meta.uid() == id && mode & 0o200 != 0) || (meta.gid() == id && mode & 0o020 != 0) || mode & 0o002 != 0;

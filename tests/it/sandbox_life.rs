@@ -407,3 +407,83 @@ async fn idle_sandboxes_leave_the_cpu_alone() {
     // (12 servers looked at every 50 ms would be about a thousand).
     assert!(daemon_woke < 40, "the daemon's context switches in {WINDOW:?}: {daemon_woke}");
 }
+
+/// Calls `server`'s `attack` over gRPC and returns what its own process reported.
+async fn attack_report(app: &toolhost::app::App, server: &str, targets: Value) -> Value {
+    let reply = client(app)
+        .await
+        .call_tool(pb::CallToolRequest {
+            qualified_name: format!("{server}__attack"),
+            arguments_json: targets.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{server}'s attack: {status:?}"))
+        .into_inner();
+    let content: Value = serde_json::from_str(&reply.content_json).unwrap();
+    serde_json::from_str::<Value>(content[0]["text"].as_str().unwrap()).unwrap()["process"].clone()
+}
+
+/// A server replaces its home's XDG directories with links to places of the host's (here
+/// directories the test owns; in the attack, `/etc` or the store's directory). At its next start
+/// the daemon makes and gives away nothing through them: the targets keep their owner, nothing
+/// is made inside them, and the server still starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_a_server_plants_in_its_home_are_never_followed_by_the_daemon() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TestDir::new();
+    let victims: Vec<_> = ["cache", "config", "local"].iter().map(|name| dir.path(&format!("victim-{name}"))).collect();
+    for victim in &victims {
+        std::fs::create_dir(victim).unwrap();
+    }
+    let app = start(dir.config(&hostile_table("planter", ""))).await;
+    wait_for_server(app.registry(), "planter", "ready", |v| v.state == ServerState::Ready).await;
+    let plant = format!(
+        "cd \"$HOME\" && rm -rf .cache .config .local && ln -s {} .cache && ln -s {} .config && ln -s {} .local",
+        victims[0].display(),
+        victims[1].display(),
+        victims[2].display()
+    );
+    let report = attack_report(&app, "planter", json!({"run": [["/bin/sh", "-c", plant]]})).await;
+    assert!(report.as_object().unwrap().values().all(|result| result.as_str().unwrap().starts_with("reached")), "{report}");
+    let mut grpc = client(&app).await;
+    grpc.restart_server(pb::RestartServerRequest { server: "planter".into() }).await.unwrap();
+    wait_for_server(app.registry(), "planter", "ready again", |v| v.state == ServerState::Ready && v.num_restarts >= 1).await;
+    let ours = nix::unistd::getuid().as_raw();
+    for victim in &victims {
+        assert_eq!(std::fs::metadata(victim).unwrap().uid(), ours, "{} was given away", victim.display());
+        let made: Vec<_> = std::fs::read_dir(victim).unwrap().flatten().map(|entry| entry.file_name()).collect();
+        assert!(made.is_empty(), "the daemon made {made:?} inside {}", victim.display());
+    }
+    let home = dir.path("servers/planter");
+    assert!(std::fs::symlink_metadata(home.join(".cache")).unwrap().file_type().is_symlink(), "the link is left as the server made it");
+    app.shutdown().await;
+}
+
+/// The store (and so the servers' homes beside it) in a directory a server is granted: the
+/// server still sees its own home, never a sibling's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_of_the_stores_directory_never_shows_a_siblings_home() {
+    let dir = TestDir::new();
+    let data = dir.path("data");
+    std::fs::create_dir(&data).unwrap();
+    open_to_all(&data);
+    let servers =
+        format!("{}{}", hostile_table("nosy", &format!("read = [{:?}]", data.display().to_string())), hostile_table("sibling", ""));
+    let text = format!("[store]\npath = \"data/catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{servers}");
+    let path = dir.path("toolhost.toml");
+    std::fs::write(&path, &text).unwrap();
+    let app = start(toolhost::config::Config::load(&path).unwrap()).await;
+    for name in ["nosy", "sibling"] {
+        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    let secret = data.join("servers/sibling/.npmrc");
+    std::fs::write(&secret, "//registry.example/:_authToken=sibling-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let own = data.join("servers/nosy/.cache/mine");
+    let report = attack_report(&app, "nosy", json!({"read": [secret], "write": [own]})).await;
+    let result = |probe: String| report[&probe].as_str().unwrap_or_else(|| panic!("no {probe}: {report}")).to_owned();
+    assert!(result(format!("read {}", secret.display())).starts_with("blocked"), "{report}");
+    assert!(result(format!("write {}", own.display())).starts_with("reached"), "its own home stays writable: {report}");
+    app.shutdown().await;
+}
