@@ -71,24 +71,45 @@ impl UnixPeer {
     /// never a caller. Blocking (it reads tables as long as the host's connections and
     /// processes): call it off the accept loop.
     ///
+    /// A peer on another of this machine's addresses ([`machine::is_this_machine`]: an
+    /// interface's, reached directly or from a server with the network) is looked up the same
+    /// way, as a server's process may be it; only to be refused, though: the kernel's word
+    /// names a caller on loopback alone, elsewhere its token does (`None`). A peer the egress
+    /// proxy connected for a server ([`machine::is_a_tunnel`]) is that server's, though the
+    /// socket is the daemon's.
+    ///
     /// [`servers::SocketHolder`]: crate::sandbox::servers::SocketHolder
+    /// [`machine::is_this_machine`]: crate::listen::machine::is_this_machine
+    /// [`machine::is_a_tunnel`]: crate::listen::machine::is_a_tunnel
     pub fn of_loopback(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<UnixPeer> {
-        use crate::sandbox::servers::{self, SocketHolder};
+        use crate::listen::machine;
         let (local, remote) = (canonical(local), canonical(remote));
-        if !remote.ip().is_loopback() {
+        let loopback = remote.ip().is_loopback();
+        if !loopback && !machine::is_this_machine(remote.ip()) {
             return None;
         }
-        let Some((uid, inode)) = find_socket(remote, local) else { return Some(UnixPeer::unidentified()) };
+        if machine::is_a_tunnel(remote) {
+            return Some(UnixPeer::unidentified());
+        }
+        let peer = Self::of_local(local, remote);
+        (loopback || peer.server).then_some(peer)
+    }
+
+    /// The owner of the socket `remote` → `local`, a peer on this machine, whatever its address
+    /// (see [`UnixPeer::of_loopback`]).
+    fn of_local(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> UnixPeer {
+        use crate::sandbox::servers::{self, SocketHolder};
+        let Some((uid, inode)) = find_socket(remote, local) else { return UnixPeer::unidentified() };
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(u32::MAX, |user| user.gid.as_raw());
         let mut peer = UnixPeer { uid, gid, pid: None, groups: Vec::new(), unit: None, server: false };
         if servers::may_be_a_server(uid) {
             match servers::socket_holder(inode, uid) {
                 SocketHolder::Caller(pid) => peer.pid = Some(pid),
                 SocketHolder::Server => peer.server = true,
-                SocketHolder::Hidden | SocketHolder::Gone => return Some(UnixPeer::unidentified()),
+                SocketHolder::Hidden | SocketHolder::Gone => return UnixPeer::unidentified(),
             }
         }
-        Some(peer)
+        peer
     }
 
     /// A loopback peer the kernel's tables do not name: no uid any entry could match, and
@@ -336,6 +357,46 @@ mod tests {
         drop(client);
         let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("a loopback peer");
         assert!(peer.server && peer.uid == u32::MAX, "refused, and no uid at all: {peer:?}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_egress_proxy_made_for_a_server_is_the_servers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tunnel = crate::listen::machine::Tunnel::hold(socket.local_addr().unwrap());
+        let _client = socket.connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, remote) = listener.accept().await.unwrap();
+        // The socket is this process's, which no table can tell from a caller's: its port says.
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("a peer on this machine");
+        assert!(peer.server, "{peer:?}");
+        drop(tunnel);
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote).expect("a peer on this machine");
+        assert!(!peer.server, "{peer:?}");
+    }
+
+    #[tokio::test]
+    async fn a_peer_on_another_of_this_machines_addresses_is_looked_up_but_named_by_its_token_only() {
+        let Some(own) = nix::ifaddrs::getifaddrs()
+            .unwrap()
+            .filter_map(|interface| interface.address?.as_sockaddr_in().map(|v4| std::net::IpAddr::V4(v4.ip())))
+            .find(|address| !address.is_loopback())
+        else {
+            return;
+        };
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::net::TcpStream::connect((own, port)).await.unwrap();
+        let (server, remote) = listener.accept().await.unwrap();
+        assert_eq!((remote, remote.ip()), (client.local_addr().unwrap(), own));
+        // This process, not a server: no identity from the kernel on this address.
+        assert_eq!(UnixPeer::of_loopback(server.local_addr().unwrap(), remote), None);
+        // A client gone from the table cannot be told from a server's process: refused.
+        drop(client);
+        let peer = UnixPeer::of_loopback(server.local_addr().unwrap(), remote);
+        assert!(peer.is_some_and(|peer| peer.server), "refused");
+        // Elsewhere, nothing is looked up.
+        assert_eq!(UnixPeer::of_loopback(server.local_addr().unwrap(), "203.0.113.9:4000".parse().unwrap()), None);
     }
 
     #[test]

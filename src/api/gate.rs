@@ -1,7 +1,9 @@
-//! The TCP listeners' gate: a loopback connection from a process of a supervised server is
-//! closed before anything is read from it. Servers are never callers (a Unix socket's peer is
-//! refused by `Access::admit`, which sees its pid); over TCP the kernel names no pid, so the
-//! socket's owner is looked up once per connection, off the async threads.
+//! The TCP listeners' gate: a connection from a process of a supervised server is closed
+//! before anything is read from it. Servers are never callers (a Unix socket's peer is refused
+//! by `Access::admit`, which sees its pid); over TCP the kernel names no pid, so the owner of a
+//! socket on this machine (loopback or any of its addresses: a server with the network reaches
+//! a listener on `0.0.0.0` through the machine's own address too) is looked up once per
+//! connection, off the async threads.
 
 use std::io;
 
@@ -16,11 +18,13 @@ use crate::door::observe::Throttle;
 /// Connections being looked up at once; more wait in the listener's backlog.
 const MAX_PENDING: usize = 256;
 
-/// Whether the other end of `stream` is a process of a supervised server (then it is refused,
-/// and said so at WARN, at most once a second).
+/// Whether the other end of `stream` is a process of a supervised server, or a connection the
+/// egress proxy made for one (then it is refused, and said so at WARN, at most once a second).
 pub(crate) async fn from_a_server(stream: &TcpStream) -> bool {
     let (Ok(local), Ok(remote)) = (stream.local_addr(), stream.peer_addr()) else { return false };
-    if !remote.ip().is_loopback() {
+    // A peer elsewhere costs no lookup; the list of this machine's addresses is kept current
+    // without one per connection (`listen::machine`).
+    if !crate::listen::machine::is_this_machine(remote.ip()) {
         return false;
     }
     let peer = tokio::task::spawn_blocking(move || UnixPeer::of_loopback(local, remote)).await.ok().flatten();

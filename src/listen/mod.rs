@@ -2,6 +2,7 @@
 //! socket (with its group and mode) so that a bad address fails the start, not the first agent.
 
 pub mod http;
+pub mod machine;
 pub mod shares;
 pub mod tables;
 

@@ -2,10 +2,12 @@
 //! tunnels, and plain `http://` requests forwarded one per connection) the daemon serves on a listener in the sandbox's own network namespace (its init made it and
 //! handed it over, `sandbox::EGRESS_FD`). Each tunnel is to a host and port the entry allows,
 //! resolved and connected from the daemon's side; everything else is refused (403), counted
-//! and named (the last refused host, in `toolhost servers`, the console and the log). A host
-//! name that resolves to this machine or a private link (loopback, unspecified, link-local) is
-//! refused too unless the entry names that address itself: an allowed name is never a way back
-//! into the daemon.
+//! and named (the last refused host, in `toolhost servers`, the console and the log, escaped:
+//! the name is the server's text). A host name that resolves to this machine (any of its
+//! addresses: `listen::machine`) or its link (link-local, broadcast) is refused too unless the
+//! entry names that address itself: an allowed name is never a way back into the daemon. And
+//! where an entry does name one, the daemon's doors still know the tunnel for the server's (a
+//! `machine::Tunnel` holds its port): a server is never a caller, even through its proxy.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use crate::config::sandbox::HostPattern;
+use crate::listen::machine::{self, Tunnel};
 use crate::telemetry::throttle::Throttle;
 
 /// The request head a client sends the proxy, at most.
@@ -27,6 +30,8 @@ const MAX_TUNNELS: usize = 64;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// A refused target as the log and `toolhost servers` show it, at most (bytes, escapes included).
+const MAX_SHOWN: usize = 260;
 
 /// What a server's proxy let through and refused; shared by its sessions and shown with it.
 #[derive(Debug, Default)]
@@ -45,7 +50,7 @@ impl EgressStats {
 
     fn deny(&self, target: &str) {
         self.denied.fetch_add(1, Ordering::Relaxed);
-        *self.last_denied.lock().unwrap_or_else(PoisonError::into_inner) = Some(target.chars().take(260).collect());
+        *self.last_denied.lock().unwrap_or_else(PoisonError::into_inner) = Some(shown(target));
     }
 }
 
@@ -116,10 +121,11 @@ async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStat
     let (host, port) = match &ask {
         Ask::Tunnel { host, port } | Ask::Forward { host, port, .. } => (host.clone(), *port),
     };
-    let target = format!("{host}:{port}");
+    // The server wrote the name: from here on it is shown escaped and bounded, wherever it goes.
+    let target = shown(&format!("{host}:{port}"));
     let Some(entry) = allow.iter().find(|entry| entry.matches(&host, port)) else {
         stats.deny(&target);
-        let _ = client.write_all(refusal(&target).as_bytes()).await;
+        let _ = client.write_all(refusal(&target, "is not in this server's network.allow").as_bytes()).await;
         return Err(format!("{target} is not in network.allow"));
     };
     let addresses: Vec<SocketAddr> = tokio::time::timeout(STEP_TIMEOUT, tokio::net::lookup_host((host.trim_matches(['[', ']']), port)))
@@ -130,17 +136,19 @@ async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStat
         .collect();
     if addresses.is_empty() {
         stats.deny(&target);
-        let _ = client.write_all(refusal(&target).as_bytes()).await;
-        return Err(format!("{target} resolves to this machine or a link-local address only"));
+        let why = "leads to this machine or its link, which network.allow reaches only by an address it names";
+        let _ = client.write_all(refusal(&target, why).as_bytes()).await;
+        return Err(format!("{target} resolves to this machine or its link only"));
     }
     let mut upstream = None;
     for address in addresses {
-        if let Ok(Ok(stream)) = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(address)).await {
-            upstream = Some(stream);
+        if let Ok(Ok(connected)) = tokio::time::timeout(STEP_TIMEOUT, connect(address)).await {
+            upstream = Some(connected);
             break;
         }
     }
-    let Some(mut upstream) = upstream else {
+    // The tunnel's port is held until the tunnel ends: the doors refuse it as the server's.
+    let Some((mut upstream, _tunnel)) = upstream else {
         let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
         return Err(format!("{target} did not answer"));
     };
@@ -203,9 +211,21 @@ fn authority(text: &str, default_port: Option<u16>) -> Option<(String, u16)> {
     (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
-/// The refusal a client reads (curl and npm print the status line).
-fn refusal(target: &str) -> String {
-    let body = format!("toolhost: {target} is not in this server's network.allow\n");
+/// A connection to `address` from a port held as a [`Tunnel`] before the connection exists, so
+/// that no door can accept it before it is known for the server's.
+async fn connect(address: SocketAddr) -> std::io::Result<(TcpStream, Tunnel)> {
+    let (socket, any) = match address {
+        SocketAddr::V4(_) => (tokio::net::TcpSocket::new_v4()?, IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+        SocketAddr::V6(_) => (tokio::net::TcpSocket::new_v6()?, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+    };
+    socket.bind(SocketAddr::new(any, 0))?;
+    let tunnel = Tunnel::hold(socket.local_addr()?);
+    Ok((socket.connect(address).await?, tunnel))
+}
+
+/// The refusal a client reads (curl and npm print the status line), with why.
+fn refusal(target: &str, why: &str) -> String {
+    let body = format!("toolhost: {target} {why}\n");
     format!("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
 }
 
@@ -226,16 +246,36 @@ async fn read_head(client: &mut TcpStream) -> Result<String, String> {
     String::from_utf8(head).map_err(|_| "the request head is not text".to_owned())
 }
 
-/// Addresses an allowed name must not lead to: this machine and the link itself.
+/// Addresses an allowed name must not lead to: any of this machine's and the link itself.
 fn internal(address: IpAddr) -> bool {
-    let address = match address {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    };
-    match address {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local() || v4.is_broadcast(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local(),
+    let address = address.to_canonical();
+    machine::is_this_machine(address)
+        || match address {
+            IpAddr::V4(v4) => v4.is_link_local() || v4.is_broadcast(),
+            IpAddr::V6(v6) => v6.is_unicast_link_local(),
+        }
+}
+
+/// Text a server chose (a host name), as the log and `toolhost servers` show it: every control
+/// character (ESC, CR, DEL, C1) and invisible or bidirectional one written as its escape
+/// (`\u{1b}`), so that it can neither forge a log line nor steer a terminal; at most
+/// [`MAX_SHOWN`] bytes, an ellipsis saying it was cut.
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_SHOWN));
+    for c in text.chars() {
+        let start = out.len();
+        if c.is_control() || crate::catalog::integrity::is_invisible(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+        if out.len() > MAX_SHOWN {
+            out.truncate(start);
+            out.push('…');
+            break;
+        }
     }
+    out
 }
 
 #[cfg(test)]
@@ -280,8 +320,30 @@ mod tests {
         for address in ["127.0.0.1", "127.1.2.3", "0.0.0.0", "169.254.169.254", "::1", "::", "fe80::1", "::ffff:127.0.0.1"] {
             assert!(internal(address.parse().unwrap()), "{address}");
         }
-        for address in ["104.16.0.35", "10.0.0.5", "2606:4700::6810:1", "::ffff:104.16.0.35"] {
+        // Every interface's address, in either form: a name for the machine's own address
+        // reaches every service listening on `0.0.0.0`.
+        for interface in nix::ifaddrs::getifaddrs().unwrap() {
+            let address = interface.address.as_ref();
+            if let Some(v4) = address.and_then(|address| address.as_sockaddr_in()) {
+                assert!(internal(IpAddr::V4(v4.ip())) && internal(IpAddr::V6(v4.ip().to_ipv6_mapped())), "{}", v4.ip());
+            }
+            if let Some(v6) = address.and_then(|address| address.as_sockaddr_in6()) {
+                assert!(internal(IpAddr::V6(v6.ip())), "{}", v6.ip());
+            }
+        }
+        for address in ["104.16.0.35", "203.0.113.5", "2606:4700::6810:1", "::ffff:104.16.0.35"] {
             assert!(!internal(address.parse().unwrap()), "{address}");
         }
+    }
+
+    #[test]
+    fn a_name_a_server_wrote_is_shown_escaped_and_bounded() {
+        assert_eq!(shown("registry.npmjs.org:443"), "registry.npmjs.org:443");
+        assert_eq!(shown("a\u{1b}[2Jb\rc\u{202e}d:443"), "a\\u{1b}[2Jb\\u{d}c\\u{202e}d:443");
+        let long = shown(&"\u{1b}".repeat(1000));
+        assert!(long.len() <= MAX_SHOWN + '…'.len_utf8() && long.ends_with('…') && !long.contains('\u{1b}'), "{long}");
+        let stats = EgressStats::default();
+        stats.deny(&"x\r".repeat(500));
+        assert!(stats.last_denied().is_some_and(|shown| !shown.contains('\r') && shown.len() <= MAX_SHOWN + 3));
     }
 }

@@ -181,3 +181,85 @@ async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_na
     echo.abort();
     pages.abort();
 }
+
+/// This machine's first IPv4 address other than loopback, from its interfaces.
+pub(crate) fn this_machines_address() -> Option<std::net::Ipv4Addr> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter_map(|interface| interface.address?.as_sockaddr_in().map(|v4| v4.ip()))
+        .find(|address| !address.is_loopback() && !address.is_link_local())
+}
+
+/// A name for one of this machine's own addresses (not loopback) leads back into it as surely as
+/// `localhost` does: a tunnel there reaches any service listening on `0.0.0.0`. The name here
+/// is the address's 32-bit decimal form, which the allow-list takes for a name (no address
+/// parses from it) and the resolver for that address (`inet_aton`), as a DNS name pointing
+/// here would be. And a refused name a server wrote with ESC and CR in it reaches the daemon's
+/// log escaped, never as a terminal's control or a forged line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_for_this_machines_own_address_is_refused_and_a_refused_name_is_logged_escaped() {
+    let Some(own) = this_machines_address() else {
+        return skipped("skipped: this machine has no IPv4 address but loopback, so no name can lead back to it another way");
+    };
+    // A service on every address of the machine.
+    let service = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = service.local_addr().unwrap().port();
+    let echo = tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        while let Ok((stream, _)) = service.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let _ = write.write_all(format!("inside says {line}\n").as_bytes()).await;
+                }
+            });
+        }
+    });
+    let name = u32::from(own).to_string();
+    let dir = TestDir::new();
+    let script = dir.path("out.py");
+    python_server(&script, "import os, socket, urllib.request, urllib.error", "reach", REACH);
+    let config = dir.path("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n[servers.out]\ncommand = {PYTHON:?}\n\
+             args = [{:?}]\nnetwork = {{ allow = [\"{name}:{port}\", \"*.allowed.test\"] }}\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (mut daemon, mut grpc) = crate::telemetry::serve(&config, dir.path("toolhost.sock"), &[]).await;
+    let log = || std::fs::read_to_string(config.with_extension("daemon.log")).unwrap_or_default();
+    eventually("the server is ready", async || {
+        let servers = grpc.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
+        servers.iter().any(|server| server.name == "out" && server.state == pb::ServerState::Ready as i32).then_some(())
+    })
+    .await;
+
+    // The first refusal is logged (a server's refusals are paced, a line a second).
+    let hostile = "evil\u{1b}[2J\u{1b}]8;;http://x\u{7}\rforged.allowed.test:443";
+    let said = reach(&mut grpc, &hostile.replace(".allowed.test:443", ".elsewhere.test:443"), false).await;
+    assert!(said.starts_with("HTTP/1.1 403 Forbidden"), "{said}");
+    let logged = eventually("the refusal is logged", async || {
+        let text = log();
+        text.lines().find(|line| line.contains("refused a connection")).map(str::to_owned).ok_or_else(|| text.clone())
+    })
+    .await;
+    assert!(logged.contains(r"evil\u{1b}[2J\u{1b}]8;;http://x\u{7}\u{d}forged.elsewhere.test:443"), "{logged}");
+    let text = log();
+    assert!(!text.contains(['\u{1b}', '\r', '\u{7}']), "a control character reached the log raw: {text:?}");
+
+    // The name of the machine's own address: refused, and said why.
+    let said = reach(&mut grpc, &format!("{name}:{port}"), false).await;
+    assert!(said.starts_with("HTTP/1.1 403 Forbidden") && said.contains("leads to this machine"), "{said}\n{}", log());
+    let servers = grpc.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
+    let sandbox = servers.iter().find(|server| server.name == "out").and_then(|server| server.sandbox.clone()).unwrap();
+    assert_eq!((sandbox.egress_denied, sandbox.egress_tunnels), (2, 0), "{sandbox:?}");
+    assert_eq!(sandbox.last_denied, format!("{name}:{port}"));
+
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
+    echo.abort();
+}

@@ -514,3 +514,110 @@ pub(crate) fn chown_tree(path: &Path, uid: u32) {
         }
     }
 }
+
+/// The tool `knock`: a TLS client's hello to `target`, straight there (`direct`) or through a
+/// CONNECT to the proxy its environment names; says how many bytes came back before the other
+/// end closed (a TLS listener that reads the hello answers it).
+pub(crate) const KNOCK: &str = r#"args = message["params"].get("arguments", {})
+host, port = args["target"].rsplit(":", 1)
+said = "direct"
+if args.get("direct"):
+    conn = socket.create_connection((host, int(port)), timeout=10)
+else:
+    proxy = os.environ.get("HTTPS_PROXY", "")
+    phost, pport = proxy.rsplit("/", 1)[-1].rsplit(":", 1)
+    conn = socket.create_connection((phost, int(pport)), timeout=10)
+    conn.sendall(("CONNECT %s HTTP/1.1\r\n\r\n" % args["target"]).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    said = head.split(b"\r\n", 1)[0].decode()
+if said == "direct" or " 200 " in said:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    conn.sendall(outgoing.read())
+    conn.settimeout(3)
+    got = b""
+    try:
+        while True:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    said += " | %d bytes" % len(got)
+result = {"content": [{"type": "text", "text": said}]}"#;
+
+/// "Never a caller" holds on every address of this machine, not only loopback. The daemon's
+/// TLS gRPC listener on `0.0.0.0` (which takes a token without a certificate) closes a
+/// connection from a server unread, before any token could count: one with the network reaching
+/// it through the machine's own interface address, and one whose proxy entry names that address
+/// (the tunnel's socket is the daemon's, but the caller is the server). A process of the same
+/// user that is no server's is answered over the same address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_never_a_caller_on_any_of_this_machines_addresses() {
+    let Some(own) = crate::egress::this_machines_address() else {
+        return skipped("skipped: this machine has no IPv4 address but loopback to reach its listeners by");
+    };
+    let dir = TestDir::new();
+    let certified = rcgen::generate_simple_self_signed(vec![own.to_string()]).unwrap();
+    let (cert, key) = (dir.path("server.pem"), dir.path("server.key"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    // The listener's port, chosen before the start so that an entry can name it.
+    let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let knocker = dir.path("knock.py");
+    crate::sandbox_life::python_server(&knocker, "import os, socket, ssl", "knock", KNOCK);
+    let knock = |name: &str, extra: &str| {
+        format!("[servers.{name}]\ncommand = {PYTHON:?}\nargs = [{:?}]\n{extra}\n", knocker.display().to_string())
+    };
+    let text = format!(
+        "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:toolhost.sock\", {{ address = \"0.0.0.0:{port}\", tls = {{ cert = {:?}, \
+         key = {:?}, client_ca = {:?} }} }}]\n\n{}\n{}",
+        cert.display().to_string(),
+        key.display().to_string(),
+        cert.display().to_string(),
+        knock("networked", "network = \"all\""),
+        knock("proxied", &format!("network = {{ allow = [\"{own}:{port}\"] }}")),
+    );
+    std::fs::write(dir.path("toolhost.toml"), &text).unwrap();
+    let app = start(toolhost::config::Config::load(&dir.path("toolhost.toml")).unwrap()).await;
+    for name in ["networked", "proxied"] {
+        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    let target = format!("{own}:{port}");
+    let mut client = client(&app).await;
+    let mut knock = async |server: &str, direct: bool| {
+        let call = pb::CallToolRequest {
+            qualified_name: format!("{server}__knock"),
+            arguments_json: json!({"target": target, "direct": direct}).to_string(),
+            ..Default::default()
+        };
+        text_of(&client.call_tool(call).await.unwrap().into_inner())
+    };
+    // The test, a process of the daemon's user that is no server's, is answered there.
+    let ours = std::process::Command::new(PYTHON)
+        .arg("-c")
+        .arg(format!("import json, os, socket, ssl\nmessage = {{'params': {{'arguments': {{'target': {target:?}, 'direct': True}}}}}}\n{KNOCK}\nprint(result['content'][0]['text'])"))
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&ours.stdout).trim().to_owned();
+    assert!(ours.starts_with("direct | ") && ours != "direct | 0 bytes", "the listener answers a caller: {ours}");
+    // The networked server, straight to the machine's own address: closed before a byte is read.
+    assert_eq!(knock("networked", true).await, "direct | 0 bytes");
+    // Through the proxy, to the address its entry names: the tunnel opens, and the listener
+    // closes it unread.
+    assert_eq!(knock("proxied", false).await, "HTTP/1.1 200 Connection established | 0 bytes");
+    app.shutdown().await;
+}
