@@ -154,7 +154,7 @@ impl App {
         let (audit_broken_tx, audit_broken) = tokio::sync::watch::channel(None);
         let audit_key = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key);
         if let Some(key) = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key) {
-            let (path, cancel) = (config.store.path.clone(), background_cancel.clone());
+            let (path, cancel, audit_broken_tx) = (config.store.path.clone(), background_cancel.clone(), audit_broken_tx.clone());
             background.spawn(async move {
                 let verdict = tokio::select! {
                     () = cancel.cancelled() => return,
@@ -173,7 +173,7 @@ impl App {
             });
         }
         let every = (config.audit.checkpoint_records, config.audit.checkpoint_every);
-        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, background_cancel.clone());
+        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, audit_broken_tx, background_cancel.clone());
         for sink in &config.audit.exports {
             background.spawn(crate::audit::export::run(store.clone(), sink.clone(), metrics.clone(), background_cancel.clone()));
         }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::catalog::record::AuditRecord;
 use crate::store::Store;
+use crate::store::audit_chain::{Signer, Signing, Witness};
 use crate::telemetry::throttle::Throttle;
 
 /// Records waiting for the writer.
@@ -45,18 +46,28 @@ pub struct Retention {
 
 impl Auditor {
     /// The auditor and the writer loop that stores what it is given until `cancel`, then drains.
-    /// With `signer`, the chain's head is signed every `every.0` records, every `every.1` when
-    /// there are new ones, and when the writer stops.
+    /// With `signer`, the chain's head is signed when the writer starts, every `every.0`
+    /// records, every `every.1` when there are new ones, and when the writer stops; never over
+    /// a chain that does not continue the newest checkpoint: that is said in `broken` (the
+    /// audit's health) and the writer signs and cuts no more, storing records all the same.
     pub fn start(
         store: Store,
         retention: Retention,
         signer: Option<ed25519_dalek::SigningKey>,
         every: (u32, Duration),
+        broken: tokio::sync::watch::Sender<Option<String>>,
         cancel: CancellationToken,
     ) -> (Auditor, impl std::future::Future<Output = ()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let auditor = Auditor { tx, dropped: Arc::default(), warnings: Arc::new(Throttle::new(1)) };
-        let checkpoints = Checkpoints { signer, unsigned: 0, records: usize::try_from(every.0).unwrap_or(usize::MAX), every: every.1 };
+        let checkpoints = Checkpoints {
+            signer,
+            witness: Witness::Starting,
+            broken,
+            unsigned: 0,
+            records: usize::try_from(every.0).unwrap_or(usize::MAX),
+            every: every.1,
+        };
         (auditor, write_loop(rx, store, retention, checkpoints, cancel))
     }
 
@@ -70,9 +81,13 @@ impl Auditor {
     }
 }
 
-/// When the chain's head is signed next.
+/// When the chain's head is signed next, and what the writer saw of it.
 struct Checkpoints {
     signer: Option<ed25519_dalek::SigningKey>,
+    /// What this daemon signed or checked: a checkpoint removed behind its back is seen.
+    witness: Witness,
+    /// Where a refusal is said (the audit's health); once said, nothing is signed or cut again.
+    broken: tokio::sync::watch::Sender<Option<String>>,
     /// Records written since the last checkpoint.
     unsigned: usize,
     /// Sign after this many records, or this long after the last checkpoint.
@@ -81,11 +96,41 @@ struct Checkpoints {
 }
 
 impl Checkpoints {
+    /// The key, unless the chain was found altered (then the daemon signs nothing more).
+    fn signer(&self, now_ms: i64) -> Option<Signer<'_>> {
+        let key = self.signer.as_ref().filter(|_| self.broken.borrow().is_none())?;
+        Some(Signer { key, now_ms, witness: self.witness })
+    }
+
+    /// Whether the chain has no checkpoint yet, and its records are this writer's: signed at
+    /// once, so that a daemon killed early leaves no chain that no checkpoint signs.
+    fn unsigned_chain(&self) -> bool {
+        self.witness == Witness::SignedTo(0)
+    }
+
     async fn sign(&mut self, store: &Store) {
-        let Some(signer) = &self.signer else { return };
-        match store.checkpoint_audit(signer, crate::catalog::record::now_ms()).await {
-            Ok(_) => self.unsigned = 0,
+        let Some(signer) = self.signer(crate::catalog::record::now_ms()) else { return };
+        match store.checkpoint_audit(signer).await {
+            Ok(signing) => self.signed(signing),
             Err(error) => tracing::warn!(%error, "cannot sign the audit chain's head"),
+        }
+    }
+
+    fn signed(&mut self, signing: Signing) {
+        match signing {
+            Signing::Signed(record_id) | Signing::Unchanged(record_id) => {
+                self.witness = Witness::SignedTo(record_id);
+                self.unsigned = 0;
+            }
+            Signing::Refused { record_id, problem } => {
+                tracing::error!(
+                    %problem,
+                    record_id,
+                    "the audit chain does not continue its last checkpoint: the daemon signs and cuts it no more \
+                     (records are still stored); `toolhost audit verify` says where"
+                );
+                self.broken.send_if_modified(|broken| broken.replace(broken.clone().unwrap_or(problem)).is_none());
+            }
         }
     }
 }
@@ -102,6 +147,8 @@ async fn write_loop(
     let failures = Throttle::new(1);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     let mut sign = tokio::time::interval(checkpoints.every);
+    // The chain as this daemon finds it: checked against its newest checkpoint, the head signed.
+    checkpoints.sign(&store).await;
     loop {
         tokio::select! {
             received = rx.recv_many(&mut batch, BATCH) => {
@@ -119,17 +166,21 @@ async fn write_loop(
                 }
                 checkpoints.unsigned += batch.len();
                 store_batch(&store, &mut batch, &failures).await;
-                if checkpoints.unsigned >= checkpoints.records {
+                if checkpoints.unsigned >= checkpoints.records || checkpoints.unsigned_chain() {
                     checkpoints.sign(&store).await;
                 }
             }
             _ = sign.tick() => if checkpoints.unsigned > 0 { checkpoints.sign(&store).await },
             _ = prune.tick() => {
                 let oldest = crate::catalog::record::now_ms().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
-                // The cut is signed with it, in one transaction: retention never cuts silently.
-                let signer = checkpoints.signer.as_ref().map(|key| (key, crate::catalog::record::now_ms()));
-                if let Err(error) = store.prune_audit(oldest, retention.max_records, signer).await {
-                    tracing::warn!(%error, "cannot apply the audit retention");
+                // The cut is signed with it, in one transaction: retention never cuts silently;
+                // a chain found altered is not cut at all (the evidence stays).
+                let signer = checkpoints.signer(crate::catalog::record::now_ms());
+                if signer.is_some() || checkpoints.signer.is_none() {
+                    match store.prune_audit(oldest, retention.max_records, signer).await {
+                        Ok(signing) => if let Some(signing) = signing { checkpoints.signed(signing) },
+                        Err(error) => tracing::warn!(%error, "cannot apply the audit retention"),
+                    }
                 }
             }
             () = cancel.cancelled() => {

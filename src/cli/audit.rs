@@ -205,7 +205,11 @@ fn in_words(found: &Found) -> String {
         Verdict::Intact { records, checkpoints, last_signed_at_ms, before_chain } => {
             let signed =
                 last_signed_at_ms.map_or_else(|| "never signed".to_owned(), |at| format!("last signed at {}", super::output::rfc3339(at)));
-            let older = if *before_chain > 0 { format!(" ({before_chain} older records precede the chain)") } else { String::new() };
+            let older = if *before_chain > 0 {
+                format!(" ({before_chain} older records precede the chain; nothing signs them)")
+            } else {
+                String::new()
+            };
             let fleet = match (&found.kept_by_fleet, &found.fleet_problem) {
                 (Some(kept), _) => format!(", {kept} of them as the fleet store kept them"),
                 (None, Some(problem)) => format!(" (not checked against the fleet store: {problem})"),

@@ -2,6 +2,7 @@
 
 use sqlx::Row;
 
+use super::audit_chain::{ChainRecord, CheckpointRecord, Signer, Signing, Stored};
 use super::{Store, StoreError, to_i64, to_u64};
 
 /// The `WHERE` clause of [`AuditFilter`], its parameters `?1` to `?5` (a macro, so that the
@@ -85,14 +86,18 @@ impl Store {
         tx.commit().await
     }
 
-    /// Signs the chain's head and start with `key` unless the last checkpoint signed both;
-    /// whether it did.
+    /// Signs the chain's head and start unless the newest checkpoint signed both, and only if
+    /// the chain as stored continues that checkpoint and what the daemon saw (`signer.witness`):
+    /// the daemon never signs over a rewrite.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn checkpoint_audit(&self, key: &ed25519_dalek::SigningKey, now_ms: i64) -> Result<bool, StoreError> {
+    pub async fn checkpoint_audit(&self, signer: Signer<'_>) -> Result<Signing, StoreError> {
         let mut tx = self.begin().await?;
-        let signed = sign_head(tx.conn(), key, now_ms).await?;
+        if let Err((record_id, problem)) = continues(tx.conn(), signer).await? {
+            return Ok(Signing::Refused { record_id, problem });
+        }
+        let signed = sign_head(tx.conn(), signer, None).await?;
         tx.commit().await?;
         Ok(signed)
     }
@@ -132,24 +137,30 @@ impl Store {
         rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?, row.try_get(13)?, row.try_get(14)?))).collect()
     }
 
-    /// Drops audit records older than `oldest_ms`, and the oldest beyond `max_records`; with
-    /// `signer`, the new start is signed in the same transaction, so that no cut goes unsigned.
+    /// Drops the oldest audit records: those before the first one written at or after
+    /// `oldest_ms`, and beyond the newest `max_records`. A cut is always a prefix of the chain
+    /// (a long call's record, older than one written before it, waits for the cut to reach
+    /// it). With `signer`, the chain is first checked as [`Store::checkpoint_audit`] does (a
+    /// chain that does not continue its newest checkpoint is neither cut nor signed: the
+    /// evidence stays) and the new start is signed in the same transaction, so that no cut goes
+    /// unsigned; what the signing did then.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn prune_audit(
-        &self,
-        oldest_ms: i64,
-        max_records: u64,
-        signer: Option<(&ed25519_dalek::SigningKey, i64)>,
-    ) -> Result<(), StoreError> {
+    pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64, signer: Option<Signer<'_>>) -> Result<Option<Signing>, StoreError> {
         let mut tx = self.begin().await?;
-        let head: Option<String> =
-            sqlx::query_scalar("SELECT hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
+        if let Some(signer) = signer
+            && let Err((record_id, problem)) = continues(tx.conn(), signer).await?
+        {
+            return Ok(Some(Signing::Refused { record_id, problem }));
+        }
+        let head: Option<(i64, String)> =
+            sqlx::query_as("SELECT id, hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(tx.conn()).await?;
         // Records not yet shipped to the fleet store outlive their retention until they are
         // (the fleet's cursor, when audit is shared); the count bound still applies.
         sqlx::query(
-            "DELETE FROM audit WHERE at_ms < ? AND id <= coalesce((SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'fleet.audit'), id)",
+            "DELETE FROM audit WHERE id < coalesce((SELECT min(id) FROM audit WHERE at_ms >= ?1), (SELECT max(id) + 1 FROM audit)) \
+             AND id <= coalesce((SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'fleet.audit'), id)",
         )
         .bind(oldest_ms)
         .execute(tx.conn())
@@ -165,13 +176,15 @@ impl Store {
              WHERE ?2 IS NOT NULL ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         )
         .bind(super::audit_chain::ANCHOR_KEY)
-        .bind(head)
+        .bind(head.as_ref().map(|(_, hash)| hash))
         .execute(tx.conn())
         .await?;
-        if let Some((key, now_ms)) = signer {
-            sign_head(tx.conn(), key, now_ms).await?;
-        }
-        tx.commit().await
+        let signed = match signer {
+            Some(signer) => Some(sign_head(tx.conn(), signer, head).await?),
+            None => None,
+        };
+        tx.commit().await?;
+        Ok(signed)
     }
 
     /// Audit records at or after `since_ms`, of `agent` if given, newest first.
@@ -247,25 +260,64 @@ impl AuditFilter {
     }
 }
 
-/// An audit row, its columns in the order `query_audit` selects them.
-/// Signs the chain's head and where it starts, in the caller's transaction, unless the last
-/// checkpoint signed both already; whether it signed.
-async fn sign_head(conn: &mut sqlx::SqliteConnection, key: &ed25519_dalek::SigningKey, now_ms: i64) -> Result<bool, StoreError> {
+/// Whether the chain as stored continues its newest checkpoint and what `signer` saw
+/// ([`super::audit_chain::continues`]), read in the caller's transaction: the newest
+/// checkpoint, the chain's start, and the records from the checkpoint's on.
+async fn continues(conn: &mut sqlx::SqliteConnection, signer: Signer<'_>) -> Result<Result<(), (Option<i64>, String)>, StoreError> {
+    let newest: Option<CheckpointRecord> = sqlx::query_as(
+        "SELECT id, record_id, head_hash, records, signed_at_ms, signature, anchor FROM audit_checkpoints \
+         ORDER BY record_id DESC, records ASC, id DESC LIMIT 1",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    // Counted only when no checkpoint is: a count reads the whole table.
+    let records: i64 = match &newest {
+        Some(_) => 0,
+        None => sqlx::query_scalar("SELECT COUNT(*) FROM audit").fetch_one(&mut *conn).await?,
+    };
+    let start: Option<(i64, String)> =
+        sqlx::query_as("SELECT id, prev_hash FROM audit WHERE hash IS NOT NULL AND prev_hash IS NOT NULL ORDER BY id LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await?;
+    let tail: Vec<ChainRecord> = match &newest {
+        Some(newest) => {
+            sqlx::query_as(
+                "SELECT id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, \
+                 duration_us, arguments, prev_hash, hash FROM audit WHERE id >= ? ORDER BY id",
+            )
+            .bind(newest.record_id)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        None => Vec::new(),
+    };
+    let stored = Stored { newest: newest.as_ref(), records, start: start.as_ref().map(|(id, prev)| (*id, prev.as_str())), tail: &tail };
+    Ok(super::audit_chain::continues(&stored, signer.witness, &signer.key.verifying_key()))
+}
+
+/// Signs the chain's head and where it starts, in the caller's transaction, unless the newest
+/// checkpoint signed both already. `cut`: the head before retention cut in this transaction,
+/// signed with no record left (`records` 0) when the cut took every record.
+async fn sign_head(conn: &mut sqlx::SqliteConnection, signer: Signer<'_>, cut: Option<(i64, String)>) -> Result<Signing, StoreError> {
+    let last: Option<(i64, i64, Option<String>)> =
+        sqlx::query_as("SELECT record_id, records, anchor FROM audit_checkpoints ORDER BY record_id DESC, records ASC, id DESC LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await?;
     let head: Option<(i64, String)> =
         sqlx::query_as("SELECT id, hash FROM audit WHERE hash IS NOT NULL ORDER BY id DESC LIMIT 1").fetch_optional(&mut *conn).await?;
-    let Some((record_id, head_hash)) = head else { return Ok(false) };
+    let Some((record_id, head_hash)) = head.or(cut) else {
+        return Ok(Signing::Unchanged(last.map_or(0, |(record_id, ..)| record_id)));
+    };
     let anchor: String = sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?")
         .bind(super::audit_chain::ANCHOR_KEY)
         .fetch_optional(&mut *conn)
         .await?
         .unwrap_or_else(|| super::audit_chain::GENESIS.to_owned());
-    let last: Option<(i64, Option<String>)> =
-        sqlx::query_as("SELECT record_id, anchor FROM audit_checkpoints ORDER BY id DESC LIMIT 1").fetch_optional(&mut *conn).await?;
-    if last == Some((record_id, Some(anchor.clone()))) {
-        return Ok(false);
-    }
     let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL").fetch_one(&mut *conn).await?;
-    let (public_key, signature) = super::audit_chain::sign(key, record_id, &head_hash, records, now_ms, &anchor);
+    if last == Some((record_id, records, Some(anchor.clone()))) {
+        return Ok(Signing::Unchanged(record_id));
+    }
+    let (public_key, signature) = super::audit_chain::sign(signer.key, record_id, &head_hash, records, signer.now_ms, &anchor);
     sqlx::query(
         "INSERT INTO audit_checkpoints (record_id, head_hash, records, signed_at_ms, public_key, signature, anchor) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -273,15 +325,16 @@ async fn sign_head(conn: &mut sqlx::SqliteConnection, key: &ed25519_dalek::Signi
     .bind(record_id)
     .bind(&head_hash)
     .bind(records)
-    .bind(now_ms)
+    .bind(signer.now_ms)
     .bind(public_key)
     .bind(signature)
     .bind(anchor)
     .execute(&mut *conn)
     .await?;
-    Ok(true)
+    Ok(Signing::Signed(record_id))
 }
 
+/// An audit row, its columns in the order `query_audit` selects them.
 pub(super) fn audit_record(row: &sqlx::sqlite::SqliteRow) -> Result<crate::catalog::record::AuditRecord, StoreError> {
     let transport: String = row.try_get(3)?;
     Ok(crate::catalog::record::AuditRecord {

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier, VerifyingKey};
 use sqlx::sqlite::SqliteConnectOptions;
 
 /// The "previous hash" of the first record of a chain nothing was cut from.
@@ -261,6 +261,22 @@ pub struct CheckpointRecord {
 }
 
 impl CheckpointRecord {
+    /// The first record id of the chain it signed: `records` records up to `record_id`, no id
+    /// skipped (the store's ids never skip), so `record_id − records + 1`; the one after
+    /// `record_id` when retention had cut every record (`records` 0).
+    #[must_use]
+    pub fn start(&self) -> i64 {
+        self.record_id.saturating_sub(self.records).saturating_add(1)
+    }
+
+    /// Whether `key` signed it, as it stands.
+    fn is_signed_by(&self, key: Option<&VerifyingKey>) -> bool {
+        let message = checkpoint_message(self.record_id, &self.head_hash, self.records, self.signed_at_ms, self.anchor.as_deref());
+        decode_hex::<64>(&self.signature)
+            .map(|bytes| Signature::from_bytes(&bytes))
+            .is_some_and(|signature| key.is_some_and(|key| key.verify(message.as_bytes(), &signature).is_ok()))
+    }
+
     fn named(&self) -> String {
         match self.kept_by_fleet {
             true => format!("checkpoint {} (as the fleet store kept it)", self.id),
@@ -298,49 +314,39 @@ pub struct Chain<'a> {
 /// Checks `chain` link by link, and each checkpoint's signature with `key` (without one, any
 /// checkpoint is a break) and against the record it signed. Pure: the store's reader below and
 /// the fleet's feed it.
+///
+/// A chain read from its stored start (`anchor` given) trusts nothing unsigned: the newest
+/// checkpoint says where the chain starts (record `R − n + 1`, from its anchor) and every
+/// checkpoint's record must be there with its signed hash, unless it lies before that start
+/// (cut by retention, which signs every cut). A chain no checkpoint signs, a record carrying no
+/// hash at or after the signed start, and ids moved past a checkpoint are each a break.
 #[must_use]
 pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&VerifyingKey>) -> Verdict {
     let Chain { anchor, records, to_head } = chain;
-    let mut expected_prev = anchor.map(str::to_owned);
-    let (mut chained, mut before_chain) = (0u64, 0u64);
-    let mut hashes = std::collections::HashMap::with_capacity(records.len());
-    let mut first_chained: Option<i64> = None;
-    for record in records {
-        let id = record.id;
-        let (Some(prev), Some(hash)) = (&record.prev_hash, &record.hash) else {
-            if first_chained.is_some() {
-                return Verdict::Broken { record_id: Some(id), problem: format!("record {id} carries no hash: it was inserted") };
-            }
-            before_chain += 1;
-            continue;
-        };
-        first_chained.get_or_insert(id);
-        if expected_prev.as_ref().is_some_and(|expected| expected != prev) {
-            let problem =
-                format!("record {id} does not follow the record before it: a record was removed, inserted or reordered before it");
-            return Verdict::Broken { record_id: Some(id), problem };
-        }
-        if record_hash(prev, &record.fields()) != *hash {
-            return Verdict::Broken { record_id: Some(id), problem: format!("record {id} was changed after it was written") };
-        }
-        hashes.insert(id, hash.as_str());
-        expected_prev = Some(hash.clone());
-        chained += 1;
+    // The signatures first: nothing is read from a checkpoint, not even which is the newest,
+    // before its signature holds.
+    if let Some(checkpoint) = checkpoints.iter().find(|checkpoint| !checkpoint.is_signed_by(key)) {
+        let problem = format!("{} is not signed by this key: it was forged or changed", checkpoint.named());
+        return Verdict::Broken { record_id: None, problem };
+    }
+    // The whole chain (read from its stored start): the newest checkpoint vouches for its start.
+    let newest = anchor.and_then(|_| newest(checkpoints));
+    let walked = match walk(anchor, records, newest) {
+        Ok(walked) => walked,
+        Err(broken) => return broken,
+    };
+    if anchor.is_some() && checkpoints.is_empty() && !records.is_empty() {
+        let problem = format!(
+            "no checkpoint signs the chain's {} records: its checkpoints were removed, or the daemon never signed it",
+            records.len()
+        );
+        return Verdict::Broken { record_id: records.first().map(|record| record.id), problem };
     }
     let last = records.last().map(|record| record.id);
     let mut last_signed_at_ms = None;
     for checkpoint in checkpoints {
         let record_id = checkpoint.record_id;
-        let message =
-            checkpoint_message(record_id, &checkpoint.head_hash, checkpoint.records, checkpoint.signed_at_ms, checkpoint.anchor.as_deref());
-        let signed = decode_hex::<64>(&checkpoint.signature)
-            .map(|bytes| Signature::from_bytes(&bytes))
-            .is_some_and(|signature| key.is_some_and(|key| key.verify(message.as_bytes(), &signature).is_ok()));
-        if !signed {
-            let problem = format!("{} is not signed by this key: it was forged or changed", checkpoint.named());
-            return Verdict::Broken { record_id: None, problem };
-        }
-        match hashes.get(&record_id) {
+        match walked.hashes.get(&record_id) {
             Some(hash) if *hash == checkpoint.head_hash => {}
             Some(_) => {
                 let problem = format!(
@@ -349,10 +355,16 @@ pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&Ve
                 );
                 return Verdict::Broken { record_id: Some(record_id), problem };
             }
-            // Before the records read: cut by retention (the anchor covers it) or before the span.
-            None if first_chained.is_none_or(|first| record_id < first) => {}
-            // After them: past the span's end.
+            // Before the start the newest checkpoint signed (a signed cut), or past a span's end.
+            None if newest.is_some_and(|newest| record_id < newest.start()) => {}
             None if !to_head && last.is_none_or(|last| record_id > last) => {}
+            // Read from the chain's start: nowhere else.
+            None if anchor.is_some() => {
+                let problem = format!("record {record_id}, signed by {}, was removed or its id moved", checkpoint.named());
+                return Verdict::Broken { record_id: Some(record_id), problem };
+            }
+            // A span from mid-chain: before the records read.
+            None if walked.first_chained.is_none_or(|first| record_id < first) => {}
             None => {
                 let problem = format!("record {record_id}, signed by {}, was removed", checkpoint.named());
                 return Verdict::Broken { record_id: Some(record_id), problem };
@@ -360,16 +372,174 @@ pub fn check(chain: Chain<'_>, checkpoints: &[CheckpointRecord], key: Option<&Ve
         }
         last_signed_at_ms = last_signed_at_ms.max(Some(checkpoint.signed_at_ms));
     }
-    // Retention signs every cut: a chain that starts elsewhere than the last checkpoint says
-    // lost records from its start, with the stored cut moved to hide it.
-    let last = checkpoints.iter().filter(|checkpoint| checkpoint.anchor.is_some()).max_by_key(|c| (c.signed_at_ms, !c.kept_by_fleet));
-    if let (Some(start), Some(checkpoint)) = (anchor, last)
-        && checkpoint.anchor.as_deref() != Some(start)
-    {
-        let problem = format!("the chain does not start where {} signed it: records were removed from its start", checkpoint.named());
-        return Verdict::Broken { record_id: first_chained, problem };
+    // Retention signs every cut: a chain that starts elsewhere than the newest checkpoint says
+    // lost records from its start (the stored cut moved to hide it), or ids moved.
+    if let (Some(start), Some(newest)) = (anchor, newest) {
+        let moved = walked.first_chained.is_some_and(|first| first != newest.start());
+        if moved || newest.anchor.as_deref().is_some_and(|signed| signed != start) {
+            let problem = format!("the chain does not start where {} signed it: records were removed from its start", newest.named());
+            return Verdict::Broken { record_id: walked.first_chained, problem };
+        }
     }
-    Verdict::Intact { records: chained, checkpoints: u64::try_from(checkpoints.len()).unwrap_or(0), last_signed_at_ms, before_chain }
+    let checkpoints = u64::try_from(checkpoints.len()).unwrap_or(0);
+    Verdict::Intact { records: walked.chained, checkpoints, last_signed_at_ms, before_chain: walked.before_chain }
+}
+
+/// The checkpoint signed last: the chain only grows at its head and is only cut at its start,
+/// so the newest signed the highest record id and, of those, the latest start. (Not by
+/// `signed_at_ms`: the daemon's clock may step back.) The store's own copy before the fleet's.
+fn newest(checkpoints: &[CheckpointRecord]) -> Option<&CheckpointRecord> {
+    checkpoints.iter().max_by_key(|checkpoint| (checkpoint.record_id, checkpoint.start(), !checkpoint.kept_by_fleet))
+}
+
+/// What a walk along the records found.
+struct Walked<'a> {
+    hashes: std::collections::HashMap<i64, &'a str>,
+    first_chained: Option<i64>,
+    chained: u64,
+    before_chain: u64,
+}
+
+/// The records link by link: each follows the one before it, has the hash of what it holds,
+/// and the id after it (the daemon's ids never skip, so a gap is ids moved). A record carrying
+/// no hash is older than the chain only before its first linked record and, in a whole chain,
+/// before the start the newest checkpoint signed.
+fn walk<'a>(anchor: Option<&str>, records: &'a [ChainRecord], newest: Option<&CheckpointRecord>) -> Result<Walked<'a>, Verdict> {
+    let mut expected_prev = anchor;
+    let mut walked =
+        Walked { hashes: std::collections::HashMap::with_capacity(records.len()), first_chained: None, chained: 0, before_chain: 0 };
+    let mut previous: Option<i64> = None;
+    for record in records {
+        let id = record.id;
+        let (Some(prev), Some(hash)) = (&record.prev_hash, &record.hash) else {
+            if walked.first_chained.is_some() {
+                return Err(Verdict::Broken { record_id: Some(id), problem: format!("record {id} carries no hash: it was inserted") });
+            }
+            if let Some(newest) = newest.filter(|newest| id >= newest.start()) {
+                let problem = format!(
+                    "record {id} carries no hash, yet {} signed the chain from record {}: its link was removed",
+                    newest.named(),
+                    newest.start()
+                );
+                return Err(Verdict::Broken { record_id: Some(id), problem });
+            }
+            walked.before_chain += 1;
+            continue;
+        };
+        walked.first_chained.get_or_insert(id);
+        if expected_prev.is_some_and(|expected| expected != prev) {
+            let problem =
+                format!("record {id} does not follow the record before it: a record was removed, inserted or reordered before it");
+            return Err(Verdict::Broken { record_id: Some(id), problem });
+        }
+        if record_hash(prev, &record.fields()) != *hash {
+            return Err(Verdict::Broken { record_id: Some(id), problem: format!("record {id} was changed after it was written") });
+        }
+        if let Some(before) = previous.filter(|before| before.checked_add(1) != Some(id)) {
+            let problem = format!("record {id} follows record {before}, yet the ids between them are missing: the records' ids were moved");
+            return Err(Verdict::Broken { record_id: Some(id), problem });
+        }
+        walked.hashes.insert(id, hash.as_str());
+        expected_prev = Some(hash.as_str());
+        previous = Some(id);
+        walked.chained += 1;
+    }
+    Ok(walked)
+}
+
+/// What the signing daemon itself saw of its chain, which no store writer can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Witness {
+    /// It has not looked at the store yet: a chain no checkpoint signs is not its to sign.
+    Starting,
+    /// The newest record id it signed or found signed and checked (0: it started on a store
+    /// with no record, so a chain no checkpoint signs yet is its own).
+    SignedTo(i64),
+}
+
+/// The daemon's key, the time it signs at, and what it saw of its chain.
+#[derive(Clone, Copy)]
+pub struct Signer<'a> {
+    pub key: &'a SigningKey,
+    pub now_ms: i64,
+    pub witness: Witness,
+}
+
+/// What an attempt to sign the chain's head did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signing {
+    /// Signed up to this record id.
+    Signed(i64),
+    /// The newest checkpoint already signed the head and the start (this record id; 0 when there
+    /// is nothing to sign).
+    Unchanged(i64),
+    /// The chain does not continue the newest checkpoint: nothing was signed (or cut).
+    Refused { record_id: Option<i64>, problem: String },
+}
+
+/// The chain as stored, read from its newest checkpoint on: what the daemon checks before it
+/// signs again (a few records, not the whole trail).
+pub struct Stored<'a> {
+    /// The checkpoint the store holds with the highest record id (and, of those, the latest start).
+    pub newest: Option<&'a CheckpointRecord>,
+    /// How many records the store holds, chained or not (counted only when no checkpoint is).
+    pub records: i64,
+    /// The first linked record's id, and the hash it follows.
+    pub start: Option<(i64, &'a str)>,
+    /// The records from the newest checkpoint's record on, in id order.
+    pub tail: &'a [ChainRecord],
+}
+
+/// Whether the chain as stored continues what the daemon signed last, as `witness` saw it and
+/// as the newest checkpoint signed it: that checkpoint signed by `key`; the chain still starting
+/// where it signed; its record still there with the signed hash; every record after it linked
+/// to the one before, with the next id. `Err` says why not: the daemon signs nothing then.
+///
+/// # Errors
+/// The refusal: the record concerned, and the problem in words.
+pub fn continues(stored: &Stored<'_>, witness: Witness, key: &VerifyingKey) -> Result<(), (Option<i64>, String)> {
+    let Some(newest) = stored.newest else {
+        return match witness {
+            Witness::SignedTo(0) => Ok(()),
+            Witness::Starting if stored.records == 0 => Ok(()),
+            Witness::Starting => Err((None, format!("no checkpoint signs the {} records the store holds", stored.records))),
+            Witness::SignedTo(id) => Err((Some(id), format!("the checkpoint this daemon signed at record {id} was removed"))),
+        };
+    };
+    let named = newest.named();
+    if !newest.is_signed_by(Some(key)) {
+        return Err((None, format!("{named} is not signed by this daemon's key")));
+    }
+    if let Witness::SignedTo(id) = witness
+        && newest.record_id < id
+    {
+        return Err((Some(id), format!("the checkpoint this daemon signed at record {id} was removed")));
+    }
+    let start = newest.start();
+    let moved = match stored.start {
+        Some((first, prev)) => first != start || newest.anchor.as_deref().is_some_and(|signed| signed != prev),
+        None => newest.records > 0,
+    };
+    if moved {
+        return Err((stored.start.map(|(first, _)| first), format!("the chain does not start where {named} signed it")));
+    }
+    let mut tail = stored.tail.iter().peekable();
+    if newest.records > 0 {
+        let record_id = newest.record_id;
+        match tail.next_if(|record| record.id == record_id) {
+            Some(record) if record.hash.as_deref() == Some(newest.head_hash.as_str()) => {}
+            _ => return Err((Some(record_id), format!("record {record_id} no longer has the hash {named} signed"))),
+        }
+    }
+    let (mut id, mut hash) = (newest.record_id, newest.head_hash.as_str());
+    for record in tail {
+        let linked = record.prev_hash.as_deref() == Some(hash) && id.checked_add(1) == Some(record.id);
+        match (&record.prev_hash, &record.hash) {
+            (Some(prev), Some(next)) if linked && record_hash(prev, &record.fields()) == *next => (id, hash) = (record.id, next),
+            _ => return Err((Some(record.id), format!("record {} does not continue the chain {named} signed", record.id))),
+        }
+    }
+    Ok(())
 }
 
 /// The records a store holds in `span` (all of them, in id order), its chain's anchor (where
@@ -449,6 +619,11 @@ mod tests {
         }
     }
 
+    /// A daemon's signer that has seen the chain so far (it signed or checked it).
+    fn signer(key: &SigningKey, now_ms: i64) -> Signer<'_> {
+        Signer { key, now_ms, witness: Witness::SignedTo(0) }
+    }
+
     async fn sql(path: &Path, statement: &str) {
         let options = SqliteConnectOptions::from_str("sqlite://").unwrap().filename(path);
         let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
@@ -514,7 +689,7 @@ mod tests {
             prev = record_hash(&prev, &Fields::of(want));
             assert_eq!(hash.as_deref(), Some(prev.as_str()));
         }
-        store.checkpoint_audit(&key, 5_000).await.unwrap();
+        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 151, checkpoints: 1, .. }), "{verdict:?}");
@@ -528,9 +703,9 @@ mod tests {
         let store = Store::open(&path, 10).await.unwrap();
         let records: Vec<AuditRecord> = (0..20).map(record).collect();
         store.append_audit(&records[..12]).await.unwrap();
-        store.checkpoint_audit(&key, 5_000).await.unwrap();
+        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
         store.append_audit(&records[12..]).await.unwrap();
-        store.prune_audit(0, 5, Some((&key, 6_000))).await.unwrap();
+        store.prune_audit(0, 5, Some(signer(&key, 6_000))).await.unwrap();
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 5, checkpoints: 2, .. }), "{verdict:?}");
@@ -561,12 +736,105 @@ mod tests {
         let other = SigningKey::from_bytes(&[7; 32]);
         let store = Store::open(&dir.path().join("other.db"), 10).await.unwrap();
         store.append_audit(&records[..3]).await.unwrap();
-        store.checkpoint_audit(&key, 1).await.unwrap();
+        store.checkpoint_audit(signer(&key, 1)).await.unwrap();
         store.close().await;
         let verdict = verify(&dir.path().join("other.db"), &other.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(
             matches!(&verdict, Verdict::Broken { record_id: None, problem } if problem.contains("not signed by this key")),
             "{verdict:?}"
+        );
+    }
+
+    /// Retention cuts a prefix by age even when a long call's record, older than the one
+    /// written before it, sits later in the chain; a cut of every record is signed all the
+    /// same (no record left, the start past the old head), and the chain after it verifies.
+    #[tokio::test]
+    async fn retention_cuts_a_prefix_and_a_cut_of_everything_is_signed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
+        let store = Store::open(&path, 10).await.unwrap();
+        let mut records: Vec<AuditRecord> = (0..6).map(record).collect();
+        // Record 4 (id 5) started before record 3 (id 4) and was written after it.
+        records[4].at_ms = 1_000;
+        store.append_audit(&records).await.unwrap();
+        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
+        store.prune_audit(1_003, 1_000, Some(signer(&key, 6_000))).await.unwrap();
+        let left: Vec<i64> = store.audit_chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
+        assert_eq!(left, [4, 5, 6], "a prefix: id 5, older than 1_003, waits behind id 4");
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
+        assert!(matches!(verdict, Verdict::Intact { records: 3, checkpoints: 2, .. }), "{verdict:?}");
+        // Everything cut: signed with no record left; the next record follows the old head.
+        let cut = store.prune_audit(i64::MAX, 1_000, Some(signer(&key, 7_000))).await.unwrap();
+        assert_eq!(cut, Some(Signing::Signed(6)));
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
+        assert!(matches!(verdict, Verdict::Intact { records: 0, checkpoints: 3, .. }), "{verdict:?}");
+        store.append_audit(&records[..2]).await.unwrap();
+        assert_eq!(store.checkpoint_audit(signer(&key, 8_000)).await.unwrap(), Signing::Signed(8));
+        store.close().await;
+        let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
+        assert!(matches!(verdict, Verdict::Intact { records: 2, checkpoints: 4, .. }), "{verdict:?}");
+    }
+
+    /// The daemon signs nothing over a chain that does not continue its newest checkpoint, nor
+    /// a chain it finds with records no checkpoint signs, nor after a checkpoint it signed is
+    /// gone; an intact chain it signs.
+    #[tokio::test]
+    async fn the_daemon_signs_no_chain_that_does_not_continue_its_newest_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
+        let store = Store::open(&path, 10).await.unwrap();
+        let records: Vec<AuditRecord> = (0..6).map(record).collect();
+        store.append_audit(&records[..4]).await.unwrap();
+        assert_eq!(store.checkpoint_audit(signer(&key, 5_000)).await.unwrap(), Signing::Signed(4));
+        store.append_audit(&records[4..]).await.unwrap();
+        let pristine = dir.path().join("pristine.db");
+        store.close().await;
+        std::fs::copy(&path, &pristine).unwrap();
+        let attempt = async |statement: &str, witness: Witness| {
+            std::fs::copy(&pristine, &path).unwrap();
+            sql(&path, statement).await;
+            let store = Store::open(&path, 10).await.unwrap();
+            let signing = store.checkpoint_audit(Signer { key: &key, now_ms: 9_000, witness }).await.unwrap();
+            let checkpoints: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_checkpoints").fetch_one(&store.pool()).await.unwrap();
+            store.close().await;
+            (signing, checkpoints)
+        };
+        let refused = |record_id: Option<i64>, problem: &str| Signing::Refused { record_id, problem: problem.to_owned() };
+        // Intact: the head is signed.
+        assert_eq!(attempt("SELECT 1", Witness::Starting).await, (Signing::Signed(6), 2));
+        // Ids moved past the checkpoint (hashes kept).
+        assert_eq!(
+            attempt("UPDATE audit SET id = id + 100", Witness::Starting).await,
+            (refused(Some(101), "the chain does not start where checkpoint 1 signed it"), 1)
+        );
+        assert_eq!(
+            attempt("UPDATE audit SET id = id + 100 WHERE id > 2", Witness::Starting).await,
+            (refused(Some(4), "record 4 no longer has the hash checkpoint 1 signed"), 1)
+        );
+        // A record after the checkpoint changed, or its link removed.
+        assert_eq!(
+            attempt("UPDATE audit SET outcome = 'denied' WHERE id = 6", Witness::Starting).await,
+            (refused(Some(6), "record 6 does not continue the chain checkpoint 1 signed"), 1)
+        );
+        assert_eq!(
+            attempt("UPDATE audit SET hash = NULL, prev_hash = NULL", Witness::Starting).await,
+            (refused(None, "the chain does not start where checkpoint 1 signed it"), 1)
+        );
+        // Every checkpoint removed: found so at start, or the one this daemon signed missed.
+        assert_eq!(
+            attempt("DELETE FROM audit_checkpoints", Witness::Starting).await,
+            (refused(None, "no checkpoint signs the 6 records the store holds"), 0)
+        );
+        assert_eq!(
+            attempt("DELETE FROM audit_checkpoints", Witness::SignedTo(4)).await,
+            (refused(Some(4), "the checkpoint this daemon signed at record 4 was removed"), 0)
+        );
+        // A checkpoint the key did not sign.
+        assert_eq!(
+            attempt("UPDATE audit_checkpoints SET records = 3", Witness::Starting).await,
+            (refused(None, "checkpoint 1 is not signed by this daemon's key"), 1)
         );
     }
 }

@@ -23,15 +23,15 @@ fn verify(store: &std::path::Path, extra: &[&str]) -> (bool, String) {
 /// so the checkpoint cadence shows.
 pub(crate) async fn calls_each_recorded(app: &toolhost::app::App, count: usize) {
     let mut grpc = client(app).await;
+    let stored = async |grpc: &mut toolhost::api::pb::tool_host_client::ToolHostClient<tonic::transport::Channel>| {
+        grpc.query_audit(pb::QueryAuditRequest { limit: 1_000, ..Default::default() }).await.unwrap().into_inner().records.len()
+    };
+    let before = stored(&mut grpc).await;
     for n in 0..count {
         let call =
             pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: json!({"n": n}).to_string(), ..Default::default() };
         grpc.call_tool(call).await.unwrap();
-        eventually("the call's record stored", async || {
-            let trail = grpc.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner();
-            (trail.records.len() == n + 1).then_some(())
-        })
-        .await;
+        eventually("the call's record stored", async || (stored(&mut grpc).await == before + n + 1).then_some(())).await;
     }
 }
 
@@ -97,6 +97,149 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     let call = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
     client(&app).await.call_tool(call).await.expect("calls go on");
     app.shutdown().await;
+}
+
+/// What a store writer without the key does in item 8: record 3 edited, record 7 removed, every
+/// hash recomputed from the chain's start, and the ids moved above every checkpoint's record id
+/// (where a verifier once took the checkpoints for cut by retention).
+async fn rewrite_past_every_checkpoint(db: &std::path::Path) {
+    use std::str::FromStr;
+    use toolhost::store::audit_chain::{ChainRecord, Fields, GENESIS, record_hash};
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite://").unwrap().filename(db);
+    let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    let mut records: Vec<ChainRecord> = sqlx::query_as(
+        "SELECT id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, \
+         arguments, prev_hash, hash FROM audit ORDER BY id",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let above: i64 = sqlx::query_scalar("SELECT max(record_id) FROM audit_checkpoints").fetch_one(&mut connection).await.unwrap();
+    records.retain(|record| record.id != 7);
+    records.iter_mut().filter(|record| record.id == 3).for_each(|record| record.outcome = "denied".into());
+    sqlx::query("DELETE FROM audit").execute(&mut connection).await.unwrap();
+    let mut prev = GENESIS.to_owned();
+    for (n, record) in records.iter().enumerate() {
+        let fields = Fields {
+            at_ms: record.at_ms,
+            agent: &record.agent,
+            caller: &record.caller,
+            transport: &record.transport,
+            qualified_name: &record.qualified_name,
+            server: &record.server,
+            tool: &record.tool,
+            generation: record.generation,
+            definition_hash: &record.definition_hash,
+            outcome: &record.outcome,
+            duration_us: record.duration_us,
+            arguments: record.arguments.as_deref(),
+        };
+        let hash = record_hash(&prev, &fields);
+        sqlx::query(
+            "INSERT INTO audit (id, at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, \
+             duration_us, arguments, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(above + 1 + i64::try_from(n).unwrap())
+        .bind(record.at_ms)
+        .bind(&record.agent)
+        .bind(&record.caller)
+        .bind(&record.transport)
+        .bind(&record.qualified_name)
+        .bind(&record.server)
+        .bind(&record.tool)
+        .bind(record.generation)
+        .bind(&record.definition_hash)
+        .bind(&record.outcome)
+        .bind(record.duration_us)
+        .bind(&record.arguments)
+        .bind(&prev)
+        .bind(&hash)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+        prev = hash;
+    }
+    sqlx::Connection::close(connection).await.unwrap();
+}
+
+/// Item 8 and 10 of issue 50: with write access to the store but not the key, rewriting the
+/// chain with recomputed hashes and ids moved past every checkpoint, removing every link, or
+/// removing every checkpoint each fails `verify --public-key`, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_writer_without_the_key_can_neither_renumber_unlink_nor_unsign_the_chain() {
+    let dir = TestDir::new();
+    let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    calls_each_recorded(&app, 12).await;
+    app.shutdown().await;
+    let db = dir.db_path();
+    let key = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "key", "--store"]).arg(&db).output().unwrap();
+    std::fs::write(dir.path("audit.pub"), &key.stdout).unwrap();
+    let public = ["--public-key", dir.path("audit.pub").to_str().unwrap()].map(str::to_owned);
+    let (ok, said) = verify(&db, &public.each_ref().map(String::as_str));
+    assert!(ok && said.starts_with("intact: 12 records, "), "{said}");
+
+    let pristine = std::fs::read(&db).unwrap();
+    let tampered = dir.path("tampered.db");
+    // Rewritten, hashes recomputed, ids moved past every checkpoint.
+    std::fs::write(&tampered, &pristine).unwrap();
+    rewrite_past_every_checkpoint(&tampered).await;
+    let (ok, said) = verify(&tampered, &public.each_ref().map(String::as_str));
+    assert!(
+        !ok && said.contains("BROKEN: record ") && said.contains(", signed by checkpoint ") && said.contains("was removed or its id moved"),
+        "{said}"
+    );
+    // Every link removed: no record left "older than the chain" past where it was signed to start.
+    std::fs::write(&tampered, &pristine).unwrap();
+    sql(&tampered, "UPDATE audit SET prev_hash = NULL, hash = NULL").await;
+    let (ok, said) = verify(&tampered, &public.each_ref().map(String::as_str));
+    assert!(!ok && said.contains("BROKEN: record 1 carries no hash, yet checkpoint ") && said.contains("its link was removed"), "{said}");
+    // Every checkpoint removed: a chain nothing signs.
+    std::fs::write(&tampered, &pristine).unwrap();
+    sql(&tampered, "DELETE FROM audit_checkpoints").await;
+    let (ok, said) = verify(&tampered, &public.each_ref().map(String::as_str));
+    assert!(!ok && said.contains("BROKEN: no checkpoint signs the chain's 12 records"), "{said}");
+}
+
+/// A running daemon whose store is rewritten under it (hashes recomputed, ids moved past every
+/// checkpoint) signs it no more: no checkpoint is added, its audit's health turns NOT_SERVING,
+/// calls go on and are recorded; the chain then fails verification with the kept public key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_refuses_to_sign_a_chain_rewritten_under_it_and_serves_on() {
+    let dir = TestDir::new();
+    let app = start(dir.config_with("[audit]\ncheckpoint_records = 1\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    calls_each_recorded(&app, 6).await;
+    let db = dir.db_path();
+    let checkpoints = async || -> (i64, i64) {
+        let mut connection = sqlx::ConnectOptions::connect(
+            &<sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str("sqlite://").unwrap().filename(&db).read_only(true),
+        )
+        .await
+        .unwrap();
+        let counted: (i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), coalesce(max(record_id), 0) FROM audit_checkpoints").fetch_one(&mut connection).await.unwrap();
+        sqlx::Connection::close(connection).await.unwrap();
+        counted
+    };
+    let signed = eventually("the sixth record signed", async || {
+        let (count, to) = checkpoints().await;
+        (to == 6).then_some((count, to))
+    })
+    .await;
+    rewrite_past_every_checkpoint(&db).await;
+    // Three more records: the writer's cadence would sign each.
+    calls_each_recorded(&app, 3).await;
+    crate::store_faults::health_becomes(&app, "toolhost.v1.Audit", tonic_health::pb::health_check_response::ServingStatus::NotServing)
+        .await;
+    let call = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
+    client(&app).await.call_tool(call).await.expect("calls go on");
+    app.shutdown().await;
+    assert_eq!(checkpoints().await, signed, "nothing signed over the rewritten chain, not even at shutdown");
+    let key = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "key", "--store"]).arg(&db).output().unwrap();
+    std::fs::write(dir.path("audit.pub"), &key.stdout).unwrap();
+    let (ok, said) = verify(&db, &["--public-key", dir.path("audit.pub").to_str().unwrap()]);
+    assert!(!ok && said.contains("BROKEN: ") && said.contains("was removed or its id moved"), "{said}");
 }
 
 /// Records go to a JSON Lines file, a Unix socket, a syslog receiver over TCP and one over TLS,
