@@ -1,6 +1,7 @@
 //! Property-based fuzzing of every parser of untrusted bytes (proptest, stable toolchain): JSON-RPC
 //! line classification, the SSE decoder, line framing, `tools/list` pages through
-//! canonicalisation, `_meta` splicing, configuration files, page tokens and qualified names.
+//! canonicalisation, `_meta` splicing, configuration files, page tokens, qualified names and
+//! `WWW-Authenticate` challenges (the endpoint's messages: `endpoint::message`'s own tests).
 //!
 //! Each target feeds both raw bytes and inputs built from protocol fragments (which reach much
 //! deeper than random bytes), and checks more than "no panic" where a property exists. The test
@@ -258,6 +259,51 @@ proptest! {
         // Without a header block to rewrite (random HPACK rarely decodes), every byte comes out.
         if out.len() != stream.len() {
             prop_assert!(stream.windows(4).any(|w| w[3] == 1), "only a HEADERS frame can change the stream");
+        }
+    }
+}
+
+/// Pieces of `WWW-Authenticate` values: schemes, parameters, quoting and its escapes.
+const CHALLENGE_FRAGMENTS: &[&str] = &[
+    "Bearer",
+    "bearer",
+    "Basic",
+    "DPoP",
+    " ",
+    ",",
+    "=",
+    "\"",
+    "\\",
+    "realm=",
+    "scope=",
+    "error=",
+    "resource_metadata=",
+    "\"https://a.example/.well-known/oauth-protected-resource\"",
+    "\"read write\"",
+    "invalid_token",
+    "\u{0}",
+    "\u{1b}[2J",
+    "é",
+    "\r\n",
+];
+
+fn challenge() -> impl Strategy<Value = String> {
+    let pieces = prop::collection::vec(prop::sample::select(CHALLENGE_FRAGMENTS), 0..40).prop_map(|parts| parts.concat());
+    prop_oneof![pieces, any::<String>()]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A `WWW-Authenticate` value comes from the remote server: whatever it holds, the parse
+    /// never panics, and what it finds was in the header.
+    #[test]
+    fn www_authenticate_challenges_are_read_without_panicking(header in challenge()) {
+        if let Some(found) = crate::upstream::oauth::Challenge::parse(&header) {
+            prop_assert!(header.to_ascii_lowercase().contains("bearer"));
+            for value in [&found.scope, &found.error, &found.resource_metadata].into_iter().flatten() {
+                prop_assert!(value.len() <= header.len());
+            }
         }
     }
 }

@@ -242,7 +242,77 @@ impl<'a> Params<'a> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Pieces of client messages, glued at random (FUZZING.md).
+    const FRAGMENTS: &[&str] = &[
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "\"",
+        "\\u0000",
+        "\\ud800",
+        "null",
+        "1.5",
+        "1e999",
+        "18446744073709551616",
+        "\"jsonrpc\":\"2.0\"",
+        "\"id\":",
+        "\"id\":1",
+        "\"method\":\"tools/call\"",
+        "\"method\":\"initialize\"",
+        "\"params\":",
+        "\"name\":\"t\"",
+        "\"arguments\":",
+        "\"cursor\":",
+        "\"_meta\":",
+        "\"progressToken\":",
+        "\"io.modelcontextprotocol/protocolVersion\":",
+        "\"2026-07-28\"",
+        "\"task\":{\"ttl\":",
+        "\"taskId\":",
+        "\"inputResponses\":",
+        "\"requestState\":",
+        "\"result\":",
+        "\"error\":",
+        "\"capabilities\":",
+        "\"extensions\":",
+        " ",
+        "\n",
+        "\u{feff}",
+    ];
+
+    fn message() -> impl Strategy<Value = Vec<u8>> {
+        let pieces = prop::collection::vec(prop::sample::select(FRAGMENTS), 0..48).prop_map(|parts| parts.concat().into_bytes());
+        prop_oneof![pieces, prop::collection::vec(any::<u8>(), 0..512)]
+    }
+
+    proptest! {
+        // PROPTEST_CASES sets the campaign's length, as for `crate::fuzz`.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Whatever a client sends, the endpoint classifies it or names why not, never panics;
+        /// a request's params and a 2026 client's capabilities are read the same way.
+        #[test]
+        fn client_messages_are_classified_without_panicking(line in message()) {
+            match read(&line) {
+                Ok(Message::Request(request)) => {
+                    let _ = Params::read(request.params);
+                    if let Ok(params) = Params::read(request.params) {
+                        let _ = params.era();
+                        let _ = declares_tasks(params.meta.as_ref().and_then(|meta| meta.client_capabilities));
+                    }
+                }
+                Ok(_) => {}
+                Err(unreadable) => prop_assert!(unreadable.code < 0 && !unreadable.message.is_empty()),
+            }
+        }
+    }
 
     #[test]
     fn every_shape_is_classified_and_bad_input_named() {

@@ -280,7 +280,77 @@ fn shown(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Pieces of proxy request heads, glued at random (FUZZING.md).
+    const HEAD_FRAGMENTS: &[&str] = &[
+        "CONNECT ",
+        "GET ",
+        "get ",
+        "POST ",
+        " ",
+        "http://",
+        "HTTP://",
+        "https://",
+        "registry.npmjs.org",
+        "[::1]",
+        "[",
+        "]",
+        ":",
+        ":443",
+        ":99999",
+        "@",
+        "/",
+        "?",
+        "#",
+        " HTTP/1.1",
+        " HTTP/1.0",
+        " HTTP/2",
+        "\r\n",
+        "\n",
+        "\r",
+        "Host: x",
+        "Proxy-Authorization: Basic a",
+        "proxy-connection: keep-alive",
+        "Connection: upgrade",
+        "Keep-Alive: 5",
+        "X: a\rHost: evil",
+        "é",
+        "\u{0}",
+        "\u{1b}",
+    ];
+
+    fn head() -> impl Strategy<Value = String> {
+        let pieces = prop::collection::vec(prop::sample::select(HEAD_FRAGMENTS), 0..40).prop_map(|parts| parts.concat());
+        prop_oneof![pieces, any::<String>()]
+    }
+
+    proptest! {
+        // PROPTEST_CASES sets the campaign's length, as for `crate::fuzz`.
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Whatever a server's client writes, the proxy reads a tunnel, one request to forward
+        /// or nothing; never a target with user info or without a host, and a forwarded head
+        /// never carries the proxy's or the connection's own headers.
+        #[test]
+        fn proxy_request_heads_are_read_without_panicking(head in head()) {
+            match ask_of(&head) {
+                Some(Ask::Tunnel { host, .. }) => prop_assert!(!host.is_empty() && !host.contains('@')),
+                Some(Ask::Forward { host, head: forwarded, .. }) => {
+                    prop_assert!(!host.is_empty() && !host.contains('@'));
+                    prop_assert!(forwarded.ends_with("Connection: close\r\n\r\n"));
+                    let body = &forwarded[..forwarded.len() - "Connection: close\r\n\r\n".len()];
+                    for line in body.split("\r\n").skip(1) {
+                        let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+                        prop_assert!(!matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"), "{line}");
+                    }
+                }
+                None => {}
+            }
+        }
+    }
 
     #[test]
     fn a_tunnel_or_a_plain_http_request_names_its_target_and_nothing_else_does() {

@@ -55,7 +55,8 @@ impl Challenge {
                 }
                 rest = remainder.trim_start().trim_start_matches(',').trim_start();
             } else if token.is_empty() {
-                rest = after.trim_start_matches(',').trim_start();
+                // A lone `=` (or `,`) names nothing: skip it, or the loop would stand still on it.
+                rest = after.trim_start_matches([',', '=']).trim_start();
             } else {
                 in_bearer = token.eq_ignore_ascii_case("bearer");
                 if in_bearer && challenge.is_none() {
@@ -163,6 +164,11 @@ mod tests {
         assert_eq!(Challenge::parse(r#"Basic realm="x""#), None);
         assert_eq!(Challenge::parse(r#"Bearer scope="unterminated"#), None);
         assert_eq!(Challenge::parse(&"x".repeat(MAX_CHALLENGE_BYTES + 1)), None);
+        // A lone `=` once held the reader (and a runtime thread) for ever; found by the fuzz
+        // target `www_authenticate_challenges_are_read_without_panicking`.
+        assert_eq!(Challenge::parse("=").unwrap_or_default(), Challenge::default());
+        let spaced = Challenge::parse("Bearer scope=a, =, = error=x").unwrap();
+        assert_eq!((spaced.scope.as_deref(), spaced.error.as_deref()), (Some("a"), Some("x")));
     }
 
     #[test]
