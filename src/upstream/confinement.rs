@@ -77,6 +77,11 @@ pub enum PlanError {
     NoCwd(PathBuf),
     #[error("{} lies inside {}, one of the daemon's private places, which no server may see", grant.display(), place.display())]
     Private { grant: PathBuf, place: PathBuf },
+    #[error(
+        "{} cannot be granted writable: it holds {}, which holds {}, one of the daemon's private places; the server could rename {} and take the place from under its mask (grant a directory beside it, or move the store)",
+        grant.display(), via.display(), place.display(), via.display()
+    )]
+    AbovePrivate { grant: PathBuf, via: PathBuf, place: PathBuf },
 }
 
 /// The plan for one start of a sandboxed server.
@@ -143,6 +148,11 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
             return Err(PlanError::Private { grant: grant.clone(), place: place.clone() });
         }
     }
+    for grant in &write {
+        if let Some((via, place)) = movable_above(grant, &hidden) {
+            return Err(PlanError::AbovePrivate { grant: grant.clone(), via, place });
+        }
+    }
     read.sort();
     read.dedup();
     Ok(Plan {
@@ -157,6 +167,17 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         network,
         limits: sandbox.limits,
         watched: false,
+    })
+}
+
+/// A directory a writable `grant` holds on the way to a private place, which is not itself
+/// hidden: the server could rename it (its mask is a mount on the place, deeper down) and the
+/// place would leave its mask, and the daemon would then make its homes where the server says.
+/// A place straight in the grant is its own mount, which no rename moves.
+fn movable_above(grant: &Path, hidden: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    hidden.iter().filter(|place| place.starts_with(grant) && place.as_path() != grant).find_map(|place| {
+        let via = place.ancestors().skip(1).take_while(|dir| *dir != grant).find(|dir| !hidden.iter().any(|other| other == dir))?;
+        Some((via.to_path_buf(), place.clone()))
     })
 }
 
@@ -334,6 +355,28 @@ mod tests {
         let problem = plan_for(&spec).unwrap_err();
         assert!(matches!(&problem, PlanError::Private { place, .. } if *place == std::fs::canonicalize(dir.path()).unwrap()), "{problem}");
         assert!(problem.to_string().contains("private"), "{problem}");
+    }
+
+    #[test]
+    fn a_write_grant_above_the_stores_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("w/st");
+        std::fs::create_dir_all(&store_dir).unwrap();
+        let mut spec = spec("sh", &[]);
+        spec.sandbox.write = vec![dir.path().join("w")];
+        let real = |path: &Path| std::fs::canonicalize(path).unwrap();
+        // The store and the homes beside it, one directory down: `st` could be renamed.
+        spec.sandbox.hidden = vec![real(&store_dir).join("toolhost.db"), real(&store_dir).join("servers")];
+        let problem = plan_for(&spec).unwrap_err();
+        assert!(matches!(&problem, PlanError::AbovePrivate { via, .. } if *via == real(&store_dir)), "{problem}");
+        assert!(problem.to_string().contains("rename"), "{problem}");
+        // Straight in the grant, each place is its own mount: the grant stands.
+        spec.sandbox.write = vec![store_dir.clone()];
+        assert!(plan_for(&spec).is_ok());
+        // And a hidden directory on the way hides what is under it.
+        spec.sandbox.write = vec![dir.path().join("w")];
+        spec.sandbox.hidden.push(real(&store_dir));
+        assert!(plan_for(&spec).is_ok());
     }
 
     #[test]

@@ -487,3 +487,30 @@ async fn a_grant_of_the_stores_directory_never_shows_a_siblings_home() {
     assert!(result(format!("write {}", own.display())).starts_with("reached"), "its own home stays writable: {report}");
     app.shutdown().await;
 }
+
+/// A write grant of the directory that holds the store's directory: the server could rename the
+/// store's directory (its masks are mounts on the places inside, which move with it), then read
+/// a sibling's home and, under an unprivileged daemon, the signing key. The grant is refused at
+/// its start, naming the directory and the fix; its neighbour serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_grant_above_the_stores_directory_is_refused_and_named() {
+    let dir = TestDir::new();
+    let above = dir.path("w");
+    std::fs::create_dir_all(above.join("st")).unwrap();
+    open_to_all(&above);
+    let servers = format!(
+        "{}{}",
+        hostile_table("mover", &format!("write = [{:?}]", above.display().to_string())),
+        hostile_table("neighbour", "")
+    );
+    let text = format!("[store]\npath = \"w/st/catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{servers}");
+    let path = dir.path("toolhost.toml");
+    std::fs::write(&path, &text).unwrap();
+    let app = start(toolhost::config::Config::load(&path).unwrap()).await;
+    let failed = wait_for_server(app.registry(), "mover", "failed", |v| v.state == ServerState::Failed).await;
+    let error = failed.last_error.clone().unwrap_or_default();
+    let store_dir = std::fs::canonicalize(above.join("st")).unwrap();
+    assert!(error.contains("cannot be granted writable") && error.contains(&store_dir.display().to_string()), "{error}");
+    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state == ServerState::Ready).await;
+    app.shutdown().await;
+}
