@@ -61,6 +61,9 @@ pub(super) struct Asked<'a> {
     /// How long the caller waits for a decision.
     pub(super) wait: Duration,
     pub(super) progress: Option<&'a tokio::sync::mpsc::Sender<Box<serde_json::value::RawValue>>>,
+    /// A task's call: told which request it waits for (kept, so that a restart follows it), and
+    /// the request it follows by id after a restart.
+    pub(super) following: Option<&'a super::tasks::Following>,
 }
 
 /// A call's arguments as RFC 8785 canonical JSON, and its SHA-256.
@@ -97,57 +100,23 @@ impl Approvals {
         requested: impl FnOnce(&ApprovalRecord),
     ) -> Result<Option<Approved>, CallError> {
         let store = &self.inner.store;
-        let snapshot = registry.snapshot();
-        let Some((view, idx)) = crate::calls::locate(&snapshot.servers, asked.tool) else {
-            // Nothing to approve: the call fails as a call of an unknown tool does.
-            return Ok(None);
-        };
-        let Some(definition_hash) = view.generation.as_ref().and_then(|generation| generation.tools.get(idx)).map(|tool| tool.hash.clone())
-        else {
-            return Ok(None);
-        };
-        let qualified = view.qualified().name(idx).to_owned();
-        let (arguments, digest) = canonical_arguments(asked.arguments)?;
-        let principal = asked.caller.principal();
-        let now = now_ms();
         let stored = |error: StoreError| CallError::Store(error.to_string());
-        let mut record = match store.live_call_approval(&principal, &qualified, &digest, now).await.map_err(stored)? {
-            Some(record) => record,
-            None => {
-                let ttl = i64::try_from(self.inner.settings.ttl.as_millis()).unwrap_or(i64::MAX);
-                let record = ApprovalRecord {
-                    id: crate::secrets::random_token().ok_or_else(|| CallError::Store("no random source for an approval id".to_owned()))?,
-                    principal,
-                    agent: asked.caller.agent.name.to_string(),
-                    caller: asked.caller.identity.describe(),
-                    qualified_name: qualified,
-                    definition_hash,
-                    arguments,
-                    arguments_digest: digest,
-                    policy_revision: asked.caller.agent.policy_revision.clone(),
-                    status: ApprovalStatus::Pending,
-                    requested_at_ms: now,
-                    expires_at_ms: now.saturating_add(ttl),
-                    decided_by: None,
-                    decided_at_ms: None,
-                    reason: None,
-                    task_id: None,
-                };
-                let settings = &self.inner.settings;
-                match store
-                    .insert_call_approval(&record, settings.max_pending_per_agent, settings.max_pending, now)
-                    .await
-                    .map_err(stored)?
-                {
-                    Admission::Stored => requested(&record),
-                    Admission::AgentFull(limit) => {
-                        return Err(ApprovalError::TooMany { whose: format!("agent {:?}", record.agent), limit }.into());
-                    }
-                    Admission::Full(limit) => return Err(ApprovalError::TooMany { whose: "toolhost".to_owned(), limit }.into()),
-                }
-                record
-            }
+        let followed = asked.following.and_then(|following| following.request.as_deref());
+        let mut record = match followed {
+            // The request a task waited for before a restart: its own (the task checked), for
+            // this tool, and judged below as any other, whatever the catalog is at start.
+            Some(id) => match store.call_approval(id).await.map_err(stored)? {
+                Some(record) if record.qualified_name == *asked.tool.qualified() => record,
+                _ => return Err(ApprovalError::Expired { id: id.to_owned() }.into()),
+            },
+            None => match self.request_for(&asked, registry, requested).await? {
+                Some(record) => record,
+                None => return Ok(None),
+            },
         };
+        if let Some(following) = asked.following {
+            following.waiting(&record.id).await;
+        }
         if let Some(progress) = asked.progress {
             let message = format!("waiting for approval by an operator (request {})", record.id);
             tell(progress, &message);
@@ -201,6 +170,62 @@ impl Approvals {
             tell(progress, &format!("approved by {}; running", record.decided_by.as_deref().unwrap_or("an operator")));
         }
         Ok(Some(Approved { record }))
+    }
+
+    /// The live request of `asked`'s call (the same call asked before), else a new one (told to
+    /// `requested`); `None` when there is no such tool to approve.
+    async fn request_for(
+        &self,
+        asked: &Asked<'_>,
+        registry: &Registry,
+        requested: impl FnOnce(&ApprovalRecord),
+    ) -> Result<Option<ApprovalRecord>, CallError> {
+        let store = &self.inner.store;
+        let snapshot = registry.snapshot();
+        let Some((view, idx)) = crate::calls::locate(&snapshot.servers, asked.tool) else {
+            // Nothing to approve: the call fails as a call of an unknown tool does.
+            return Ok(None);
+        };
+        let Some(definition_hash) = view.generation.as_ref().and_then(|generation| generation.tools.get(idx)).map(|tool| tool.hash.clone())
+        else {
+            return Ok(None);
+        };
+        let qualified = view.qualified().name(idx).to_owned();
+        let (arguments, digest) = canonical_arguments(asked.arguments)?;
+        let principal = asked.caller.principal();
+        let now = now_ms();
+        let stored = |error: StoreError| CallError::Store(error.to_string());
+        if let Some(record) = store.live_call_approval(&principal, &qualified, &digest, now).await.map_err(stored)? {
+            return Ok(Some(record));
+        }
+        let ttl = i64::try_from(self.inner.settings.ttl.as_millis()).unwrap_or(i64::MAX);
+        let record = ApprovalRecord {
+            id: crate::secrets::random_token().ok_or_else(|| CallError::Store("no random source for an approval id".to_owned()))?,
+            principal,
+            agent: asked.caller.agent.name.to_string(),
+            caller: asked.caller.identity.describe(),
+            qualified_name: qualified,
+            definition_hash,
+            arguments,
+            arguments_digest: digest,
+            policy_revision: asked.caller.agent.policy_revision.clone(),
+            status: ApprovalStatus::Pending,
+            requested_at_ms: now,
+            expires_at_ms: now.saturating_add(ttl),
+            decided_by: None,
+            decided_at_ms: None,
+            reason: None,
+            task_id: None,
+        };
+        let settings = &self.inner.settings;
+        match store.insert_call_approval(&record, settings.max_pending_per_agent, settings.max_pending, now).await.map_err(stored)? {
+            Admission::Stored => requested(&record),
+            Admission::AgentFull(limit) => {
+                return Err(ApprovalError::TooMany { whose: format!("agent {:?}", record.agent), limit }.into());
+            }
+            Admission::Full(limit) => return Err(ApprovalError::TooMany { whose: "toolhost".to_owned(), limit }.into()),
+        }
+        Ok(Some(record))
     }
 
     /// An operator's decision on a pending request: approve, or deny with a reason. Exactly one

@@ -488,6 +488,17 @@ impl Door {
     /// # Errors
     /// [`CallError`]; a refusal is the error a missing tool would give (operators get the truth).
     pub async fn call(&self, caller: &Caller, request: CallRequest<'_>) -> Result<CallResult, CallError> {
+        self.call_following(caller, request, None).await
+    }
+
+    /// [`Door::call`] for a task's call, which `following` tells where the call is (each step
+    /// kept in the task first) and which follows the approval request it names.
+    async fn call_following(
+        &self,
+        caller: &Caller,
+        request: CallRequest<'_>,
+        following: Option<&tasks::Following>,
+    ) -> Result<CallResult, CallError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let request = normalise(request);
         let target = request.tool.clone();
@@ -502,7 +513,8 @@ impl Door {
         // exactly the approved arguments and definition) only once approved.
         let approved: Option<approvals::Approved>;
         let mut request = shorten(request);
-        if caller.agent.needs_approval(&target.qualified()) {
+        // A task following a request after a restart waits for it whatever the policy is now.
+        if caller.agent.needs_approval(&target.qualified()) || following.is_some_and(|following| following.request.is_some()) {
             let deadline = request.timeout.unwrap_or_else(|| {
                 target
                     .server()
@@ -512,7 +524,7 @@ impl Door {
             // Stop waiting a little before the caller's deadline, so that the answer naming the
             // request (and the task that follows it) reaches the caller before its own timer.
             let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
-            let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref() };
+            let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref(), following };
             let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
                 self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
             };
@@ -586,6 +598,17 @@ impl Door {
             }
             None => None,
         };
+        // A task's call is kept as sent (and to which generation) before it is: a restart then
+        // knows whether it may have run.
+        if let Some(following) = following {
+            let generation =
+                crate::calls::locate(&self.registry.snapshot().servers, &target).map_or(0, |(view, _)| view.generation_number());
+            if let Err(error) = following.sending(generation).await {
+                let refused = Err(error);
+                self.audit_call(caller, &target, arguments, started, &refused, false);
+                return refused;
+            }
+        }
         let mut result = self.calls.call(request, resumed.as_ref()).await;
         match (&mut result, resumed) {
             (Ok(done), _) if done.outcome.input_required.is_some() => {

@@ -4,9 +4,13 @@
 //!
 //! A task belongs to the principal that started it: to anyone else it does not exist. Limits
 //! (open tasks, stored result bytes) are checked and the task stored under one lock, so they
-//! hold exactly. A task's call runs at most its TTL. A daemon that stops or dies while a task
-//! runs leaves it failed with an unknown outcome (said so, never retried), unless its server
-//! runs it as a task of its own, which the next daemon follows to its end.
+//! hold exactly. A task's call runs at most its TTL. Where the call is (waiting for approval
+//! request X, handed to generation G) is stored before each step, so that a daemon that stops or
+//! dies under a task leaves an exact account: a task waiting for approval is followed again by
+//! the next daemon (nothing was sent); one whose call was sent fails with an unknown outcome
+//! naming its server and generation (never retried), unless its server runs it as a task of its
+//! own, which the next daemon follows to its end; one stopped before either fails saying it did
+//! not run.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,10 +23,13 @@ use tokio_util::task::TaskTracker;
 pub mod overview;
 
 use super::Door;
-use crate::access::Caller;
-use crate::calls::{CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
+use crate::access::{Caller, Identity};
+use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
+use crate::catalog::names::SEPARATOR;
 use crate::catalog::record::now_ms;
 use crate::config::TasksConfig;
+use crate::registry::ServerState;
+use crate::store::call_approvals::ApprovalRecord;
 use crate::store::tasks::{TaskEnd, TaskRecord, TaskStatus};
 use crate::store::{Store, StoreError};
 
@@ -113,25 +120,93 @@ impl Tasks {
         }
     }
 
-    /// At start: a task a previous daemon left working whose server keeps it is followed again;
-    /// every other ended with that daemon, its outcome unknown.
+    /// At start, the tasks a previous daemon left working: one whose server keeps it, or whose
+    /// call waits for an approval, is followed again; one whose call was sent is failed with an
+    /// unknown outcome; one stopped before either, as not run. Returns how many ended.
     ///
     /// # Errors
     /// [`StoreError`].
     pub(super) async fn recover(&self, door: &Door) -> Result<u64, StoreError> {
-        for task in self.inner.store.tasks_to_follow().await? {
-            let Some(upstream) = task.upstream.clone() else { continue };
-            let stop = self.inner.stopping.child_token();
-            self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(task.id.clone(), stop.clone());
-            tracing::info!(task = %task.id, server_task = %upstream, "following a task its server kept across a restart");
-            self.inner.tracker.spawn(Resume { tasks: self.clone(), door: door.clone(), task, upstream, stop }.run());
+        let mut ended = 0_u64;
+        for task in self.inner.store.working_tasks().await? {
+            let stopped = match (&task.upstream, task.sent_generation, &task.approval) {
+                (Some(upstream), _, _) => {
+                    let (upstream, stop) = (upstream.clone(), self.follow(&task.id));
+                    tracing::info!(task = %task.id, server_task = %upstream, "following a task its server kept across a restart");
+                    self.inner.tracker.spawn(Resume { tasks: self.clone(), door: door.clone(), task, upstream, stop }.run());
+                    continue;
+                }
+                (None, Some(generation), _) => interrupted("toolhost restarted", &task.qualified_name, Some(generation)),
+                (None, None, Some(request)) => match self.follow_approval(door, &task, request).await? {
+                    Ok(run) => {
+                        tracing::info!(task = %task.id, approval = %request, "following the approval request a task waits for across a restart");
+                        self.inner.tracker.spawn(run.run());
+                        continue;
+                    }
+                    Err(refused) => refused,
+                },
+                (None, None, None) => not_sent(&task.qualified_name),
+            };
+            let failure = encode(&stopped);
+            if self.inner.store.end_task(&task.id, &stopped_end(&stopped, &failure), now_ms()).await? {
+                ended = ended.saturating_add(1);
+            }
         }
-        let failure = interrupted("toolhost restarted");
-        let ended = self.inner.store.end_interrupted_tasks(&cut_off(&failure), now_ms()).await?;
         if ended > 0 {
-            tracing::warn!(tasks = ended, "tasks that were running when toolhost stopped are failed with an unknown outcome");
+            tracing::warn!(
+                tasks = ended,
+                "tasks that were running when toolhost stopped are failed, each saying whether its call was sent"
+            );
         }
         Ok(ended)
+    }
+
+    /// Marks task `id` as running (a call runs for it), and gives what stops that call.
+    fn follow(&self, id: &str) -> CancellationToken {
+        let stop = self.inner.stopping.child_token();
+        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), stop.clone());
+        stop
+    }
+
+    /// The call of `task`, which waited for approval request `request` when the previous
+    /// daemon stopped, ready to follow that request again; or why it cannot (it did not run).
+    async fn follow_approval(&self, door: &Door, task: &Task, request: &str) -> Result<Result<Run, CallError>, StoreError> {
+        let Some(record) = door.approvals.get(request).await? else {
+            return Ok(Err(ApprovalError::Expired { id: request.to_owned() }.into()));
+        };
+        // The request binds the caller: a task follows only its own owner's.
+        if record.principal != task.owner || record.qualified_name != task.qualified_name {
+            return Ok(Err(ApprovalError::Expired { id: record.id }.into()));
+        }
+        // The caller is not here: its agent entry as configured now decides for it (and an
+        // approval asked under another policy no longer holds).
+        let Some(agent) = door.policy().entries().into_iter().find(|agent| *agent.name == *task.agent) else {
+            return Ok(Err(ApprovalError::Stale { id: record.id, what: "the caller's policy".to_owned() }.into()));
+        };
+        let left = u64::try_from(expires_at(task).saturating_sub(now_ms())).unwrap_or(0);
+        if left == 0 {
+            return Ok(Err(ApprovalError::Pending { id: record.id, expires_at_ms: record.expires_at_ms, task: None }.into()));
+        }
+        let ApprovalRecord { id, arguments, .. } = record;
+        let call = TaskCall {
+            tool: ToolRef::Qualified(task.qualified_name.clone()),
+            arguments: Some(arguments),
+            expected_hash: None,
+            expected_revision: None,
+            ttl: None,
+        };
+        Ok(Ok(Run {
+            tasks: self.clone(),
+            door: door.clone(),
+            // Its credential is not kept (only its digest, in the principal): the trail names
+            // the agent entry, and the request the call follows names the caller that asked.
+            caller: Caller { identity: Identity::tcp(None), agent },
+            id: task.id.clone(),
+            call,
+            timeout: Duration::from_millis(left),
+            stop: self.follow(&task.id),
+            follow: Some(id),
+        }))
     }
 
     /// How long a 2026 MCP call may take before it is answered as a task (`answer_within`).
@@ -305,6 +380,8 @@ impl Tasks {
             result_bytes: 0,
             ran_against: None,
             upstream: None,
+            approval: None,
+            sent_generation: None,
             created_at_ms: now,
             updated_at_ms: now,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
@@ -335,7 +412,7 @@ impl Tasks {
                 return Err(error.into());
             }
         }
-        let run = Run { tasks: self.clone(), door: door.clone(), caller: caller.clone(), id, call, timeout: ttl, stop };
+        let run = Run { tasks: self.clone(), door: door.clone(), caller: caller.clone(), id, call, timeout: ttl, stop, follow: None };
         self.inner.tracker.spawn(run.run());
         Ok(task)
     }
@@ -350,6 +427,8 @@ struct Run {
     call: TaskCall,
     timeout: Duration,
     stop: CancellationToken,
+    /// The approval request the call waited for before a restart, followed again by id.
+    follow: Option<String>,
 }
 
 impl Run {
@@ -376,7 +455,14 @@ impl Run {
             // that a restarted toolhost follows it instead of losing it.
             upstream_task: Some(UpstreamTask { ttl: self.timeout, started: Some(started) }),
         };
-        let call = self.door.call(&self.caller, request);
+        let following = Following {
+            store: self.tasks.inner.store.clone(),
+            task: self.id.clone(),
+            request: self.follow.clone(),
+            // A request followed again is already kept in the task's row.
+            stage: Mutex::new(if self.follow.is_some() { Stage::Waiting } else { Stage::Before }),
+        };
+        let call = self.door.call_following(&self.caller, request, Some(&following));
         tokio::pin!(call);
         let (mut upstream, mut told_once) = (false, false);
         let mut last_progress: Option<tokio::time::Instant> = None;
@@ -406,8 +492,80 @@ impl Run {
                 }
             }
         };
-        finish(&self.tasks, &self.id, result, upstream).await;
+        // Read once the call is no longer polled: nothing moves it any more.
+        let left = match following.stage() {
+            _ if upstream => Left::Kept,
+            Stage::Waiting => Left::Kept,
+            Stage::Sent(generation) => Left::CutOff(Some(generation)),
+            Stage::Before => Left::NotSent,
+        };
+        finish(&self.tasks, &self.id, &self.call.tool.qualified(), result, left).await;
     }
+}
+
+/// Where a task's call is, as far as the next start needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Nothing sent, nothing to follow.
+    Before,
+    /// Waiting for the approval request kept in the task's row: nothing sent.
+    Waiting,
+    /// Handed to this generation of its server: it may run from here.
+    Sent(u64),
+}
+
+/// What the door tells a task's call as it goes, each step kept in the task's row first, and
+/// the approval request it follows (after a restart: by id, as the caller that asked is not
+/// there to be matched again).
+pub(super) struct Following {
+    store: Store,
+    task: String,
+    pub(super) request: Option<String>,
+    stage: Mutex<Stage>,
+}
+
+impl Following {
+    /// The call waits for approval request `id`: kept, so that the next start follows it again.
+    pub(super) async fn waiting(&self, id: &str) {
+        match self.store.set_task_approval(&self.task, id).await {
+            Ok(()) => self.set(Stage::Waiting),
+            Err(error) => {
+                tracing::warn!(task = %self.task, %error, "cannot keep the approval request a task waits for: a restart will not follow it");
+            }
+        }
+    }
+
+    /// The call is handed to `generation` of its server. Kept first, or it is not sent: the
+    /// next start must never take a call that may have run for one that did not.
+    ///
+    /// # Errors
+    /// [`CallError::Store`]: not kept, not sent.
+    pub(super) async fn sending(&self, generation: u64) -> Result<(), CallError> {
+        self.store.set_task_sent(&self.task, generation).await.map_err(|error| {
+            CallError::Store(format!("cannot record that task {} sends its call, so it was not sent: {error}", self.task))
+        })?;
+        self.set(Stage::Sent(generation));
+        Ok(())
+    }
+
+    fn set(&self, stage: Stage) {
+        *self.stage.lock().unwrap_or_else(PoisonError::into_inner) = stage;
+    }
+
+    fn stage(&self) -> Stage {
+        *self.stage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a task's call leaves for the next start when toolhost stops under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Left {
+    /// Followed again by the next start (its server keeps it, or it waits for an approval).
+    Kept,
+    /// Sent (to this generation, where known): its outcome is unknown.
+    CutOff(Option<u64>),
+    /// Never sent: it did not run.
+    NotSent,
 }
 
 /// A task whose call a server runs as its own task, followed again after a restart.
@@ -428,7 +586,7 @@ impl Resume {
             result = self.door.calls().resume_upstream_task(&tool, self.upstream.clone(), deadline) => Some(result),
             () = self.stop.cancelled() => None,
         };
-        finish(&self.tasks, &self.task.id, result, true).await;
+        finish(&self.tasks, &self.task.id, &self.task.qualified_name, result, Left::Kept).await;
     }
 }
 
@@ -447,30 +605,42 @@ fn as_listed(tasks: Vec<Task>, running: &std::collections::HashSet<String>, now:
 
 /// A stored task as it is, given the calls that ran just before it was read: one stored as
 /// working that no call runs was cut off by a daemon that stopped (its end could not be
-/// written: a full disk at start).
+/// written: a full disk at start), its outcome unknown if it was sent, else not run.
 fn as_it_is(mut task: Task, was_running: bool) -> Task {
     if task.status == TaskStatus::Working && !was_running {
-        task.status = TaskStatus::Failed;
-        task.status_message = Some(INTERRUPTED.to_owned());
-        task.outcome = Some("session_lost".to_owned());
-        task.failure = Some(interrupted("toolhost stopped"));
+        let stopped = match task.sent_generation {
+            Some(generation) => interrupted("toolhost stopped", &task.qualified_name, Some(generation)),
+            None => not_sent(&task.qualified_name),
+        };
+        let failure = encode(&stopped);
+        let end = stopped_end(&stopped, &failure);
+        task.status = end.status;
+        task.status_message = end.message.map(str::to_owned);
+        task.outcome = Some(end.outcome.to_owned());
+        task.failure = Some(failure);
     }
     task
 }
 
-/// Records how a task's call ended (`None`: it was stopped), and tells the waiters.
-async fn finish(tasks: &Tasks, id: &str, result: Option<Result<CallResult, CallError>>, upstream: bool) {
+/// Records how a task's call of `qualified` ended (`None`: it was stopped, leaving `left`),
+/// and tells the waiters.
+async fn finish(tasks: &Tasks, id: &str, qualified: &str, result: Option<Result<CallResult, CallError>>, left: Left) {
     let inner = &tasks.inner;
-    let failure;
+    let (failure, stopped);
     let too_large;
     let end = match &result {
         // Cancelled by its caller (already recorded).
         None if !inner.stopping.is_cancelled() => return forget(tasks, id),
-        // The daemon stops, and the server keeps the task: the next start follows it.
-        None if upstream => return forget(tasks, id),
+        // The daemon stops, and the server keeps the task or it waits for an approval: the
+        // next start follows it.
+        None if left == Left::Kept => return forget(tasks, id),
         None => {
-            failure = interrupted("toolhost stopped");
-            cut_off(&failure)
+            stopped = match left {
+                Left::CutOff(generation) => interrupted("toolhost stopped", qualified, generation),
+                Left::Kept | Left::NotSent => not_sent(qualified),
+            };
+            failure = encode(&stopped);
+            stopped_end(&stopped, &failure)
         }
         Some(Ok(done)) if done.outcome.input_required.is_some() => {
             failure = encode(&CallError::InvalidResult {
@@ -522,7 +692,10 @@ async fn finish(tasks: &Tasks, id: &str, result: Option<Result<CallResult, CallE
             failure = encode(error);
             TaskEnd {
                 status: TaskStatus::Failed,
-                message: Some("the call failed"),
+                message: Some(match error {
+                    CallError::Approval(_) => "the call did not run: its approval request did not let it",
+                    _ => "the call failed",
+                }),
                 outcome: error.kind(),
                 result: None,
                 failure: Some(&failure),
@@ -572,26 +745,52 @@ fn progress_message(params: &serde_json::value::RawValue) -> Option<String> {
     Some(crate::door::truncate(crate::secrets::redact_owned(text), MAX_PROGRESS_MESSAGE))
 }
 
-/// The end of a task whose call toolhost stopped running: failed, its outcome unknown.
-fn cut_off(failure: &str) -> TaskEnd<'_> {
+/// The end of a task whose call toolhost stopped running with `error` (as `failure`): its
+/// outcome unknown when the call was sent, else saying that it did not run.
+fn stopped_end<'a>(error: &CallError, failure: &'a str) -> TaskEnd<'a> {
+    let message = match error {
+        CallError::SessionLost { .. } => INTERRUPTED,
+        CallError::Approval(_) => "toolhost stopped while the call waited for approval, and it cannot run now: it did not run",
+        _ => NOT_SENT,
+    };
     TaskEnd {
         status: TaskStatus::Failed,
-        message: Some(INTERRUPTED),
-        outcome: "session_lost",
+        message: Some(message),
+        outcome: error.kind(),
         result: None,
         failure: Some(failure),
         ran_against: None,
     }
 }
 
-/// The failure of a task whose call was cut off by toolhost stopping.
-fn interrupted(why: &str) -> String {
-    encode(&CallError::SessionLost {
-        server: String::new(),
-        tool: String::new(),
-        generation: 0,
+const NOT_SENT: &str = "toolhost stopped before the call was sent; it did not run";
+
+/// The failure of a task whose call (of `qualified`, handed to `generation`) was cut off by
+/// toolhost stopping: its outcome unknown.
+fn interrupted(why: &str, qualified: &str, generation: Option<u64>) -> CallError {
+    let (server, tool) = split(qualified);
+    CallError::SessionLost {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        generation: generation.unwrap_or(0),
         detail: Some(format!("{why} while the task's call ran")),
-    })
+    }
+}
+
+/// The failure of a task whose call of `qualified` toolhost stopped before it was sent.
+fn not_sent(qualified: &str) -> CallError {
+    let (server, tool) = split(qualified);
+    CallError::Unavailable {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        state: ServerState::Stopped,
+        reason: Some(NOT_SENT.to_owned()),
+    }
+}
+
+/// A qualified name's server and tool parts (the whole name as the tool when it has none).
+fn split(qualified: &str) -> (&str, &str) {
+    qualified.split_once(SEPARATOR).unwrap_or(("", qualified))
 }
 
 fn encode(error: &CallError) -> String {

@@ -37,7 +37,7 @@ pub(crate) const OWNERS: &[Owner] = &[
         migrations: &["0003_audit", "0011_audit_chain", "0012_audit_anchor"],
     },
     Owner { name: "quotas", files: &["quotas.rs"], tables: &["quota_usage"], migrations: &["0008_quotas"] },
-    Owner { name: "tasks", files: &["tasks.rs"], tables: &["tasks"], migrations: &["0009_tasks"] },
+    Owner { name: "tasks", files: &["tasks.rs"], tables: &["tasks"], migrations: &["0009_tasks", "0013_task_stages"] },
     Owner { name: "call approvals", files: &["call_approvals.rs"], tables: &["call_approvals"], migrations: &["0010_call_approvals"] },
     Owner { name: "fleet spool", files: &["fleet.rs"], tables: &[], migrations: &[] },
 ];

@@ -69,6 +69,11 @@ pub struct TaskRecord {
     pub ran_against: Option<(u64, String)>,
     /// The server's own task id, when the server runs the call as a task.
     pub upstream: Option<String>,
+    /// The approval request the call waits for (or waited for): until it is used, nothing
+    /// was sent, and a restarted daemon follows it again.
+    pub approval: Option<String>,
+    /// The generation the call was handed to: from there it may have run.
+    pub sent_generation: Option<u64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     pub ttl_ms: u64,
@@ -122,6 +127,8 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> TaskRecord {
             _ => None,
         },
         upstream: row.get("upstream_task"),
+        approval: row.get("approval_id"),
+        sent_generation: row.get::<Option<i64>, _>("sent_generation").and_then(|generation| u64::try_from(generation).ok()),
         created_at_ms: row.get("created_at_ms"),
         updated_at_ms: row.get("updated_at_ms"),
         ttl_ms: u64::try_from(row.get::<i64, _>("ttl_ms")).unwrap_or(0),
@@ -291,39 +298,44 @@ impl Store {
         Ok(())
     }
 
-    /// Working tasks whose servers run them as tasks of their own: a restarted daemon follows
-    /// them.
+    /// Keeps the approval request a working task's call waits for: a restarted daemon follows
+    /// it again instead of failing the task.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn tasks_to_follow(&self) -> Result<Vec<TaskRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM tasks WHERE status = 'working' AND upstream_task IS NOT NULL").fetch_all(&self.pool()).await?;
-        Ok(rows.iter().map(record).collect())
+    pub async fn set_task_approval(&self, id: &str, approval: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE tasks SET approval_id = ?2 WHERE id = ?1 AND status = 'working'")
+            .bind(id)
+            .bind(approval)
+            .execute(tx.conn())
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
-    /// Ends every task still `working` in the store whose server does not keep it (no
-    /// upstream task) as failed with `end` (at start: the daemon that ran them is gone).
-    /// Returns how many.
+    /// Keeps the generation a working task's call was handed to (from there it may run).
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn end_interrupted_tasks(&self, end: &TaskEnd<'_>, now_ms: i64) -> Result<u64, StoreError> {
+    pub async fn set_task_sent(&self, id: &str, generation: u64) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        let changed = sqlx::query(
-            "UPDATE tasks SET status = ?1, status_message = ?2, outcome = ?3, failure = ?4, updated_at_ms = ?5 \
-             WHERE status = 'working' AND upstream_task IS NULL",
-        )
-        .bind(end.status.as_str())
-        .bind(end.message)
-        .bind(end.outcome)
-        .bind(end.failure)
-        .bind(now_ms)
-        .execute(tx.conn())
-        .await?
-        .rows_affected();
+        sqlx::query("UPDATE tasks SET sent_generation = ?2 WHERE id = ?1 AND status = 'working'")
+            .bind(id)
+            .bind(to_i64(generation))
+            .execute(tx.conn())
+            .await?;
         tx.commit().await?;
-        Ok(changed)
+        Ok(())
+    }
+
+    /// Every task still working in the store (at start: those a previous daemon left).
+    ///
+    /// # Errors
+    /// [`StoreError`] on a database failure.
+    pub async fn working_tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM tasks WHERE status = 'working'").fetch_all(&self.pool()).await?;
+        Ok(rows.iter().map(record).collect())
     }
 
     /// Deletes ended tasks whose TTL ran out. Returns how many.

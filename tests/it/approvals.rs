@@ -233,7 +233,7 @@ async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let late =
         agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("before the restart"), Duration::from_secs(2))).await.unwrap_err();
-    let id = error_info(&late).1["approval_id"].clone();
+    let (id, follower) = (error_info(&late).1["approval_id"].clone(), error_info(&late).1["task_id"].clone());
     app.shutdown().await;
 
     let app = start(config(&dir, "")).await;
@@ -241,7 +241,13 @@ async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_
     assert_eq!(pending(&app, 1).await[0].approval_id, id, "still pending after the restart");
     let (ok, said) = cli(&app, &["approvals", "approve", &id]);
     assert!(ok, "{said}");
-    agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("before the restart"), Duration::from_secs(30))).await.unwrap();
+    // The task following the request kept following it across the restart, and ran it.
+    let mut reader = agent_client(&app, BOT_TOKEN).await;
+    eventually("the following task ran the approved call", async || {
+        let now = reader.get_task(pb::TaskRequest { task_id: follower.clone() }).await.unwrap().into_inner();
+        (now.status == pb::TaskStatus::Completed as i32).then_some(now)
+    })
+    .await;
     assert_eq!(echo_calls(&dir), vec![json!({"text": "before the restart"})]);
 
     // Approved, then the server changes the tool: the approval no longer holds.

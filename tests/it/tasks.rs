@@ -1,6 +1,7 @@
 //! Tool calls run as tasks: they outlive the connection that started them, come back through
 //! either door, belong to their caller alone, hold their limits exactly, and survive a daemon
-//! restart as what they are (a call cut off, its outcome unknown).
+//! restart as what they are (a call cut off, its outcome unknown, naming where it was sent; a
+//! call waiting for approval, followed again).
 
 use serde_json::{Value, json};
 use toolhost::api::pb;
@@ -356,7 +357,11 @@ async fn a_restart_fails_a_running_stdio_task_as_outcome_unknown_and_keeps_finis
     assert_eq!((task.status(), task.outcome.as_str()), (pb::TaskStatus::Failed, "session_lost"), "{task:?}");
     assert!(task.status_message.contains("outcome is unknown") && task.status_message.contains("not retried"), "{task:?}");
     let refused = grpc.get_task_result(task_id(&running.task_id)).await.unwrap_err();
-    assert_eq!(error_info(&refused).0, "OUTCOME_UNKNOWN", "{refused:?}");
+    let (reason, details) = error_info(&refused);
+    assert_eq!(reason, "OUTCOME_UNKNOWN", "{refused:?}");
+    // Where it was sent: its server, tool and generation, not blanks.
+    let (server, tool, generation) = (details["server"].as_str(), details["tool"].as_str(), details["generation"].as_str());
+    assert_eq!((server, tool, generation), ("demo", "sleep", "1"), "{refused:?}");
     let kept = grpc.get_task_result(task_id(&finished.task_id)).await.unwrap().into_inner();
     assert!(text_of(&kept.result.unwrap()).contains("kept"));
     app.shutdown().await;
@@ -598,5 +603,130 @@ async fn the_2026_conformance_tasks_scenarios_pass_through_toolhost() {
     ] {
         crate::mcp_clients::conformance_server(&suite, &url, scenario).await;
     }
+    app.shutdown().await;
+}
+
+/// `[access]` where agent `mine` must have `demo__echo` approved by an operator (the local user).
+fn approving_access(dir: &TestDir) -> String {
+    std::fs::write(dir.path("mine.token"), MINE).unwrap();
+    format!(
+        "[access]\n[[access.agents]]\nname = \"mine\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"*\"]\napprove = [\"demo__echo\"]\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{}]\nallow = [\"*\"]\nadmin = true\n",
+        dir.path("mine.token").display(),
+        nix::unistd::getuid()
+    )
+}
+
+/// The echo calls server `demo` received, across every launch.
+fn echoes(dir: &TestDir) -> Vec<Value> {
+    dir.received("demo")
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
+        .map(|m| m["params"]["arguments"].clone())
+        .collect()
+}
+
+/// Starts a task of `mine` calling `demo__echo` with `text`, and gives it once it waits for
+/// its approval request, with that request's id.
+async fn task_waiting_for_approval(app: &toolhost::app::App, text: &str) -> (String, String) {
+    let task = agent_client(app, MINE).await.start_task(start_request("demo__echo", json!({"text": text}))).await.unwrap().into_inner();
+    let mut reader = agent_client(app, MINE).await;
+    let message = eventually("the task waits for its approval", async || {
+        let now = reader.get_task(task_id(&task.task_id)).await.unwrap().into_inner();
+        now.status_message.contains("waiting for approval").then_some(now.status_message)
+    })
+    .await;
+    let mut operator = client(app).await;
+    let pending = operator.list_approvals(pb::ListApprovalsRequest { status: "pending".into() }).await.unwrap().into_inner().approvals;
+    let request = pending.into_iter().find(|request| message.contains(&request.approval_id)).expect("its request is pending");
+    (task.task_id, request.approval_id)
+}
+
+/// A task waiting for an approval when toolhost stops is still waiting when it starts again;
+/// approved then, its call runs once and the task completes with the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_approval_keeps_waiting_across_a_restart_and_runs_once_approved() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let config = || dir.config_with(&approving_access(&dir), &server_table("demo", &script, ""));
+    let app = start(config()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let (task, request) = task_waiting_for_approval(&app, "pay 12 to dora").await;
+    app.shutdown().await;
+
+    let app = start(config()).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut mine = agent_client(&app, MINE).await;
+    let waiting = mine.get_task(task_id(&task)).await.unwrap().into_inner();
+    assert_eq!(waiting.status(), pb::TaskStatus::Working, "{waiting:?}");
+    assert!(waiting.status_message.contains(&request), "{waiting:?}");
+    assert!(echoes(&dir).is_empty(), "nothing ran before the approval");
+    client(&app)
+        .await
+        .decide_approval(pb::DecideApprovalRequest { approval_id: request, approve: true, reason: String::new() })
+        .await
+        .unwrap();
+    let done = eventually("the task completed", async || {
+        let now = mine.get_task_result(task_id(&task)).await.ok()?.into_inner();
+        now.task.as_ref().is_some_and(|task| task.status() == pb::TaskStatus::Completed).then_some(now)
+    })
+    .await;
+    assert_eq!(done.task.as_ref().unwrap().outcome, "ok", "{done:?}");
+    assert!(text_of(done.result.as_ref().unwrap()).contains("pay 12 to dora"), "{done:?}");
+    assert_eq!(echoes(&dir), vec![json!({"text": "pay 12 to dora"})], "the call ran exactly once");
+    app.shutdown().await;
+}
+
+/// A task waiting for an approval when toolhost stops, whose request is denied after the
+/// restart (or expires): it fails saying why, and that its call did not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_approval_is_denied_or_expires_after_a_restart_fails_saying_nothing_ran() {
+    let dir = TestDir::new();
+    let script = dir.script("demo", json!({}));
+    let config = |ttl: &str| {
+        let sections = format!("[approvals]\nttl = \"{ttl}\"\n{}", approving_access(&dir));
+        dir.config_with(&sections, &server_table("demo", &script, ""))
+    };
+    let app = start(config("1h")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let (denied, request) = task_waiting_for_approval(&app, "pay 1000 to mallory").await;
+    app.shutdown().await;
+
+    // From here, new requests expire after 3s.
+    let app = start(config("3s")).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    let mut mine = agent_client(&app, MINE).await;
+    assert_eq!(mine.get_task(task_id(&denied)).await.unwrap().into_inner().status(), pb::TaskStatus::Working);
+    let decision = pb::DecideApprovalRequest { approval_id: request.clone(), approve: false, reason: "not a known payee".into() };
+    client(&app).await.decide_approval(decision).await.unwrap();
+    let failed = eventually("the task failed", async || {
+        let now = mine.get_task(task_id(&denied)).await.unwrap().into_inner();
+        (now.status() == pb::TaskStatus::Failed).then_some(now)
+    })
+    .await;
+    assert_eq!(failed.outcome, "approval_denied", "{failed:?}");
+    assert!(failed.status_message.contains("did not run"), "{failed:?}");
+    let refused = mine.get_task_result(task_id(&denied)).await.unwrap_err();
+    let (reason, details) = error_info(&refused);
+    assert_eq!(
+        (reason.as_str(), details["approval_id"].as_str(), details["reason"].as_str()),
+        ("APPROVAL_DENIED", request.as_str(), "not a known payee")
+    );
+
+    // A request that expires, undecided, across a restart: the task says so.
+    let (expiring, request) = task_waiting_for_approval(&app, "pay 5 to eve").await;
+    app.shutdown().await;
+    let app = start(config("3s")).await;
+    let mut mine = agent_client(&app, MINE).await;
+    let expired = eventually("the task failed", async || {
+        let now = mine.get_task(task_id(&expiring)).await.unwrap().into_inner();
+        (now.status() == pb::TaskStatus::Failed).then_some(now)
+    })
+    .await;
+    assert_eq!(expired.outcome, "approval_expired", "{expired:?}");
+    assert!(expired.status_message.contains("did not run"), "{expired:?}");
+    let refused = mine.get_task_result(task_id(&expiring)).await.unwrap_err();
+    assert_eq!((error_info(&refused).0.as_str(), error_info(&refused).1["approval_id"].as_str()), ("APPROVAL_EXPIRED", request.as_str()));
+    assert!(echoes(&dir).is_empty(), "nothing ran");
     app.shutdown().await;
 }
