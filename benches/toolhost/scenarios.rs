@@ -513,7 +513,7 @@ pub async fn policy() {
         for _ in 0..rounds {
             for name in &names {
                 let caller = access.admit(Identity::unix(peer.clone())).expect("admitted");
-                allowed += usize::from(caller.agent.may_use(name));
+                allowed += usize::from(caller.agent.may_use(&toolhost::catalog::names::ToolName::unresolved(name)));
             }
         }
         let per_call = started.elapsed() / u32::try_from(rounds * names.len()).unwrap_or(u32::MAX);

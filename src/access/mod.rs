@@ -19,10 +19,11 @@ use arc_swap::ArcSwap;
 use subtle::ConstantTimeEq;
 use wildmatch::WildMatch;
 
-use crate::config::{AccessConfig, AgentConfig};
+use crate::catalog::names::{ToolGlob, ToolName};
+use crate::config::{AccessConfig, AgentConfig, ServerGlob};
 pub use identity::{Identity, PeerInfo, TlsPeerInfo, UnixPeer};
 
-/// Decisions an agent caches, per qualified name; past this many the cache starts over.
+/// Decisions an agent caches, per tool ([`ToolName::key`]); past this many the cache starts over.
 const DECISIONS_CACHED: usize = 65_536;
 
 /// The access policy in force; swapped whole on reload.
@@ -49,8 +50,8 @@ pub struct Agent {
     units: Vec<WildMatch>,
     tokens: Vec<Vec<u8>>,
     subjects: Vec<WildMatch>,
-    allow: Vec<WildMatch>,
-    deny: Vec<WildMatch>,
+    allow: Vec<ToolGlob>,
+    deny: Vec<ToolGlob>,
     /// `allow = ["*"]` and no `deny`: every decision is yes, without a lookup.
     allows_everything: bool,
     decisions: RwLock<HashMap<Box<str>, bool>>,
@@ -63,8 +64,8 @@ pub struct Agent {
     pub rate: Option<limits::Gcra>,
     /// `quota`s, counted in the store.
     pub quotas: Vec<CompiledQuota>,
-    /// Its `approve` and every server's, qualified: calls that wait for a person's approval.
-    approve: Vec<WildMatch>,
+    /// Its `approve` and every server's own: calls that wait for a person's approval.
+    approve: Vec<ToolGlob>,
     /// A digest of what decides this entry's calls (its allow, deny and approve lists, the
     /// servers' approve lists, whether it is an operator): an approval binds it, and a reload
     /// that changes it makes the approval stale.
@@ -73,7 +74,7 @@ pub struct Agent {
 
 /// One quota of an agent entry.
 pub struct CompiledQuota {
-    tools: Vec<WildMatch>,
+    tools: Vec<ToolGlob>,
     /// The globs as configured, to show.
     pub patterns: Vec<String>,
     pub calls: u32,
@@ -93,8 +94,8 @@ struct Lease {
 }
 
 impl CompiledQuota {
-    pub fn applies_to(&self, qualified: &str) -> bool {
-        self.tools.iter().any(|glob| glob.matches(qualified))
+    pub fn applies_to(&self, tool: &ToolName<'_>) -> bool {
+        self.tools.iter().any(|glob| glob.matches(tool))
     }
 
     /// Calls one store write counts ahead: one for a small quota (exact to the call), at most
@@ -324,12 +325,18 @@ impl Policy {
 // === impl Agent ===
 
 impl Agent {
-    fn compile(config: &AgentConfig, approve_everyone: &[String]) -> Agent {
+    fn compile(config: &AgentConfig, approve_everyone: &[ServerGlob]) -> Agent {
         let globs = |patterns: &[String]| patterns.iter().map(|p| WildMatch::new(p)).collect();
-        let approve: Vec<String> = config.approve.iter().chain(approve_everyone).cloned().collect();
+        let tool_globs = |patterns: &[String]| patterns.iter().map(|p| ToolGlob::qualified(p)).collect::<Vec<_>>();
+        // Digested as they always were (a server's own glob as `SERVER__GLOB`), so that an
+        // upgrade leaves pending approvals as they are.
+        let approve: Vec<String> =
+            config.approve.iter().cloned().chain(approve_everyone.iter().map(|own| format!("{}__{}", own.server, own.pattern))).collect();
         let decides = serde_json::json!([config.name, config.admin, config.allow, config.deny, approve]);
+        let mut approve = tool_globs(&config.approve);
+        approve.extend(approve_everyone.iter().map(|own| ToolGlob::of_server(&own.server, &own.pattern)));
         Agent {
-            approve: globs(&approve),
+            approve,
             policy_revision: crate::catalog::model::sha256_hex(decides.to_string().as_bytes()),
             name: config.name.as_str().into(),
             admin: config.admin,
@@ -338,8 +345,8 @@ impl Agent {
             units: globs(&config.units),
             tokens: config.tokens.iter().map(|token| token.expose().as_bytes().to_vec()).collect(),
             subjects: globs(&config.subjects),
-            allow: globs(&config.allow),
-            deny: globs(&config.deny),
+            allow: tool_globs(&config.allow),
+            deny: tool_globs(&config.deny),
             allows_everything: config.allow.iter().any(|pattern| pattern == "*") && config.deny.is_empty(),
             decisions: RwLock::default(),
             in_flight: AtomicUsize::new(0),
@@ -349,7 +356,7 @@ impl Agent {
                 .quotas
                 .iter()
                 .map(|quota| CompiledQuota {
-                    tools: globs(&quota.tools),
+                    tools: tool_globs(&quota.tools),
                     patterns: quota.tools.clone(),
                     calls: quota.calls,
                     per: quota.per,
@@ -382,9 +389,9 @@ impl Agent {
         Ok(in_flight)
     }
 
-    /// Whether a call of `qualified` waits for a person's approval before it runs.
-    pub fn needs_approval(&self, qualified: &str) -> bool {
-        self.approve.iter().any(|glob| glob.matches(qualified))
+    /// Whether a call of `tool` waits for a person's approval before it runs.
+    pub fn needs_approval(&self, tool: &ToolName<'_>) -> bool {
+        self.approve.iter().any(|glob| glob.matches(tool))
     }
 
     /// Calls in flight now.
@@ -416,21 +423,22 @@ impl Agent {
             || peer.unit.as_deref().is_some_and(|unit| self.units.iter().any(|glob| glob.matches(unit)))
     }
 
-    /// Whether this agent may see and call the tool with this qualified name. Decided once per
-    /// name and cached, so the call path costs a read lock and a hash lookup.
-    pub fn may_use(&self, qualified: &str) -> bool {
+    /// Whether this agent may see and call `tool`. Decided once per tool and cached, so the
+    /// call path costs a read lock and a hash lookup.
+    pub fn may_use(&self, tool: &ToolName<'_>) -> bool {
         if self.allows_everything {
             return true;
         }
-        if let Some(decision) = self.decisions.read().unwrap_or_else(PoisonError::into_inner).get(qualified) {
+        let key = tool.key();
+        if let Some(decision) = self.decisions.read().unwrap_or_else(PoisonError::into_inner).get(&*key) {
             return *decision;
         }
-        let decision = self.allow.iter().any(|glob| glob.matches(qualified)) && !self.deny.iter().any(|glob| glob.matches(qualified));
+        let decision = self.allow.iter().any(|glob| glob.matches(tool)) && !self.deny.iter().any(|glob| glob.matches(tool));
         let mut decisions = self.decisions.write().unwrap_or_else(PoisonError::into_inner);
         if decisions.len() >= DECISIONS_CACHED {
             decisions.clear();
         }
-        decisions.insert(qualified.into(), decision);
+        decisions.insert(key.into(), decision);
         decision
     }
 }
@@ -442,7 +450,7 @@ mod tests {
 
     fn quota(calls: u32) -> CompiledQuota {
         CompiledQuota {
-            tools: vec![WildMatch::new("*")],
+            tools: vec![ToolGlob::qualified("*")],
             patterns: vec!["*".to_owned()],
             calls,
             per: std::time::Duration::from_secs(86_400),
@@ -532,15 +540,20 @@ mod tests {
         let access = Access::new(&config(vec![agent("research", &["files__read_*", "web__*"], &["*__delete_*"])], false));
         let caller = access.admit(Identity::unix(UnixPeer::new(1001, 1001, 1))).unwrap();
         assert_eq!(&*caller.agent.name, "research");
-        assert!(caller.agent.may_use("files__read_file") && caller.agent.may_use("web__search"));
-        assert!(!caller.agent.may_use("files__write_file") && !caller.agent.may_use("web__delete_page"));
+        assert!(
+            caller.agent.may_use(&ToolName::unresolved("files__read_file")) && caller.agent.may_use(&ToolName::unresolved("web__search"))
+        );
+        assert!(
+            !caller.agent.may_use(&ToolName::unresolved("files__write_file"))
+                && !caller.agent.may_use(&ToolName::unresolved("web__delete_page"))
+        );
         assert!(matches!(access.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))), Err(Refusal::NoMatchingAgent { .. })));
         assert_eq!(access.admit(Identity::tcp(None)).err(), Some(Refusal::Unauthenticated));
         let mut unit_peer = UnixPeer::new(3003, 3003, 1);
         unit_peer.unit = Some("research-bot.service".to_owned());
         assert_eq!(&*access.admit(Identity::unix(unit_peer)).unwrap().agent.name, "research", "matched by systemd unit");
         let open = Access::new(&config(vec![], true));
-        assert!(open.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))).unwrap().agent.may_use("anything__at_all"));
+        assert!(open.admit(Identity::unix(UnixPeer::new(2002, 2002, 1))).unwrap().agent.may_use(&ToolName::unresolved("anything__at_all")));
     }
 
     #[test]
@@ -567,7 +580,7 @@ mod tests {
     fn without_an_access_section_only_local_operators_get_in() {
         let access = Access::new(&AccessConfig { configured: false, ..config(vec![], true) });
         let root = access.admit(Identity::unix(UnixPeer::new(0, 0, 1))).unwrap();
-        assert!(root.agent.admin && root.agent.may_use("x__y"));
+        assert!(root.agent.admin && root.agent.may_use(&ToolName::unresolved("x__y")));
         assert!(access.admit(Identity::unix(UnixPeer::new(4242, 4242, 1))).is_err());
         assert!(access.admit(Identity::tcp(Some(b"whatever-token-value".to_vec()))).is_err());
     }

@@ -97,7 +97,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let snapshot = self.door.snapshot();
         let (target, server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
         // A tool held now is hidden from agents in every generation, as it is from every listing.
-        if !caller.agent.may_use(&target.qualified())
+        if !crate::door::may_use(&caller, &snapshot, &target)
             || !shows_name(&caller, &snapshot, &names::qualify(&server, &name), Presentation::WithState)
         {
             return Err(refused_tool(&caller, &snapshot, &target).into());

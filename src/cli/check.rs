@@ -2,6 +2,7 @@
 //! know before starting the daemon on it: a stdio server whose program cannot be found, each OAuth
 //! server's login and pinned authorization server (never a token), and the fleet store's schema.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -132,12 +133,14 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
             }
         }
     }
+    policy_findings(&config, &mut report);
     let sandboxed = config.servers.values().any(|spec| matches!(&spec.transport, Transport::Stdio(stdio) if stdio.sandbox.enabled));
     if sandboxed {
         report.note(None, format!("sandboxes: {}", crate::sandbox::Enforcement::here().describe()));
     }
     if probe {
-        probe_servers(&config, &mut report).await;
+        let served = probe_servers(&config, &mut report).await;
+        served_policy_findings(&config, &served, &mut report);
     }
     if let Some(fleet) = &config.fleet {
         // The fleet store is checked too: the connection, the credentials, the schema version.
@@ -168,15 +171,15 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
 const PROBES_AT_ONCE: usize = 4;
 
 /// `--probe`: every server started once as the daemon would start it, listed, stopped; a few at
-/// a time, under the orphan guard the daemon uses.
-async fn probe_servers(config: &Config, report: &mut Report) {
+/// a time, under the orphan guard the daemon uses. The tools of each server that listed them.
+async fn probe_servers(config: &Config, report: &mut Report) -> BTreeMap<String, Vec<String>> {
     use crate::supervisor::probe::{Probed, probe};
     let reaper = match std::env::current_exe().and_then(|program| crate::upstream::reaper::Reaper::spawn(&program)) {
         Ok(reaper) => std::sync::Arc::new(reaper),
         Err(error) => {
             report.probe_failed = true;
             report.warn(None, format!("probe: cannot start the orphan guard the servers run under: {error}"));
-            return;
+            return BTreeMap::new();
         }
     };
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(PROBES_AT_ONCE));
@@ -201,16 +204,123 @@ async fn probe_servers(config: &Config, report: &mut Report) {
     }
     reaper.stop().await;
     results.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut served = BTreeMap::new();
     for (name, probed) in results {
         match probed {
             Probed::Works { tools, protocol, took } => {
-                report.note(Some(&name), format!("probe: works: {tools} tools, protocol {protocol}, ready in {} ms", took.as_millis()))
+                let count = tools.len();
+                report.note(Some(&name), format!("probe: works: {count} tools, protocol {protocol}, ready in {} ms", took.as_millis()));
+                served.insert(name, tools);
             }
             Probed::Fails(why) => {
                 report.probe_failed = true;
                 report.warn(Some(&name), format!("probe: fails: {why}"));
             }
             Probed::Skipped(why) => report.note(Some(&name), format!("probe: not started: {why}")),
+        }
+    }
+    served
+}
+
+/// The tool globs of the file, each with where it is written, the server whose list it is (a
+/// server's own `approve`), and the pattern: `(key, Some(server), pattern)` or `(key, None, pattern)`.
+fn tool_patterns(config: &Config) -> Vec<(String, Option<&str>, &str)> {
+    let mut patterns = Vec::new();
+    for (server, spec) in &config.servers {
+        patterns.extend(spec.approve.iter().map(|pattern| (format!("servers.{server}.approve"), Some(server.as_str()), pattern.as_str())));
+    }
+    for (idx, agent) in config.access.agents.iter().enumerate() {
+        let at = |key: &str| format!("access.agents[{idx}] ({:?}).{key}", agent.name);
+        for (key, list) in [("allow", &agent.allow), ("deny", &agent.deny), ("approve", &agent.approve)] {
+            patterns.extend(list.iter().map(|pattern| (at(key), None, pattern.as_str())));
+        }
+        for quota in &agent.quotas {
+            patterns.extend(quota.tools.iter().map(|pattern| (at("quota.tools"), None, pattern.as_str())));
+        }
+    }
+    for (name, profile) in &config.mcp.profiles {
+        let lists = [("tools", Some(&profile.tools)), ("lazy", profile.lazy.as_ref())];
+        for (key, list) in lists.into_iter().filter_map(|(key, list)| Some((key, list?))) {
+            patterns.extend(list.iter().map(|pattern| (format!("mcp.profiles.{name}.{key}"), None, pattern.as_str())));
+        }
+    }
+    patterns
+}
+
+/// What the file alone tells of its tool globs: a server's own `approve` written as a qualified
+/// name (`other__tool`) matches only a tool of its own server that the server itself names so.
+fn policy_findings(config: &Config, report: &mut Report) {
+    // The approver is another entry: with one operator entry, its own requests wait forever.
+    let operators: Vec<&str> = config.access.agents.iter().filter(|agent| agent.admin).map(|agent| agent.name.as_str()).collect();
+    if config.approvals.separate_approver && operators.len() < 2 {
+        let which = match (config.access.configured, operators.first()) {
+            (false, _) => "without [access] every local operator is one entry, so their calls".to_owned(),
+            (true, Some(only)) => format!("{only:?} is the only operator entry, so its calls"),
+            (true, None) => "no entry is an operator, so calls".to_owned(),
+        };
+        report.warn(None, format!("approvals.separate_approver: {which} that need approval can never be approved"));
+    }
+    for (key, server, pattern) in tool_patterns(config) {
+        let Some(server) = server else { continue };
+        let Some((named, rest)) = pattern.split_once(crate::catalog::names::SEPARATOR) else { continue };
+        if !config.servers.contains_key(named) {
+            continue;
+        }
+        let fix = match named == server {
+            true => format!("write {rest:?}"),
+            false => format!("put {rest:?} in [servers.{named}] approve"),
+        };
+        report.warn(
+            Some(server),
+            format!(
+                "{key}: {pattern:?} is written as a tool of server {named:?}, but a server's approve names its own tools as it                  names them, so it matches only a tool {server:?} itself calls {pattern:?}: {fix}"
+            ),
+        );
+    }
+}
+
+/// `--probe`: each tool glob (and pin) that reaches a server that listed its tools and matches
+/// none of them. A glob whose server part is a wildcard is judged only when it matches nothing
+/// anywhere.
+fn served_policy_findings(config: &Config, served: &BTreeMap<String, Vec<String>>, report: &mut Report) {
+    use crate::catalog::names::{SEPARATOR, ToolGlob, ToolName, qualify};
+    let tools: Vec<(&str, &str, String)> = served
+        .iter()
+        .flat_map(|(server, tools)| tools.iter().map(move |tool| (server.as_str(), tool.as_str(), qualify(server, tool))))
+        .collect();
+    let matches_one = |glob: &ToolGlob, only: Option<&str>| {
+        tools
+            .iter()
+            .filter(|(server, _, _)| only.is_none_or(|only| only == *server))
+            .any(|(server, tool, qualified)| glob.matches(&ToolName::new(server, tool, qualified)))
+    };
+    for (key, server, pattern) in tool_patterns(config) {
+        let (glob, reaches) = match server {
+            Some(server) => (ToolGlob::of_server(server, pattern), Some(server)),
+            None => {
+                let literal = pattern.split_once(SEPARATOR).map(|(named, _)| named).filter(|named| !named.contains(['*', '?']));
+                (ToolGlob::qualified(pattern), literal)
+            }
+        };
+        let judged = match reaches {
+            Some(server) => served.contains_key(server),
+            None => served.len() == config.servers.len(),
+        };
+        if judged && !matches_one(&glob, reaches) {
+            let whose = reaches.map_or("any server".to_owned(), |server| format!("{server:?}"));
+            report.warn(
+                reaches,
+                format!("{key}: {pattern:?} matches none of the tools {whose} serves now: it grants, denies or gates nothing"),
+            );
+        }
+    }
+    for (server, spec) in &config.servers {
+        let Some(listed) = served.get(server) else { continue };
+        for pin in spec.integrity.pins.keys().filter(|pin| !listed.contains(pin)) {
+            report.warn(
+                Some(server),
+                format!("servers.{server}.pins: {pin:?} is none of the tools it serves now (a pin names a tool as the server does)"),
+            );
         }
     }
 }

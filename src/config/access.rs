@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::listeners::resolve_group;
 use super::raw::{RawAccess, RawAgent};
-use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerSpec, parse_duration};
+use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerGlob, ServerSpec, parse_duration};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -41,9 +41,7 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
     }
     let approve_everyone = servers
         .iter()
-        // `SERVER__GLOB`: a glob over the qualified names of the server's tools, as the other
-        // lists are (the separator is the catalog's).
-        .flat_map(|(server, spec)| spec.approve.iter().map(move |tool| format!("{server}__{tool}")))
+        .flat_map(|(server, spec)| spec.approve.iter().map(move |pattern| ServerGlob { server: server.clone(), pattern: pattern.clone() }))
         .collect();
     Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records, approve_everyone })
 }

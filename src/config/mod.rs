@@ -79,9 +79,17 @@ pub struct AccessConfig {
     pub audit_retention: Duration,
     /// At most this many audit records are kept.
     pub audit_max_records: u64,
-    /// Globs over qualified names whose calls wait for approval whoever calls: each server's
-    /// `approve`, qualified.
-    pub approve_everyone: Vec<String>,
+    /// Globs whose calls wait for approval whoever calls: each server's `approve`, over that
+    /// server's own tool names.
+    pub approve_everyone: Vec<ServerGlob>,
+}
+
+/// A glob of a server's own list (`[servers.NAME] approve`): over that server's tools only, by
+/// the names it gives them (see `catalog::names::ToolGlob`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerGlob {
+    pub server: String,
+    pub pattern: String,
 }
 
 /// One `[[access.agents]]` entry. A caller matches it by any of its kernel identities (uid, gid,

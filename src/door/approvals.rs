@@ -42,7 +42,7 @@ pub enum DecideError {
     Unknown(String),
     #[error("approval request {id:?} is {status}, not pending: it was decided already, or expired")]
     NotPending { id: String, status: &'static str },
-    #[error("{operator} asked for this call and may not approve it (approvals.separate_approver)")]
+    #[error("agent entry {operator:?} asked for this call and may not approve it, by any of its credentials (approvals.separate_approver)")]
     OwnRequest { operator: String },
     #[error("approval store: {0}")]
     Store(#[from] StoreError),
@@ -243,7 +243,12 @@ impl Approvals {
         let store = &self.inner.store;
         let unknown = || DecideError::Unknown(crate::door::truncate(id.to_owned(), 128));
         let record = store.call_approval(id).await?.ok_or_else(unknown)?;
-        if self.inner.settings.separate_approver && approve && record.principal == operator.principal() {
+        // The approver is another entry, not another credential of the same one: an entry's
+        // tokens, certificate and uids are one party (its principal names the entry first).
+        if self.inner.settings.separate_approver
+            && approve
+            && (record.agent == *operator.agent.name || record.principal == operator.principal())
+        {
             return Err(DecideError::OwnRequest { operator: operator.agent.name.to_string() });
         }
         let by = format!("{} ({})", operator.agent.name, operator.identity.describe());

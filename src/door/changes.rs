@@ -96,7 +96,7 @@ impl Changes {
 fn visible_event(caller: &Caller, snapshot: &CatalogSnapshot, event: CatalogEvent) -> Option<CatalogEvent> {
     let visible_server = |server: &str| snapshot.servers.get(server).is_some_and(|view| server_visible(caller, view));
     let shows = |name: &String| shows_name(caller, snapshot, name, Presentation::WithState);
-    let may_use = |name: &String| caller.agent.may_use(name);
+    let may_use = |name: &String| super::may_use(caller, snapshot, &crate::calls::ToolRef::Qualified(name.clone()));
     let change = match event.change {
         CatalogChange::GenerationPublished { server, generation, previous, added, mut removed, changed } => {
             let added: Vec<String> = added.into_iter().filter(shows).collect();

@@ -23,7 +23,7 @@ use crate::access::{Access, Caller, Identity, Limited, Refusal};
 use crate::audit::{AuditRecord, Auditor};
 use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
 use crate::catalog::integrity::Hold;
-use crate::catalog::names;
+use crate::catalog::names::{self, ToolName};
 use crate::config::AuditArguments;
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::store::Store;
@@ -238,7 +238,7 @@ impl Door {
         arguments: Option<&str>,
     ) -> Result<(), CallError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
-        let denied = !caller.agent.may_use(&tool.qualified());
+        let denied = !may_use(caller, &self.registry.snapshot(), tool);
         let checked = if denied {
             Err(refused_tool(caller, &self.registry.snapshot(), tool))
         } else {
@@ -465,7 +465,9 @@ impl Door {
             return Ok(());
         }
         let qualified = target.qualified();
-        for quota in caller.agent.quotas.iter().filter(|quota| quota.applies_to(&qualified)) {
+        let snapshot = self.registry.snapshot();
+        let applies: Vec<_> = judge(&snapshot, target, |tool| caller.agent.quotas.iter().filter(|quota| quota.applies_to(tool)).collect());
+        for quota in applies {
             let taken = quota.take(&self.store, &caller.agent.name, crate::catalog::record::now_ms()).await.map_err(|error| {
                 CallError::Store(format!("cannot count the call against agent {:?}'s quota: {error}", caller.agent.name))
             })?;
@@ -503,8 +505,13 @@ impl Door {
         let request = normalise(request);
         let target = request.tool.clone();
         let arguments = request.arguments.unwrap_or("{}");
+        // Every decision of the policy is made on one snapshot: a tool it did not hold is called
+        // only if the call finds it unchanged there (else a stale-tool race), so that nothing
+        // published meanwhile runs undecided.
+        let snapshot = self.registry.snapshot();
+        let (allowed, needs_approval) = judge(&snapshot, &target, |tool| (caller.agent.may_use(tool), caller.agent.needs_approval(tool)));
         // The same decision as listing: a tool this agent may not use answers like one that does not exist.
-        if !caller.agent.may_use(&target.qualified()) {
+        if !allowed {
             let refused = Err(refused_tool(caller, &self.registry.snapshot(), &target));
             self.audit_call(caller, &target, arguments, started, &refused, true);
             return refused;
@@ -513,8 +520,11 @@ impl Door {
         // exactly the approved arguments and definition) only once approved.
         let approved: Option<approvals::Approved>;
         let mut request = shorten(request);
+        if matches!(target, ToolRef::Qualified(_)) && crate::calls::locate(&snapshot.servers, &target).is_none() {
+            request.expected_revision = Some(snapshot.revision);
+        }
         // A task following a request after a restart waits for it whatever the policy is now.
-        if caller.agent.needs_approval(&target.qualified()) || following.is_some_and(|following| following.request.is_some()) {
+        if needs_approval || following.is_some_and(|following| following.request.is_some()) {
             let deadline = request.timeout.unwrap_or_else(|| {
                 target
                     .server()
@@ -734,17 +744,46 @@ pub enum Presentation {
 /// held, only an operator, only where the door can mark it held. A held definition has not
 /// been reviewed: its description is exactly what must not reach an agent's model.
 pub fn shows_tool(caller: &Caller, view: &ServerView, idx: usize, presentation: Presentation) -> bool {
-    caller.agent.may_use(view.qualified().name(idx))
+    caller.agent.may_use(&tool_name(view, idx))
         && (view.held(idx).is_none() || (presentation == Presentation::WithState && caller.agent.admin))
 }
 
 /// [`shows_tool`] for a qualified name, judged by the current generation of its server in
 /// `snapshot`: names in history and change events, whose tools may have moved since.
 pub fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, presentation: Presentation) -> bool {
-    if !caller.agent.may_use(qualified) {
+    if !may_use(caller, snapshot, &ToolRef::Qualified(qualified.to_owned())) {
         return false;
     }
     held_now(snapshot, qualified).is_none() || (presentation == Presentation::WithState && caller.agent.admin)
+}
+
+/// Whether `caller`'s policy lets it use `tool`, judged by both its names as `snapshot` holds it.
+pub fn may_use(caller: &Caller, snapshot: &CatalogSnapshot, tool: &ToolRef) -> bool {
+    judge(snapshot, tool, |name| caller.agent.may_use(name))
+}
+
+/// The names the policy judges tool `idx` of `view` by ([`ToolName`]).
+pub fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
+    let qualified = view.qualified().name(idx);
+    match view.generation.as_ref().and_then(|generation| generation.tools.get(idx)) {
+        Some(tool) => ToolName::new(&view.name, &tool.name, qualified),
+        None => ToolName::unresolved(qualified),
+    }
+}
+
+/// `decide` applied to the names the policy judges `tool` by ([`ToolName`]): its server's, its
+/// own and its qualified name in `snapshot`; a tool `snapshot` does not hold, by the reference.
+pub fn judge<R>(snapshot: &CatalogSnapshot, tool: &ToolRef, decide: impl FnOnce(&ToolName<'_>) -> R) -> R {
+    if let Some((view, idx)) = crate::calls::locate(&snapshot.servers, tool)
+        && let Some(own) = view.generation.as_ref().and_then(|generation| generation.tools.get(idx))
+    {
+        return decide(&ToolName::new(&view.name, &own.name, view.qualified().name(idx)));
+    }
+    let qualified = tool.qualified();
+    match tool {
+        ToolRef::ServerTool { server, name } => decide(&ToolName::new(server, name, &qualified)),
+        ToolRef::Qualified(_) => decide(&ToolName::unresolved(&qualified)),
+    }
 }
 
 /// Why the tool `qualified` is held in its server's current generation in `snapshot`, if it is.

@@ -85,7 +85,7 @@ pub(super) async fn target<'a>(
     era: Era,
 ) -> Target<'a> {
     let Some(scope) = view.profile.as_ref().and_then(|profile| profile.lazy.as_ref()) else { return Target::NotLazy };
-    let in_scope = |qualified: &str| scope.iter().any(|glob| glob.matches(qualified));
+    let in_scope = |tool: &crate::door::model::names::ToolName<'_>| scope.iter().any(|glob| glob.matches(tool));
     let arguments = arguments.map_or("{}", RawValue::get);
     let line = match name {
         FIND_TOOLS => {
@@ -94,7 +94,7 @@ pub(super) async fn target<'a>(
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
             };
             let limit = args.limit.unwrap_or(DEFAULT_FOUND).clamp(1, MAX_FOUND);
-            let also = |server: &ServerView, idx: usize| server.is_available() && in_scope(server.qualified().name(idx));
+            let also = |server: &ServerView, idx: usize| server.is_available() && in_scope(&crate::door::tool_name(server, idx));
             match door.search(&view.caller, &args.query, &[], limit, Presentation::Callable, also).await {
                 Ok((_, hits)) => {
                     let found: Vec<Value> = hits
@@ -127,7 +127,8 @@ pub(super) async fn target<'a>(
                 Ok(args) => args,
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("call_tool arguments: {error}"), None)),
             };
-            if !in_scope(&args.name) {
+            let tool = ToolRef::Qualified(args.name.to_string());
+            if !crate::door::judge(&door.snapshot(), &tool, in_scope) {
                 let error = CallError::UnknownTool { server: None, tool: args.name.into_owned() };
                 return Target::Answered(reply::call_error(id, &error));
             }

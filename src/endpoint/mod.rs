@@ -25,15 +25,14 @@ use arc_swap::ArcSwap;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tracing::Instrument;
-use wildmatch::WildMatch;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::door::Door;
 use crate::door::model::{
-    Answer, CallError, CallRequest, CallResult, Caller, ContinuationError, Identity, Listener, McpConfig, PROGRESS_QUEUE, Policy, Refusal,
-    ServerView, ToolRef, names,
+    Answer, CallError, CallRequest, CallResult, Caller, CatalogSnapshot, ContinuationError, Identity, Listener, McpConfig, PROGRESS_QUEUE,
+    Policy, Refusal, ServerView, ToolRef, names,
 };
 use crate::door::observe::{DoorSpan, Front, REQUEST_ID, Throttle, Wire};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
@@ -81,11 +80,11 @@ pub struct Settings {
 #[derive(Debug)]
 pub struct Profile {
     pub name: String,
-    tools: Vec<WildMatch>,
+    tools: Vec<names::ToolGlob>,
     /// `names = "original"`: the server whose own tool names are exposed.
     original: Option<Arc<str>>,
     /// `lazy = true`: what `find_tools` and `call_tool` reach.
-    lazy: Option<Vec<WildMatch>>,
+    lazy: Option<Vec<names::ToolGlob>>,
 }
 
 /// Who is asking, and through which profile: every listing and call is seen through one.
@@ -285,7 +284,7 @@ impl Endpoint {
         let (tool, arguments, expected_hash) = match lazy::target(&self.door, view, id, name, params.arguments, era).await {
             lazy::Target::Answered(line) => return line,
             lazy::Target::Call { tool, arguments, definition_hash } => (Some(tool), arguments, definition_hash),
-            lazy::Target::NotLazy => (view.tool_ref(name), params.arguments, params.definition_hash.clone()),
+            lazy::Target::NotLazy => (view.tool_ref(&self.door.snapshot(), name), params.arguments, params.definition_hash.clone()),
         };
         let Some(tool) = tool else {
             return reply::call_error(id, &CallError::UnknownTool { server: None, tool: name.to_owned() });
@@ -414,9 +413,9 @@ impl Settings {
             .map(|(name, profile)| {
                 let compiled = Profile {
                     name: name.clone(),
-                    tools: profile.tools.iter().map(|pattern| WildMatch::new(pattern)).collect(),
+                    tools: profile.tools.iter().map(|pattern| names::ToolGlob::qualified(pattern)).collect(),
                     original: profile.original_names.as_deref().map(Arc::from),
-                    lazy: profile.lazy.as_ref().map(|globs| globs.iter().map(|glob| WildMatch::new(glob)).collect()),
+                    lazy: profile.lazy.as_ref().map(|globs| globs.iter().map(|glob| names::ToolGlob::qualified(glob)).collect()),
                 };
                 (name.clone(), Arc::new(compiled))
             })
@@ -433,8 +432,8 @@ impl Settings {
 // === impl Profile / View ===
 
 impl Profile {
-    fn shows(&self, qualified: &str) -> bool {
-        self.tools.iter().any(|glob| glob.matches(qualified))
+    fn shows(&self, tool: &names::ToolName<'_>) -> bool {
+        self.tools.iter().any(|glob| glob.matches(tool))
     }
 }
 
@@ -443,21 +442,17 @@ impl View {
     /// rule ([`crate::door::shows_tool`]: nothing held) and the profile's globs.
     pub fn shows(&self, server: &ServerView, idx: usize) -> bool {
         crate::door::shows_tool(&self.caller, server, idx, crate::door::Presentation::Callable)
-            && self.profile.as_ref().is_none_or(|profile| profile.shows(server.qualified().name(idx)))
+            && self.profile.as_ref().is_none_or(|profile| profile.shows(&crate::door::tool_name(server, idx)))
     }
 
     /// The tool a listed name means here, or `None` if this view cannot name it.
-    fn tool_ref(&self, name: &str) -> Option<ToolRef> {
-        match self.profile.as_ref().and_then(|profile| profile.original.clone()) {
-            Some(server) => {
-                let qualified = names::qualify(&server, name);
-                self.profile
-                    .as_ref()
-                    .is_some_and(|p| p.shows(&qualified))
-                    .then(|| ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() })
-            }
-            None => self.profile.as_ref().is_none_or(|p| p.shows(name)).then(|| ToolRef::Qualified(name.to_owned())),
-        }
+    fn tool_ref(&self, snapshot: &CatalogSnapshot, name: &str) -> Option<ToolRef> {
+        let tool = match self.profile.as_ref().and_then(|profile| profile.original.clone()) {
+            Some(server) => ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() },
+            None => ToolRef::Qualified(name.to_owned()),
+        };
+        let shown = self.profile.as_ref().is_none_or(|p| crate::door::judge(snapshot, &tool, |tool| p.shows(tool)));
+        shown.then_some(tool)
     }
 
     fn original_names(&self) -> bool {

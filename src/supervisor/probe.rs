@@ -14,8 +14,8 @@ use crate::upstream::{self, SessionSettings};
 /// How one server's probe went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probed {
-    /// It answered and listed its tools.
-    Works { tools: usize, protocol: String, took: Duration },
+    /// It answered and listed its tools (their names, as the server gives them).
+    Works { tools: Vec<String>, protocol: String, took: Duration },
     /// It did not; why, as the daemon would say it.
     Fails(String),
     /// Not started: why (disabled, or an OAuth server with nobody signed in).
@@ -59,7 +59,7 @@ pub async fn probe(name: &str, spec: &ServerSpec, reaper: Arc<Reaper>) -> Probed
     let took = started.elapsed();
     let ended = connection.shutdown().await;
     match listed {
-        Ok(listing) => Probed::Works { tools: listing.tools.len(), protocol, took },
+        Ok(listing) => Probed::Works { tools: listing.tools.into_iter().map(|tool| tool.name).collect(), protocol, took },
         Err(super::enumerate::PassEnd::Failed(error)) => {
             // A server that exited on its own says why; one the probe stopped has nothing to add.
             let exited = ended.status.is_some_and(|status| status.code().is_some_and(|code| code != 0));

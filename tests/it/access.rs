@@ -412,3 +412,69 @@ async fn a_token_presented_decides_on_every_door_before_the_kernels_word() {
     assert_eq!(names, ["demo__echo"], "the viewer's tools, not the operator's: {body}");
     app.shutdown().await;
 }
+
+/// Allow and deny name a tool by its qualified name or by its server's and its own
+/// (`pay__refund.now`, whose served name is `pay__refund_now_…`), for listing and calling
+/// alike, and a glob for one server never reaches another server's tool of the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_and_deny_name_escaped_tools_by_their_own_names_and_never_reach_another_server() {
+    let dir = TestDir::new();
+    let (clerk, sender) = ("clerk-token-0123456789abcdef", "sender-token-0123456789abcdef");
+    std::fs::write(dir.path("clerk.token"), clerk).unwrap();
+    std::fs::write(dir.path("sender.token"), sender).unwrap();
+    let tool = |name: &str| json!({"name": name, "description": "Does it.", "inputSchema": {"type": "object"}});
+    let tools_file = dir.path("tools.json");
+    std::fs::write(&tools_file, json!([tool("refund.now"), tool("ns:send"), tool("list")]).to_string()).unwrap();
+    let servers = ["pay", "payroll"].map(|name| server_table(name, &dir.script(name, json!({"tools_file": tools_file})), "")).join("\n");
+    let policy = format!(
+        "[access]\n\
+         [[access.agents]]\nname = \"clerk\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"pay__*\", \"payroll__*\"]\ndeny = [\"pay__refund.now\"]\n\
+         [[access.agents]]\nname = \"sender\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"pay__ns:send\"]\n",
+        dir.path("clerk.token").display(),
+        dir.path("sender.token").display()
+    );
+    let app = start(dir.config(&format!("{policy}\n{servers}"))).await;
+    for server in ["pay", "payroll"] {
+        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    let qualify = toolhost::catalog::names::qualify;
+    let listed = async |token: &str| {
+        let tools = agent_client(&app, token).await.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+        let mut names: Vec<String> = tools.into_iter().map(|tool| tool.qualified_name).collect();
+        names.sort();
+        names
+    };
+    let call = |qualified: &str, server: &str, name: &str| pb::CallToolRequest {
+        qualified_name: qualified.into(),
+        server: server.into(),
+        name: name.into(),
+        arguments_json: "{}".into(),
+        ..Default::default()
+    };
+    let refunds = |server: &str| {
+        dir.received(server).into_iter().filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "refund.now").count()
+    };
+
+    let mut expected = vec![
+        "pay__list".to_owned(),
+        qualify("pay", "ns:send"),
+        "payroll__list".to_owned(),
+        qualify("payroll", "ns:send"),
+        qualify("payroll", "refund.now"),
+    ];
+    expected.sort();
+    assert_eq!(listed(clerk).await, expected, "the deny hides pay's refund.now, and payroll's stays");
+    for denied in [call(&qualify("pay", "refund.now"), "", ""), call("", "pay", "refund.now")] {
+        let refused = agent_client(&app, clerk).await.call_tool(denied).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::NotFound, "denied answers as missing: {refused:?}");
+    }
+    assert_eq!(refunds("pay"), 0, "a denied tool never runs");
+    agent_client(&app, clerk).await.call_tool(call("", "payroll", "refund.now")).await.unwrap();
+    assert_eq!(refunds("payroll"), 1);
+
+    assert_eq!(listed(sender).await, [qualify("pay", "ns:send")], "allowed by its own name, on its own server only");
+    agent_client(&app, sender).await.call_tool(call(&qualify("pay", "ns:send"), "", "")).await.unwrap();
+    let refused = agent_client(&app, sender).await.call_tool(call("pay__list", "", "")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+    app.shutdown().await;
+}

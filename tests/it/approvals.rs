@@ -3,7 +3,7 @@
 //! past its deadline names its request and runs when asked again; a task waits in `working`;
 //! two operators racing get one decision; a flood stops at the limit; an operator may not
 //! approve their own call; a changed definition makes an approval stale; a restart keeps what
-//! is pending.
+//! is pending; a server's `approve` gates tools whose served names are escaped.
 
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
@@ -320,5 +320,109 @@ async fn the_python_sdk_waits_for_approval_as_a_task_and_as_a_plain_call() {
     assert!(report["task_texts"][0].as_str().unwrap().contains("refund 7 via a task"), "{report}");
     assert!(report["plain_texts"][0].as_str().unwrap().contains("refund 8 plainly"), "{report}");
     assert_eq!(echo_calls(&dir), vec![json!({"text": "refund 7 via a task"}), json!({"text": "refund 8 plainly"})]);
+    app.shutdown().await;
+}
+
+const OPS_FIRST: &str = "ops-first-token-0123456789abcdef";
+const OPS_SECOND: &str = "ops-second-token-0123456789abcde";
+
+/// A daemon serving `pay` (tools `refund.now`, `ns:send`, `list`, whose `approve` names the
+/// first two as `pay` does), with the token agent `bot`, the operator entry `ops` holding two
+/// tokens (its own calls of `pay__list` wait for approval), and the test's user as `operator`.
+async fn pay_daemon(dir: &TestDir) -> toolhost::app::App {
+    for (file, token) in [("bot.token", BOT_TOKEN), ("ops1.token", OPS_FIRST), ("ops2.token", OPS_SECOND)] {
+        std::fs::write(dir.path(file), token).unwrap();
+    }
+    let tool = |name: &str| json!({"name": name, "description": "Does it.", "inputSchema": {"type": "object"}});
+    let tools_file = dir.path("pay-tools.json");
+    std::fs::write(&tools_file, json!([tool("refund.now"), tool("ns:send"), tool("list")]).to_string()).unwrap();
+    let script = dir.script("pay", json!({"tools_file": tools_file}));
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let token = |file: &str| format!("\"${{file:{}}}\"", dir.path(file).display());
+    let sections = format!(
+        "[approvals]\nseparate_approver = true\n[access]\n\
+         [[access.agents]]\nname = \"bot\"\ntokens = [{}]\nallow = [\"pay__*\"]\n\
+         [[access.agents]]\nname = \"ops\"\ntokens = [{}, {}]\nallow = [\"*\"]\napprove = [\"pay__list\"]\nadmin = true\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
+        token("bot.token"),
+        token("ops1.token"),
+        token("ops2.token"),
+    );
+    let config = dir.config_with(&sections, &server_table("pay", &script, "approve = [\"refund.now\", \"ns:send\"]\n"));
+    let app = start(config).await;
+    wait_for_server(app.registry(), "pay", "ready", |v| v.state == ServerState::Ready).await;
+    app
+}
+
+fn pay_call(qualified: &str, server: &str, name: &str) -> pb::CallToolRequest {
+    pb::CallToolRequest {
+        qualified_name: qualified.into(),
+        server: server.into(),
+        name: name.into(),
+        arguments_json: r#"{"amount":10}"#.into(),
+        ..Default::default()
+    }
+}
+
+fn approve(id: &str) -> pb::DecideApprovalRequest {
+    pb::DecideApprovalRequest { approval_id: id.to_owned(), approve: true, reason: String::new() }
+}
+
+/// A server's `approve` names its tools as the server spells them: tools whose names are
+/// escaped when served (`refund.now` is `pay__refund_now_…`) wait for an operator all the same,
+/// by either name an agent calls them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_approve_list_gates_tools_whose_served_names_are_escaped() {
+    let dir = TestDir::new();
+    let app = pay_daemon(&dir).await;
+    let (refund, send) = (toolhost::catalog::names::qualify("pay", "refund.now"), toolhost::catalog::names::qualify("pay", "ns:send"));
+    assert!(refund.starts_with("pay__refund_now_") && send.starts_with("pay__ns_send_"), "{refund} {send}");
+    let called =
+        |name: &str| dir.received("pay").into_iter().filter(|m| m["method"] == "tools/call" && m["params"]["name"] == name).count();
+
+    // A tool the list does not name runs at once (and the server is reachable).
+    agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(pay_call("pay__list", "", ""), Duration::from_secs(10))).await.unwrap();
+    assert_eq!(called("list"), 1);
+    // `ns:send`, called by its served name: a request, and nothing sent.
+    let waited =
+        agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(pay_call(&send, "", ""), Duration::from_secs(2))).await.unwrap_err();
+    assert_eq!(error_info(&waited).0, "APPROVAL_PENDING", "{waited:?}");
+    // `refund.now`, called by server and own name: waits for the operator, then runs once.
+    let mut waiting = agent_client(&app, BOT_TOKEN).await;
+    let pending_call =
+        tokio::spawn(async move { waiting.call_tool(with_timeout(pay_call("", "pay", "refund.now"), Duration::from_secs(120))).await });
+    let requests = pending(&app, 2).await;
+    assert_eq!(called("refund.now") + called("ns:send"), 0, "nothing ran before an approval");
+    let request = requests.iter().find(|request| request.qualified_name == refund).expect("a request for refund.now");
+    client(&app).await.decide_approval(approve(&request.approval_id)).await.unwrap();
+    pending_call.await.unwrap().unwrap();
+    assert_eq!(called("refund.now"), 1, "approved, it ran once");
+    // The request the task following `ns:send` waits for is decided: nothing is left waiting.
+    let send_request = requests.iter().find(|request| request.qualified_name == send).expect("a request for ns:send");
+    let deny = pb::DecideApprovalRequest { approval_id: send_request.approval_id.clone(), approve: false, reason: "test".into() };
+    client(&app).await.decide_approval(deny).await.unwrap();
+    assert_eq!(called("ns:send"), 0, "denied, it never ran");
+    app.shutdown().await;
+}
+
+/// With `separate_approver`, the approver is another entry: an operator entry holding two
+/// tokens asks with one and may not approve with the other (nor the same); another entry may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_never_approves_its_own_request_with_another_of_its_tokens() {
+    let dir = TestDir::new();
+    let app = pay_daemon(&dir).await;
+    let mine = agent_client(&app, OPS_FIRST)
+        .await
+        .call_tool(with_timeout(pay_call("pay__list", "", ""), Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    let (reason, details) = error_info(&mine);
+    assert_eq!(reason, "APPROVAL_PENDING", "{mine:?}");
+    let id = details["approval_id"].clone();
+    for own in [OPS_SECOND, OPS_FIRST] {
+        let refused = agent_client(&app, own).await.decide_approval(approve(&id)).await.unwrap_err();
+        assert_eq!(error_info(&refused).0, "SEPARATE_APPROVER", "{refused:?}");
+    }
+    client(&app).await.decide_approval(approve(&id)).await.unwrap();
     app.shutdown().await;
 }

@@ -68,3 +68,44 @@ fn check_config_probe_starts_each_server_once_and_says_why_one_fails() {
             .all(|pid| { !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists() })
     );
 }
+
+/// `check-config` names the tool globs that gate nothing: a server's `approve` written as
+/// another server's qualified name (from the file alone) and, with `--probe`, an entry that
+/// matches none of the tools its server serves; entries that do match (by a tool's own name,
+/// escaped when served) are not named.
+#[test]
+fn check_config_names_policy_globs_that_can_never_match() {
+    use serde_json::json;
+    let dir = TestDir::new();
+    let tools_file = dir.path("tools.json");
+    let tool = |name: &str| json!({"name": name, "description": "Does it.", "inputSchema": {"type": "object"}});
+    std::fs::write(&tools_file, json!([tool("refund.now"), tool("list")]).to_string()).unwrap();
+    let pay = crate::harness::server_table(
+        "pay",
+        &dir.script("pay", json!({"tools_file": tools_file})),
+        "approve = [\"refund.now\", \"refund_later\", \"books__close\"]\n",
+    );
+    let books = crate::harness::server_table("books", &dir.script("books", json!({})), "");
+    let access = "[access]\n[[access.agents]]\nname = \"bot\"\nuids = [4242]\nallow = [\"pay__refund.now\", \"pay__nothing*\"]\n";
+    let path = dir.path("toolhost.toml");
+    std::fs::write(&path, format!("[store]\npath = \"catalog.db\"\n\n{access}\n{pay}\n{books}")).unwrap();
+
+    let output = toolhost(&["check-config", "--config", path.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    let qualified = said.lines().find(|line| line.contains("\"books__close\"")).unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        qualified.starts_with("warning: pay: servers.pay.approve: ") && qualified.contains("put \"close\" in [servers.books] approve"),
+        "{qualified}"
+    );
+    assert!(!said.contains("refund_later"), "unknowable without the tools: {said}");
+
+    let output = toolhost(&["check-config", "--probe", "--config", path.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    let never: Vec<&str> = said.lines().filter(|line| line.contains("matches none of the tools")).collect();
+    assert_eq!(never.len(), 3, "{said}");
+    assert!(never.iter().any(|line| line.starts_with("warning: pay: servers.pay.approve: \"refund_later\" ")), "{said}");
+    assert!(never.iter().any(|line| line.starts_with("warning: pay: servers.pay.approve: \"books__close\" ")), "{said}");
+    assert!(never.iter().any(|line| line.starts_with("warning: pay: access.agents[0] (\"bot\").allow: \"pay__nothing*\" ")), "{said}");
+}
