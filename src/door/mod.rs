@@ -525,45 +525,9 @@ impl Door {
         }
         // A task following a request after a restart waits for it whatever the policy is now.
         if needs_approval || following.is_some_and(|following| following.request.is_some()) {
-            let deadline = request.timeout.unwrap_or_else(|| {
-                target
-                    .server()
-                    .and_then(|server| self.registry.server(server))
-                    .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared.request_timeout)
-            });
-            // Stop waiting a little before the caller's deadline, so that the answer naming the
-            // request (and the task that follows it) reaches the caller before its own timer.
-            let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
-            let asked = approvals::Asked { caller, tool: &target, arguments, wait, progress: request.progress.as_ref(), following };
-            let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
-                self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
-            };
-            let gated = self.approvals.gate(asked, &self.registry, requested).await;
-            let ended = match &gated {
-                Ok(Some(_)) => Some("approved"),
-                Ok(None) => None,
-                Err(CallError::Approval(refusal)) => Some(approvals::outcome(refusal)),
-                Err(_) => Some("error"),
-            };
-            if let Some(ended) = ended {
-                let server = target.server().unwrap_or_default();
-                self.metrics().record_approval_wait(server, ended, started.1.elapsed());
-                tracing::info!(agent = %caller.agent.name, tool = %target.qualified(), outcome = ended, "toolhost.approval");
-            }
-            match gated {
+            match self.await_approval(caller, &request, arguments, following, started).await {
                 Ok(found) => approved = found,
                 Err(error) => {
-                    // A plain call that stops waiting leaves a task following its request, so a
-                    // caller that can follow one loses nothing (a task's own call never does).
-                    let error = match error {
-                        CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })
-                            if request.upstream_task.is_none() =>
-                        {
-                            let task = self.follow_approval(caller, &target, arguments, &id).await;
-                            CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task })
-                        }
-                        other => other,
-                    };
                     let refused = Err(error);
                     self.audit_call(caller, &target, arguments, started, &refused, false);
                     return refused;
@@ -593,32 +557,14 @@ impl Door {
             return refused;
         }
         let answer = request.answer;
-        let resumed = match answer {
-            Some(answer) => {
-                // Bad answers do not use up the token: the caller may correct them.
-                let checked = crate::calls::continuation::check_responses(answer.responses).map(|_| ());
-                match checked.and_then(|()| self.continuations.take(caller, answer.token)) {
-                    Ok(pending) => Some(pending),
-                    Err(error) => {
-                        let refused = Err(error.into());
-                        self.audit_call(caller, &target, arguments, started, &refused, false);
-                        return refused;
-                    }
-                }
-            }
-            None => None,
-        };
-        // A task's call is kept as sent (and to which generation) before it is: a restart then
-        // knows whether it may have run.
-        if let Some(following) = following {
-            let generation =
-                crate::calls::locate(&self.registry.snapshot().servers, &target).map_or(0, |(view, _)| view.generation_number());
-            if let Err(error) = following.sending(generation).await {
+        let resumed = match self.ready_to_send(caller, answer.as_ref(), following, &target).await {
+            Ok(resumed) => resumed,
+            Err(error) => {
                 let refused = Err(error);
                 self.audit_call(caller, &target, arguments, started, &refused, false);
                 return refused;
             }
-        }
+        };
         let mut result = self.calls.call(request, resumed.as_ref()).await;
         match (&mut result, resumed) {
             (Ok(done), _) if done.outcome.input_required.is_some() => {
@@ -636,6 +582,79 @@ impl Door {
         }
         self.audit_call(caller, &target, arguments, started, &result, false);
         result
+    }
+
+    /// The last steps before a call is sent: the pending round a 2026 client's answers continue
+    /// (bad answers do not use up the token: the caller may correct them), and for a task, its
+    /// call kept as sent (and to which generation) before it is, so that a restart knows whether
+    /// it may have run.
+    async fn ready_to_send(
+        &self,
+        caller: &Caller,
+        answer: Option<&crate::calls::Answer<'_>>,
+        following: Option<&tasks::Following>,
+        target: &ToolRef,
+    ) -> Result<Option<Pending>, CallError> {
+        let resumed = match answer {
+            Some(answer) => {
+                crate::calls::continuation::check_responses(answer.responses)?;
+                Some(self.continuations.take(caller, answer.token)?)
+            }
+            None => None,
+        };
+        if let Some(following) = following {
+            let generation =
+                crate::calls::locate(&self.registry.snapshot().servers, target).map_or(0, |(view, _)| view.generation_number());
+            following.sending(generation).await?;
+        }
+        Ok(resumed)
+    }
+
+    /// Waits, holding no slot, for a person's decision on a call that needs one (or on the
+    /// request a task follows), until a little before the caller's deadline. A plain call that
+    /// stops waiting leaves a task following its request, named in the error, so a caller that
+    /// can follow one loses nothing (a task's own call never does).
+    async fn await_approval(
+        &self,
+        caller: &Caller,
+        request: &CallRequest<'_>,
+        arguments: &str,
+        following: Option<&tasks::Following>,
+        started: (i64, Instant),
+    ) -> Result<Option<approvals::Approved>, CallError> {
+        let target = &request.tool;
+        let deadline = request.timeout.unwrap_or_else(|| {
+            target
+                .server()
+                .and_then(|server| self.registry.server(server))
+                .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared.request_timeout)
+        });
+        // Stop waiting a little before the caller's deadline, so that the answer naming the
+        // request (and the task that follows it) reaches the caller before its own timer.
+        let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
+        let asked = approvals::Asked { caller, tool: target, arguments, wait, progress: request.progress.as_ref(), following };
+        let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
+            self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
+        };
+        let gated = self.approvals.gate(asked, &self.registry, requested).await;
+        let ended = match &gated {
+            Ok(Some(_)) => Some("approved"),
+            Ok(None) => None,
+            Err(CallError::Approval(refusal)) => Some(approvals::outcome(refusal)),
+            Err(_) => Some("error"),
+        };
+        if let Some(ended) = ended {
+            let server = target.server().unwrap_or_default();
+            self.metrics().record_approval_wait(server, ended, started.1.elapsed());
+            tracing::info!(agent = %caller.agent.name, tool = %target.qualified(), outcome = ended, "toolhost.approval");
+        }
+        match gated {
+            Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })) if request.upstream_task.is_none() => {
+                let task = self.follow_approval(caller, target, arguments, &id).await;
+                Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task }))
+            }
+            other => other,
+        }
     }
 
     /// The task that follows approval request `id` for `caller`'s plain call of `tool`: the one

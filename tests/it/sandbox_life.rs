@@ -498,11 +498,8 @@ async fn a_write_grant_above_the_stores_directory_is_refused_and_named() {
     let above = dir.path("w");
     std::fs::create_dir_all(above.join("st")).unwrap();
     open_to_all(&above);
-    let servers = format!(
-        "{}{}",
-        hostile_table("mover", &format!("write = [{:?}]", above.display().to_string())),
-        hostile_table("neighbour", "")
-    );
+    let servers =
+        format!("{}{}", hostile_table("mover", &format!("write = [{:?}]", above.display().to_string())), hostile_table("neighbour", ""));
     let text = format!("[store]\npath = \"w/st/catalog.db\"\n\n[grpc]\nlisten = [\"127.0.0.1:0\", \"unix:toolhost.sock\"]\n\n{servers}");
     let path = dir.path("toolhost.toml");
     std::fs::write(&path, &text).unwrap();
