@@ -108,6 +108,16 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
                     report.warn(Some(name), format!("{key} grant {} does not exist: the sandbox shows nothing there", path.display()));
                 }
             }
+            for (key, shown) in crate::upstream::wide_grants(stdio) {
+                report.warn(
+                    Some(name),
+                    format!(
+                        "{key} {} shows the server all of that directory (a top-level directory, a home or one of its \
+                         dot-directories: other programs' files and credentials); grant the directory it needs",
+                        shown.display()
+                    ),
+                );
+            }
             for (grant, fix) in crate::upstream::unwritable_write_grants(stdio) {
                 report.warn(
                     Some(name),

@@ -166,6 +166,26 @@ pub fn private_files_in_write_grants(spec: &crate::config::StdioSpec) -> Vec<std
         .collect()
 }
 
+/// The directories an entry shows whole that hold far more than a server needs: `/`, a
+/// top-level directory, a home or a dot-directory straight in one, as its `cwd` or a `read` or
+/// `write` grant (the operator asked for them, so they are shown; `check-config` says what
+/// they hold). Each with the key that grants it.
+pub fn wide_grants(spec: &crate::config::StdioSpec) -> Vec<(&'static str, std::path::PathBuf)> {
+    if !spec.sandbox.enabled {
+        return Vec::new();
+    }
+    let cwd = spec.cwd.iter().map(|path| ("cwd", path));
+    let read = spec.sandbox.read.iter().map(|path| ("read", path));
+    let write = spec.sandbox.write.iter().map(|path| ("write", path));
+    cwd.chain(read)
+        .chain(write)
+        .filter_map(|(key, path)| {
+            let shown = std::fs::canonicalize(path).ok()?;
+            (!launchers::shareable(&shown)).then_some((key, shown))
+        })
+        .collect()
+}
+
 /// What `check-config` says of a package launcher run without the network it fetches with.
 pub fn launcher_warning(spec: &crate::config::StdioSpec) -> Option<String> {
     spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, confinement::egress(spec).0)).flatten()

@@ -109,3 +109,27 @@ fn check_config_names_policy_globs_that_can_never_match() {
     assert!(never.iter().any(|line| line.starts_with("warning: pay: servers.pay.approve: \"books__close\" ")), "{said}");
     assert!(never.iter().any(|line| line.starts_with("warning: pay: access.agents[0] (\"bot\").allow: \"pay__nothing*\" ")), "{said}");
 }
+
+/// An entry that shows a server far more than it needs (`cwd = "/"`, a home as a grant) is
+/// shown as asked, and `check-config` says what it holds; a grant of a project's directory is
+/// not named.
+#[test]
+fn check_config_names_a_cwd_or_grant_that_shows_a_whole_home_or_the_root() {
+    let dir = TestDir::new();
+    let project = dir.path("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let wide = crate::harness::server_table(
+        "wide",
+        &dir.script("wide", serde_json::json!({})),
+        &format!("cwd = \"/\"\nread = [\"/root\", {:?}]\n", project.display().to_string()),
+    );
+    let path = dir.path("toolhost.toml");
+    std::fs::write(&path, format!("[store]\npath = \"catalog.db\"\n\n{wide}")).unwrap();
+    let output = toolhost(&["check-config", "--config", path.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    let wide: Vec<&str> = said.lines().filter(|line| line.contains("shows the server all of that directory")).collect();
+    assert!(wide.iter().any(|line| line.starts_with("warning: wide: cwd / shows")), "{said}");
+    assert!(wide.iter().any(|line| line.starts_with("warning: wide: read /root shows")), "{said}");
+    assert_eq!(wide.len(), 2, "the project's directory is not named: {said}");
+}
