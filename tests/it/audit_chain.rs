@@ -45,14 +45,19 @@ pub(crate) async fn sql(path: &std::path::Path, statement: &str) {
     sqlx::Connection::close(connection).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_record() {
-    let dir = TestDir::new();
+/// A daemon on `dir`'s store records twelve calls and stops: the writer signs the head every
+/// five records, and when it stops.
+async fn signed_trail_of_twelve_calls(dir: &TestDir) {
     let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     calls_each_recorded(&app, 12).await;
-    // The writer signs the head every five records, and when it stops.
     app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_record() {
+    let dir = TestDir::new();
+    signed_trail_of_twelve_calls(&dir).await;
     let db = dir.db_path();
     let (ok, said) = verify(&db, &[]);
     let checkpoints: u32 =
@@ -168,10 +173,7 @@ async fn rewrite_past_every_checkpoint(db: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_writer_without_the_key_can_neither_renumber_unlink_nor_unsign_the_chain() {
     let dir = TestDir::new();
-    let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    calls_each_recorded(&app, 12).await;
-    app.shutdown().await;
+    signed_trail_of_twelve_calls(&dir).await;
     let db = dir.db_path();
     let key = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["audit", "key", "--store"]).arg(&db).output().unwrap();
     std::fs::write(dir.path("audit.pub"), &key.stdout).unwrap();

@@ -42,7 +42,7 @@ fn hostile_through_a_shell(name: &str) -> String {
 
 /// Calls a hostile server's `attack` and returns every probe's result, from the server's own
 /// process and from the child it forked.
-async fn attack(app: &toolhost::app::App, server: &str, targets: &Value) -> BTreeMap<String, String> {
+pub(crate) async fn attack(app: &toolhost::app::App, server: &str, targets: &Value) -> BTreeMap<String, String> {
     let mut client = client(app).await;
     let reply = client
         .call_tool(pb::CallToolRequest {

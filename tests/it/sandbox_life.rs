@@ -10,7 +10,7 @@ use toolhost::api::pb;
 use toolhost::registry::ServerState;
 
 use crate::harness::*;
-use crate::sandbox::{PYTHON, TOOLHOST, hostile_table};
+use crate::sandbox::{PYTHON, TOOLHOST, attack, hostile_table};
 
 /// Writes a minimal MCP server in Python at `path`: `prelude` runs first, then it answers the
 /// handshake, lists one tool named `tool`, and runs `on_call` (which sets `result` or exits) for
@@ -408,22 +408,6 @@ async fn idle_sandboxes_leave_the_cpu_alone() {
     assert!(daemon_woke < 40, "the daemon's context switches in {WINDOW:?}: {daemon_woke}");
 }
 
-/// Calls `server`'s `attack` over gRPC and returns what its own process reported.
-async fn attack_report(app: &toolhost::app::App, server: &str, targets: Value) -> Value {
-    let reply = client(app)
-        .await
-        .call_tool(pb::CallToolRequest {
-            qualified_name: format!("{server}__attack"),
-            arguments_json: targets.to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|status| panic!("{server}'s attack: {status:?}"))
-        .into_inner();
-    let content: Value = serde_json::from_str(&reply.content_json).unwrap();
-    serde_json::from_str::<Value>(content[0]["text"].as_str().unwrap()).unwrap()["process"].clone()
-}
-
 /// A server replaces its home's XDG directories with links to places of the host's (here
 /// directories the test owns; in the attack, `/etc` or the store's directory). At its next start
 /// the daemon makes and gives away nothing through them: the targets keep their owner, nothing
@@ -444,8 +428,9 @@ async fn links_a_server_plants_in_its_home_are_never_followed_by_the_daemon() {
         victims[1].display(),
         victims[2].display()
     );
-    let report = attack_report(&app, "planter", json!({"run": [["/bin/sh", "-c", plant]]})).await;
-    assert!(report.as_object().unwrap().values().all(|result| result.as_str().unwrap().starts_with("reached")), "{report}");
+    let results = attack(&app, "planter", &json!({"run": [["/bin/sh", "-c", plant]]})).await;
+    let planted = results.iter().filter(|(probe, _)| probe.starts_with("process: "));
+    assert!(planted.into_iter().all(|(_, result)| result.starts_with("reached")), "{results:#?}");
     let mut grpc = client(&app).await;
     grpc.restart_server(pb::RestartServerRequest { server: "planter".into() }).await.unwrap();
     wait_for_server(app.registry(), "planter", "ready again", |v| v.state == ServerState::Ready && v.num_restarts >= 1).await;
@@ -481,10 +466,10 @@ async fn a_grant_of_the_stores_directory_never_shows_a_siblings_home() {
     std::fs::write(&secret, "//registry.example/:_authToken=sibling-secret\n").unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let own = data.join("servers/nosy/.cache/mine");
-    let report = attack_report(&app, "nosy", json!({"read": [secret], "write": [own]})).await;
-    let result = |probe: String| report[&probe].as_str().unwrap_or_else(|| panic!("no {probe}: {report}")).to_owned();
-    assert!(result(format!("read {}", secret.display())).starts_with("blocked"), "{report}");
-    assert!(result(format!("write {}", own.display())).starts_with("reached"), "its own home stays writable: {report}");
+    let report = attack(&app, "nosy", &json!({"read": [secret], "write": [own]})).await;
+    let result = |probe: String| report.get(&format!("process: {probe}")).unwrap_or_else(|| panic!("no {probe}: {report:#?}")).clone();
+    assert!(result(format!("read {}", secret.display())).starts_with("blocked"), "{report:#?}");
+    assert!(result(format!("write {}", own.display())).starts_with("reached"), "its own home stays writable: {report:#?}");
     app.shutdown().await;
 }
 
