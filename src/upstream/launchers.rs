@@ -182,25 +182,34 @@ pub(crate) fn resolve(path: &Path, writable: &ServerWritable) -> Option<PathBuf>
 /// (`~/.local`, `~/.cargo`, `~/.config`), which hold other programs' credentials. Where a
 /// directory may not be shown, the program or script alone is.
 pub(crate) fn shareable(dir: &Path) -> bool {
-    if dir.components().count() <= 2 || is_home(dir) {
+    if dir.components().count() <= 2 {
         return false;
     }
-    let dot_in_home =
-        dir.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.')) && dir.parent().is_some_and(is_home);
-    !dot_in_home
+    let homes = Homes::read();
+    let dot_in_home = dir.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.'))
+        && dir.parent().is_some_and(|parent| homes.holds(parent));
+    !homes.holds(dir) && !dot_in_home
 }
 
-/// Whether `dir` is someone's home.
-fn is_home(dir: &Path) -> bool {
-    if dir.parent() == Some(Path::new("/home")) || dir == Path::new("/root") {
-        return true;
+/// Where people's homes are: read once for a decision (accounts come and go while the daemon
+/// runs, and the file is small).
+struct Homes {
+    passwd: String,
+}
+
+impl Homes {
+    fn read() -> Homes {
+        Homes { passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default() }
     }
-    if std::env::var_os("HOME").is_some_and(|home| Path::new(&home) == dir) {
-        return true;
+
+    /// Whether `dir` is someone's home: straight in `/home`, `/root`, the daemon's `$HOME`, or
+    /// a home `/etc/passwd` names.
+    fn holds(&self, dir: &Path) -> bool {
+        dir.parent() == Some(Path::new("/home"))
+            || dir == Path::new("/root")
+            || std::env::var_os("HOME").is_some_and(|home| Path::new(&home) == dir)
+            || self.passwd.lines().filter_map(|line| line.split(':').nth(5)).any(|home| home != "/" && Path::new(home) == dir)
     }
-    // Read at each plan: accounts come and go while the daemon runs, and the file is small.
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    passwd.lines().filter_map(|line| line.split(':').nth(5)).any(|home| home != "/" && Path::new(home) == dir)
 }
 
 #[cfg(test)]
