@@ -150,6 +150,8 @@ pub struct SandboxView {
     pub home: Option<std::path::PathBuf>,
     /// With a proxied network: the hosts its way out reaches (`host:port`).
     pub allow: Vec<String>,
+    /// The same hosts, each with why ("network.allow", "npx's registry; …").
+    pub reaches: Vec<(String, String)>,
 }
 
 /// Per-server state shared by every snapshot of that server.

@@ -52,6 +52,8 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             egress_tunnels: view.shared.egress.tunnels.load(Ordering::Relaxed),
             egress_denied: view.shared.egress.denied.load(Ordering::Relaxed),
             last_denied: view.shared.egress.last_denied().unwrap_or_default(),
+            reaches: sandbox.reaches.iter().map(|(host, why)| pb::Reach { host: host.clone(), why: why.clone() }).collect(),
+            last_denied_fix: view.shared.egress.last_fix().unwrap_or_default(),
         }),
         history: Vec::new(),
     }

@@ -97,6 +97,9 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
                 Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
                 Ok(line) | Err(line) => report.warn(Some(name), line),
             }
+            if let Some(reach) = crate::upstream::reach_summary(stdio) {
+                report.note(Some(name), reach);
+            }
             if let Some(hint) = crate::upstream::launcher_warning(stdio) {
                 report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
             }

@@ -41,12 +41,20 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
             }
             lines.extend(sandbox.read.iter().map(|path| format!("  reads     {path}")));
             lines.extend(sandbox.write.iter().map(|path| format!("  writes    {path}")));
-            if !sandbox.allow.is_empty() {
+            if !sandbox.reaches.is_empty() {
+                // Each host with why (through toolhost's proxy).
+                lines.extend(sandbox.reaches.iter().map(|reach| format!("  reaches   {} ({})", reach.host, reach.why)));
+            } else if !sandbox.allow.is_empty() {
                 lines.push(format!("  reaches   {} (through toolhost's proxy)", sandbox.allow.join(", ")));
+            }
+            if !sandbox.allow.is_empty() {
                 lines.push(format!("  egress    {} connections made, {} refused", sandbox.egress_tunnels, sandbox.egress_denied));
             }
             if !sandbox.last_denied.is_empty() {
                 lines.push(format!("  refused   {} (last host asked for that network.allow does not name)", sandbox.last_denied));
+            }
+            if !sandbox.last_denied_fix.is_empty() {
+                lines.push(format!("  fix       {}", sandbox.last_denied_fix));
             }
         }
     }

@@ -544,7 +544,9 @@ pub(crate) fn server_json(s: &pb::Server, store: Option<&str>) -> Value {
             "enforcement_detail": Some(&b.enforcement_detail).filter(|e| !e.is_empty()),
             "read": b.read, "write": b.write, "home": Some(&b.home).filter(|home| !home.is_empty()),
             "allow": b.allow, "egress_tunnels": b.egress_tunnels, "egress_denied": b.egress_denied,
-            "last_denied": Some(&b.last_denied).filter(|host| !host.is_empty())})),
+            "last_denied": Some(&b.last_denied).filter(|host| !host.is_empty()),
+            "reaches": b.reaches.iter().map(|reach| json!({"host": reach.host, "why": reach.why})).collect::<Vec<_>>(),
+            "last_denied_fix": Some(&b.last_denied_fix).filter(|fix| !fix.is_empty())})),
     })
 }
 

@@ -746,6 +746,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
         read: &raw.read,
         write: &raw.write,
         network: raw.network.as_ref(),
+        registry: raw.registry.as_ref(),
         limits: raw.limits.as_ref(),
     };
     let sandbox_spec = sandbox::validate(base, &raw_sandbox)?;
@@ -784,7 +785,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
             if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() || !raw.inherit_env.is_empty() || has_sandbox_keys {
                 return Err((
                     "url".into(),
-                    "args, env, inherit_env, cwd and the sandbox (sandbox, read, write, network, limits) apply to stdio servers (command), not to url".into(),
+                    "args, env, inherit_env, cwd and the sandbox (sandbox, read, write, network, registry, limits) apply to stdio servers (command), not to url".into(),
                 ));
             }
             let headers = resolve_all(raw.headers, "headers")?;

@@ -329,6 +329,8 @@ pub(crate) struct RawServer {
     pub(crate) write: Vec<String>,
     /// "none" (the default), "loopback", "all", or `{ allow = ["host[:port]", …] }`.
     pub(crate) network: Option<super::sandbox::RawNetwork>,
+    /// A package launcher's registry besides its `network` (true, the default) or not (false).
+    pub(crate) registry: Option<super::sandbox::RawRegistry>,
     pub(crate) limits: Option<super::sandbox::RawLimits>,
     /// Globs over this server's tool names whose calls wait for a person's approval, whoever calls.
     #[serde(default)]

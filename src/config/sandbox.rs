@@ -20,6 +20,9 @@ pub struct SandboxSpec {
     pub network: Network,
     /// Whether the entry set `network` (else a package launcher gets its registry).
     pub network_given: bool,
+    /// `registry`: whether a package launcher reaches the registries its settings name besides
+    /// its `network` (unset or an allow-list); false refuses them (`upstream::confinement::egress`).
+    pub registry: bool,
     /// With `network = { allow = [...] }`: the hosts its egress proxy reaches.
     pub allow: Vec<HostPattern>,
     pub limits: Limits,
@@ -77,6 +80,7 @@ impl Default for SandboxSpec {
             write: Vec::new(),
             network: Network::None,
             network_given: false,
+            registry: true,
             allow: Vec::new(),
             limits: Limits::default(),
             hidden: Vec::new(),
@@ -105,18 +109,75 @@ pub(crate) enum RawNetwork {
     Allow { allow: Vec<String> },
 }
 
+/// `registry`: a boolean; anything else is kept to be named in its error.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawRegistry {
+    Flag(bool),
+    Other(toml::Value),
+}
+
 /// The raw keys, as `RawServer` holds them.
 pub(crate) struct RawSandbox<'a> {
     pub(crate) mode: Option<&'a str>,
     pub(crate) read: &'a [String],
     pub(crate) write: &'a [String],
     pub(crate) network: Option<&'a RawNetwork>,
+    pub(crate) registry: Option<&'a RawRegistry>,
     pub(crate) limits: Option<&'a RawLimits>,
 }
 
 impl RawSandbox<'_> {
     pub(crate) fn is_empty(&self) -> bool {
-        self.mode.is_none() && self.read.is_empty() && self.write.is_empty() && self.network.is_none() && self.limits.is_none()
+        self.mode.is_none()
+            && self.read.is_empty()
+            && self.write.is_empty()
+            && self.network.is_none()
+            && self.registry.is_none()
+            && self.limits.is_none()
+    }
+}
+
+/// `registry` against `network`: a launcher's registry is reached through the proxy, so it goes
+/// with `network` unset or an allow-list. `"none"` and `"loopback"` stand as written (no proxy,
+/// so `registry = true` asks for what they refuse); `"all"` reaches every host (so
+/// `registry = false` cannot narrow it). Those two contradictions are errors; the rest is
+/// default or redundant.
+fn registry_key(raw: Option<&RawRegistry>, network: Option<&RawNetwork>) -> Result<bool, (String, String)> {
+    let wanted = match raw {
+        None => return Ok(true),
+        Some(RawRegistry::Flag(flag)) => *flag,
+        Some(RawRegistry::Other(other)) => {
+            let shown = match other {
+                toml::Value::String(text) => format!("{text:?}"),
+                other => format!("this {}", other.type_str()),
+            };
+            return Err((
+                "registry".into(),
+                format!(
+                    "{shown} is not a boolean: use true (the default: a package launcher reaches its registry besides network) or false"
+                ),
+            ));
+        }
+    };
+    let mode = match network {
+        Some(RawNetwork::Mode(mode)) => mode.as_str(),
+        _ => return Ok(wanted),
+    };
+    match (mode, wanted) {
+        ("none" | "loopback", true) => Err((
+            "registry".into(),
+            format!(
+                "registry = true with network = \"{mode}\": that network has no way out to a registry; give network = {{ allow = [...] }} \
+                 (the registry is reached besides) or leave network unset (the registry alone)"
+            ),
+        )),
+        ("all", false) => Err((
+            "registry".into(),
+            "registry = false with network = \"all\": every host is reached, the registry too; narrow it with network = { allow = [...] }"
+                .into(),
+        )),
+        _ => Ok(wanted),
     }
 }
 
@@ -160,6 +221,7 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
             })
             .collect()
     };
+    let registry = registry_key(raw.registry, raw.network)?;
     let read = paths("read", raw.read)?;
     let write = paths("write", raw.write)?;
     let defaults = Limits::default();
@@ -186,6 +248,7 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
         write,
         network,
         network_given: raw.network.is_some(),
+        registry,
         allow,
         limits,
         hidden: Vec::new(),
@@ -404,7 +467,7 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         fn raw(network: Option<&RawNetwork>) -> RawSandbox<'_> {
-            RawSandbox { mode: None, read: &[], write: &[], network, limits: None }
+            RawSandbox { mode: None, read: &[], write: &[], network, registry: None, limits: None }
         }
         let check = |network: RawNetwork| validate(Path::new("/etc"), &raw(Some(&network)));
         let allow = |list: &[&str]| RawNetwork::Allow { allow: list.iter().map(|s| (*s).to_owned()).collect() };
@@ -423,5 +486,30 @@ mod tests {
         }
         assert_eq!(check(allow(&[])).unwrap_err().0, "network.allow");
         assert_eq!(validate(Path::new("/etc"), &raw(None)).unwrap(), SandboxSpec::default());
+    }
+
+    #[test]
+    fn registry_is_a_boolean_that_goes_with_a_proxied_network_and_contradictions_are_named() {
+        let check = |registry: Option<RawRegistry>, network: Option<RawNetwork>| {
+            let raw =
+                RawSandbox { mode: None, read: &[], write: &[], network: network.as_ref(), registry: registry.as_ref(), limits: None };
+            validate(Path::new("/etc"), &raw)
+        };
+        let mode = |name: &str| Some(RawNetwork::Mode(name.to_owned()));
+        let allow = || Some(RawNetwork::Allow { allow: vec!["api.example.com".to_owned()] });
+        assert!(check(None, None).unwrap().registry, "a launcher reaches its registry by default");
+        assert!(check(None, allow()).unwrap().registry);
+        assert!(!check(Some(RawRegistry::Flag(false)), allow()).unwrap().registry);
+        assert!(!check(Some(RawRegistry::Flag(false)), None).unwrap().registry);
+        let (key, why) = check(Some(RawRegistry::Other(toml::Value::String("no".into()))), None).unwrap_err();
+        assert_eq!(key, "registry");
+        assert!(why.contains("\"no\" is not a boolean") && why.contains("false"), "{why}");
+        for contradiction in [(true, "none"), (true, "loopback"), (false, "all")] {
+            let (key, why) = check(Some(RawRegistry::Flag(contradiction.0)), mode(contradiction.1)).unwrap_err();
+            assert!(key == "registry" && why.contains(contradiction.1) && why.contains("network = { allow"), "{why}");
+        }
+        // Redundant, not contradictory: accepted.
+        assert!(!check(Some(RawRegistry::Flag(false)), mode("none")).unwrap().registry);
+        assert!(check(Some(RawRegistry::Flag(true)), mode("all")).unwrap().registry);
     }
 }

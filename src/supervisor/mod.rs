@@ -272,11 +272,12 @@ impl Supervisor {
         if let crate::config::Transport::Stdio(stdio) = &spec.transport {
             let sandbox = &stdio.sandbox;
             // The network as it runs: a package launcher left unset reaches its registry alone.
-            let (network, allow) = crate::upstream::effective_network(stdio);
+            let route = crate::upstream::effective_network(stdio);
             view.sandboxed(registry::SandboxView {
                 enabled: sandbox.enabled,
-                network,
-                allow: allow.iter().map(ToString::to_string).collect(),
+                network: route.network,
+                allow: route.reach.iter().map(|reach| reach.host.to_string()).collect(),
+                reaches: route.reach.iter().map(|reach| (reach.host.to_string(), reach.why())).collect(),
                 limits: sandbox.limits,
                 last_limit: None,
                 enforcement: self.reaper.enforcement(),

@@ -94,26 +94,43 @@ pub enum PlanError {
 ///
 /// # Errors
 /// The program cannot be found, or a grant lies inside one of the daemon's private places.
-/// Where a sandboxed server's network leads, and the hosts its proxy reaches: what its entry
-/// says; else, for a package launcher that fetches (`npx`, `uvx`…), its registry alone through
-/// the proxy; else none.
-pub(crate) fn egress(spec: &StdioSpec) -> (crate::sandbox::Network, Vec<crate::config::sandbox::HostPattern>) {
+/// Where a sandboxed server's network leads, and the hosts its proxy reaches, each with why:
+/// the one rule every path (the sandbox, the proxy, `check-config`, `toolhost servers`) takes.
+/// Its entry's `network`; and a package launcher that fetches (`npx`, `uvx`…) reaches the
+/// registries its settings name besides, through the proxy, where the network goes through it:
+/// with `network` unset (the registry alone) or an allow-list (the registry and the list).
+/// `registry = false` refuses them (unset, that leaves no network at all); `"none"`,
+/// `"loopback"` and `"all"` stand as written (config refuses `registry` contradicting them).
+pub(crate) fn egress(spec: &StdioSpec) -> super::egress::Route {
+    use super::egress::{Launcher, Reach, Route, Why};
+    use crate::sandbox::Network;
     let sandbox = &spec.sandbox;
-    if sandbox.network_given {
-        return (sandbox.network, sandbox.allow.clone());
-    }
-    match super::launchers::fetcher(&spec.command, &spec.args) {
-        Some((fetcher, _)) => {
-            let env = spec.env.iter().map(|(name, value)| (name.as_str(), value.expose()));
-            (crate::sandbox::Network::Proxied, super::launchers::registries(fetcher, env))
+    let launcher = super::launchers::fetcher(&spec.command, &spec.args).map(|(fetcher, said)| {
+        let env = spec.env.iter().map(|(name, value)| (name.as_str(), value.expose()));
+        Launcher { said, registries: super::launchers::registries(fetcher, env), refused: !sandbox.registry }
+    });
+    let mut reach: Vec<Reach> = sandbox.allow.iter().map(|host| Reach { host: host.clone(), why: Why::Allowed }).collect();
+    let proxied = !sandbox.network_given || sandbox.network == Network::Proxied;
+    if let Some(launcher) = launcher.as_ref().filter(|launcher| proxied && !launcher.refused) {
+        for host in &launcher.registries {
+            // A registry the allow-list names already is the operator's: said once, as theirs.
+            if !reach.iter().any(|reach| reach.host == *host) {
+                reach.push(Reach { host: host.clone(), why: Why::Registry(launcher.said.clone()) });
+            }
         }
-        None => (sandbox.network, Vec::new()),
     }
+    let network = match sandbox.network_given {
+        true => sandbox.network,
+        // Unset, `network` is its default (none).
+        false if reach.is_empty() => sandbox.network,
+        false => Network::Proxied,
+    };
+    Route { network, reach, launcher }
 }
 
 pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     let sandbox = &spec.sandbox;
-    let (network, _) = egress(spec);
+    let network = egress(spec).network;
     let hidden: Vec<PathBuf> = sandbox.hidden.iter().map(|path| canonical(path).unwrap_or_else(|| path.clone())).collect();
     let program = find_program(&spec.command, spec.cwd.as_deref()).ok_or_else(|| PlanError::NoProgram(spec.command.clone()))?;
     let mut read = Vec::new();
@@ -386,6 +403,84 @@ mod tests {
         networked.sandbox.network = crate::sandbox::Network::All;
         assert!(plan_for(&networked).unwrap().read.contains(&resolv));
         assert!(!plan_for(&spec("sh", &[])).unwrap().read.contains(&resolv), "only with the network");
+    }
+
+    #[test]
+    fn a_launcher_reaches_its_registry_besides_its_allow_list_unless_its_entry_refuses_it() {
+        use crate::sandbox::Network;
+        use crate::upstream::egress::Why;
+        let allow = |hosts: &[&str]| hosts.iter().map(|host| crate::config::sandbox::HostPattern::parse(host).unwrap()).collect::<Vec<_>>();
+        let narrowed = |mut spec: StdioSpec, hosts: &[&str], registry: bool| {
+            spec.sandbox.network = Network::Proxied;
+            spec.sandbox.network_given = true;
+            spec.sandbox.allow = allow(hosts);
+            spec.sandbox.registry = registry;
+            spec
+        };
+        let reached = |spec: &StdioSpec| {
+            let route = egress(spec);
+            (route.network, route.reach.iter().map(|reach| format!("{} ({})", reach.host, reach.why())).collect::<Vec<_>>())
+        };
+        let uvx = || spec("uvx", &["mcp-server-fetch"]);
+        // The issue: an allow-list no longer cuts a launcher off its index.
+        assert_eq!(
+            reached(&narrowed(uvx(), &["api.example.com"], true)),
+            (
+                Network::Proxied,
+                vec![
+                    "api.example.com:443 (network.allow)".to_owned(),
+                    "pypi.org:443 (uvx's registry; registry = false to refuse)".to_owned(),
+                    "files.pythonhosted.org:443 (uvx's registry; registry = false to refuse)".to_owned(),
+                ]
+            )
+        );
+        let npx = narrowed(spec("npx", &["-y", "@scope/server"]), &["api.example.com", "registry.npmjs.org"], true);
+        assert_eq!(
+            reached(&npx).1,
+            ["api.example.com:443 (network.allow)", "registry.npmjs.org:443 (network.allow)"],
+            "named once, as allowed"
+        );
+        // Refused: the allow-list alone; unset, nothing at all.
+        let refused = narrowed(uvx(), &["api.example.com"], false);
+        assert_eq!(reached(&refused).1, ["api.example.com:443 (network.allow)"]);
+        assert!(egress(&refused).launcher.is_some_and(|launcher| launcher.refused && launcher.registries.len() == 2));
+        let mut unset = uvx();
+        assert_eq!(reached(&unset).1.len(), 2);
+        unset.sandbox.registry = false;
+        assert_eq!(reached(&unset), (Network::None, Vec::new()));
+        assert_eq!(plan_for(&spec("sh", &[])).unwrap().network, Network::None);
+        // A mode stands as written; a program that is no launcher gets its list alone.
+        let mut loopback = uvx();
+        (loopback.sandbox.network, loopback.sandbox.network_given) = (Network::Loopback, true);
+        assert_eq!(reached(&loopback), (Network::Loopback, Vec::new()));
+        assert_eq!(
+            reached(&narrowed(spec("python3", &["server.py"]), &["api.example.com"], true)).1,
+            ["api.example.com:443 (network.allow)"]
+        );
+        // The registry its settings name, from its env.
+        let mut private = narrowed(spec("npx", &["-y", "x"]), &["api.example.com"], true);
+        private.env.insert("npm_config_registry".into(), crate::secrets::resolve("https://npm.internal.example/").unwrap());
+        assert!(
+            matches!(&egress(&private).reach[1], reach if reach.host.to_string() == "npm.internal.example:443" && reach.why == Why::Registry("npx".into()))
+        );
+    }
+
+    #[test]
+    fn a_refusal_that_looks_like_a_package_fetch_names_its_fix() {
+        let mut refused = spec("uvx", &["mcp-server-fetch"]);
+        (refused.sandbox.network, refused.sandbox.network_given, refused.sandbox.registry) =
+            (crate::sandbox::Network::Proxied, true, false);
+        refused.sandbox.allow = vec![crate::config::sandbox::HostPattern::parse("api.example.com").unwrap()];
+        let route = egress(&refused);
+        let fix = route.fix("pypi.org:443", "pypi.org", 443).unwrap();
+        assert!(fix.contains("uvx's registry") && fix.contains("remove `registry = false`"), "{fix}");
+        let other = route.fix("github.com:443", "github.com", 443).unwrap();
+        assert!(other.contains("add github.com:443 to network.allow"), "{other}");
+        let plain = egress(&spec("python3", &["server.py"]));
+        assert!(
+            plain.fix("registry.npmjs.org:443", "registry.npmjs.org", 443).unwrap().contains("add registry.npmjs.org:443 to network.allow")
+        );
+        assert_eq!(plain.fix("evil.example:443", "evil.example", 443), None, "any other refusal is only named");
     }
 
     #[test]

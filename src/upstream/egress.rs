@@ -8,6 +8,8 @@
 //! entry names that address itself: an allowed name is never a way back into the daemon. And
 //! where an entry does name one, the daemon's doors still know the tunnel for the server's (a
 //! `machine::Tunnel` holds its port): a server is never a caller, even through its proxy.
+//! A refusal that looks like a package fetch (a registry's host, or any host a package
+//! launcher asks for) names its fix: `registry = false` to remove, or the host to allow.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,30 +35,124 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// A refused target as the log and `toolhost servers` show it, at most (bytes, escapes included).
 const MAX_SHOWN: usize = 260;
 
+/// Where a sandboxed server's network leads: its mode and the hosts its proxy reaches, each
+/// with why, as `confinement::egress` (the one rule) decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub network: crate::sandbox::Network,
+    pub reach: Vec<Reach>,
+    /// The package launcher the entry runs, if it is one that fetches.
+    pub launcher: Option<Launcher>,
+}
+
+/// One host a server's proxy reaches, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    pub host: HostPattern,
+    pub why: Why,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The entry's `network.allow` names it.
+    Allowed,
+    /// The registry of the package launcher the entry runs (the words it was called by, "npx").
+    Registry(String),
+}
+
+/// A package launcher: the words it was called by ("uv tool"), the registries its settings
+/// name, and whether its entry refused them (`registry = false`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    pub said: String,
+    pub registries: Vec<HostPattern>,
+    pub refused: bool,
+}
+
+impl Reach {
+    /// Why, as `check-config` and `toolhost servers` say it.
+    #[must_use]
+    pub fn why(&self) -> String {
+        match &self.why {
+            Why::Allowed => "network.allow".to_owned(),
+            Why::Registry(launcher) => format!("{launcher}'s registry; registry = false to refuse"),
+        }
+    }
+}
+
+impl Route {
+    /// The hosts its proxy reaches.
+    #[must_use]
+    pub fn hosts(&self) -> Vec<HostPattern> {
+        self.reach.iter().map(|reach| reach.host.clone()).collect()
+    }
+
+    /// What would let a refused `host:port` (shown as `target`) through, where the refusal
+    /// looks like a package fetch: the launcher's own registry that `registry = false` refuses,
+    /// any host a launcher asks for, or a public registry's host. `None` for any other refusal.
+    #[must_use]
+    pub fn fix(&self, target: &str, host: &str, port: u16) -> Option<String> {
+        match &self.launcher {
+            Some(launcher) if launcher.refused && launcher.registries.iter().any(|registry| registry.matches(host, port)) => Some(format!(
+                "{target} is {}'s registry, which this entry's `registry = false` refuses: remove `registry = false` (or add \
+                 {target} to network.allow)",
+                launcher.said
+            )),
+            Some(launcher) => Some(format!(
+                "{} fetches packages and {target} is neither its registry nor in network.allow: add {target} to network.allow",
+                launcher.said
+            )),
+            None if super::launchers::is_public_registry(host) => {
+                Some(format!("{target} is a package registry: if the server fetches packages, add {target} to network.allow"))
+            }
+            None => None,
+        }
+    }
+}
+
 /// What a server's proxy let through and refused; shared by its sessions and shown with it.
 #[derive(Debug, Default)]
 pub struct EgressStats {
     pub tunnels: AtomicU64,
     pub denied: AtomicU64,
-    last_denied: Mutex<Option<String>>,
+    /// The last target refused, and what would let it through where that is known.
+    last_denied: Mutex<Option<(String, Option<String>)>>,
 }
 
 impl EgressStats {
     /// The last `host:port` refused, if any.
     #[must_use]
     pub fn last_denied(&self) -> Option<String> {
-        self.last_denied.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.last_denied.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|(target, _)| target.clone())
     }
 
-    fn deny(&self, target: &str) {
+    /// What would let the last refused host through, where its refusal looked like a package
+    /// fetch ([`Route::fix`]).
+    #[must_use]
+    pub fn last_fix(&self) -> Option<String> {
+        self.last_denied.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|(_, fix)| fix.clone())
+    }
+
+    /// The last refusal with its fix, if one was made since the count stood at `before` (the
+    /// start of a session) and a fix is known: what its failure then says.
+    #[must_use]
+    pub fn refusal_since(&self, before: u64) -> Option<String> {
+        if self.denied.load(Ordering::Relaxed) <= before {
+            return None;
+        }
+        let fix = self.last_fix()?;
+        Some(format!("its way out refused {}: {fix}", self.last_denied().unwrap_or_default()))
+    }
+
+    fn deny(&self, target: &str, fix: Option<String>) {
         self.denied.fetch_add(1, Ordering::Relaxed);
-        *self.last_denied.lock().unwrap_or_else(PoisonError::into_inner) = Some(shown(target));
+        *self.last_denied.lock().unwrap_or_else(PoisonError::into_inner) = Some((shown(target), fix));
     }
 }
 
 /// Receives the listener the sandbox's init hands over on `channel`, then serves the proxy on
 /// it until the task is aborted (the server's process is stopped).
-pub(crate) async fn run(server: Arc<str>, channel: std::os::unix::net::UnixStream, allow: Arc<[HostPattern]>, stats: Arc<EgressStats>) {
+pub(crate) async fn run(server: Arc<str>, channel: std::os::unix::net::UnixStream, route: Arc<Route>, stats: Arc<EgressStats>) {
     let listener = match receive_listener(channel).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -82,9 +178,9 @@ pub(crate) async fn run(server: Arc<str>, channel: std::os::unix::net::UnixStrea
             drop(stream);
             continue;
         }
-        let (allow, stats, server, refusals) = (allow.clone(), stats.clone(), server.clone(), refusals.clone());
+        let (route, stats, server, refusals) = (route.clone(), stats.clone(), server.clone(), refusals.clone());
         tunnels.spawn(async move {
-            if let Err(refused) = tunnel(stream, &allow, &stats).await
+            if let Err(refused) = tunnel(stream, &route, &stats).await
                 && let Some(suppressed) = refusals.admit()
             {
                 tracing::warn!(server = %server, %refused, suppressed, "the server's way out refused a connection");
@@ -112,7 +208,7 @@ enum Ask {
 }
 
 /// One client connection: its request checked, the host reached, the bytes relayed.
-async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStats) -> Result<(), String> {
+async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Result<(), String> {
     let head = tokio::time::timeout(STEP_TIMEOUT, read_head(&mut client)).await.map_err(|_| "no request in time".to_owned())??;
     let Some(ask) = ask_of(&head) else {
         let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
@@ -123,10 +219,15 @@ async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStat
     };
     // The server wrote the name: from here on it is shown escaped and bounded, wherever it goes.
     let target = shown(&format!("{host}:{port}"));
-    let Some(entry) = allow.iter().find(|entry| entry.matches(&host, port)) else {
-        stats.deny(&target);
-        let _ = client.write_all(refusal(&target, "is not in this server's network.allow").as_bytes()).await;
-        return Err(format!("{target} is not in network.allow"));
+    let Some(entry) = route.reach.iter().map(|reach| &reach.host).find(|entry| entry.matches(&host, port)) else {
+        let fix = route.fix(&target, &host, port);
+        let why = match &fix {
+            Some(fix) => format!("is not in this server's network.allow: {fix}"),
+            None => "is not in this server's network.allow".to_owned(),
+        };
+        stats.deny(&target, fix);
+        let _ = client.write_all(refusal(&target, &why).as_bytes()).await;
+        return Err(format!("{target} {why}"));
     };
     let addresses: Vec<SocketAddr> = tokio::time::timeout(STEP_TIMEOUT, tokio::net::lookup_host((host.trim_matches(['[', ']']), port)))
         .await
@@ -135,7 +236,7 @@ async fn tunnel(mut client: TcpStream, allow: &[HostPattern], stats: &EgressStat
         .filter(|address| entry.is_address() || !internal(address.ip()))
         .collect();
     if addresses.is_empty() {
-        stats.deny(&target);
+        stats.deny(&target, None);
         let why = "leads to this machine or its link, which network.allow reaches only by an address it names";
         let _ = client.write_all(refusal(&target, why).as_bytes()).await;
         return Err(format!("{target} resolves to this machine or its link only"));
@@ -413,7 +514,7 @@ mod tests {
         let long = shown(&"\u{1b}".repeat(1000));
         assert!(long.len() <= MAX_SHOWN + '…'.len_utf8() && long.ends_with('…') && !long.contains('\u{1b}'), "{long}");
         let stats = EgressStats::default();
-        stats.deny(&"x\r".repeat(500));
+        stats.deny(&"x\r".repeat(500), None);
         assert!(stats.last_denied().is_some_and(|shown| !shown.contains('\r') && shown.len() <= MAX_SHOWN + 3));
     }
 }

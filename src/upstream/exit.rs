@@ -156,7 +156,8 @@ pub(crate) fn launcher_hint(command: &std::path::Path, args: &[String], network:
     let (_, launcher) = super::launchers::fetcher(command, args)?;
     Some(format!(
         "hint: {launcher} fetches its package from its registry, which this sandbox cannot reach (network = \"{}\"): leave \
-         network unset (it then reaches its registry alone) or allow the registry's host (network = {{ allow = [\"HOST\"] }})",
+         network unset (it then reaches its registry alone) or give the hosts it needs (network = {{ allow = [\"HOST\"] }}: its \
+         registry is reached besides)",
         network.label()
     ))
 }

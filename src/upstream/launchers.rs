@@ -98,11 +98,23 @@ pub(crate) fn registries<'a>(fetcher: Fetcher, env: impl Iterator<Item = (&'a st
     if let Some(pattern) = configured.as_deref().and_then(url_host) {
         return vec![pattern];
     }
-    let public: &[&str] = match fetcher {
-        Fetcher::Npm => &["registry.npmjs.org"],
-        Fetcher::Python => &["pypi.org", "files.pythonhosted.org"],
+    let public = match fetcher {
+        Fetcher::Npm => NPM_PUBLIC,
+        Fetcher::Python => PYTHON_PUBLIC,
     };
     public.iter().filter_map(|host| HostPattern::parse(host).ok()).collect()
+}
+
+/// The public registries' hosts, npm's and the Python package index's.
+const NPM_PUBLIC: &[&str] = &["registry.npmjs.org"];
+const PYTHON_PUBLIC: &[&str] = &["pypi.org", "files.pythonhosted.org"];
+/// Other public registries' hosts a refusal is recognised by (Yarn's mirror of npm's).
+const OTHER_PUBLIC: &[&str] = &["registry.yarnpkg.com"];
+
+/// Whether `host` is a public package registry's (a refusal of it looks like a package fetch).
+pub(crate) fn is_public_registry(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    NPM_PUBLIC.iter().chain(PYTHON_PUBLIC).chain(OTHER_PUBLIC).any(|public| *public == host)
 }
 
 /// `https://host[:port]/…` as an allow-list entry (port 443, or 80 for `http:`, unless given).
@@ -299,6 +311,7 @@ mod tests {
         let private = [("UV_INDEX_URL", "http://user:pw@pypi.internal.example:8081/simple/")];
         assert_eq!(shown(registries(python, private.into_iter())), ["pypi.internal.example:8081"]);
         assert!(fetcher(Path::new("npm"), &args(&["install"])).is_none() && fetcher(Path::new("python3"), &args(&["-m", "x"])).is_none());
+        assert!(is_public_registry("PyPI.org.") && is_public_registry("registry.npmjs.org") && !is_public_registry("api.example.com"));
     }
 
     #[test]

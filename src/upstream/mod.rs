@@ -114,10 +114,10 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
     let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
-    let (network, allow) = confinement::egress(spec);
-    let network = match network {
+    let route = confinement::egress(spec);
+    let network = match route.network {
         crate::sandbox::Network::Proxied => {
-            let hosts: Vec<String> = allow.iter().map(ToString::to_string).collect();
+            let hosts: Vec<String> = route.reach.iter().map(|reach| reach.host.to_string()).collect();
             format!("only to {} (through toolhost's proxy)", hosts.join(", "))
         }
         other => other.label().to_owned(),
@@ -186,9 +186,61 @@ pub fn wide_grants(spec: &crate::config::StdioSpec) -> Vec<(&'static str, std::p
         .collect()
 }
 
-/// What `check-config` says of a package launcher run without the network it fetches with.
+/// What `check-config` says of a package launcher run without the network it fetches with:
+/// a mode that has no way out, or `registry = false` refusing a registry nothing else allows.
 pub fn launcher_warning(spec: &crate::config::StdioSpec) -> Option<String> {
-    spec.sandbox.enabled.then(|| exit::launcher_hint(&spec.command, &spec.args, confinement::egress(spec).0)).flatten()
+    if !spec.sandbox.enabled {
+        return None;
+    }
+    let route = confinement::egress(spec);
+    if let Some(launcher) = route.launcher.as_ref().filter(|launcher| launcher.refused)
+        && (route.network == crate::sandbox::Network::Proxied || !spec.sandbox.network_given)
+    {
+        let unreached: Vec<String> = launcher
+            .registries
+            .iter()
+            .filter(|registry| !route.reach.iter().any(|reach| reach.host == **registry))
+            .map(ToString::to_string)
+            .collect();
+        let unset = if spec.sandbox.network_given { "" } else { " (with network unset, that leaves it no network at all)" };
+        return (!unreached.is_empty()).then(|| {
+            format!(
+                "hint: {} fetches its package from {}, which this entry's `registry = false` refuses{unset}: it starts only from \
+                 what its home's cache holds; remove `registry = false` to let it fetch",
+                launcher.said,
+                unreached.join(", ")
+            )
+        });
+    }
+    exit::launcher_hint(&spec.command, &spec.args, route.network)
+}
+
+/// What a sandboxed server's way out reaches, each host with why (`check-config` prints it):
+/// `None` when its network reaches no host through the proxy and refuses no registry.
+pub fn reach_summary(spec: &crate::config::StdioSpec) -> Option<String> {
+    if !spec.sandbox.enabled {
+        return None;
+    }
+    let route = confinement::egress(spec);
+    let reaches: Vec<String> = route.reach.iter().map(|reach| format!("{} ({})", reach.host, reach.why())).collect();
+    let refused: Vec<String> = route
+        .launcher
+        .iter()
+        .filter(|launcher| launcher.refused)
+        .flat_map(|launcher| {
+            launcher
+                .registries
+                .iter()
+                .filter(|registry| !route.reach.iter().any(|reach| reach.host == **registry))
+                .map(move |registry| format!("{registry} ({}'s registry, refused by registry = false)", launcher.said))
+        })
+        .collect();
+    let reached = if reaches.is_empty() { "no host".to_owned() } else { reaches.join(", ") };
+    match (reaches.is_empty(), refused.is_empty()) {
+        (true, true) => None,
+        (_, true) => Some(format!("reaches: {reached}")),
+        _ => Some(format!("reaches: {reached}; not {}", refused.join(", "))),
+    }
 }
 
 /// The `write` grants a root daemon's server cannot write: it runs as the sandbox's own id
@@ -216,8 +268,8 @@ pub fn unwritable_write_grants(spec: &crate::config::StdioSpec) -> Vec<(std::pat
         .collect()
 }
 
-/// A stdio server's network as it will run: its mode and the hosts its proxy reaches.
-pub fn effective_network(spec: &crate::config::StdioSpec) -> (crate::sandbox::Network, Vec<crate::config::sandbox::HostPattern>) {
+/// A stdio server's network as it will run: its mode and the hosts its proxy reaches, with why.
+pub fn effective_network(spec: &crate::config::StdioSpec) -> egress::Route {
     confinement::egress(spec)
 }
 
@@ -312,6 +364,8 @@ pub async fn connect(
 ) -> Result<Connection, UpstreamError> {
     match &spec.transport {
         Transport::Stdio(stdio_spec) => {
+            // Refusals by its way out from here on are this start's (a registry's names its fix).
+            let refused_before = settings.egress.denied.load(std::sync::atomic::Ordering::Relaxed);
             let (process, stdout, stdin) = stdio::spawn(server, stdio_spec, settings.reaper.clone(), settings.egress.clone())?;
             let observed = session::Observed { wire: Wire::pipe(), operations: settings.operations.clone() };
             let (handle, tasks) = session::start(server.clone(), observed, stdout, stdin, settings.max_message_bytes);
@@ -349,7 +403,10 @@ pub async fn connect(
                     // silence; else the server's own words do.
                     Err(match ended.sandbox.take() {
                         Some(report) => SandboxError::Reported(report).into(),
-                        None => explained(error, &ended, launcher_warning(stdio_spec)),
+                        None => {
+                            let refusal = settings.egress.refusal_since(refused_before);
+                            explained(error, &ended, launcher_warning(stdio_spec), refusal)
+                        }
                     })
                 }
             }
@@ -397,8 +454,12 @@ pub async fn connect(
 
 /// A failure to start a stdio server, with how it ended and what it said: a server whose output
 /// ended went away by itself, so its exit is the news.
-fn explained(error: UpstreamError, ended: &Ended, launcher: Option<String>) -> UpstreamError {
-    let said = ended.said(launcher);
+fn explained(error: UpstreamError, ended: &Ended, launcher: Option<String>, refusal: Option<String>) -> UpstreamError {
+    // A refusal seen is the cause named: the static hint would only say it again.
+    let said = match refusal {
+        Some(refusal) => exit::joined(ended.said(None), refusal),
+        None => ended.said(launcher),
+    };
     match error {
         UpstreamError::Closed => {
             UpstreamError::Exited(exit::joined(format!("{} before it answered", exit::status_text(ended.status)), said))

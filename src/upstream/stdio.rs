@@ -130,8 +130,8 @@ pub(crate) fn spawn(
     // The proxy runs as long as this process: aborted when it is shut down or dropped.
     let egress = egress_channel.map(|(ours, theirs)| {
         drop(theirs);
-        let (_, allow) = confinement::egress(spec);
-        tokio::spawn(super::egress::run(server.clone(), ours, allow.into(), egress_stats))
+        let route = confinement::egress(spec);
+        tokio::spawn(super::egress::run(server.clone(), ours, Arc::new(route), egress_stats))
     });
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     if let Some(pgid) = pgid {

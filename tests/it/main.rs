@@ -34,6 +34,7 @@ mod modern;
 mod mrtr;
 mod oauth;
 mod real_packages;
+mod registry_reach;
 mod restart;
 mod sandbox;
 mod sandbox_life;
