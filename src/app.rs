@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod listening;
+
 use crate::access::Access;
 use crate::api::{self, ApiParts, ApiStartError};
 use crate::audit::{Auditor, Retention};
@@ -17,6 +19,7 @@ use crate::config::Config;
 use crate::console::{self, Console};
 use crate::door::Door;
 use crate::door::operator::Operator;
+use crate::door::reload::{NotApplied, ReloadAsk, ReloadError, ReloadReport, Reloads};
 use crate::door::tasks::Tasks;
 use crate::endpoint::{self, Endpoint};
 use crate::fleet::{Fleet, FleetParts};
@@ -25,11 +28,14 @@ use crate::listen::BoundAddr;
 use crate::registry::{Registry, ServerState};
 use crate::signals::{Event, Signals};
 use crate::store::{Store, StoreError};
-use crate::supervisor::{ReloadSummary, Supervisor};
+use crate::supervisor::Supervisor;
 use crate::systemd::{self, Notifier};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::upstream::reaper::Reaper;
+use listening::Front;
 
+/// Reloads asked through the doors that may wait while one runs; more are refused at once.
+const RELOAD_ASKS: usize = 8;
 /// How often at most the service manager's STATUS line is updated.
 const STATUS_INTERVAL: Duration = Duration::from_millis(500);
 /// How long the background tasks (audit writer, exports, fleet link...) get to end once told:
@@ -69,12 +75,10 @@ pub struct App {
     access: Arc<Access>,
     reaper: Arc<Reaper>,
     notifier: Arc<Notifier>,
-    grpc_addrs: Vec<BoundAddr>,
-    mcp_addrs: Vec<BoundAddr>,
-    console_addrs: Vec<BoundAddr>,
-    endpoint: Arc<Endpoint>,
-    api_tasks: TaskTracker,
-    api_cancel: CancellationToken,
+    /// The front doors' services and listeners; reloads open and close listeners here.
+    fronts: listening::Fronts,
+    /// Reloads asked through a door (`toolhost reload`); the run loop answers them.
+    reload_asks: Option<tokio::sync::mpsc::Receiver<ReloadAsk>>,
     /// Status and watchdog reporting.
     background: TaskTracker,
     background_cancel: CancellationToken,
@@ -113,7 +117,7 @@ impl App {
         let instance = InstanceLock::acquire(&config.store.path)?;
         let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
         let (mcp_addrs, mcp_listeners) = endpoint::bind(&config.mcp.listen).await?;
-        let (console_addrs, console_listeners) = console::bind(&config.console).await?;
+        let (console_addrs, console_listeners) = console::bind(&config.console.listen).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
         let reaper = Arc::new(match &options.reaper_program {
             Some(program) => Reaper::spawn(program).map_err(StartError::Reaper)?,
@@ -136,48 +140,7 @@ impl App {
         let access = Arc::new(Access::new(&config.access));
         let background = TaskTracker::new();
         let background_cancel = CancellationToken::new();
-        let retention = Retention { max_age: config.access.audit_retention, max_records: config.access.audit_max_records };
-        // The audit writer outlives the API (it drains what the last calls recorded) and stops
-        // with the other background tasks, before the store closes.
-        // The audit chain's signing key: beside the store, private like it, unless the operator
-        // provides one (a file, or a systemd credential).
-        let key_place = config.audit.key_place(&config.store.path);
-        let signer = match crate::store::audit_chain::load_or_make_key(&key_place.path, key_place.made_if_missing) {
-            Ok(key) => Some(key),
-            Err(problem) => {
-                tracing::error!(%problem, "the audit trail is chained but its checkpoints cannot be signed");
-                None
-            }
-        };
-        // The chain is verified once at start, beside serving: a break is an ERROR and the
-        // audit's health NOT_SERVING; calls go on.
-        let (audit_broken_tx, audit_broken) = tokio::sync::watch::channel(None);
-        let audit_key = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key);
-        if let Some(key) = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key) {
-            let (path, cancel, audit_broken_tx) = (config.store.path.clone(), background_cancel.clone(), audit_broken_tx.clone());
-            background.spawn(async move {
-                let verdict = tokio::select! {
-                    () = cancel.cancelled() => return,
-                    verdict = crate::store::audit_chain::verify(&path, &key, Default::default(), &[]) => verdict,
-                };
-                match verdict {
-                    Ok(crate::store::audit_chain::Verdict::Broken { problem, .. }) => {
-                        tracing::error!(%problem, "the audit trail was altered; `toolhost audit verify` says where");
-                        audit_broken_tx.send_replace(Some(problem));
-                    }
-                    Ok(crate::store::audit_chain::Verdict::Intact { records, checkpoints, .. }) => {
-                        tracing::info!(records, checkpoints, "the audit chain is intact");
-                    }
-                    Err(error) => tracing::warn!(%error, "cannot verify the audit chain"),
-                }
-            });
-        }
-        let every = (config.audit.checkpoint_records, config.audit.checkpoint_every);
-        let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, audit_broken_tx, background_cancel.clone());
-        for sink in &config.audit.exports {
-            background.spawn(crate::audit::export::run(store.clone(), sink.clone(), metrics.clone(), background_cancel.clone()));
-        }
-        background.spawn(audit_writer);
+        let (auditor, audit_key, audit_broken) = start_audit(&config, &store, &metrics, &background, &background_cancel);
         let api_tasks = TaskTracker::new();
         let api_cancel = CancellationToken::new();
         let tasks = Tasks::new(store.clone(), config.tasks);
@@ -200,6 +163,7 @@ impl App {
             let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
             background.spawn(fleet.clone().run(parts, background_cancel.clone()));
         }
+        let (reload_tx, reload_asks) = tokio::sync::mpsc::channel(RELOAD_ASKS);
         let operator = Operator::new(
             registry.clone(),
             store.clone(),
@@ -208,21 +172,33 @@ impl App {
             fleet.clone(),
             audit_key,
             audit_broken,
-        );
-        api::serve(listeners, ApiParts { door: door.clone(), operator: operator.clone() }, &api_tasks, api_cancel.clone())?;
+        )
+        .with_reloads(Reloads::new(reload_tx));
+        let api = api::start(ApiParts { door: door.clone(), operator: operator.clone() }, &api_tasks, api_cancel.clone())?;
+        let console = Arc::new(Console::new(door.clone(), operator, &config.console));
+        let endpoint = Arc::new(Endpoint::new(door, &config.mcp));
+        let mut fronts = listening::Fronts {
+            api,
+            endpoint,
+            console,
+            tracker: api_tasks,
+            cancel: api_cancel,
+            grpc: Default::default(),
+            mcp: Default::default(),
+            consoles: Default::default(),
+        };
         for addr in &grpc_addrs {
             tracing::info!(?addr, "serving the gRPC API");
         }
-        let console = Arc::new(Console::new(door.clone(), operator, &config.console));
-        console::serve(console_listeners, console, &api_tasks, &api_cancel);
+        fronts.serve_bound(Front::Grpc, &config.grpc.listen, grpc_addrs, listening::Bound::Grpc(listeners));
         for addr in &console_addrs {
             tracing::info!(?addr, "serving the operator console");
         }
-        let endpoint = Arc::new(Endpoint::new(door, &config.mcp));
-        endpoint::serve(mcp_listeners, endpoint.clone(), &api_tasks, api_cancel.clone());
+        fronts.serve_bound(Front::Console, &config.console.listen, console_addrs, listening::Bound::Console(console_listeners));
         for addr in &mcp_addrs {
             tracing::info!(?addr, "serving the MCP endpoint");
         }
+        fronts.serve_bound(Front::Mcp, &config.mcp.listen, mcp_addrs, listening::Bound::Mcp(mcp_listeners));
         let notifier = Arc::new(options.notifier);
         background.spawn(report_status(registry, notifier.clone(), background_cancel.clone()));
         if let Some(interval) = systemd::watchdog_interval() {
@@ -240,12 +216,8 @@ impl App {
             access,
             reaper,
             notifier,
-            grpc_addrs,
-            mcp_addrs,
-            console_addrs,
-            endpoint,
-            api_tasks,
-            api_cancel,
+            fronts,
+            reload_asks: Some(reload_asks),
             background,
             background_cancel,
             tasks,
@@ -271,57 +243,98 @@ impl App {
 
     /// Where the gRPC API listens (with real port numbers).
     pub fn grpc_addrs(&self) -> &[BoundAddr] {
-        &self.grpc_addrs
+        self.fronts.listeners(Front::Grpc).addrs()
     }
 
     /// The MCP endpoint, for answering messages without a transport.
     pub fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.endpoint
+        &self.fronts.endpoint
     }
 
     /// Where the MCP endpoint listens (with real port numbers).
     pub fn mcp_addrs(&self) -> &[BoundAddr] {
-        &self.mcp_addrs
+        self.fronts.listeners(Front::Mcp).addrs()
     }
 
     /// Where the operator console listens (with real port numbers).
     pub fn console_addrs(&self) -> &[BoundAddr] {
-        &self.console_addrs
+        self.fronts.listeners(Front::Console).addrs()
     }
 
-    /// Applies a new configuration's servers: adds, removes and restarts only what changed.
-    /// Store and listener settings need a restart; a change to them is reported, not applied.
+    /// Applies a new configuration: servers added, removed and restarted where their entry
+    /// changed, listeners opened and closed, `[access]` and `[mcp]`'s settings replaced. What the
+    /// running daemon cannot change is left as it was and named in the report, with why.
     ///
     /// # Errors
-    /// [`StoreError`] if an added server's stored catalog cannot be read.
-    pub async fn reload(&mut self, config: Config) -> Result<ReloadSummary, StoreError> {
+    /// [`ReloadError::PartWay`] if an added server's stored catalog cannot be read.
+    pub async fn reload(&mut self, config: Config) -> Result<ReloadReport, ReloadError> {
         self.notifier.reloading();
-        if config.store.path != self.config.store.path
-            || config.grpc.listen != self.config.grpc.listen
-            || config.mcp.listen != self.config.mcp.listen
+        let mut report = ReloadReport { not_applied: self.kept_as_they_were(&config), ..ReloadReport::default() };
+        for (front, wanted) in
+            [(Front::Grpc, &config.grpc.listen), (Front::Mcp, &config.mcp.listen), (Front::Console, &config.console.listen)]
         {
-            tracing::warn!("[store], [grpc] and [mcp] listen changes take effect at the next restart");
+            self.fronts.apply(front, wanted, &mut report).await;
         }
+        self.config.grpc.listen = self.fronts.listeners(Front::Grpc).configured();
+        self.config.console.listen = self.fronts.listeners(Front::Console).configured();
         // Profiles, page size and allowed origins apply to the next request.
-        self.endpoint.reconfigure(&config.mcp);
-        let bound = std::mem::take(&mut self.config.mcp.listen);
-        self.config.mcp = crate::config::McpConfig { listen: bound, ..config.mcp };
+        self.config.mcp.listen = self.fronts.listeners(Front::Mcp).configured();
+        let mcp = crate::config::McpConfig { listen: self.config.mcp.listen.clone(), ..config.mcp };
+        if mcp != self.config.mcp {
+            self.fronts.endpoint.reconfigure(&mcp);
+            report.applied.push("[mcp] page size, origins and profiles: from the next request".to_owned());
+        }
+        self.config.mcp = mcp;
         // New requests and open watch streams are judged by the new policy from here on, the
         // events of this reload included.
-        self.access.replace(&config.access);
-        self.config.access = config.access;
-        if config.fleet != self.config.fleet {
-            tracing::warn!("[fleet] changes take effect at the next restart");
+        if config.access != self.config.access {
+            self.access.replace(&config.access);
+            report.applied.push("[access]: every request from now on, open watch streams included".to_owned());
         }
+        self.config.access = config.access;
         if let Some(fleet) = &self.fleet {
             fleet.reconfigure(&config.servers);
         }
         let result = self.supervisor.reconcile(&config.servers).await;
-        if result.is_ok() {
-            self.config.servers = config.servers;
-        }
         self.notifier.ready();
-        result
+        report.servers = result.map_err(|error| ReloadError::PartWay(error.to_string()))?;
+        self.config.servers = config.servers;
+        Ok(report)
+    }
+
+    /// The settings of `config` that differ from the running daemon's and that it cannot change
+    /// while it runs, each with why.
+    fn kept_as_they_were(&self, config: &Config) -> Vec<NotApplied> {
+        let old = &self.config;
+        let restart = "it takes effect at the next restart";
+        let mut kept = Vec::new();
+        let mut keep = |differs: bool, setting: &str, why: &str| {
+            if differs {
+                kept.push(NotApplied { setting: setting.to_owned(), why: why.to_owned() });
+            }
+        };
+        keep(config.store != old.store, "[store]", "the store is opened once, at start; it takes effect at the next restart");
+        keep(config.fleet != old.fleet, "[fleet]", "the fleet store's link is made at start; it takes effect at the next restart");
+        keep(
+            config.audit != old.audit,
+            "[audit]",
+            "the audit writer, its signing key and its exports start with the daemon; it takes effect at the next restart",
+        );
+        keep(config.approvals != old.approvals, "[approvals]", restart);
+        keep(config.tasks != old.tasks, "[tasks]", restart);
+        keep(config.daemon != old.daemon, "[daemon]", restart);
+        keep(
+            config.telemetry != old.telemetry,
+            "[telemetry]",
+            "the exporters are set up before the daemon starts; it takes effect at the next restart",
+        );
+        keep(config.grpc.watch_backlog != old.grpc.watch_backlog, "[grpc] watch_backlog", restart);
+        keep(
+            config.console.allowed_origins != old.console.allowed_origins || config.console.session_ttl != old.console.session_ttl,
+            "[console] allowed_origins, session_ttl",
+            restart,
+        );
+        kept
     }
 
     /// Stops accepting RPCs and lets those in flight finish, stops every server (the stdio
@@ -329,9 +342,9 @@ impl App {
     pub async fn shutdown(self) {
         self.notifier.stopping();
         let deadline = crate::deadline::after(self.config.daemon.shutdown_timeout);
-        self.api_cancel.cancel();
-        self.api_tasks.close();
-        if tokio::time::timeout_at(deadline, self.api_tasks.wait()).await.is_err() {
+        self.fronts.cancel.cancel();
+        self.fronts.tracker.close();
+        if tokio::time::timeout_at(deadline, self.fronts.tracker.wait()).await.is_err() {
             tracing::warn!("RPCs in flight did not finish before the shutdown deadline");
         }
         // Running tasks' calls stop (each recorded as cut off) while their servers still run.
@@ -348,36 +361,116 @@ impl App {
     }
 }
 
-/// Runs the daemon until SIGTERM or SIGINT; SIGHUP reloads `config_path`.
+/// Starts the audit writer, its exports and the chain's verification, in `background`: the
+/// writer outlives the API (it drains what the last calls recorded) and stops with the other
+/// background tasks, before the store closes. Returns the auditor, the public half of the
+/// signing key, and what the verification finds broken.
+fn start_audit(
+    config: &Config,
+    store: &Store,
+    metrics: &Metrics,
+    background: &TaskTracker,
+    background_cancel: &CancellationToken,
+) -> (Auditor, Option<ed25519_dalek::VerifyingKey>, tokio::sync::watch::Receiver<Option<String>>) {
+    let retention = Retention { max_age: config.access.audit_retention, max_records: config.access.audit_max_records };
+    // The audit chain's signing key: beside the store, private like it, unless the operator
+    // provides one (a file, or a systemd credential).
+    let key_place = config.audit.key_place(&config.store.path);
+    let signer = match crate::store::audit_chain::load_or_make_key(&key_place.path, key_place.made_if_missing) {
+        Ok(key) => Some(key),
+        Err(problem) => {
+            tracing::error!(%problem, "the audit trail is chained but its checkpoints cannot be signed");
+            None
+        }
+    };
+    // The chain is verified once at start, beside serving: a break is an ERROR and the
+    // audit's health NOT_SERVING; calls go on.
+    let (audit_broken_tx, audit_broken) = tokio::sync::watch::channel(None);
+    let audit_key = signer.as_ref().map(ed25519_dalek::SigningKey::verifying_key);
+    if let Some(key) = audit_key {
+        let (path, cancel, audit_broken_tx) = (config.store.path.clone(), background_cancel.clone(), audit_broken_tx.clone());
+        background.spawn(async move {
+            let verdict = tokio::select! {
+                () = cancel.cancelled() => return,
+                verdict = crate::store::audit_chain::verify(&path, &key, Default::default(), &[]) => verdict,
+            };
+            match verdict {
+                Ok(crate::store::audit_chain::Verdict::Broken { problem, .. }) => {
+                    tracing::error!(%problem, "the audit trail was altered; `toolhost audit verify` says where");
+                    audit_broken_tx.send_replace(Some(problem));
+                }
+                Ok(crate::store::audit_chain::Verdict::Intact { records, checkpoints, .. }) => {
+                    tracing::info!(records, checkpoints, "the audit chain is intact");
+                }
+                Err(error) => tracing::warn!(%error, "cannot verify the audit chain"),
+            }
+        });
+    }
+    let every = (config.audit.checkpoint_records, config.audit.checkpoint_every);
+    let (auditor, audit_writer) = Auditor::start(store.clone(), retention, signer, every, audit_broken_tx, background_cancel.clone());
+    for sink in &config.audit.exports {
+        background.spawn(crate::audit::export::run(store.clone(), sink.clone(), metrics.clone(), background_cancel.clone()));
+    }
+    background.spawn(audit_writer);
+    (auditor, audit_key, audit_broken)
+}
+
+/// What the run loop acts on: a signal, or a reload asked through a door.
+enum Wake {
+    Signal(Event),
+    Asked(ReloadAsk),
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; SIGHUP and `toolhost reload` reload `config_path`.
 ///
 /// # Errors
 /// [`StartError`] when the daemon cannot start.
 pub async fn run(config_path: &Path, config: Config, options: RuntimeOptions) -> Result<(), StartError> {
     let mut signals = Signals::install().map_err(StartError::Signals)?;
     let mut app = App::start_with(config, options).await?;
+    let Some(mut asks) = app.reload_asks.take() else { unreachable!("a started daemon holds its reload requests") };
     tracing::info!(servers = app.registry().snapshot().servers.len(), "toolhost is running");
-    let mut reload_queued = false;
+    // Who waits for the next reload's report: a reload asked while one runs is done after it
+    // (it may have been asked because of an edit the running one did not read).
+    let mut waiting: Vec<ReloadAsk> = Vec::new();
+    let mut queued = false;
     loop {
-        let event = if std::mem::take(&mut reload_queued) { Event::Reload } else { signals.next().await };
-        if event == Event::Stop {
-            break;
+        if !std::mem::take(&mut queued) {
+            let wake = tokio::select! {
+                event = signals.next() => Wake::Signal(event),
+                Some(ask) = asks.recv() => Wake::Asked(ask),
+            };
+            match wake {
+                Wake::Signal(Event::Stop) => break,
+                Wake::Signal(Event::Reload) => {}
+                Wake::Asked(ask) => waiting.push(ask),
+            }
         }
+        let answering = std::mem::take(&mut waiting);
         // Signals are read while the reload runs: a stop ends it where it stands (the shutdown
-        // stops every worker, reconciled or not), and another SIGHUP reloads again afterwards.
+        // stops every worker, reconciled or not), and another reload runs again afterwards.
         let reload = reload(config_path, &mut app);
         tokio::pin!(reload);
-        let stopped = loop {
+        let outcome = loop {
             tokio::select! {
-                () = &mut reload => break false,
+                outcome = &mut reload => break Some(outcome),
                 event = signals.next() => match event {
-                    Event::Stop => break true,
-                    Event::Reload => reload_queued = true,
+                    Event::Stop => break None,
+                    Event::Reload => queued = true,
                 },
+                Some(ask) = asks.recv() => {
+                    waiting.push(ask);
+                    queued = true;
+                }
             }
         };
-        if stopped {
+        let Some(outcome) = outcome else {
             tracing::info!("stopping during a reload");
             break;
+        };
+        for ask in answering {
+            // The asker may have gone (its deadline passed): the log has the report all the same.
+            let _ = ask.reply.send(outcome.clone());
         }
     }
     tracing::info!("stopping");
@@ -386,17 +479,28 @@ pub async fn run(config_path: &Path, config: Config, options: RuntimeOptions) ->
 }
 
 /// Re-reads the configuration file and applies it, or keeps the current one if it is invalid.
-async fn reload(config_path: &Path, app: &mut App) {
-    match Config::load(config_path) {
-        Err(error) => tracing::error!(%error, "the new configuration is invalid; keeping the current one"),
-        Ok(config) => match app.reload(config).await {
-            Ok(summary) => tracing::info!(
-                added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
-                unchanged = summary.unchanged.len(), "configuration reloaded"
-            ),
-            Err(error) => tracing::error!(%error, "the reload failed part way; servers not yet reconciled keep their old settings"),
-        },
+async fn reload(config_path: &Path, app: &mut App) -> Result<ReloadReport, ReloadError> {
+    let config = match Config::load(config_path) {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::error!(%error, "the new configuration is invalid; keeping the current one");
+            return Err(ReloadError::Invalid(error.to_string()));
+        }
+    };
+    let outcome = app.reload(config).await;
+    match &outcome {
+        Ok(report) => {
+            for kept in &report.not_applied {
+                tracing::warn!(setting = %kept.setting, why = %kept.why, "not applied by the reload");
+            }
+            tracing::info!(
+                added = ?report.servers.added, removed = ?report.servers.removed, changed = ?report.servers.changed,
+                unchanged = report.servers.unchanged.len(), applied = ?report.applied, "configuration reloaded"
+            );
+        }
+        Err(error) => tracing::error!(%error, "the reload failed part way"),
     }
+    outcome
 }
 
 /// Keeps the service manager's STATUS line current: servers ready and tools served.

@@ -90,15 +90,22 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
     Ok((bound, BoundListeners(listeners)))
 }
 
-/// Listeners bound by [`bind`], waiting for [`serve`].
+/// Listeners bound by [`bind`], waiting for [`Api::serve`].
 pub struct BoundListeners(Vec<Bound>);
 
-/// Serves the API on every listener until `cancel` fires, then lets RPCs in flight finish.
-/// Every task goes into `tracker`.
+impl BoundListeners {
+    /// Each listener on its own, in the order bound (each can then be closed on its own).
+    pub fn each(self) -> impl Iterator<Item = BoundListeners> {
+        self.0.into_iter().map(|bound| BoundListeners(vec![bound]))
+    }
+}
+
+/// Builds the API's services and starts its health reporting until `cancel`; [`Api::serve`]
+/// then serves them on listeners. Every task goes into `tracker`.
 ///
 /// # Errors
 /// [`ApiStartError::Reflection`] if the reflection service cannot be built.
-pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, cancel: CancellationToken) -> Result<(), ApiStartError> {
+pub fn start(parts: ApiParts, tracker: &TaskTracker, cancel: CancellationToken) -> Result<Api, ApiStartError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     // Two separate builder chains. A single closure that built both was compiled into a
     // use-after-free in release builds (rustc 1.95; found with valgrind): keep them apart.
@@ -118,44 +125,59 @@ pub fn serve(listeners: BoundListeners, parts: ApiParts, tracker: &TaskTracker, 
         operator: parts.operator,
         watchers: watch::Watchers { tracker: tracker.clone(), cancel: cancel.clone(), open: Arc::default(), opened: Arc::default() },
     };
-    tracker.spawn(report_health(health, health_reporter, cancel.clone()));
-    for listener in listeners.0 {
-        let router = tonic::transport::Server::builder()
-            .add_service(health_service.clone())
-            .add_service(reflection_v1.clone())
-            .add_service(reflection_v1alpha.clone())
-            .add_service(pb::tool_host_server::ToolHostServer::new(service.clone()));
-        let shutdown = cancel.clone().cancelled_owned();
-        match listener {
-            Bound::Tcp(listener, None) => {
-                let incoming = gate::incoming(listener, tracker, cancel.clone());
-                tracker.spawn(async move {
-                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
-                        tracing::error!(%error, "the gRPC server on a TCP listener stopped");
-                    }
-                });
-            }
-            Bound::Tcp(listener, Some(config)) => {
-                let incoming = tls::incoming(listener, config, tracker, cancel.clone());
-                tracker.spawn(async move {
-                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
-                        tracing::error!(%error, "the gRPC server on a TLS listener stopped");
-                    }
-                });
-            }
-            Bound::Unix(listener, path) => {
-                // Every gRPC library's idea of an authority on a Unix socket is accepted.
-                let incoming = UnixListenerStream::new(listener).map(|stream| stream.map(authority::AuthorityFix::new));
-                tracker.spawn(async move {
-                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
-                        tracing::error!(%error, "the gRPC server on a Unix socket stopped");
-                    }
-                    let _ = std::fs::remove_file(&path);
-                });
+    tracker.spawn(report_health(health, health_reporter, cancel));
+    let router = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(pb::tool_host_server::ToolHostServer::new(service));
+    Ok(Api { router })
+}
+
+/// The gRPC API's services, built once by [`start`] and served on every listener, at start and
+/// as reloads add them: one set of watch limits and one health status for all.
+#[derive(Clone)]
+pub struct Api {
+    router: tonic::transport::server::Router,
+}
+
+impl Api {
+    /// Serves the API on `listeners` until `cancel` fires, then lets RPCs in flight finish.
+    /// Every task goes into `tracker`.
+    pub fn serve(&self, listeners: BoundListeners, tracker: &TaskTracker, cancel: CancellationToken) {
+        for listener in listeners.0 {
+            let router = self.router.clone();
+            let shutdown = cancel.clone().cancelled_owned();
+            match listener {
+                Bound::Tcp(listener, None) => {
+                    let incoming = gate::incoming(listener, tracker, cancel.clone());
+                    tracker.spawn(async move {
+                        if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                            tracing::error!(%error, "the gRPC server on a TCP listener stopped");
+                        }
+                    });
+                }
+                Bound::Tcp(listener, Some(config)) => {
+                    let incoming = tls::incoming(listener, config, tracker, cancel.clone());
+                    tracker.spawn(async move {
+                        if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                            tracing::error!(%error, "the gRPC server on a TLS listener stopped");
+                        }
+                    });
+                }
+                Bound::Unix(listener, path) => {
+                    // Every gRPC library's idea of an authority on a Unix socket is accepted.
+                    let incoming = UnixListenerStream::new(listener).map(|stream| stream.map(authority::AuthorityFix::new));
+                    tracker.spawn(async move {
+                        if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+                            tracing::error!(%error, "the gRPC server on a Unix socket stopped");
+                        }
+                        let _ = std::fs::remove_file(&path);
+                    });
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// NOT_SERVING until every enabled server has had its first connection attempt, then SERVING.

@@ -207,6 +207,21 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         Ok(Response::new(pb::RestartServerResponse {}))
     }
 
+    async fn reload(&self, request: Request<pb::ReloadRequest>) -> Result<Response<pb::ReloadResponse>, Status> {
+        let operator = self.admit(&request)?;
+        let report = self.operator.reload(&operator).await?;
+        let not_applied =
+            report.not_applied.into_iter().map(|skipped| pb::NotApplied { setting: skipped.setting, why: skipped.why }).collect();
+        Ok(Response::new(pb::ReloadResponse {
+            servers_added: report.servers.added,
+            servers_removed: report.servers.removed,
+            servers_changed: report.servers.changed,
+            servers_unchanged: u32::try_from(report.servers.unchanged.len()).unwrap_or(u32::MAX),
+            applied: report.applied,
+            not_applied,
+        }))
+    }
+
     async fn who_am_i(&self, request: Request<pb::WhoAmIRequest>) -> Result<Response<pb::WhoAmIResponse>, Status> {
         self.who_am_i_in(&request).await.map(Response::new)
     }

@@ -132,6 +132,12 @@ pub enum ClientCommand {
         #[command(flatten)]
         options: ClientOptions,
     },
+    /// Re-read the daemon's configuration file and apply it (as SIGHUP does): say what changed,
+    /// and what the running daemon could not apply and why.
+    Reload {
+        #[command(flatten)]
+        options: ClientOptions,
+    },
     /// Restart a server's session.
     Restart {
         server: String,
@@ -237,6 +243,7 @@ impl ClientCommand {
             | ClientCommand::History { options, .. }
             | ClientCommand::Refresh { options, .. }
             | ClientCommand::Restart { options, .. }
+            | ClientCommand::Reload { options }
             | ClientCommand::Search { options, .. }
             | ClientCommand::Approve { options, .. }
             | ClientCommand::Diff { options, .. }
@@ -482,6 +489,10 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             client.refresh_server(pb::RefreshServerRequest { server: server.clone() }).await?;
             out.done(&format!("refresh of {server} requested"))?;
         }
+        ClientCommand::Reload { .. } => {
+            let report = client.reload(pb::ReloadRequest {}).await?.into_inner();
+            reloaded(&mut out, &report)?;
+        }
         ClientCommand::Restart { server, .. } => {
             client.restart_server(pb::RestartServerRequest { server: server.clone() }).await?;
             out.done(&format!("restart of {server} requested"))?;
@@ -612,4 +623,38 @@ fn connect_error(addr: String, error: &(dyn std::error::Error + 'static)) -> Cli
         _ => io.map_or_else(|| error.to_string(), ToString::to_string),
     };
     ClientError::Connect { addr, reason }
+}
+
+/// What a reload did, a line each; what it could not apply last, with why.
+fn reloaded(out: &mut output::Printer, report: &pb::ReloadResponse) -> std::io::Result<()> {
+    if out.is_json() {
+        let kept: Vec<serde_json::Value> =
+            report.not_applied.iter().map(|kept| serde_json::json!({"setting": kept.setting, "why": kept.why})).collect();
+        return out.json_line(&serde_json::json!({
+            "servers": {"added": report.servers_added, "removed": report.servers_removed, "changed": report.servers_changed, "unchanged": report.servers_unchanged},
+            "applied": report.applied,
+            "not_applied": kept,
+        }));
+    }
+    let names = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.iter().map(|name| output::printable(name).into_owned()).collect::<Vec<_>>().join(", ")
+        }
+    };
+    out.line(&format!(
+        "reloaded: servers added {}; removed {}; restarted {}; {} unchanged",
+        names(&report.servers_added),
+        names(&report.servers_removed),
+        names(&report.servers_changed),
+        report.servers_unchanged
+    ))?;
+    for applied in &report.applied {
+        out.line(&format!("applied: {}", output::printable(applied)))?;
+    }
+    for kept in &report.not_applied {
+        out.line(&format!("not applied: {}: {}", output::printable(&kept.setting), output::printable(&kept.why)))?;
+    }
+    Ok(())
 }

@@ -164,7 +164,7 @@ pub enum AuditArguments {
     Full,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoreConfig {
     /// The SQLite file (absolute).
     pub path: PathBuf,
@@ -172,7 +172,7 @@ pub struct StoreConfig {
     pub history_generations: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GrpcConfig {
     pub listen: Vec<Listener>,
     /// Catalog events kept for watchers that fall behind; older ones get a resync.
@@ -226,7 +226,7 @@ pub struct TelemetryConfig {
     pub export_timeout: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
     /// How long a graceful stop may take before toolhost stops waiting.
     pub shutdown_timeout: Duration,

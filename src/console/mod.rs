@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::door::Door;
 use crate::door::error::DoorError;
-use crate::door::model::{Caller, ConsoleConfig, Identity, Refusal, ServerAction, UnixPeer, now_ms};
+use crate::door::model::{Caller, ConsoleConfig, Identity, Listener, Refusal, ServerAction, UnixPeer, now_ms};
 use crate::door::observe::Throttle;
 use crate::door::operator::{Operator, Via};
 use crate::listen::http::Body;
@@ -405,12 +405,19 @@ fn asset_response(name: &str) -> Option<Response<Body>> {
 /// The console's listeners, bound before the daemon says it is ready.
 pub struct BoundListeners(Vec<Bound>);
 
+impl BoundListeners {
+    /// Each listener on its own, in the order bound (each can then be closed on its own).
+    pub fn each(self) -> impl Iterator<Item = BoundListeners> {
+        self.0.into_iter().map(|bound| BoundListeners(vec![bound]))
+    }
+}
+
 /// Binds every `[console]` listener, so that a bad address fails the start.
 ///
 /// # Errors
 /// [`BindError`] naming the address.
-pub async fn bind(config: &ConsoleConfig) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
-    let (addrs, bound) = listen::bind_all(&config.listen).await?;
+pub async fn bind(listeners: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners), BindError> {
+    let (addrs, bound) = listen::bind_all(listeners).await?;
     Ok((addrs, BoundListeners(bound)))
 }
 

@@ -14,6 +14,7 @@ pub mod model;
 pub mod observe;
 pub mod operator;
 pub mod paging;
+pub mod reload;
 pub mod tasks;
 
 use std::sync::Arc;

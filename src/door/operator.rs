@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::error::DoorError;
 use super::model::{AuditFilter, AuditRecord, Caller, DefinitionDiff, Hold, ServerState, Span, Verdict};
+use super::reload::{ReloadReport, Reloads};
 use crate::fleet::Fleet;
 use crate::fleet::query::{Drift, Host};
 use crate::registry::Registry;
@@ -31,6 +32,7 @@ pub struct Operator {
     audit_key: Option<ed25519_dalek::VerifyingKey>,
     /// What the audit chain's verification at start found broken, if anything.
     audit_broken: watch::Receiver<Option<String>>,
+    reloads: Reloads,
 }
 
 /// Which front door an operator acts through, as the records of their approvals say.
@@ -76,7 +78,21 @@ impl Operator {
         audit_key: Option<ed25519_dalek::VerifyingKey>,
         audit_broken: watch::Receiver<Option<String>>,
     ) -> Operator {
-        Operator { registry, store, refresher, approver, fleet, audit_key, audit_broken }
+        Operator { registry, store, refresher, approver, fleet, audit_key, audit_broken, reloads: Reloads::unavailable() }
+    }
+
+    /// Reloads are asked of the daemon's run loop through `reloads`.
+    #[must_use]
+    pub fn with_reloads(self, reloads: Reloads) -> Operator {
+        Operator { reloads, ..self }
+    }
+
+    /// Reloads the daemon's configuration file: see [`Reloads::reload`].
+    ///
+    /// # Errors
+    /// Not an operator; the reload's own errors.
+    pub async fn reload(&self, by: &Caller) -> Result<ReloadReport, DoorError> {
+        self.reloads.reload(by).await
     }
 
     /// Refreshes or restarts `server`.

@@ -541,6 +541,13 @@ const DOOR: &str = "mcp";
 /// The endpoint's listeners, bound before the daemon says it is ready.
 pub struct BoundListeners(Vec<Bound>);
 
+impl BoundListeners {
+    /// Each listener on its own, in the order bound (each can then be closed on its own).
+    pub fn each(self) -> impl Iterator<Item = BoundListeners> {
+        self.0.into_iter().map(|bound| BoundListeners(vec![bound]))
+    }
+}
+
 /// Binds every `[mcp]` listener, so that a bad address fails the start.
 ///
 /// # Errors

@@ -423,3 +423,73 @@ async fn a_stdio_server_gets_a_clean_environment() {
     let log = daemon.log_text();
     assert!(!log.contains("resolved-secret"), "a resolved reference is never logged");
 }
+
+/// `toolhost reload` as a person types it, against the running daemon.
+fn reload_cli(dir: &TestDir) -> std::process::Output {
+    let addr = format!("unix:{}", dir.path("daemon.sock").display());
+    Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["reload", "--addr", &addr]).output().unwrap()
+}
+
+/// An HTTP status line from `GET /` at `addr`, or why not.
+fn get_root(addr: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|error| error.to_string())?;
+    stream.write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(|error| error.to_string())?;
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolhost_reload_opens_and_closes_listeners_and_names_what_it_could_not_apply() {
+    let dir = TestDir::new();
+    let scripts: Vec<_> = ["one", "two"].iter().map(|n| dir.script(n, json!({"tools": tools(n, 1)}))).collect();
+    let daemon = Daemon::start(&dir, &server_table("one", &scripts[0], ""), &[]);
+    daemon.wait_servers("one ready", |s| s.len() == 1 && ready(s)).await;
+
+    // A console and an MCP socket where there were none, a server more, and a setting the
+    // running daemon cannot change.
+    let servers = [server_table("one", &scripts[0], ""), server_table("two", &scripts[1], "")].join("\n");
+    let listeners =
+        "[console]\nlisten = [\"127.0.0.1:0\"]\n\n[mcp]\nlisten = [\"unix:mcp.sock\"]\n\n[daemon]\nshutdown_timeout = \"9s\"\n\n";
+    write_config(&dir, &format!("{listeners}{servers}"));
+    let output = reload_cli(&dir);
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{said}{}", String::from_utf8_lossy(&output.stderr));
+    // (A new socket is one of the daemon's private places, which every sandbox is restarted to hide.)
+    assert!(said.starts_with("reloaded: servers added two;"), "{said}");
+    assert!(!said.contains("[mcp] page size"), "only what changed is said: {said}");
+    assert!(said.contains("not applied: [daemon]: it takes effect at the next restart"), "{said}");
+    assert!(said.contains(&format!("applied: [mcp] listen unix:{}: listening", dir.path("mcp.sock").display())), "{said}");
+    let console = said
+        .lines()
+        .find_map(|line| line.strip_prefix("applied: [console] listen ")?.strip_suffix(": listening"))
+        .unwrap_or_else(|| panic!("the console's new address is said: {said}"))
+        .to_owned();
+    assert!(!console.ends_with(":0"), "the port bound, not the one asked for: {console}");
+    let status = get_root(&console).unwrap();
+    assert!(["HTTP/1.1 200", "HTTP/1.1 303"].iter().any(|ok| status.starts_with(ok)), "the console answers at once: {status}");
+    let mut mcp = std::os::unix::net::UnixStream::connect(dir.path("mcp.sock")).expect("the MCP socket is open");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    std::io::Write::write_all(&mut mcp, format!("{initialize}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&mcp), &mut line).unwrap();
+    assert!(line.contains("\"serverInfo\""), "{line}");
+    daemon.wait_servers("two ready", |s| s.len() == 2 && ready(s)).await;
+
+    // The console removed again: closed, and said so; what stays is left alone.
+    write_config(&dir, &format!("[mcp]\nlisten = [\"unix:mcp.sock\"]\n\n[daemon]\nshutdown_timeout = \"9s\"\n\n{servers}"));
+    let said = String::from_utf8_lossy(&reload_cli(&dir).stdout).into_owned();
+    assert!(said.contains(&format!("applied: [console] listen {console}: closed")), "{said}");
+    assert!(!said.contains("[mcp] listen"), "an unchanged listener is not touched: {said}");
+    eventually("the console's port is closed", async || get_root(&console).err()).await;
+
+    // An invalid file: the reload says why, and everything keeps running.
+    std::fs::write(dir.path("daemon.toml"), "[servers.one\ncommand = ").unwrap();
+    let refused = reload_cli(&dir);
+    let why = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(3), "{why}");
+    assert!(why.contains("invalid") && why.contains("daemon.toml") && why.contains("the running one is kept"), "{why}");
+    daemon.wait_servers("both still ready", |s| s.len() == 2 && ready(s)).await;
+}
