@@ -74,6 +74,15 @@ pub enum ReferenceError {
 /// # Errors
 /// [`ReferenceError`] naming the reference that cannot be resolved.
 pub fn resolve(value: &str) -> Result<Resolved, ReferenceError> {
+    resolve_with(value, &[])
+}
+
+/// [`resolve`], where `${NAME}` for each `(NAME, value)` of `local` is that value: a place of
+/// the entry's own (`${data}`), plain text, never a secret nor looked up elsewhere.
+///
+/// # Errors
+/// [`ReferenceError`] naming the reference that cannot be resolved.
+pub fn resolve_with(value: &str, local: &[(&str, &str)]) -> Result<Resolved, ReferenceError> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     let mut found = Vec::new();
@@ -81,10 +90,14 @@ pub fn resolve(value: &str) -> Result<Resolved, ReferenceError> {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find('}').ok_or(ReferenceError::Unclosed)?;
+        rest = &after[end + 1..];
+        if let Some((_, plain)) = local.iter().find(|(name, _)| *name == &after[..end]) {
+            out.push_str(plain);
+            continue;
+        }
         let secret = lookup(&after[..end])?;
         out.push_str(&secret);
         found.push(secret);
-        rest = &after[end + 1..];
     }
     out.push_str(rest);
     let has_secret = !found.is_empty();

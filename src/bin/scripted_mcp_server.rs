@@ -92,6 +92,11 @@ struct Script {
     invalid_params_on_call: Vec<String>,
     /// Write this process's environment (NAME=value lines) to this file at start.
     env_file: Option<String>,
+    /// Append "launch N" to the file this environment variable names at start (`${data}/…`);
+    /// exit, saying why on stderr, if it cannot.
+    append_to_env_file: Option<String>,
+    /// Write this file at start; exit, saying why on stderr, if it cannot.
+    write_at_start: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -131,6 +136,15 @@ fn main() {
     if let Some(path) = &script.env_file {
         let lines: String = std::env::vars().map(|(name, value)| format!("{name}={value}\n")).collect();
         let _ = std::fs::write(path, lines);
+    }
+    if let Some(variable) = &script.append_to_env_file {
+        let path = std::env::var(variable).unwrap_or_else(|_| fail(&format!("{variable} is not set")));
+        let appended =
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut file| writeln!(file, "launch {launch}"));
+        appended.unwrap_or_else(|err| fail(&format!("cannot append to {path}: {err}")));
+    }
+    if let Some(path) = &script.write_at_start {
+        std::fs::write(path, "written at start\n").unwrap_or_else(|err| fail(&format!("cannot write {path}: {err}")));
     }
     if let Some(path) = &script.pid_file {
         let mut file = std::fs::OpenOptions::new()

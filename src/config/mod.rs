@@ -542,10 +542,13 @@ impl Config {
         config.private = sandbox::private_places(&config, text);
         let homes = config.homes();
         let writable = config.servers.values().filter_map(|server| match &server.transport {
-            Transport::Stdio(stdio) if stdio.sandbox.enabled => Some(stdio.sandbox.write.iter().map(|path| sandbox::lexical(path))),
+            Transport::Stdio(stdio) if stdio.sandbox.enabled => Some(
+                stdio.sandbox.write.iter().chain(stdio.sandbox.data.as_ref().map(|data| &data.path)).map(|path| sandbox::lexical(path)),
+            ),
             _ => None,
         });
         let writable = sandbox::ServerWritable(writable.flatten().chain([sandbox::lexical(&homes)]).collect());
+        sandbox::check_data_places(&config).map_err(|(key, problem)| ConfigError { file: file.to_path_buf(), key: Some(key), problem })?;
         for (name, server) in &mut config.servers {
             if let Transport::Stdio(stdio) = &mut server.transport {
                 stdio.sandbox.hidden.clone_from(&config.private);
@@ -749,8 +752,12 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
         registry: raw.registry.as_ref(),
         limits: raw.limits.as_ref(),
     };
-    let sandbox_spec = sandbox::validate(base, &raw_sandbox)?;
+    let mut sandbox_spec = sandbox::validate(base, &raw_sandbox)?;
     let has_sandbox_keys = !raw_sandbox.is_empty();
+    sandbox_spec.data = sandbox::data_dir(raw.data.as_ref(), state_dir, name)?.map(Box::new);
+    if sandbox_spec.data.is_some() && raw.command.is_none() {
+        return Err(("data".into(), "a data directory is a stdio server's (command), not a url's".into()));
+    }
     let transport = match (raw.command, raw.url) {
         (Some(_), Some(_)) => return Err(("url".into(), "give either command (stdio) or url (HTTP), not both".into())),
         (None, None) => return Err(("command".into(), "missing: give command (stdio) or url (HTTP)".into())),
@@ -763,7 +770,7 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
             }
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
-            let env = resolve_all(raw.env, "env")?;
+            let env = resolve_env(raw.env, sandbox_spec.data.as_deref())?;
             for name in &raw.inherit_env {
                 if name.is_empty() || name.contains('=') {
                     return Err(("inherit_env".into(), format!("{name:?} is not an environment variable name")));
@@ -884,6 +891,30 @@ fn hold_or_accept(value: Option<&str>) -> Result<bool, String> {
         Some("hold") => Ok(true),
         Some(other) => Err(format!("{other:?} is not \"accept\" or \"hold\"")),
     }
+}
+
+/// A stdio server's `env`: [`resolve_all`], with `${data}` its data directory's path (an entry
+/// without `data` that names it is an error, not a variable looked up in the daemon's
+/// environment).
+fn resolve_env(values: BTreeMap<String, String>, data: Option<&sandbox::DataDir>) -> Result<BTreeMap<String, Resolved>, KeyProblem> {
+    let path = data.map(|data| data.path.to_str().ok_or_else(|| ("data".to_owned(), format!("{} is not UTF-8", data.path.display()))));
+    let local = match path.transpose()? {
+        Some(path) => vec![("data", path)],
+        None => Vec::new(),
+    };
+    values
+        .into_iter()
+        .map(|(name, value)| {
+            if local.is_empty() && value.contains("${data}") {
+                let why = "${data} is the server's data directory, and this entry has none: add data = true (or data = \"/a/path\")";
+                return Err((format!("env.{name}"), why.to_owned()));
+            }
+            match crate::secrets::resolve_with(&value, &local) {
+                Ok(resolved) => Ok((name, resolved)),
+                Err(problem) => Err((format!("env.{name}"), problem.to_string())),
+            }
+        })
+        .collect()
 }
 
 /// Resolves the `${…}` references of every value, naming the key of one that cannot be.

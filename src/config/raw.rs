@@ -335,6 +335,9 @@ pub(crate) struct RawServer {
     /// Globs over this server's tool names whose calls wait for a person's approval, whoever calls.
     #[serde(default)]
     pub(crate) approve: Vec<String>,
+    /// A stdio server's own data directory, kept across restarts and package updates: `true`
+    /// (beside the homes) or an absolute path; `${data}` in its `env` names it.
+    pub(crate) data: Option<super::sandbox::RawData>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -34,6 +34,81 @@ pub struct SandboxSpec {
     /// Every place some server of this daemon can write (every write grant, the homes), where
     /// a path is granted only as written, never through a link a server planted.
     pub server_writable: ServerWritable,
+    /// `data`: its own data directory, writable, made at its start and kept (also with the
+    /// sandbox off); `${data}` in its `env` names it.
+    /// (Boxed: rare, and the entry is kept small.)
+    pub data: Option<Box<DataDir>>,
+}
+
+/// A server's data directory: where its entry's `data` puts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataDir {
+    pub path: PathBuf,
+    /// `data = true`: beside its home ([`data_beside_homes`], in the homes' private directory,
+    /// shown to its server alone); else the operator's path, granted like a `write` grant.
+    pub beside_homes: bool,
+}
+
+/// `data = true | false | "/path"`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawData {
+    Flag(bool),
+    Path(String),
+}
+
+/// Where `data = true` puts the server `name`'s data directory: `servers/NAME.data/` beside
+/// its home `servers/NAME/` (no server name holds a `.`), so that a wiped home or cache never
+/// takes it, in the homes' directory no other server sees.
+pub fn data_beside_homes(store_dir: &Path, name: &str) -> PathBuf {
+    store_dir.join("servers").join(format!("{name}.data"))
+}
+
+/// A `data` path of the operator's is refused inside one of the daemon's private places (the
+/// server would own it) or above one (it could rename the place away), as a `write` grant is.
+pub(crate) fn check_data_places(config: &super::Config) -> Result<(), (String, String)> {
+    for (name, server) in &config.servers {
+        let super::Transport::Stdio(stdio) = &server.transport else { continue };
+        let Some(data) = stdio.sandbox.data.as_ref().filter(|data| !data.beside_homes) else { continue };
+        let private = config.private.iter().map(|place| lexical(place));
+        if let Some(place) = private.clone().find(|place| data.path.starts_with(place) || place.starts_with(&data.path)) {
+            let how = if data.path.starts_with(&place) { "lies inside" } else { "holds" };
+            return Err((
+                format!("servers.{name}.data"),
+                format!(
+                    "{} {how} {}, one of the daemon's private places: name a directory apart from it",
+                    data.path.display(),
+                    place.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `data` of the server `name`: `true` is `servers/NAME.data` beside its home; a path must be absolute
+/// (or `~/…`), below a top-level directory, and no home itself, since the server's uid is given
+/// the directory.
+pub(crate) fn data_dir(raw: Option<&RawData>, store_dir: &Path, name: &str) -> Result<Option<DataDir>, (String, String)> {
+    let problem = |why: String| ("data".to_owned(), why);
+    let text = match raw {
+        None | Some(RawData::Flag(false)) => return Ok(None),
+        Some(RawData::Flag(true)) => return Ok(Some(DataDir { path: data_beside_homes(store_dir, name), beside_homes: true })),
+        Some(RawData::Path(text)) => text.trim(),
+    };
+    let path = lexical(&expand_home(text));
+    if !path.is_absolute() || text.contains("${") {
+        return Err(problem(format!("{text:?}: give true (a directory beside the store) or an absolute path")));
+    }
+    let depth = path.components().filter(|part| matches!(part, std::path::Component::Normal(_))).count();
+    let a_home =
+        path.parent() == Some(Path::new("/home")) || std::env::var_os("HOME").is_some_and(|home| lexical(Path::new(&home)) == path);
+    if depth < 2 || a_home {
+        return Err(problem(format!(
+            "{text:?} is / , a top-level directory or a home, which the server's uid would be given: name a directory of its own below it"
+        )));
+    }
+    Ok(Some(DataDir { path, beside_homes: false }))
 }
 
 /// The places servers write, the same for every server: shared, and no part of what makes one
@@ -86,6 +161,7 @@ impl Default for SandboxSpec {
             hidden: Vec::new(),
             home: None,
             server_writable: ServerWritable::default(),
+            data: None,
         }
     }
 }
@@ -254,6 +330,7 @@ pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec,
         hidden: Vec::new(),
         home: None,
         server_writable: ServerWritable::default(),
+        data: None,
     })
 }
 
@@ -486,6 +563,57 @@ mod tests {
         }
         assert_eq!(check(allow(&[])).unwrap_err().0, "network.allow");
         assert_eq!(validate(Path::new("/etc"), &raw(None)).unwrap(), SandboxSpec::default());
+    }
+
+    #[test]
+    fn a_data_directory_is_beside_the_store_or_an_absolute_path_of_its_own() {
+        let store = Path::new("/var/lib/toolhost");
+        let beside = data_dir(Some(&RawData::Flag(true)), store, "memory").unwrap().unwrap();
+        assert_eq!(beside, DataDir { path: PathBuf::from("/var/lib/toolhost/servers/memory.data"), beside_homes: true });
+        assert_eq!(data_dir(Some(&RawData::Flag(false)), store, "memory").unwrap(), None);
+        assert_eq!(data_dir(None, store, "memory").unwrap(), None);
+        let chosen = data_dir(Some(&RawData::Path("/srv/memory/./x/..".into())), store, "m").unwrap().unwrap();
+        assert_eq!(chosen, DataDir { path: PathBuf::from("/srv/memory"), beside_homes: false });
+        for bad in ["relative/dir", "/", "/srv", "/home/alice", "/srv/${X}", "/usr/.."] {
+            let (key, why) = data_dir(Some(&RawData::Path(bad.into())), store, "m").unwrap_err();
+            assert_eq!(key, "data", "{bad}: {why}");
+        }
+    }
+
+    #[test]
+    fn data_is_offered_to_env_and_an_entry_without_one_that_names_it_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolhost.toml");
+        let parse = |servers: &str| super::super::Config::parse(&file, &format!("[store]\npath = \"st/catalog.db\"\n\n{servers}"));
+        let config =
+            parse("[servers.memory]\ncommand = \"npx\"\ndata = true\nenv = { MEMORY_FILE_PATH = \"${data}/memory.jsonl\" }\n").unwrap();
+        let super::super::Transport::Stdio(stdio) = &config.servers["memory"].transport else { panic!("stdio") };
+        let data = dir.path().join("st/servers/memory.data");
+        assert_eq!(stdio.sandbox.data.as_ref().map(|data| data.path.clone()), Some(data.clone()));
+        let value = &stdio.env["MEMORY_FILE_PATH"];
+        assert_eq!(value.expose(), format!("{}/memory.jsonl", data.display()));
+        assert!(!value.has_secret(), "a place of its own is no secret (it would be redacted from its stderr)");
+        assert!(stdio.sandbox.server_writable.holds(&data.join("x")), "the daemon takes nothing through it");
+        assert!(config.private.contains(&dir.path().join("st/servers")), "no other server sees it");
+
+        let chosen = dir.path().join("memory");
+        let config =
+            parse(&format!("[servers.m]\ncommand = \"npx\"\ndata = {:?}\nenv = {{ F = \"${{data}}\" }}\n", chosen.display().to_string()))
+                .unwrap();
+        let super::super::Transport::Stdio(stdio) = &config.servers["m"].transport else { panic!("stdio") };
+        assert_eq!(stdio.env["F"].expose(), chosen.display().to_string());
+
+        let error = parse("[servers.m]\ncommand = \"npx\"\nenv = { F = \"${data}/x\" }\n").unwrap_err();
+        assert_eq!(error.key.as_deref(), Some("servers.m.env.F"), "{error}");
+        assert!(error.problem.contains("data = true"), "{error}");
+        let inside = dir.path().join("st/servers/m");
+        let error = parse(&format!("[servers.m]\ncommand = \"npx\"\ndata = {:?}\n", inside.display().to_string())).unwrap_err();
+        assert_eq!(error.key.as_deref(), Some("servers.m.data"), "{error}");
+        assert!(error.problem.contains("private"), "{error}");
+        let above = parse(&format!("[servers.m]\ncommand = \"npx\"\ndata = {:?}\n", dir.path().display().to_string())).unwrap_err();
+        assert!(above.problem.contains("holds"), "{above}");
+        let url = parse("[servers.m]\nurl = \"https://example.com/mcp\"\ndata = true\n").unwrap_err();
+        assert_eq!(url.key.as_deref(), Some("servers.m.data"), "{url}");
     }
 
     #[test]

@@ -184,6 +184,7 @@ fn landlock(plan: &Plan) -> Result<(), SetupError> {
         .map(std::path::Path::new)
         .chain(plan.write.iter().map(std::path::PathBuf::as_path))
         .chain(plan.home.as_deref())
+        .chain(plan.data.as_deref())
         .collect();
     let devices = AccessFs::from_read(abi) | AccessFs::WriteFile | AccessFs::IoctlDev;
     let created = Ruleset::default()

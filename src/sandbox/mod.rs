@@ -104,6 +104,9 @@ pub struct Plan {
     /// it lies inside one, as it does in the state directory).
     #[serde(default)]
     pub home: Option<PathBuf>,
+    /// Its data directory beside the homes (`data = true`), shown writable as the home is.
+    #[serde(default)]
+    pub data: Option<PathBuf>,
     pub network: Network,
     pub limits: Limits,
     /// The daemon's watch looks at this sandbox (see `watch`): once its processes are still,

@@ -39,11 +39,11 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     binds.extend(plan.read.iter().map(|path| (path.clone(), false)));
     binds.extend(plan.cwd.iter().map(|path| (path.clone(), false)));
     binds.extend(plan.write.iter().map(|path| (path.clone(), true)));
-    // The server's home, writable; one inside a private place is shown through its mask.
-    let home_in_private = plan.home.as_ref().is_some_and(|home| plan.hidden.iter().any(|place| home.starts_with(place)));
-    if let Some(home) = plan.home.as_ref().filter(|_| !home_in_private) {
-        binds.push((home.clone(), true));
-    }
+    // The server's own places (its home, its data directory beside the homes), writable; one
+    // inside a private place is shown through its mask.
+    let (masked, plain): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        plan.home.iter().chain(&plan.data).partition(|own| plan.hidden.iter().any(|place| own.starts_with(place)));
+    binds.extend(plain.into_iter().map(|own| (own.clone(), true)));
     // What lies inside a write grant is shown by it, writable: bound again read-only on top (a
     // file named in the arguments, the cwd), it would turn a writable file read-only.
     binds.retain(|(path, is_writable)| *is_writable || !plan.write.iter().any(|grant| path.starts_with(grant)));
@@ -54,11 +54,11 @@ pub(super) fn build(plan: &Plan) -> Result<(), SetupError> {
     for (path, writable) in &binds {
         bind(path, *writable)?;
     }
-    let home_shown = hide(&plan.hidden, plan.home.as_deref().filter(|_| home_in_private))?;
-    // A home in a private place the view does not show at all (below the private /tmp, say)
-    // is bound at its path all the same.
-    if let Some(home) = plan.home.as_ref().filter(|_| home_in_private && !home_shown) {
-        bind(home, true)?;
+    let shown = hide(&plan.hidden, &masked)?;
+    // An own place in a private place the view does not show at all (below the private /tmp,
+    // say) is bound at its path all the same.
+    for own in masked.into_iter().filter(|own| !shown.contains(own)) {
+        bind(own, true)?;
     }
     let proc_dir = inside(Path::new("/proc"));
     mkdir_all(&proc_dir)?;
@@ -186,9 +186,10 @@ fn read_only(view: &Path, path: &Path) -> Result<(), SetupError> {
 /// replace files), which would show the new content; the directory becomes a read-only
 /// snapshot of its other entries ([`snapshot_without`]). In a writable directory the server
 /// must still be able to add files, so the file is masked by a mount (`check-config` warns
-/// that replacing it by rename shows it to a running server). Whether the server's `home`
-/// (inside one of the directories) was shown through its mask.
-fn hide(hidden: &[PathBuf], home: Option<&Path>) -> Result<bool, SetupError> {
+/// that replacing it by rename shows it to a running server). The server's own places (its
+/// home, its data directory) inside one of the directories are shown through its mask: those
+/// are returned.
+fn hide<'a>(hidden: &[PathBuf], own: &[&'a PathBuf]) -> Result<Vec<&'a PathBuf>, SetupError> {
     let mut files_by_dir: std::collections::BTreeMap<&Path, Vec<&std::ffi::OsStr>> = std::collections::BTreeMap::new();
     let mut dirs = Vec::new();
     let mut files = Vec::new();
@@ -211,23 +212,23 @@ fn hide(hidden: &[PathBuf], home: Option<&Path>) -> Result<bool, SetupError> {
     // with it.
     let outer: Vec<&PathBuf> =
         dirs.iter().copied().filter(|dir| !dirs.iter().any(|other| other != dir && dir.starts_with(other))).collect();
-    let mut home_shown = false;
+    let mut shown = Vec::new();
     for dir in outer {
-        match home.filter(|home| home.starts_with(dir)) {
-            Some(home) => {
-                mask_dir_around(dir, home)?;
-                home_shown = true;
-            }
-            None => mask_dir(dir)?,
+        let inside: Vec<&PathBuf> = own.iter().copied().filter(|place| place.starts_with(dir)).collect();
+        if inside.is_empty() {
+            mask_dir(dir)?;
+        } else {
+            mask_dir_around(dir, &inside)?;
+            shown.extend(inside);
         }
     }
-    Ok(home_shown)
+    Ok(shown)
 }
 
-/// A private directory that holds the server's home (the state directory does): an empty
-/// tmpfs on it that can be walked through but not listed, the home bound writable at its own
-/// path inside, then the tmpfs sealed read-only. Nothing else of the directory is there.
-fn mask_dir_around(dir: &Path, home: &Path) -> Result<(), SetupError> {
+/// A private directory that holds the server's home or data directory (the state directory
+/// does): an empty tmpfs on it that can be walked through but not listed, each bound writable
+/// at its own path inside, then the tmpfs sealed read-only. Nothing else of the directory is there.
+fn mask_dir_around(dir: &Path, own: &[&PathBuf]) -> Result<(), SetupError> {
     let view = inside(dir);
     mount_tmpfs(
         &view,
@@ -235,10 +236,12 @@ fn mask_dir_around(dir: &Path, home: &Path) -> Result<(), SetupError> {
         "mode=0711,size=4k",
         format!("hide {}", dir.display()),
     )?;
-    let home_view = inside(home);
-    // server-paths: the way to the home in the view's own tmpfs, made before the server runs.
-    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(&home_view).during(format!("create the home {}", home.display()))?;
-    mount_ctx(Some(outside(home).as_path()), &home_view, None, MsFlags::MS_BIND, None, format!("bind the home {}", home.display()))?;
+    for place in own {
+        let view = inside(place);
+        // server-paths: the way to the place in the view's own tmpfs, made before the server runs.
+        std::fs::DirBuilder::new().recursive(true).mode(0o711).create(&view).during(format!("create {}", place.display()))?;
+        mount_ctx(Some(outside(place).as_path()), &view, None, MsFlags::MS_BIND, None, format!("bind {}", place.display()))?;
+    }
     mount_ctx(
         None,
         &view,

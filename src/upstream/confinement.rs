@@ -24,6 +24,8 @@ pub enum SandboxError {
     Reported(crate::sandbox::Report),
     #[error("cannot make its home {}: {source}", .path.display())]
     Home { path: PathBuf, source: crate::sandbox::beneath::BeneathError },
+    #[error("cannot make its data directory {}: {source}", .path.display())]
+    Data { path: PathBuf, source: crate::sandbox::beneath::BeneathError },
 }
 
 /// Makes the server's home (and the homes' directory) if missing: mode 0700, owned by the uid
@@ -57,6 +59,64 @@ pub(crate) fn make_home(home: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Makes the server's data directory (`data`) if missing, owned by `owner` (the uid the server
+/// runs as; `None` without a sandbox, where it runs as the daemon), and never through a link.
+///
+/// Beside its home, it is made in the homes' directory as the home is. An operator's
+/// path is opened from its deepest directory that no server can write (trusted as the
+/// operator's), each component below it beneath the one before with `O_NOFOLLOW`: a link a
+/// server planted anywhere on the way (a parent swapped for a link, or a link where the data
+/// directory goes) stops the start, and nothing it points to is made or given away. The
+/// directory's content is never touched: it is the server's, kept across restarts, package
+/// updates and a wiped home.
+///
+/// # Errors
+/// [`SandboxError::Data`] naming the place.
+pub(crate) fn make_data(spec: &StdioSpec, owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>) -> Result<(), SandboxError> {
+    use crate::sandbox::beneath::{BeneathError, Dir};
+    let Some(data) = &spec.sandbox.data else { return Ok(()) };
+    let failed = |source| SandboxError::Data { path: data.path.clone(), source };
+    let (Some(parent), Some(name)) = (data.path.parent(), data.path.file_name().and_then(|name| name.to_str())) else {
+        return Err(failed(BeneathError::Outside(data.path.clone())));
+    };
+    if !data.beside_homes {
+        refuse_private(&data.path, parent, name, &spec.sandbox.hidden)?;
+    }
+    let (anchor, below) = if data.beside_homes {
+        (Dir::make_trusted(parent, 0o711).map_err(failed)?, None)
+    } else {
+        // The deepest directory above it outside every place a server writes: the operator's.
+        let writable = &spec.sandbox.server_writable;
+        let trusted = parent.ancestors().find(|dir| !writable.holds(dir)).unwrap_or(Path::new("/"));
+        let rest = parent.strip_prefix(trusted).ok().and_then(Path::to_str).filter(|rest| !rest.is_empty());
+        (Dir::make_trusted(trusted, 0o755).map_err(failed)?, rest)
+    };
+    let parent = match below {
+        Some(rest) => anchor.make_beneath(rest, 0o755, None).map_err(failed)?,
+        None => anchor,
+    };
+    let own = parent.make_beneath(name, 0o700, owner).map_err(failed)?;
+    if data.beside_homes {
+        own.chmod(0o700).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// An operator's data directory that is, behind the links of its parent, inside or above one
+/// of the daemon's private places: refused before anything is made or given away.
+fn refuse_private(path: &Path, parent: &Path, name: &str, hidden: &[PathBuf]) -> Result<(), SandboxError> {
+    let real = canonical(parent).map_or_else(|| path.to_path_buf(), |parent| parent.join(name));
+    for place in hidden.iter().map(|place| canonical(place).unwrap_or_else(|| place.clone())) {
+        if real.starts_with(&place) {
+            return Err(PlanError::Private { grant: real, place }.into());
+        }
+        if place.starts_with(&real) {
+            return Err(PlanError::AbovePrivate { grant: real.clone(), via: real, place }.into());
+        }
+    }
+    Ok(())
+}
+
 /// The variables that put a server's caches and settings in its home.
 pub(crate) fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
     [
@@ -82,6 +142,8 @@ pub enum PlanError {
         grant.display(), via.display(), place.display(), via.display()
     )]
     AbovePrivate { grant: PathBuf, via: PathBuf, place: PathBuf },
+    #[error("its data directory {} does not exist", .0.display())]
+    NoData(PathBuf),
 }
 
 /// The plan for one start of a sandboxed server.
@@ -158,7 +220,15 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         // (systemd-resolved), which is not.
         read.extend(canonical(Path::new("/etc/resolv.conf")));
     }
-    let write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
+    let mut write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
+    // An operator's data directory is a write grant (checked as one); one beside the homes lies
+    // in a private place and is shown through its mask, as the home is.
+    let (data, chosen_data) = match &sandbox.data {
+        Some(data) if data.beside_homes => (canonical(&data.path), None),
+        Some(data) => (None, Some(canonical(&data.path).ok_or_else(|| PlanError::NoData(data.path.clone()))?)),
+        None => (None, None),
+    };
+    write.extend(chosen_data);
     let cwd = spec.cwd.as_deref().map(|cwd| canonical(cwd).ok_or_else(|| PlanError::NoCwd(cwd.to_path_buf()))).transpose()?;
     for grant in read.iter().chain(&write).chain(cwd.iter()) {
         if let Some(place) = hidden.iter().find(|place| grant.starts_with(place)) {
@@ -181,6 +251,7 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
         write,
         hidden,
         home: sandbox.home.as_deref().and_then(canonical),
+        data,
         network,
         limits: sandbox.limits,
         watched: false,
@@ -481,6 +552,48 @@ mod tests {
             plain.fix("registry.npmjs.org:443", "registry.npmjs.org", 443).unwrap().contains("add registry.npmjs.org:443 to network.allow")
         );
         assert_eq!(plain.fix("evil.example:443", "evil.example", 443), None, "any other refusal is only named");
+    }
+
+    #[test]
+    fn a_data_directory_is_made_never_through_a_link_and_never_in_a_private_place() {
+        use crate::config::sandbox::{DataDir, ServerWritable};
+        let dir = tempfile::tempdir().unwrap();
+        let real = |path: &Path| std::fs::canonicalize(path).unwrap();
+        let mut spec = spec("sh", &[]);
+        spec.sandbox.data = Some(Box::new(DataDir { path: dir.path().join("st/servers/memory.data"), beside_homes: true }));
+        make_data(&spec, None).unwrap();
+        let made = std::fs::metadata(dir.path().join("st/servers/memory.data")).unwrap();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&made.permissions()) & 0o777, 0o700);
+        let plan = plan_for(&spec).unwrap();
+        assert_eq!(plan.data, Some(real(&dir.path().join("st/servers/memory.data"))), "shown as the home is");
+        assert!(plan.write.is_empty(), "{:?}", plan.write);
+
+        // An operator's path below a directory another server writes: a link planted on the way
+        // or where it goes stops it, and nothing is made where the link points.
+        let shared = dir.path().join("shared");
+        let victim = dir.path().join("victim");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        spec.sandbox.server_writable = ServerWritable(vec![shared.clone()].into());
+        std::os::unix::fs::symlink(&victim, shared.join("a")).unwrap();
+        std::os::unix::fs::symlink(&victim, shared.join("here")).unwrap();
+        for planted in [shared.join("a/b/data"), shared.join("here")] {
+            spec.sandbox.data = Some(Box::new(DataDir { path: planted.clone(), beside_homes: false }));
+            let refused = make_data(&spec, None).unwrap_err();
+            assert!(matches!(&refused, SandboxError::Data { source: crate::sandbox::beneath::BeneathError::Planted(_), .. }), "{refused}");
+        }
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing made through a link");
+        // A plain one is made, and granted writable as a write grant is.
+        spec.sandbox.data = Some(Box::new(DataDir { path: shared.join("mine/data"), beside_homes: false }));
+        make_data(&spec, None).unwrap();
+        assert!(plan_for(&spec).unwrap().write.contains(&real(&shared.join("mine/data"))));
+        // Behind a link of the operator's, inside a private place: refused before it is made.
+        std::os::unix::fs::symlink(dir.path().join("st"), dir.path().join("via")).unwrap();
+        spec.sandbox.hidden = vec![dir.path().join("st")];
+        spec.sandbox.data = Some(Box::new(DataDir { path: dir.path().join("via/other"), beside_homes: false }));
+        let refused = make_data(&spec, None).unwrap_err();
+        assert!(matches!(&refused, SandboxError::Plan(PlanError::Private { .. })), "{refused}");
+        assert!(!dir.path().join("st/other").exists());
     }
 
     #[test]

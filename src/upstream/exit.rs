@@ -91,7 +91,7 @@ pub(crate) fn explain_stderr(stderr: &[String]) -> String {
     let mut text = format!("its last stderr lines: {}", quoted.join(" "));
     if let Some(hint) = hint(stderr) {
         text.push_str("; ");
-        text.push_str(hint);
+        text.push_str(&hint);
     }
     text
 }
@@ -108,7 +108,15 @@ pub(crate) fn joined(first: String, second: String) -> String {
 /// What would fix a failure whose stderr shows a cause the sandbox or a clean environment
 /// typically brings. Matched on the text servers and their launchers (Python, Node.js, npm,
 /// uv) print; `None` when nothing is recognised.
-pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
+pub(crate) fn hint(stderr: &[String]) -> Option<std::borrow::Cow<'static, str>> {
+    // The grant that would allow a refused write, named: the most useful hint of all.
+    if let Some(named) = stderr.iter().rev().find_map(|line| write_hint(line)) {
+        return Some(named.into());
+    }
+    static_hint(stderr).map(Into::into)
+}
+
+fn static_hint(stderr: &[String]) -> Option<&'static str> {
     let text = stderr.join("\n");
     let has = |needle: &str| text.contains(needle);
     if has("ModuleNotFoundError") || has("No module named") || has("Cannot find module") || has("ERR_MODULE_NOT_FOUND") {
@@ -143,6 +151,59 @@ pub(crate) fn hint(stderr: &[String]) -> Option<&'static str> {
         return Some("hint: a path it needs is not in its view: grant it (read = [\"PATH\"]), or check the path exists");
     }
     None
+}
+
+/// Longest path a hint names: a longer one is no grant an operator would write.
+const HINT_PATH_CHARS: usize = 256;
+/// How far into a line a refused write's path is looked for.
+const HINT_SCAN_BYTES: usize = 4096;
+
+/// For a line that says a write was refused (`EROFS`, "Read-only file system", `EACCES`,
+/// "Permission denied") and names an absolute path, the grant that would allow it: the path's
+/// directory as a `write` grant, or `data` for data of its own. The text is a server's (hostile):
+/// only a bounded path is taken from it, shown escaped; nothing else of it is repeated. `None`
+/// when the line names no such refusal, no path, or only `/` or a top-level directory.
+pub(crate) fn write_hint(line: &str) -> Option<String> {
+    let end = line.char_indices().map(|(at, _)| at).find(|at| *at >= HINT_SCAN_BYTES).unwrap_or(line.len());
+    let line = &line[..end];
+    let lower = line.to_ascii_lowercase();
+    let refusals = ["erofs", "read-only file system", "eacces", "permission denied"];
+    let at = refusals.iter().filter_map(|word| lower.find(word)).min()?;
+    let path = refused_path(line, at)?;
+    let dir = crate::config::sandbox::lexical(std::path::Path::new(path));
+    let dir = dir.parent().filter(|dir| dir.components().count() > 2)?;
+    let dir = dir.to_str()?;
+    Some(format!(
+        "hint: it may not write {path:?} in its sandbox: write = [{dir:?}] grants that directory (its uid must own it), or data = true \
+         gives it a directory of its own that is kept (${{data}} in its env names it)"
+    ))
+}
+
+/// The absolute path a refusal names: the first one quoted (`'…'`, `"…"`, `` `…` ``) or standing
+/// as a word, after the refusal first (Node.js: "EROFS: …, open '/x'"; Python: "[Errno 30]
+/// Read-only file system: '/x'"), else before it (Rust: "/x: Read-only file system").
+fn refused_path(line: &str, at: usize) -> Option<&str> {
+    let (before, after) = line.split_at(at);
+    let path = quoted_path(after).or_else(|| word_path(after)).or_else(|| quoted_path(before)).or_else(|| word_path(before))?;
+    (path.len() > 1 && path.chars().count() <= HINT_PATH_CHARS && !path.chars().any(char::is_control)).then_some(path)
+}
+
+/// The first quoted text that starts with `/`.
+fn quoted_path(text: &str) -> Option<&str> {
+    text.char_indices().filter(|(_, c)| matches!(c, '\'' | '"' | '`')).find_map(|(start, quote)| {
+        let rest = &text[start + quote.len_utf8()..];
+        if !rest.starts_with('/') {
+            return None;
+        }
+        rest.find(quote).map(|end| &rest[..end])
+    })
+}
+
+/// The first word that starts with `/`.
+fn word_path(text: &str) -> Option<&str> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | ',' | '(' | ')' | '[' | ']'))
+        .map(|word| word.trim_end_matches([':', '.', ';']))
+        .find(|word| word.starts_with('/') && word.len() > 1)
 }
 
 /// What a package launcher needs that its sandbox does not give: `npx`, `bunx`, `uvx`, `pipx`,
@@ -212,6 +273,33 @@ mod tests {
         }
         assert_eq!(hint(&["listening on stdio".to_owned()]), None);
         assert!(explain_stderr(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_refused_write_is_answered_with_the_grant_that_allows_it_bounded_and_escaped() {
+        let cases = [
+            ("Error: EROFS: read-only file system, open '/srv/shared/note.txt'", "/srv/shared"),
+            ("OSError: [Errno 30] Read-only file system: '/srv/my data/db.sqlite'", "/srv/my data"),
+            ("scripted-mcp-server: cannot write /srv/ro/file: Read-only file system (os error 30)", "/srv/ro"),
+            ("PermissionError: [Errno 13] Permission denied: \"/var/lib/app/x.db\"", "/var/lib/app"),
+            ("npm error code EACCES npm error path /opt/cache/_cacache/tmp", "/opt/cache/_cacache"),
+        ];
+        for (line, dir) in cases {
+            let hint = write_hint(line).unwrap_or_else(|| panic!("{line}: no hint"));
+            assert!(hint.contains(&format!("write = [{dir:?}]")) && hint.contains("data = true"), "{line}: {hint}");
+            assert!(super::hint(&[line.to_owned()]).is_some_and(|said| said == hint), "{line}");
+        }
+        // Not a refusal, no path, a top-level place, an unbounded or hostile path: nothing named.
+        for line in ["listening on /srv/shared/sock", "EROFS: read-only file system", "EROFS: open '/etc/passwd'"] {
+            assert_eq!(write_hint(line), None, "{line}");
+        }
+        assert_eq!(write_hint(&format!("EROFS: open '/srv/{}'", "x/".repeat(200))), None);
+        let hostile = write_hint("EROFS: open '/srv/a\u{1b}[2J/b'");
+        assert_eq!(hostile, None, "a control character is no path: {hostile:?}");
+        let quoted = write_hint("EROFS: open '/srv/\"]\nrm/b'").unwrap_or_default();
+        assert!(!quoted.contains('\n'), "{quoted}");
+        // A refusal past the scanned part of a long line is not looked for.
+        assert_eq!(write_hint(&format!("{} EROFS: open '/srv/shared/x'", "y".repeat(HINT_SCAN_BYTES))), None);
     }
 
     #[test]

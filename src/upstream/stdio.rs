@@ -78,6 +78,7 @@ pub(crate) fn spawn(
         if let Some(home) = &spec.sandbox.home {
             confinement::make_home(home)?;
         }
+        confinement::make_data(spec, Some(crate::sandbox::sandbox_ids()))?;
         let mut plan = confinement::plan_for(spec).map_err(SandboxError::Plan)?;
         plan.watched = reaper.enforcement() == crate::sandbox::Enforcement::Watched;
         let proxied = plan.network == crate::sandbox::Network::Proxied;
@@ -91,6 +92,8 @@ pub(crate) fn spawn(
         (command, Some(pipe))
     } else {
         warn_unconfined(server);
+        // Unconfined, it runs as the daemon: its data directory stays the daemon's.
+        confinement::make_data(spec, None)?;
         let mut command = Command::new(&spec.command);
         command.args(&spec.args);
         if let Some(cwd) = &spec.cwd {
@@ -306,10 +309,33 @@ impl ChildProcess {
 }
 
 /// Logs the server's stderr line by line, never letting a chatty child block on a full pipe.
+/// Refused writes hinted at per process: past these, a server that keeps failing is not news.
+const WRITE_HINTS: usize = 4;
+
+/// The grant that would allow a write a server's stderr says was refused, logged at WARN once
+/// per hint and for [`WRITE_HINTS`] of them at most in a process's life: a server that repeats
+/// itself (or floods on purpose) costs one line each.
+#[derive(Default)]
+struct WriteHints(Vec<String>);
+
+impl WriteHints {
+    fn note(&mut self, server: &str, line: &str) {
+        if self.0.len() >= WRITE_HINTS {
+            return;
+        }
+        let Some(hint) = crate::upstream::exit::write_hint(line) else { return };
+        if !self.0.contains(&hint) {
+            tracing::warn!(server = %server, "{hint}");
+            self.0.push(hint);
+        }
+    }
+}
+
 async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: Arc<AtomicBool>, tail: Arc<StderrTail>) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
     let throttle = Throttle::new(STDERR_LINES_PER_SECOND);
+    let mut hints = WriteHints::default();
     loop {
         let line = match lines::read_line(&mut reader, &mut buf, STDERR_LINE_BYTES).await {
             Ok(Line::Complete) => String::from_utf8_lossy(&buf).into_owned(),
@@ -318,6 +344,7 @@ async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: A
         };
         let line = crate::secrets::redact_owned(line);
         tail.push(&line);
+        hints.note(&server, &line);
         if quiet.load(Ordering::Relaxed) {
             tracing::debug!(target: "toolhost::server_stderr", server = %server, "{line}");
             continue;

@@ -18,6 +18,7 @@ mod config_cli;
 mod console;
 mod console_pages;
 mod daemon;
+mod data_dir;
 mod egress;
 mod enumeration;
 mod fair_share;
