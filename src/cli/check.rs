@@ -67,7 +67,9 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
     let config = Config::load(path)?;
     let mut report = Report { ok: true, probe_failed: false, lines: Vec::new() };
     report.note(None, format!("{}: ok, {} servers", config.source.display(), config.servers.len()));
+    let desktop = config.source.extension().is_some_and(|extension| extension.eq_ignore_ascii_case("json"));
     for (name, spec) in &config.servers {
+        entry_findings(name, spec, desktop, &mut report);
         let missing = missing_program(spec);
         let program_found = missing.is_none();
         if let Some(problem) = missing {
@@ -178,6 +180,62 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
         }
     }
     Ok(report)
+}
+
+/// What an entry says that the daemon will take literally and the operator may not mean: a
+/// disabled server (in a desktop client's file, easily missed), an argument naming a path that
+/// is not there, a `~` no shell will expand.
+fn entry_findings(name: &str, spec: &ServerSpec, desktop: bool, report: &mut Report) {
+    if !spec.enabled {
+        match desktop {
+            true => report.warn(
+                Some(name),
+                "\"disabled\": true in this file: toolhost does not start it or serve its tools (remove the key to use it)".to_owned(),
+            ),
+            false => report.note(Some(name), "enabled = false: not started, its tools not served".to_owned()),
+        }
+        return;
+    }
+    let Transport::Stdio(stdio) = &spec.transport else { return };
+    for arg in &stdio.args {
+        if let Some(problem) = argument_problem(arg, stdio.cwd.as_deref()) {
+            report.warn(Some(name), problem);
+        }
+    }
+}
+
+/// Why `arg`, an argument that names a path (absolute, `./`, `../`, `~/`), will not find it.
+/// Package names (`@scope/name`), URLs and options are not paths.
+fn argument_problem(arg: &str, cwd: Option<&Path>) -> Option<String> {
+    if arg == "~" || arg.starts_with("~/") {
+        return Some(format!("argument {arg:?}: no shell runs the server, so ~ is not your home; write the whole path"));
+    }
+    let relative = arg.starts_with("./") || arg.starts_with("../");
+    if !arg.starts_with('/') && !relative {
+        return None;
+    }
+    let path = match (relative, cwd) {
+        (false, _) => Path::new(arg).to_path_buf(),
+        (true, Some(cwd)) => cwd.join(arg),
+        (true, None) => {
+            return Some(format!(
+                "argument {arg:?} is relative, and the entry has no cwd: it is not read from this file's directory nor \
+                 your shell's (give cwd, or the whole path)"
+            ));
+        }
+    };
+    // `symlink_metadata`: a dangling link is there (the server may make its target).
+    let missing = |path: &Path| std::fs::symlink_metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound);
+    if !missing(&path) {
+        return None;
+    }
+    // A file the server makes (a database, a log) is missing until its first start; its
+    // directory is not.
+    let parent = path.parent().filter(|parent| !parent.as_os_str().is_empty());
+    if parent.is_some_and(|parent| !missing(parent)) {
+        return None;
+    }
+    Some(format!("argument {arg:?} names {}, which does not exist, nor does its directory (a typo?)", path.display()))
 }
 
 /// Servers probed at once, at most.
@@ -400,5 +458,26 @@ pub fn schema_text(schema: &Schema) -> String {
             format!("older (version {applied}, this toolhost expects {expected}): run toolhost fleet-migrate")
         }
         Schema::Newer { applied, known } => format!("newer (version {applied}, this toolhost knows up to {known}): upgrade toolhost"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_naming_paths_that_are_not_there_are_said_and_others_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = Some(dir.path());
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        for fine in ["@modelcontextprotocol/server-filesystem", "https://example.com/a", "--root=/nowhere", "/", "./data", "./data/new.db"]
+        {
+            assert_eq!(argument_problem(fine, cwd), None, "{fine}");
+        }
+        let said = |arg: &str, cwd| argument_problem(arg, cwd).unwrap_or_else(|| panic!("{arg} is said"));
+        assert!(said("/srv/shraed/docs", cwd).contains("does not exist, nor does its directory"));
+        assert!(said("./dta/x", cwd).contains(&dir.path().join("./dta/x").display().to_string()));
+        assert!(said("./data", None).contains("the entry has no cwd"));
+        assert!(said("~/notes", cwd).contains("~ is not your home"));
     }
 }

@@ -173,6 +173,27 @@ fn check_config_warns_about_a_program_that_is_not_there_and_speaks_json() {
 }
 
 #[test]
+fn check_config_flags_a_desktop_files_disabled_server_and_an_argument_path_that_is_not_there() {
+    let dir = TestDir::new();
+    let shared = dir.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let desktop = dir.path("claude_desktop_config.json");
+    let typo = dir.path("shraed/docs");
+    let servers = json!({"mcpServers": {
+        "off": {"command": "sh", "disabled": true},
+        "files": {"command": "sh", "args": ["-c", "true", typo, shared.join("new.db"), "@scope/package"]},
+    }});
+    std::fs::write(&desktop, servers.to_string()).unwrap();
+    let checked = toolhost(&["check-config", "--config", desktop.to_str().unwrap()]);
+    let said = stdout(&checked);
+    assert!(checked.status.success(), "warnings do not fail the check: {said}{}", stderr(&checked));
+    assert!(said.contains("warning: off: \"disabled\": true in this file: toolhost does not start it"), "{said}");
+    let missing = format!("warning: files: argument {:?} names {}, which does not exist", typo.display().to_string(), typo.display());
+    assert!(said.contains(&missing), "{said}");
+    assert_eq!(said.matches("does not exist").count(), 1, "a file the server makes and a package name are fine: {said}");
+}
+
+#[test]
 fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
     let dir = TestDir::new();
     let (shared, readable) = (dir.path("shared"), dir.path("readable"));
