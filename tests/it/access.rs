@@ -97,6 +97,8 @@ async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_au
     assert!(stderr(&stranger).contains("PERMISSION_DENIED (NO_MATCHING_AGENT)"), "{}", stderr(&stranger));
     let not_admin = cli_as(4301, None, &socket, &["refresh", "demo"]).await;
     assert!(stderr(&not_admin).contains("PERMISSION_DENIED (ADMIN_REQUIRED)"), "{}", stderr(&not_admin));
+    let not_admin = cli_as(4301, None, &socket, &["reload"]).await;
+    assert!(stderr(&not_admin).contains("PERMISSION_DENIED (ADMIN_REQUIRED)"), "an agent cannot reload: {}", stderr(&not_admin));
     let whoami = cli_as(4302, None, &socket, &["whoami", "--json"]).await;
     let whoami: Value = serde_json::from_slice(&whoami.stdout).unwrap();
     assert_eq!(
