@@ -5,6 +5,7 @@
 
 pub mod continuation;
 mod error;
+mod hint;
 mod upstream_task;
 
 use std::collections::HashMap;
@@ -167,7 +168,8 @@ pub struct Answer<'a> {
 #[derive(Debug)]
 pub struct CallResult {
     pub outcome: CallOutcome,
-    /// The server's whole `result` object, byte for byte.
+    /// The server's whole `result` object, byte for byte; only a sandbox's refused write adds
+    /// toolhost's hint, as one more text item of its `content` (see `hint`).
     pub raw: Box<RawValue>,
     pub server: Arc<str>,
     pub name: String,
@@ -371,6 +373,8 @@ impl Calls {
             generation,
             message: message.to_string(),
         })?;
+        // A write its sandbox refused is named with the grant that allows it, for every door.
+        let (raw, outcome) = hint::hinted_result(view, raw, outcome);
         Ok(CallResult {
             outcome,
             raw,
@@ -705,7 +709,10 @@ impl Failure {
                 detail: format!("the server answered {code} ({message}); a re-enumeration has started"),
             })),
             Failure::InvalidParams(message) => CallError::UpstreamInvalidParams { server, tool: name, generation, message },
-            Failure::Upstream { code, message } => CallError::Upstream { server, tool: name, generation, code, message },
+            Failure::Upstream { code, message } => {
+                let message = hint::hinted_message(view, message);
+                CallError::Upstream { server, tool: name, generation, code, message }
+            }
             Failure::Expired => CallError::DeadlineExceeded { server, tool: name, generation, after: timeout },
             Failure::Overloaded => CallError::Overloaded { server, tool: name },
             Failure::NotSent(reason) => CallError::Unavailable { server, tool: name, state: view.state, reason: Some(reason) },

@@ -146,8 +146,12 @@ pub struct SandboxView {
     /// script's project, its `cwd`, its `read` grants), and what it may write.
     pub read: Vec<std::path::PathBuf>,
     pub write: Vec<std::path::PathBuf>,
+    /// Of `read`, what its entry names (its `cwd`, its arguments' paths, its `read` grants).
+    pub given: Vec<std::path::PathBuf>,
     /// Its own home (`HOME`), where its caches live.
     pub home: Option<std::path::PathBuf>,
+    /// Its data directory (`data`, `${data}` in its env), made at its start and kept.
+    pub data: Option<std::path::PathBuf>,
     /// With a proxied network: the hosts its way out reaches (`host:port`).
     pub allow: Vec<String>,
     /// The same hosts, each with why ("network.allow", "npx's registry; …").

@@ -48,6 +48,7 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             read: sandbox.read.iter().map(|path| path.display().to_string()).collect(),
             write: sandbox.write.iter().map(|path| path.display().to_string()).collect(),
             home: sandbox.home.as_ref().map(|home| home.display().to_string()).unwrap_or_default(),
+            data: sandbox.data.as_ref().map(|data| data.display().to_string()).unwrap_or_default(),
             allow: sandbox.allow.clone(),
             egress_tunnels: view.shared.egress.tunnels.load(Ordering::Relaxed),
             egress_denied: view.shared.egress.denied.load(Ordering::Relaxed),

@@ -476,6 +476,28 @@ impl Server {
                 });
             }
             "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
+            // Writes `content` to `path`; a refusal is a tool error in the OS's words, as a
+            // filesystem server says it.
+            "write_file" => {
+                let path = arguments.get("path").and_then(Value::as_str).unwrap_or_default();
+                let content = arguments.get("content").and_then(Value::as_str).unwrap_or_default();
+                let result = match std::fs::write(path, content) {
+                    Ok(()) => json!({"content": [{"type": "text", "text": format!("wrote {path}")}]}),
+                    Err(err) => {
+                        json!({"content": [{"type": "text", "text": format!("Error: cannot write {path}: {err}")}], "isError": true})
+                    }
+                };
+                self.respond(id, Ok(result));
+            }
+            // Fails with whatever it is told to say (a hostile server's words): a tool error, or
+            // with `rpc` a JSON-RPC error.
+            "say_error" => {
+                let text = arguments.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+                match arguments.get("rpc").and_then(Value::as_bool).unwrap_or(false) {
+                    true => self.respond(id, Err((-32603, text))),
+                    false => self.respond(id, Ok(json!({"content": [{"type": "text", "text": text}], "isError": true}))),
+                }
+            }
             // The conformance suite's tasks fixtures (a sync tool, a slow one, a tool error and a
             // protocol error, the last three after a while).
             "greet" => {

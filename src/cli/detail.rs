@@ -1,6 +1,6 @@
 //! `toolhost servers NAME`: one server, everything the table leaves out: the whole last error
 //! (its exit, its stderr lines, the hint), what happened to it, its last listing, what its
-//! sandbox holds (reads, writes, home) and its limits.
+//! sandbox holds (reads, writes, home, data directory) and its limits.
 
 use serde_json::json;
 
@@ -12,6 +12,9 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
     if out.is_json() {
         let mut value = output::server_json(server, None);
         value["server_info"] = serde_json::from_str(&server.server_info_json).unwrap_or(serde_json::Value::Null);
+        if let Some(sandbox) = server.sandbox.as_ref().filter(|sandbox| !sandbox.data.is_empty()) {
+            value["sandbox"]["data"] = json!(sandbox.data);
+        }
         value["history"] = server
             .history
             .iter()
@@ -56,6 +59,10 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
             if !sandbox.last_denied_fix.is_empty() {
                 lines.push(format!("  fix       {}", sandbox.last_denied_fix));
             }
+        }
+        // Also with its sandbox off: where what it keeps lies.
+        if !sandbox.data.is_empty() {
+            lines.push(format!("  data      {} (${{data}} in its env; made at its start, kept)", sandbox.data));
         }
     }
     if let Some(listing) = &server.last_enumeration {

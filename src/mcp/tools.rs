@@ -169,12 +169,115 @@ pub fn parse_call_result(result: &RawValue) -> Result<CallOutcome, ResultError> 
     Ok(CallOutcome { content, structured_content: raw.structured_content, is_error: raw.is_error.unwrap_or(false), input_required })
 }
 
+/// The `text` of a result's `content` items of type "text", in order; empty when `content` is
+/// not an array of objects.
+pub fn text_items(content: &RawValue) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Item {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+        #[serde(default)]
+        text: Option<String>,
+    }
+    let items: Vec<Item> = serde_json::from_str(content.get()).unwrap_or_default();
+    items.into_iter().filter(|item| item.kind.as_deref() == Some("text")).filter_map(|item| item.text).collect()
+}
+
+/// `result` (a `tools/call` result object) with one more text item at the end of its `content`
+/// (made when it has none): toolhost's own word beside the server's, which keeps every field,
+/// its order and every other item as sent. `None` when `result` is no object or its `content`
+/// is no array.
+pub fn with_text_item(result: &RawValue, text: &str) -> Option<Box<RawValue>> {
+    let fields: Fields = serde_json::from_str(result.get()).ok()?;
+    let item = format!(r#"{{"type":"text","text":{}}}"#, serde_json::to_string(text).ok()?);
+    let mut out = String::with_capacity(result.get().len() + item.len() + 16);
+    out.push('{');
+    let mut added = false;
+    for (at, (key, value)) in fields.0.iter().enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        match key.as_str() {
+            "content" if !added => {
+                let array = value.get().trim();
+                let inner = array.strip_prefix('[')?.strip_suffix(']')?;
+                out.push('[');
+                if !inner.trim().is_empty() {
+                    out.push_str(inner);
+                    out.push(',');
+                }
+                out.push_str(&item);
+                out.push(']');
+                added = true;
+            }
+            _ => out.push_str(value.get()),
+        }
+    }
+    if !added {
+        if !fields.0.is_empty() {
+            out.push(',');
+        }
+        out.push_str("\"content\":[");
+        out.push_str(&item);
+        out.push(']');
+    }
+    out.push('}');
+    RawValue::from_string(out).ok()
+}
+
+/// A JSON object's members in the order sent, each value raw.
+struct Fields(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Fields;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                    fields.push(member);
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn a_text_item_is_added_and_everything_the_server_sent_is_kept() {
+        let sent = r#"{"isError":true, "content":[{"type":"text","text":"EROFS"},{"type":"image","data":"AA=="}],"_meta":{"n":1.50}}"#;
+        let added = with_text_item(&raw(sent), "toolhost: \"hint\"\n").unwrap();
+        assert_eq!(
+            added.get(),
+            r#"{"isError":true,"content":[{"type":"text","text":"EROFS"},{"type":"image","data":"AA=="},{"type":"text","text":"toolhost: \"hint\"\n"}],"_meta":{"n":1.50}}"#
+        );
+        assert_eq!(text_items(&parse_call_result(&added).unwrap().content), ["EROFS", "toolhost: \"hint\"\n"]);
+        assert_eq!(
+            with_text_item(&raw(r#"{"isError":true,"content":[ ]}"#), "t").unwrap().get(),
+            r#"{"isError":true,"content":[{"type":"text","text":"t"}]}"#
+        );
+        assert_eq!(
+            with_text_item(&raw(r#"{"isError":true}"#), "t").unwrap().get(),
+            r#"{"isError":true,"content":[{"type":"text","text":"t"}]}"#
+        );
+        assert!(with_text_item(&raw(r#"{"content":"text"}"#), "t").is_none());
+        assert!(with_text_item(&raw("[]"), "t").is_none());
+        assert!(text_items(&raw(r#"["a", {"type":"text","text":"b"}]"#)).is_empty());
     }
 
     #[test]

@@ -284,7 +284,9 @@ impl Supervisor {
                 // What it will see, as check-config counts it (else what its entry grants).
                 read: crate::upstream::sandbox_reads(stdio).unwrap_or_else(|| sandbox.read.clone()),
                 write: sandbox.write.clone(),
+                given: crate::upstream::sandbox_given(stdio),
                 home: sandbox.home.clone(),
+                data: sandbox.data.as_ref().map(|data| data.path.clone()),
             });
         }
         // A private listing made with another credential is not this credential's to see: the

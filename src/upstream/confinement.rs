@@ -258,6 +258,20 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     })
 }
 
+/// What a server's entry itself shows it read-only, as the plan resolves it: its `cwd`, the
+/// paths its arguments name, its `read` grants (not its program's installation or its
+/// launcher's places, which it runs from).
+pub(crate) fn given(spec: &StdioSpec) -> Vec<PathBuf> {
+    let writable = &spec.sandbox.server_writable;
+    let base = spec.cwd.as_deref();
+    let mut given: Vec<PathBuf> = spec.cwd.iter().filter_map(|cwd| canonical(cwd)).collect();
+    given.extend(spec.args.iter().filter_map(|arg| path_argument(arg, base, writable)));
+    given.extend(spec.sandbox.read.iter().filter_map(|path| super::launchers::resolve(path, writable)));
+    given.sort();
+    given.dedup();
+    given
+}
+
 /// A directory a writable `grant` holds on the way to a private place, which is not itself
 /// hidden: the server could rename it (its mask is a mount on the place, deeper down) and the
 /// place would leave its mask, and the daemon would then make its homes where the server says.

@@ -164,12 +164,7 @@ const HINT_SCAN_BYTES: usize = 4096;
 /// only a bounded path is taken from it, shown escaped; nothing else of it is repeated. `None`
 /// when the line names no such refusal, no path, or only `/` or a top-level directory.
 pub(crate) fn write_hint(line: &str) -> Option<String> {
-    let end = line.char_indices().map(|(at, _)| at).find(|at| *at >= HINT_SCAN_BYTES).unwrap_or(line.len());
-    let line = &line[..end];
-    let lower = line.to_ascii_lowercase();
-    let refusals = ["erofs", "read-only file system", "eacces", "permission denied"];
-    let at = refusals.iter().filter_map(|word| lower.find(word)).min()?;
-    let path = refused_path(line, at)?;
+    let path = refused_write(line)?;
     let dir = crate::config::sandbox::lexical(std::path::Path::new(path));
     let dir = dir.parent().filter(|dir| dir.components().count() > 2)?;
     let dir = dir.to_str()?;
@@ -177,6 +172,19 @@ pub(crate) fn write_hint(line: &str) -> Option<String> {
         "hint: it may not write {path:?} in its sandbox: write = [{dir:?}] grants that directory (its uid must own it), or data = true \
          gives it a directory of its own that is kept (${{data}} in its env names it)"
     ))
+}
+
+/// The absolute path `line` says a write to was refused (`EROFS`, "Read-only file system",
+/// `EACCES`, "Permission denied"), as the server wrote it: bounded ([`HINT_PATH_CHARS`]), without
+/// control characters, looked for in the first [`HINT_SCAN_BYTES`] of the line only. `None` when
+/// the line names no such refusal or no such path.
+pub(crate) fn refused_write(line: &str) -> Option<&str> {
+    let end = line.char_indices().map(|(at, _)| at).find(|at| *at >= HINT_SCAN_BYTES).unwrap_or(line.len());
+    let line = &line[..end];
+    let lower = line.to_ascii_lowercase();
+    let refusals = ["erofs", "read-only file system", "eacces", "permission denied"];
+    let at = refusals.iter().filter_map(|word| lower.find(word)).min()?;
+    refused_path(line, at)
 }
 
 /// The absolute path a refusal names: the first one quoted (`'…'`, `"…"`, `` `…` ``) or standing

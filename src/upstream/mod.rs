@@ -6,6 +6,7 @@
 mod confinement;
 pub mod egress;
 mod exit;
+pub mod grant_hint;
 pub(crate) mod http;
 mod launchers;
 pub mod oauth;
@@ -107,13 +108,17 @@ impl UpstreamError {
 pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> {
     let sandbox = &spec.sandbox;
     if !sandbox.enabled {
-        return Ok("sandbox = \"off\": this server can reach everything toolhost's user can; its processes are told apart from \
-                   callers only while it runs (one it leaves behind after it exits may act as toolhost's user on its sockets)"
-            .to_owned());
+        let off = "sandbox = \"off\": this server can reach everything toolhost's user can; its processes are told apart from \
+                   callers only while it runs (one it leaves behind after it exits may act as toolhost's user on its sockets)";
+        return Ok(data_summary(spec).map_or_else(|| off.to_owned(), |data| format!("{off}; {data}")));
     }
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
     let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
+    let home = match data_summary(spec) {
+        Some(data) => format!("{home}; {data}"),
+        None => home,
+    };
     let route = confinement::egress(spec);
     let network = match route.network {
         crate::sandbox::Network::Proxied => {
@@ -152,6 +157,20 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
 pub fn sandbox_reads(spec: &crate::config::StdioSpec) -> Option<Vec<std::path::PathBuf>> {
     let plan = confinement::plan_for(spec).ok()?;
     Some(plan.read.into_iter().chain(plan.cwd).collect())
+}
+
+/// Of [`sandbox_reads`], what the server's entry itself names (its `cwd`, its arguments' paths,
+/// its `read` grants): where a refused write is answered with a `write` grant.
+pub fn sandbox_given(spec: &crate::config::StdioSpec) -> Vec<std::path::PathBuf> {
+    confinement::given(spec)
+}
+
+/// Where a stdio server's data directory (`data`) is on the host, as `check-config` says it:
+/// also with its sandbox off. `None` without one.
+pub fn data_summary(spec: &crate::config::StdioSpec) -> Option<String> {
+    let data = spec.sandbox.data.as_ref()?;
+    let made = if data.beside_homes { "data = true, beside its home" } else { "data" };
+    Some(format!("its data directory (${{data}} in its env; {made}) is {}, made at its start and kept", data.path.display()))
 }
 
 /// The daemon's private files that lie directly in a directory the server may write: masked,

@@ -46,3 +46,4 @@ mod tasks;
 mod telemetry;
 mod unix_socket;
 mod visibility;
+mod write_hint;
