@@ -270,10 +270,14 @@ impl App {
     pub async fn reload(&mut self, config: Config) -> Result<ReloadReport, ReloadError> {
         self.notifier.reloading();
         let mut report = ReloadReport { not_applied: self.kept_as_they_were(&config), ..ReloadReport::default() };
-        for (front, wanted) in
-            [(Front::Grpc, &config.grpc.listen), (Front::Mcp, &config.mcp.listen), (Front::Console, &config.console.listen)]
-        {
-            self.fronts.apply(front, wanted, &mut report).await;
+        // Every door closes first, then opens: an address may move from one door to another.
+        let fronts = [(Front::Grpc, &config.grpc.listen), (Front::Mcp, &config.mcp.listen), (Front::Console, &config.console.listen)];
+        let mut closed = Vec::new();
+        for (front, wanted) in fronts {
+            closed.extend(self.fronts.close_unwanted(front, wanted, &mut report));
+        }
+        for (front, wanted) in fronts {
+            self.fronts.open_wanted(front, wanted, &closed, &mut report).await;
         }
         self.config.grpc.listen = self.fronts.listeners(Front::Grpc).configured();
         self.config.console.listen = self.fronts.listeners(Front::Console).configured();

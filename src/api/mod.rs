@@ -19,7 +19,6 @@ mod tasks;
 mod tls;
 mod watch;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
@@ -52,7 +51,7 @@ pub enum ApiStartError {
 
 enum Bound {
     Tcp(TcpListener, Option<Arc<rustls::ServerConfig>>),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, listen::SocketFile),
 }
 
 /// What the API serves from: the door's agent side and its operator side.
@@ -83,7 +82,7 @@ pub async fn bind(addrs: &[Listener]) -> Result<(Vec<BoundAddr>, BoundListeners)
             ListenAddr::Unix(path) => {
                 let listener = listen::bind_unix(path, socket).await?;
                 bound.push(BoundAddr::Unix(path.clone()));
-                listeners.push(Bound::Unix(listener, path.clone()));
+                listeners.push(Bound::Unix(listener, listen::SocketFile::bound(path)));
             }
         }
     }
@@ -165,14 +164,14 @@ impl Api {
                         }
                     });
                 }
-                Bound::Unix(listener, path) => {
+                Bound::Unix(listener, file) => {
                     // Every gRPC library's idea of an authority on a Unix socket is accepted.
                     let incoming = UnixListenerStream::new(listener).map(|stream| stream.map(authority::AuthorityFix::new));
                     tracker.spawn(async move {
                         if let Err(error) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
                             tracing::error!(%error, "the gRPC server on a Unix socket stopped");
                         }
-                        let _ = std::fs::remove_file(&path);
+                        file.remove();
                     });
                 }
             }

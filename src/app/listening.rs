@@ -4,6 +4,7 @@
 //! limits, sessions and health for all of a door's listeners, old and new.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -12,7 +13,12 @@ use crate::config::{ListenAddr, Listener};
 use crate::console::{self, Console};
 use crate::door::reload::{NotApplied, ReloadReport};
 use crate::endpoint::{self, Endpoint};
-use crate::listen::BoundAddr;
+use crate::listen::{BoundAddr, SocketFile};
+
+/// How long a reload waits for an address it just closed to be free again, and how often it
+/// tries: the closed listener's task drops its socket as soon as it runs.
+const REBIND_WAIT: Duration = Duration::from_secs(2);
+const REBIND_STEP: Duration = Duration::from_millis(20);
 
 /// A front door that listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +39,11 @@ impl Front {
     }
 }
 
-/// One listener being served: as configured, where it is bound, and how to close it.
+/// One listener being served: as configured, how to close it, and its socket file.
 struct Served {
     config: Listener,
     stop: CancellationToken,
+    socket: Option<SocketFile>,
 }
 
 /// One door's listeners. `addrs` is kept beside `served`, index for index.
@@ -57,13 +64,22 @@ impl Listeners {
     }
 
     fn push(&mut self, config: Listener, addr: BoundAddr, stop: CancellationToken) {
-        self.served.push(Served { config, stop });
+        let socket = match &addr {
+            BoundAddr::Unix(path) => Some(SocketFile::bound(path)),
+            BoundAddr::Tcp(_) => None,
+        };
+        self.served.push(Served { config, stop, socket });
         self.addrs.push(addr);
     }
 
+    /// Stops accepting on a listener (its connections finish) and removes its socket file at
+    /// once, so that the path is free for whatever this reload opens there.
     fn close(&mut self, index: usize) -> BoundAddr {
         let served = self.served.remove(index);
         served.stop.cancel();
+        if let Some(socket) = &served.socket {
+            socket.remove();
+        }
         self.addrs.remove(index)
     }
 }
@@ -146,14 +162,16 @@ impl Fronts {
         }
     }
 
-    /// Makes `front` listen where `wanted` says: closes what is no longer wanted, opens what is
-    /// new, and names in `report` what it did and what it could not do.
-    pub(super) async fn apply(&mut self, front: Front, wanted: &[Listener], report: &mut ReloadReport) {
+    /// Closes `front`'s listeners at addresses `wanted` no longer names, and names in `report`
+    /// those whose settings changed in place. Returns the addresses closed.
+    pub(super) fn close_unwanted(&mut self, front: Front, wanted: &[Listener], report: &mut ReloadReport) -> Vec<ListenAddr> {
         let served = self.listeners(front).configured();
-        let Changes { open, mut close, in_place } = changes(&served, wanted);
+        let Changes { mut close, in_place, .. } = changes(&served, wanted);
         // From the last, so that the indices stay true.
         close.sort_unstable();
+        let mut closed = Vec::with_capacity(close.len());
         for index in close.into_iter().rev() {
+            closed.push(served[index].addr.clone());
             let addr = self.listeners_mut(front).close(index);
             report.applied.push(format!("{} {}: closed", front.setting(), shown(&addr)));
         }
@@ -165,8 +183,22 @@ impl Fronts {
                     .to_owned(),
             });
         }
-        for listener in open {
-            match bind(front, &listener).await {
+        closed
+    }
+
+    /// Opens `front`'s listeners at addresses `wanted` names and it does not serve yet. A TCP
+    /// address this reload just closed (another door's, say) may take a moment to be free.
+    pub(super) async fn open_wanted(&mut self, front: Front, wanted: &[Listener], closed: &[ListenAddr], report: &mut ReloadReport) {
+        let served = self.listeners(front).configured();
+        for listener in changes(&served, wanted).open {
+            let mut bound = bind(front, &listener).await;
+            let mut waited = Duration::ZERO;
+            while bound.is_err() && closed.contains(&listener.addr) && waited < REBIND_WAIT {
+                tokio::time::sleep(REBIND_STEP).await;
+                waited = waited.saturating_add(REBIND_STEP);
+                bound = bind(front, &listener).await;
+            }
+            match bound {
                 Ok((addr, bound)) => {
                     let stop = self.cancel.child_token();
                     self.serve_one(bound, &stop);

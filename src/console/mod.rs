@@ -428,12 +428,12 @@ pub fn serve(listeners: BoundListeners, console: Arc<Console>, tracker: &TaskTra
         let (console, connections, cancel, slots) = (console.clone(), tracker.clone(), cancel.clone(), slots.clone());
         tracker.spawn(async move {
             let socket = match &listener {
-                Bound::Unix(_, path) => Some(path.clone()),
+                Bound::Unix(_, file) => Some(file.clone()),
                 Bound::Tcp(_) => None,
             };
             accept(listener, console, connections, cancel, slots).await;
-            if let Some(path) = socket {
-                let _ = std::fs::remove_file(path);
+            if let Some(file) = socket {
+                file.remove();
             }
         });
     }

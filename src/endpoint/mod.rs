@@ -564,11 +564,11 @@ pub fn serve(listeners: BoundListeners, endpoint: Arc<Endpoint>, tracker: &TaskT
             Bound::Tcp(tcp) => {
                 tracker.spawn(serve_http(tcp, endpoint.clone(), tracker.clone(), cancel.clone()));
             }
-            Bound::Unix(unix, path) => {
+            Bound::Unix(unix, file) => {
                 let (endpoint, tracker_for_connections, cancel) = (endpoint.clone(), tracker.clone(), cancel.clone());
                 tracker.spawn(async move {
                     serve_unix(unix, endpoint, tracker_for_connections, cancel).await;
-                    let _ = std::fs::remove_file(&path);
+                    file.remove();
                 });
             }
         }

@@ -23,7 +23,39 @@ pub enum BoundAddr {
 /// A listener bound, not yet served.
 pub enum Bound {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, SocketFile),
+}
+
+/// A Unix socket's file as this daemon bound it. It is removed when its listener closes, and
+/// only if it is still the one bound: a reload may have bound another at the same path since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketFile {
+    path: PathBuf,
+    /// The file's device and inode when it was bound.
+    id: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    /// The file at `path`, just bound.
+    pub fn bound(path: &Path) -> SocketFile {
+        SocketFile { path: path.to_path_buf(), id: file_id(path) }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the file if it is still the one bound.
+    pub fn remove(&self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 /// Binds every listener of a front door, so that a bad address fails the start; tells the
@@ -44,7 +76,7 @@ pub async fn bind_all(listeners: &[Listener]) -> Result<(Vec<BoundAddr>, Vec<Bou
             ListenAddr::Unix(path) => {
                 let unix = bind_unix(path, &listener.socket).await?;
                 addrs.push(BoundAddr::Unix(path.clone()));
-                bound.push(Bound::Unix(unix, path.clone()));
+                bound.push(Bound::Unix(unix, SocketFile::bound(path)));
             }
         }
     }

@@ -493,3 +493,58 @@ async fn toolhost_reload_opens_and_closes_listeners_and_names_what_it_could_not_
     assert!(why.contains("invalid") && why.contains("daemon.toml") && why.contains("the running one is kept"), "{why}");
     daemon.wait_servers("both still ready", |s| s.len() == 2 && ready(s)).await;
 }
+
+/// The MCP endpoint answers `initialize` on the Unix socket at `path`.
+fn mcp_answers_on(path: &std::path::Path) -> bool {
+    let Ok(mut mcp) = std::os::unix::net::UnixStream::connect(path) else { return false };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mut line = String::new();
+    std::io::Write::write_all(&mut mcp, format!("{initialize}\n").as_bytes()).is_ok()
+        && std::io::BufRead::read_line(&mut std::io::BufReader::new(&mcp), &mut line).is_ok()
+        && line.contains("\"serverInfo\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_sockets_and_ports_from_one_door_to_another() {
+    let dir = TestDir::new();
+    let listeners = |grpc: &str, mcp: &str, console: &str| {
+        let text = format!(
+            "[store]\npath = \"catalog.db\"\n\n[grpc]\nlisten = [\"unix:daemon.sock\"{grpc}]\n\n[mcp]\nlisten = [{mcp}]\n\n\
+             [console]\nlisten = [{console}]\n"
+        );
+        std::fs::write(dir.path("daemon.toml"), text).unwrap();
+    };
+    let daemon = Daemon::start(&dir, "", &[]);
+    daemon.wait_servers("the daemon answers", |_| true).await;
+    listeners(", \"unix:a.sock\"", "\"unix:b.sock\"", "\"127.0.0.1:0\"");
+    let said = String::from_utf8_lossy(&reload_cli(&dir).stdout).into_owned();
+    let port = said
+        .lines()
+        .find_map(|line| line.strip_prefix("applied: [console] listen ")?.strip_suffix(": listening"))
+        .unwrap_or_else(|| panic!("the console's address is said: {said}"))
+        .to_owned();
+    assert!(mcp_answers_on(&dir.path("b.sock")), "{said}");
+
+    // The sockets swap doors, and the console's port becomes the MCP endpoint's.
+    listeners(", \"unix:b.sock\"", &format!("\"unix:a.sock\", \"{port}\""), "");
+    let output = reload_cli(&dir);
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success() && !said.contains("not applied"), "every listener moved: {said}");
+    assert!(said.contains(&format!("applied: [mcp] listen {port}: listening")), "{said}");
+    assert!(mcp_answers_on(&dir.path("a.sock")), "the MCP endpoint took the gRPC API's socket: {said}");
+    let addr = format!("unix:{}", dir.path("b.sock").display());
+    let servers = Command::new(env!("CARGO_BIN_EXE_toolhost")).args(["servers", "--addr", &addr]).output().unwrap();
+    assert!(servers.status.success(), "the gRPC API took the MCP endpoint's socket: {}", String::from_utf8_lossy(&servers.stderr));
+    let mut http = std::net::TcpStream::connect(&port).expect("the MCP endpoint listens on the console's old port");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::io::Write::write_all(&mut http, request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut http, &mut answer).unwrap();
+    assert!(!answer.contains("<html"), "the console no longer answers there: {answer}");
+}
