@@ -897,7 +897,10 @@ fn hold_or_accept(value: Option<&str>) -> Result<bool, String> {
 /// without `data` that names it is an error, not a variable looked up in the daemon's
 /// environment).
 fn resolve_env(values: BTreeMap<String, String>, data: Option<&sandbox::DataDir>) -> Result<BTreeMap<String, Resolved>, KeyProblem> {
-    let path = data.map(|data| data.path.to_str().ok_or_else(|| ("data".to_owned(), format!("{} is not UTF-8", data.path.display()))));
+    // Where the server finds it: its sandbox shows an operator's path where the operator's
+    // links lead (`/srv` → `/data`), not through them.
+    let seen = data.map(|data| if data.beside_homes { data.path.clone() } else { sandbox::real_or_written(&data.path) });
+    let path = seen.as_ref().map(|path| path.to_str().ok_or_else(|| ("data".to_owned(), format!("{} is not UTF-8", path.display()))));
     let local = match path.transpose()? {
         Some(path) => vec![("data", path)],
         None => Vec::new(),

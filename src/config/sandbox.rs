@@ -50,11 +50,31 @@ pub struct DataDir {
 }
 
 /// `data = true | false | "/path"`, as written.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub(crate) enum RawData {
     Flag(bool),
     Path(String),
+}
+
+impl<'de> Deserialize<'de> for RawData {
+    /// By hand: an untagged enum's error ("did not match any variant of untagged enum") says
+    /// nothing of what the key takes.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RawData, D::Error> {
+        struct Shape;
+        impl serde::de::Visitor<'_> for Shape {
+            type Value = RawData;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("`data` to be true, false or an absolute path (a string)")
+            }
+            fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<RawData, E> {
+                Ok(RawData::Flag(value))
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<RawData, E> {
+                Ok(RawData::Path(value.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(Shape)
+    }
 }
 
 /// Where `data = true` puts the server `name`'s data directory: `servers/NAME.data/` beside
@@ -65,16 +85,20 @@ pub fn data_beside_homes(store_dir: &Path, name: &str) -> PathBuf {
 }
 
 /// A `data` path of the operator's is refused inside one of the daemon's private places (the
-/// server would own it) or above one (it could rename the place away), as a `write` grant is.
+/// server would own it) or above one (it could rename the place away), as a `write` grant is;
+/// and where it meets another server's place (its data directory, a `write` grant: the same,
+/// inside or above), since a server that can plant a link there leads the other (unsandboxed,
+/// root) to follow it: every server's data directory is its own.
 pub(crate) fn check_data_places(config: &super::Config) -> Result<(), (String, String)> {
     for (name, server) in &config.servers {
         let super::Transport::Stdio(stdio) = &server.transport else { continue };
         let Some(data) = stdio.sandbox.data.as_ref().filter(|data| !data.beside_homes) else { continue };
+        let key = format!("servers.{name}.data");
         let private = config.private.iter().map(|place| lexical(place));
         if let Some(place) = private.clone().find(|place| data.path.starts_with(place) || place.starts_with(&data.path)) {
             let how = if data.path.starts_with(&place) { "lies inside" } else { "holds" };
             return Err((
-                format!("servers.{name}.data"),
+                key,
                 format!(
                     "{} {how} {}, one of the daemon's private places: name a directory apart from it",
                     data.path.display(),
@@ -82,13 +106,146 @@ pub(crate) fn check_data_places(config: &super::Config) -> Result<(), (String, S
                 ),
             ));
         }
+        if let Some(how) = shared_with(config, name, &data.path) {
+            return Err((
+                key,
+                format!(
+                    "{} {how}: a server's data directory is its own, apart from every other server's data directory, write \
+                     grants and home; name another",
+                    data.path.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }
 
-/// `data` of the server `name`: `true` is `servers/NAME.data` beside its home; a path must be absolute
-/// (or `~/…`), below a top-level directory, and no home itself, since the server's uid is given
-/// the directory.
+/// Another server's place that `path` (server `name`'s data directory) meets, said as
+/// "lies inside servers.B.write (/x)"; compared as written and as the filesystem resolves the
+/// operator's links (`/srv` → `/data`).
+fn shared_with(config: &super::Config, name: &str, path: &Path) -> Option<String> {
+    let theirs = config.servers.iter().filter(|(other, _)| other.as_str() != name).filter_map(|(other, server)| match &server.transport {
+        super::Transport::Stdio(stdio) => Some((other, stdio)),
+        super::Transport::Http(_) => None,
+    });
+    for (other, stdio) in theirs {
+        let data = stdio.sandbox.data.iter().map(|data| (format!("servers.{other}.data"), &data.path));
+        let write = stdio.sandbox.write.iter().map(|grant| (format!("servers.{other}.write"), grant));
+        for (key, place) in data.chain(write) {
+            let pairs = [(lexical(path), lexical(place)), (real_or_written(path), real_or_written(place))];
+            for (mine, theirs) in pairs {
+                let how = if mine == theirs {
+                    "is also"
+                } else if mine.starts_with(&theirs) {
+                    "lies inside"
+                } else if theirs.starts_with(&mine) {
+                    "holds"
+                } else {
+                    continue;
+                };
+                return Some(format!("{how} {key} ({})", place.display()));
+            }
+        }
+    }
+    None
+}
+
+/// `path` with the links of its deepest existing ancestor resolved (the rest as written): how
+/// two operator's paths are told apart at load, when one may not exist yet, and where the
+/// sandbox shows one.
+pub(crate) fn real_or_written(path: &Path) -> PathBuf {
+    let path = lexical(path);
+    path.ancestors().find_map(|dir| Some(std::fs::canonicalize(dir).ok()?.join(path.strip_prefix(dir).ok()?))).unwrap_or(path)
+}
+
+/// The system's own trees: a data directory is never in one, whatever it holds (the sandbox
+/// shows them to every server; `/proc`, `/sys`, `/dev` are the kernel's views, `/run` other
+/// services' sockets).
+const SYSTEM_TREES: &[&str] =
+    &["/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys", "/dev", "/run"];
+
+/// Why `path` (absolute, as written or as resolved at a start) is no place for a server's data
+/// directory, whose uid is given it: the system's trees, a directory straight in `/var` (`/var/lib`,
+/// `/var/log`: other services' state), what may never be shown whole ([`Homes::shareable`]: `/`,
+/// a top-level directory, a home, a home's dot-directory), anything inside a home's
+/// dot-directory (`~/.ssh/keys`) or above a home (`/tmp/x` holding `/tmp/x/uhome`). `None`
+/// when it may be one.
+pub fn data_place_problem(path: &Path, homes: &Homes) -> Option<String> {
+    if let Some(tree) = SYSTEM_TREES.iter().find(|tree| path.starts_with(tree)) {
+        return Some(format!("lies in {tree}, the system's"));
+    }
+    if path.parent() == Some(Path::new("/var")) {
+        return Some("is one of the system's directories in /var, other services' state".to_owned());
+    }
+    if !homes.shareable(path) {
+        return Some("is / , a top-level directory, a home or a home's dot-directory".to_owned());
+    }
+    if let Some(dot) = path.ancestors().find(|dir| homes.dot_in_home(dir)) {
+        return Some(format!("lies inside {}, a home's dot-directory (other programs' keys and settings)", dot.display()));
+    }
+    if let Some(home) = homes.named().find(|home| home.starts_with(path)) {
+        return Some(format!("holds {}, someone's home", home.display()));
+    }
+    None
+}
+
+/// Where people's homes are: read once for a decision (accounts come and go while the daemon
+/// runs, and the file is small). The one rule of what is a home: what is shown whole
+/// (`upstream::launchers`) and where a data directory may be.
+pub struct Homes {
+    passwd: String,
+}
+
+impl Homes {
+    pub fn read() -> Homes {
+        Homes { passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default() }
+    }
+
+    /// Homes as `passwd` (in `/etc/passwd`'s form) names them.
+    pub fn from_passwd(passwd: &str) -> Homes {
+        Homes { passwd: passwd.to_owned() }
+    }
+
+    /// The homes named: `/root`, the daemon's `$HOME`, every one `/etc/passwd` names but `/`.
+    fn named(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        let passwd = self.passwd.lines().filter_map(|line| line.split(':').nth(5)).filter(|home| home.starts_with('/') && *home != "/");
+        [PathBuf::from("/root")]
+            .into_iter()
+            .chain(std::env::var_os("HOME").map(PathBuf::from))
+            .chain(passwd.map(|home| lexical(Path::new(home))))
+    }
+
+    /// Whether `dir` is someone's home: straight in `/home`, `/root`, the daemon's `$HOME`, or
+    /// a home `/etc/passwd` names.
+    pub fn holds(&self, dir: &Path) -> bool {
+        dir.parent() == Some(Path::new("/home")) || self.named().any(|home| home == dir)
+    }
+
+    /// Whether `dir` is a dot-directory straight in a home (`~/.ssh`, `~/.config`).
+    fn dot_in_home(&self, dir: &Path) -> bool {
+        dir.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.'))
+            && dir.parent().is_some_and(|parent| self.holds(parent))
+    }
+
+    /// Whether a whole directory may be shown because a program or script lies in it (the one
+    /// rule for a program's installation, a script's directory and its project): never the root,
+    /// a top-level directory (`/tmp`, `/home`, `/opt`), someone's home (`/home/u`, `/root`, every
+    /// home `/etc/passwd` names, the daemon's `$HOME`) or a dot-directory straight in a home
+    /// (`~/.local`, `~/.cargo`, `~/.config`), which hold other programs' credentials. Where a
+    /// directory may not be shown, the program or script alone is.
+    pub fn shareable(&self, dir: &Path) -> bool {
+        dir.components().count() > 2 && !self.holds(dir) && !self.dot_in_home(dir)
+    }
+}
+
+/// [`Homes::shareable`], with `/etc/passwd` read now.
+pub fn shareable(dir: &Path) -> bool {
+    Homes::read().shareable(dir)
+}
+
+/// `data` of the server `name`: `true` is `servers/NAME.data` beside its home; a path must be
+/// absolute (or `~/…`) and a place of its own ([`data_place_problem`]), since the server's uid is
+/// given the directory.
 pub(crate) fn data_dir(raw: Option<&RawData>, store_dir: &Path, name: &str) -> Result<Option<DataDir>, (String, String)> {
     let problem = |why: String| ("data".to_owned(), why);
     let text = match raw {
@@ -100,12 +257,10 @@ pub(crate) fn data_dir(raw: Option<&RawData>, store_dir: &Path, name: &str) -> R
     if !path.is_absolute() || text.contains("${") {
         return Err(problem(format!("{text:?}: give true (a directory beside the store) or an absolute path")));
     }
-    let depth = path.components().filter(|part| matches!(part, std::path::Component::Normal(_))).count();
-    let a_home =
-        path.parent() == Some(Path::new("/home")) || std::env::var_os("HOME").is_some_and(|home| lexical(Path::new(&home)) == path);
-    if depth < 2 || a_home {
+    if let Some(why) = data_place_problem(&path, &Homes::read()) {
         return Err(problem(format!(
-            "{text:?} is / , a top-level directory or a home, which the server's uid would be given: name a directory of its own below it"
+            "{} {why}, and the server's uid would be given it: name a directory of its own (data = true, or one like /srv/NAME or /var/lib/NAME)",
+            path.display()
         )));
     }
     Ok(Some(DataDir { path, beside_homes: false }))
@@ -578,6 +733,84 @@ mod tests {
             let (key, why) = data_dir(Some(&RawData::Path(bad.into())), store, "m").unwrap_err();
             assert_eq!(key, "data", "{bad}: {why}");
         }
+    }
+
+    #[test]
+    fn a_data_directory_is_never_a_home_inside_a_dot_directory_above_a_home_or_the_systems() {
+        let homes = Homes::from_passwd("u:x:1001:1001::/tmp/x/uhome:/bin/sh\npostgres:x:120:120::/var/lib/postgresql:/bin/false\n");
+        for bad in [
+            "/tmp/x/uhome",
+            "/var/lib/postgresql",
+            "/tmp/x/uhome/.ssh",
+            "/tmp/x/uhome/.ssh/keys",
+            "/root/.config/memory",
+            "/tmp/x",
+            "/var/lib",
+            "/var/log",
+            "/etc/ssh",
+            "/usr/local",
+            "/usr/local/share/memory",
+            "/proc/self",
+            "/sys/fs/cgroup",
+            "/dev/shm/x",
+            "/boot/x",
+            "/tmp",
+        ] {
+            assert!(data_place_problem(Path::new(bad), &homes).is_some(), "{bad}");
+        }
+        for fine in ["/var/lib/memory", "/srv/memory", "/tmp/x/uhome/project", "/opt/srv/data", "/var/lib/postgresql-mcp"] {
+            assert_eq!(data_place_problem(Path::new(fine), &homes), None, "{fine}");
+        }
+        // This machine's own accounts: a home /etc/passwd names outside /home and /root is one.
+        let store = Path::new("/var/lib/toolhost");
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let elsewhere = passwd.lines().filter_map(|line| line.split(':').nth(5)).map(Path::new).find(|home| {
+            home.components().count() > 3 && !home.starts_with("/home") && data_place_problem(home, &Homes::from_passwd("")).is_none()
+        });
+        if let Some(home) = elsewhere {
+            for under in [home.to_path_buf(), home.join(".ssh/authorized_keys.d")] {
+                let refused = data_dir(Some(&RawData::Path(under.display().to_string())), store, "m").unwrap_err();
+                assert_eq!(refused.0, "data", "{}: {}", under.display(), refused.1);
+            }
+        }
+    }
+
+    #[test]
+    fn every_servers_data_directory_is_its_own_and_data_takes_only_its_shapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolhost.toml");
+        let parse = |servers: &str| super::super::Config::parse(&file, &format!("[store]\npath = \"st/catalog.db\"\n\n{servers}"));
+        let at = |name: &str| dir.path().join(name).display().to_string();
+        let table = |name: &str, extra: &str| format!("[servers.{name}]\ncommand = \"npx\"\n{extra}\n");
+        let cases = [
+            (format!("data = {:?}", at("x/a")), format!("data = {:?}\nsandbox = \"off\"", at("x/a")), "is also servers."),
+            (format!("data = {:?}", at("x/a")), format!("data = {:?}", at("x/a/b")), "servers."),
+            (format!("write = [{:?}]", at("x")), format!("data = {:?}\nsandbox = \"off\"", at("x/a/b")), "lies inside servers.a.write"),
+            (format!("write = [{:?}]", at("x/a/b/c")), format!("data = {:?}", at("x/a")), "holds servers.a.write"),
+        ];
+        for (first, second, said) in cases {
+            let error = parse(&format!("{}{}", table("a", &first), table("b", &second))).unwrap_err();
+            let key = error.key.clone().unwrap_or_default();
+            assert!(key == "servers.a.data" || key == "servers.b.data", "{error}");
+            let other = if key == "servers.a.data" { "servers.b." } else { "servers.a." };
+            assert!(error.problem.contains(said) && error.problem.contains(other), "{error}");
+        }
+        // Behind an operator's link: the same directory.
+        std::fs::create_dir_all(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("via")).unwrap();
+        let aliased = format!("{}{}", table("a", &format!("data = {:?}", at("real/d"))), table("b", &format!("data = {:?}", at("via/d"))));
+        assert!(parse(&aliased).unwrap_err().problem.contains("is also"));
+        // Apart, and its own write grant around it: fine.
+        let apart = format!(
+            "{}{}",
+            table("a", &format!("data = {:?}\nwrite = [{:?}]", at("x/a/data"), at("x/a"))),
+            table("b", &format!("data = {:?}", at("x/b")))
+        );
+        parse(&apart).unwrap();
+        // A shape `data` does not take is named as what it takes.
+        let error = parse(&table("m", "data = 1")).unwrap_err();
+        assert_eq!(error.key.as_deref(), Some("servers.m.data"), "{error}");
+        assert!(error.problem.contains("true, false or an absolute path"), "{error}");
     }
 
     #[test]

@@ -75,13 +75,83 @@ impl Dir {
 
     /// One component: opened without following a link, made first if missing.
     fn make_child(&self, name: &str, mode: u32) -> Result<Dir, BeneathError> {
+        self.make_child_made(name, mode).map(|(dir, _)| dir)
+    }
+
+    /// The directory `name` in this one (one plain name), opened without following a link and
+    /// made first with `mode` if missing; with whether it was made now (else it was there).
+    ///
+    /// # Errors
+    /// [`BeneathError`] naming it.
+    pub(crate) fn make_child_made(&self, name: &str, mode: u32) -> Result<(Dir, bool), BeneathError> {
         let path = self.path.join(name);
-        match mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(errno) => return Err(BeneathError::Io { path, source: errno.into() }),
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(BeneathError::Outside(path));
         }
+        let made = match mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(errno) => return Err(BeneathError::Io { path, source: errno.into() }),
+        };
         let fd = openat(&self.fd, name, flags(), Mode::empty()).map_err(|errno| refusal(&path, errno))?;
-        Ok(Dir { fd, path })
+        Ok((Dir { fd, path }, made))
+    }
+
+    /// Opens a directory of the daemon's own as [`Dir::make_trusted`] does, making nothing:
+    /// `None` when it is missing.
+    ///
+    /// # Errors
+    /// [`BeneathError`] naming the path.
+    pub(crate) fn find_trusted(path: &Path) -> Result<Option<Dir>, BeneathError> {
+        match nix::fcntl::open(path, flags(), Mode::empty()) {
+            Ok(fd) => Ok(Some(Dir { fd, path: path.to_path_buf() })),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(errno) => Err(refusal(path, errno)),
+        }
+    }
+
+    /// The directory `relative` beneath this one as [`Dir::make_beneath`] finds it, making and
+    /// giving away nothing: `None` when a component is missing.
+    ///
+    /// # Errors
+    /// [`BeneathError`]: a link on the way ([`BeneathError::Planted`]).
+    pub(crate) fn find_beneath(&self, relative: &str) -> Result<Option<Dir>, BeneathError> {
+        let mut here = Dir {
+            fd: self.fd.try_clone().map_err(|source| BeneathError::Io { path: self.path.clone(), source })?,
+            path: self.path.clone(),
+        };
+        for name in relative.split('/') {
+            if name.is_empty() || name == "." || name == ".." {
+                return Err(BeneathError::Outside(PathBuf::from(relative)));
+            }
+            let path = here.path.join(name);
+            match openat(&here.fd, name, flags(), Mode::empty()) {
+                Ok(fd) => here = Dir { fd, path },
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(errno) => return Err(refusal(&path, errno)),
+            }
+        }
+        Ok(Some(here))
+    }
+
+    /// The uid that owns what was opened.
+    ///
+    /// # Errors
+    /// [`BeneathError::Io`].
+    pub(crate) fn owner(&self) -> Result<u32, BeneathError> {
+        fstat(&self.fd).map(|stat| stat.st_uid).map_err(|errno| BeneathError::Io { path: self.path.clone(), source: errno.into() })
+    }
+
+    /// Whether the directory opened holds nothing (read from its handle, never its path).
+    ///
+    /// # Errors
+    /// [`BeneathError::Io`].
+    pub(crate) fn is_empty(&self) -> Result<bool, BeneathError> {
+        use std::os::fd::AsRawFd;
+        let io = |source| BeneathError::Io { path: self.path.clone(), source };
+        // The handle's own entry in /proc is the directory it opened, whatever its path is now.
+        let mut entries = std::fs::read_dir(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).map_err(io)?;
+        entries.next().transpose().map(|first| first.is_none()).map_err(io)
     }
 
     /// Gives what was opened to `uid`:`gid`, unless it already is theirs.

@@ -26,6 +26,14 @@ pub enum SandboxError {
     Home { path: PathBuf, source: crate::sandbox::beneath::BeneathError },
     #[error("cannot make its data directory {}: {source}", .path.display())]
     Data { path: PathBuf, source: crate::sandbox::beneath::BeneathError },
+    #[error(
+        "its data directory {} holds files and belongs to uid {owner}, not to uid {runs_as} the server runs as: toolhost never \
+         takes over a directory; name a new or empty one, or give it to the server yourself (chown -R {runs_as} {})",
+        .path.display(), .path.display()
+    )]
+    DataTaken { path: PathBuf, owner: u32, runs_as: u32 },
+    #[error("its data directory {} (as the filesystem has it now) {why}: name a directory of its own", .path.display())]
+    DataPlace { path: PathBuf, why: String },
 }
 
 /// Makes the server's home (and the homes' directory) if missing: mode 0700, owned by the uid
@@ -62,44 +70,186 @@ pub(crate) fn make_home(home: &Path) -> Result<(), SandboxError> {
 /// Makes the server's data directory (`data`) if missing, owned by `owner` (the uid the server
 /// runs as; `None` without a sandbox, where it runs as the daemon), and never through a link.
 ///
-/// Beside its home, it is made in the homes' directory as the home is. An operator's
-/// path is opened from its deepest directory that no server can write (trusted as the
-/// operator's), each component below it beneath the one before with `O_NOFOLLOW`: a link a
-/// server planted anywhere on the way (a parent swapped for a link, or a link where the data
-/// directory goes) stops the start, and nothing it points to is made or given away. The
-/// directory's content is never touched: it is the server's, kept across restarts, package
-/// updates and a wiped home.
+/// Beside its home, it is made in the homes' directory as the home is. An operator's path is
+/// found as [`find_data`] finds it (the operator's links resolved down to the deepest directory
+/// no server can write, each component below beneath the one before with `O_NOFOLLOW`): a link
+/// a server planted anywhere on the way stops the start, and nothing it points to is made or
+/// given away. A directory that is there is used only if it is the server's already or empty
+/// (then given to it): one of somebody else's that holds files is never taken over. Its
+/// content is never touched: it is the server's, kept across restarts, package updates and a
+/// wiped home.
 ///
 /// # Errors
-/// [`SandboxError::Data`] naming the place.
+/// [`SandboxError::Data`] naming the place, [`SandboxError::DataTaken`], [`SandboxError::DataPlace`].
 pub(crate) fn make_data(spec: &StdioSpec, owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>) -> Result<(), SandboxError> {
-    use crate::sandbox::beneath::{BeneathError, Dir};
+    use crate::sandbox::beneath::Dir;
     let Some(data) = &spec.sandbox.data else { return Ok(()) };
+    let way = data_way(spec, data)?;
     let failed = |source| SandboxError::Data { path: data.path.clone(), source };
-    let (Some(parent), Some(name)) = (data.path.parent(), data.path.file_name().and_then(|name| name.to_str())) else {
-        return Err(failed(BeneathError::Outside(data.path.clone())));
-    };
-    if !data.beside_homes {
-        refuse_private(&data.path, parent, name, &spec.sandbox.hidden)?;
-    }
-    let (anchor, below) = if data.beside_homes {
-        (Dir::make_trusted(parent, 0o711).map_err(failed)?, None)
-    } else {
-        // The deepest directory above it outside every place a server writes: the operator's.
-        let writable = &spec.sandbox.server_writable;
-        let trusted = parent.ancestors().find(|dir| !writable.holds(dir)).unwrap_or(Path::new("/"));
-        let rest = parent.strip_prefix(trusted).ok().and_then(Path::to_str).filter(|rest| !rest.is_empty());
-        (Dir::make_trusted(trusted, 0o755).map_err(failed)?, rest)
-    };
-    let parent = match below {
+    let anchor = Dir::make_trusted(&way.anchor, if data.beside_homes { 0o711 } else { 0o755 }).map_err(failed)?;
+    let parent = match &way.below {
         Some(rest) => anchor.make_beneath(rest, 0o755, None).map_err(failed)?,
         None => anchor,
     };
-    let own = parent.make_beneath(name, 0o700, owner).map_err(failed)?;
+    let (own, made) = parent.make_child_made(&way.name, 0o700).map_err(failed)?;
+    if !made && !data.beside_homes {
+        let runs_as = owner.map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid.as_raw());
+        judge(&own, &way.real(), runs_as)?;
+    }
+    if let Some((uid, gid)) = owner {
+        own.own(uid, gid).map_err(failed)?;
+    }
     if data.beside_homes {
         own.chmod(0o700).map_err(failed)?;
     }
     Ok(())
+}
+
+/// What a server's start finds where its data directory goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataFound {
+    /// Not there: made for the server.
+    Missing,
+    /// There and the server's (or beside its home, the daemon's to give): used as it is.
+    Own,
+    /// There, somebody else's, and empty: given to the server.
+    Empty,
+}
+
+/// Where the server's data directory is (its real path, the operator's links resolved) and what
+/// its start will find there, making and giving away nothing: the one rule `check-config` and
+/// [`make_data`] share. `None` without `data`.
+///
+/// # Errors
+/// What its start would fail with: a link on the way, a directory somebody else's that holds
+/// files, a place no data directory may be.
+pub(crate) fn find_data(spec: &StdioSpec) -> Result<Option<(PathBuf, DataFound)>, SandboxError> {
+    use crate::sandbox::beneath::Dir;
+    let Some(data) = &spec.sandbox.data else { return Ok(None) };
+    let way = data_way(spec, data)?;
+    let failed = |source| SandboxError::Data { path: data.path.clone(), source };
+    let parent = match Dir::find_trusted(&way.anchor).map_err(failed)? {
+        Some(anchor) => match &way.below {
+            Some(rest) => anchor.find_beneath(rest).map_err(failed)?,
+            None => Some(anchor),
+        },
+        None => None,
+    };
+    let own = match parent {
+        Some(parent) => parent.find_beneath(&way.name).map_err(failed)?,
+        None => None,
+    };
+    let found = match own {
+        None => DataFound::Missing,
+        Some(_) if data.beside_homes => DataFound::Own,
+        Some(own) => {
+            let runs_as = if spec.sandbox.enabled { crate::sandbox::sandbox_ids().0 } else { nix::unistd::geteuid() };
+            judge(&own, &way.real(), runs_as.as_raw())?
+        }
+    };
+    Ok(Some((way.real(), found)))
+}
+
+/// Whether an operator's directory that is already there may be the server's: it is its own,
+/// or empty; one of somebody else's that holds files is not taken over.
+fn judge(dir: &crate::sandbox::beneath::Dir, path: &Path, runs_as: u32) -> Result<DataFound, SandboxError> {
+    let failed = |source| SandboxError::Data { path: path.to_path_buf(), source };
+    let owner = dir.owner().map_err(failed)?;
+    match (owner == runs_as, dir.is_empty().map_err(failed)?) {
+        (true, _) => Ok(DataFound::Own),
+        (false, true) => Ok(DataFound::Empty),
+        (false, false) => Err(SandboxError::DataTaken { path: path.to_path_buf(), owner, runs_as }),
+    }
+}
+
+/// The way to a data directory: a directory no server can write (`anchor`, real), the names
+/// below it to its parent, and its own name.
+struct DataWay {
+    anchor: PathBuf,
+    below: Option<String>,
+    name: String,
+}
+
+impl DataWay {
+    /// Where it is on the host.
+    fn real(&self) -> PathBuf {
+        let parent = self.below.as_ref().map_or_else(|| self.anchor.clone(), |rest| self.anchor.join(rest));
+        parent.join(&self.name)
+    }
+}
+
+/// The way to `data`. Beside the homes: from the homes' directory (the daemon's). An operator's
+/// path: from its deepest directory above that no server can write, with the operator's own
+/// links resolved ([`operator_path`]); refused where it (so resolved) lies inside or above one
+/// of the daemon's private places or is no place for data (a home, the system's: the rule
+/// the configuration was checked by, again, as accounts and links may have changed).
+fn data_way(spec: &StdioSpec, data: &crate::config::sandbox::DataDir) -> Result<DataWay, SandboxError> {
+    use crate::sandbox::beneath::BeneathError;
+    let failed = |source| SandboxError::Data { path: data.path.clone(), source };
+    let (Some(parent), Some(name)) = (data.path.parent(), data.path.file_name().and_then(|name| name.to_str())) else {
+        return Err(failed(BeneathError::Outside(data.path.clone())));
+    };
+    if data.beside_homes {
+        return Ok(DataWay { anchor: parent.to_path_buf(), below: None, name: name.to_owned() });
+    }
+    refuse_private(&data.path, parent, name, &spec.sandbox.hidden)?;
+    // The deepest directory above it outside every place a server writes: the operator's.
+    let writable = &spec.sandbox.server_writable;
+    let trusted = parent.ancestors().find(|dir| !writable.holds(dir)).unwrap_or(Path::new("/"));
+    let below = parent.strip_prefix(trusted).ok().and_then(Path::to_str).filter(|rest| !rest.is_empty()).map(str::to_owned);
+    let way = DataWay { anchor: operator_path(trusted, writable).map_err(failed)?, below, name: name.to_owned() };
+    let real = way.real();
+    if let Some(why) = crate::config::sandbox::data_place_problem(&real, &crate::config::sandbox::Homes::read()) {
+        return Err(SandboxError::DataPlace { path: real, why });
+    }
+    Ok(way)
+}
+
+/// `path` (a directory outside every place a server writes) with the operator's links on it
+/// resolved, one component at a time: a link that leads into a place a server writes is
+/// refused as planted (the daemon follows no link there); what is missing stays as written
+/// (it is made).
+fn operator_path(path: &Path, writable: &crate::config::sandbox::ServerWritable) -> Result<PathBuf, crate::sandbox::beneath::BeneathError> {
+    use crate::sandbox::beneath::BeneathError;
+    use std::path::Component;
+    let mut real = PathBuf::from("/");
+    let mut todo: Vec<std::ffi::OsString> = path.components().rev().map(|part| part.as_os_str().to_owned()).collect();
+    let mut links = 0_u32;
+    while let Some(part) = todo.pop() {
+        match Path::new(&part).components().next() {
+            Some(Component::Normal(_)) => {}
+            Some(Component::ParentDir) => {
+                real.pop();
+                continue;
+            }
+            _ => continue,
+        }
+        let next = real.join(&part);
+        if writable.holds(&next) {
+            return Err(BeneathError::Planted(next));
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                links += 1;
+                let target = std::fs::read_link(&next).map_err(|source| BeneathError::Io { path: next.clone(), source })?;
+                if links > 40 {
+                    return Err(BeneathError::Io { path: next, source: std::io::Error::from_raw_os_error(nix::libc::ELOOP) });
+                }
+                if target.is_absolute() {
+                    real = PathBuf::from("/");
+                }
+                todo.extend(target.components().rev().map(|part| part.as_os_str().to_owned()));
+            }
+            Ok(_) => real = next,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                real = next;
+                real.extend(todo.iter().rev());
+                return Ok(crate::config::sandbox::lexical(&real));
+            }
+            Err(source) => return Err(BeneathError::Io { path: next, source }),
+        }
+    }
+    Ok(real)
 }
 
 /// An operator's data directory that is, behind the links of its parent, inside or above one
@@ -142,8 +292,9 @@ pub enum PlanError {
         grant.display(), via.display(), place.display(), via.display()
     )]
     AbovePrivate { grant: PathBuf, via: PathBuf, place: PathBuf },
-    #[error("its data directory {} does not exist", .0.display())]
-    NoData(PathBuf),
+    /// Its data directory cannot be used (what [`find_data`] said).
+    #[error("{0}")]
+    Data(String),
 }
 
 /// The plan for one start of a sandboxed server.
@@ -223,9 +374,12 @@ pub(crate) fn plan_for(spec: &StdioSpec) -> Result<Plan, PlanError> {
     let mut write: Vec<PathBuf> = sandbox.write.iter().filter_map(|path| canonical(path)).collect();
     // An operator's data directory is a write grant (checked as one); one beside the homes lies
     // in a private place and is shown through its mask, as the home is.
+    // Where its start finds (or makes) it, the operator's links resolved as `make_data` resolves
+    // them: `check-config` plans one that is not made yet.
+    let real_data = find_data(spec).map_err(|refused| PlanError::Data(refused.to_string()))?.map(|(real, _)| real);
     let (data, chosen_data) = match &sandbox.data {
         Some(data) if data.beside_homes => (canonical(&data.path), None),
-        Some(data) => (None, Some(canonical(&data.path).ok_or_else(|| PlanError::NoData(data.path.clone()))?)),
+        Some(_) => (None, real_data),
         None => (None, None),
     };
     write.extend(chosen_data);
@@ -608,6 +762,55 @@ mod tests {
         let refused = make_data(&spec, None).unwrap_err();
         assert!(matches!(&refused, SandboxError::Plan(PlanError::Private { .. })), "{refused}");
         assert!(!dir.path().join("st/other").exists());
+    }
+
+    #[test]
+    fn an_existing_directory_is_the_servers_only_if_it_was_or_is_empty_and_an_operators_link_is_followed() {
+        use crate::config::sandbox::{DataDir, ServerWritable};
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec("sh", &[]);
+        spec.sandbox.enabled = false;
+        let with = |spec: &mut StdioSpec, path: PathBuf| spec.sandbox.data = Some(Box::new(DataDir { path, beside_homes: false }));
+        // Missing: said so, and planned where it will be (check-config), then made.
+        let missing = dir.path().join("made/data");
+        with(&mut spec, missing.clone());
+        assert_eq!(find_data(&spec).unwrap().map(|(_, found)| found), Some(DataFound::Missing));
+        assert!(plan_for(&spec).unwrap().write.iter().any(|grant| grant.ends_with("made/data")), "planned before it is made");
+        make_data(&spec, None).unwrap();
+        assert_eq!(find_data(&spec).unwrap().map(|(_, found)| found), Some(DataFound::Own));
+        // Somebody else's (here: a uid the server never runs as) that holds a file: never taken.
+        if nix::unistd::geteuid().is_root() {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::fs::write(theirs.join("secret"), "x").unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+            with(&mut spec, theirs.clone());
+            let refused = make_data(&spec, Some((nix::unistd::Uid::from_raw(4343), nix::unistd::Gid::from_raw(4343)))).unwrap_err();
+            assert!(matches!(refused, SandboxError::DataTaken { owner: 4242, runs_as: 4343, .. }), "{refused}");
+            assert!(refused.to_string().contains("chown -R 4343"), "{refused}");
+            assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), 4242, "left as it was");
+            // Empty: given to the server.
+            std::fs::remove_file(theirs.join("secret")).unwrap();
+            make_data(&spec, Some((nix::unistd::Uid::from_raw(4343), nix::unistd::Gid::from_raw(4343)))).unwrap();
+            assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), 4343);
+        }
+        // The operator's own link on the way is followed (it is not a server's place)...
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("via")).unwrap();
+        with(&mut spec, dir.path().join("via/data"));
+        make_data(&spec, None).unwrap();
+        let real = std::fs::canonicalize(dir.path().join("real/data")).unwrap();
+        assert_eq!(find_data(&spec).unwrap(), Some((real, DataFound::Own)));
+        // ...unless it leads into a place a server writes.
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::os::unix::fs::symlink(&shared, dir.path().join("into")).unwrap();
+        spec.sandbox.server_writable = ServerWritable(vec![shared.clone()].into());
+        with(&mut spec, dir.path().join("into/data"));
+        let refused = make_data(&spec, None).unwrap_err();
+        assert!(matches!(&refused, SandboxError::Data { source: crate::sandbox::beneath::BeneathError::Planted(_), .. }), "{refused}");
+        assert!(!shared.join("data").exists());
     }
 
     #[test]

@@ -187,42 +187,9 @@ pub(crate) fn resolve(path: &Path, writable: &ServerWritable) -> Option<PathBuf>
     (place.canonicalize().ok()?.join(below) == resolved).then_some(resolved)
 }
 
-/// Whether a whole directory may be shown because a program or script lies in it (the one
-/// rule for a program's installation, a script's directory and its project): never the root,
-/// a top-level directory (`/tmp`, `/home`, `/opt`), someone's home (`/home/u`, `/root`, every
-/// home `/etc/passwd` names, the daemon's `$HOME`) or a dot-directory straight in a home
-/// (`~/.local`, `~/.cargo`, `~/.config`), which hold other programs' credentials. Where a
-/// directory may not be shown, the program or script alone is.
-pub(crate) fn shareable(dir: &Path) -> bool {
-    if dir.components().count() <= 2 {
-        return false;
-    }
-    let homes = Homes::read();
-    let dot_in_home = dir.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.'))
-        && dir.parent().is_some_and(|parent| homes.holds(parent));
-    !homes.holds(dir) && !dot_in_home
-}
-
-/// Where people's homes are: read once for a decision (accounts come and go while the daemon
-/// runs, and the file is small).
-struct Homes {
-    passwd: String,
-}
-
-impl Homes {
-    fn read() -> Homes {
-        Homes { passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default() }
-    }
-
-    /// Whether `dir` is someone's home: straight in `/home`, `/root`, the daemon's `$HOME`, or
-    /// a home `/etc/passwd` names.
-    fn holds(&self, dir: &Path) -> bool {
-        dir.parent() == Some(Path::new("/home"))
-            || dir == Path::new("/root")
-            || std::env::var_os("HOME").is_some_and(|home| Path::new(&home) == dir)
-            || self.passwd.lines().filter_map(|line| line.split(':').nth(5)).any(|home| home != "/" && Path::new(home) == dir)
-    }
-}
+/// Whether a whole directory may be shown because a program or script lies in it: the one
+/// rule of what is a home, shared with where a data directory may be.
+pub(crate) use crate::config::sandbox::shareable;
 
 #[cfg(test)]
 mod tests {

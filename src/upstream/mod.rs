@@ -110,12 +110,12 @@ pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> 
     if !sandbox.enabled {
         let off = "sandbox = \"off\": this server can reach everything toolhost's user can; its processes are told apart from \
                    callers only while it runs (one it leaves behind after it exits may act as toolhost's user on its sockets)";
-        return Ok(data_summary(spec).map_or_else(|| off.to_owned(), |data| format!("{off}; {data}")));
+        return Ok(data_summary(spec)?.map_or_else(|| off.to_owned(), |data| format!("{off}; {data}")));
     }
     crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
     let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
     let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
-    let home = match data_summary(spec) {
+    let home = match data_summary(spec)? {
         Some(data) => format!("{home}; {data}"),
         None => home,
     };
@@ -165,12 +165,22 @@ pub fn sandbox_given(spec: &crate::config::StdioSpec) -> Vec<std::path::PathBuf>
     confinement::given(spec)
 }
 
-/// Where a stdio server's data directory (`data`) is on the host, as `check-config` says it:
-/// also with its sandbox off. `None` without one.
-pub fn data_summary(spec: &crate::config::StdioSpec) -> Option<String> {
-    let data = spec.sandbox.data.as_ref()?;
+/// Where a stdio server's data directory (`data`) is on the host and what its start will do
+/// there, as `check-config` says it: also with its sandbox off. `None` without one.
+///
+/// # Errors
+/// Why its start would refuse it (the one rule `make_data` follows), ending "it will not start".
+pub fn data_summary(spec: &crate::config::StdioSpec) -> Result<Option<String>, String> {
+    let Some(data) = spec.sandbox.data.as_ref() else { return Ok(None) };
+    let found = confinement::find_data(spec).map_err(|refused| format!("{refused}: it will not start"))?;
+    let Some((real, found)) = found else { return Ok(None) };
     let made = if data.beside_homes { "data = true, beside its home" } else { "data" };
-    Some(format!("its data directory (${{data}} in its env; {made}) is {}, made at its start and kept", data.path.display()))
+    let now = match found {
+        confinement::DataFound::Missing => "not there yet: made for the server at its start, and kept",
+        confinement::DataFound::Own => "there and the server's: kept",
+        confinement::DataFound::Empty => "there and empty: given to the server at its start, and kept",
+    };
+    Ok(Some(format!("its data directory (${{data}} in its env; {made}) is {}, {now}", real.display())))
 }
 
 /// The daemon's private files that lie directly in a directory the server may write: masked,

@@ -154,9 +154,10 @@ async fn a_servers_data_directory_is_made_for_it_named_in_its_env_and_kept_acros
     app.shutdown().await;
 }
 
-/// A server that can write where another's data directory goes (or where its own lies below)
-/// swaps a parent for a link, and plants a link where the directory itself goes: at their next
-/// start the daemon follows neither, makes and gives away nothing where they point, and says so.
+/// A server that can write where its data directory lies swaps a parent for a link: at its next
+/// start the daemon does not follow it, makes and gives away nothing where it points, and says
+/// so. (Another server's write grant or data directory is never where one lies: such a file is
+/// refused, below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_planted_on_the_way_to_a_data_directory_are_never_followed_by_the_daemon() {
     let dir = TestDir::new();
@@ -164,31 +165,23 @@ async fn links_planted_on_the_way_to_a_data_directory_are_never_followed_by_the_
     // Its own lies two directories below what it may write: the link goes on the way, not last.
     std::fs::create_dir_all(shared.join("p/q")).unwrap();
     theirs(&shared);
-    let victims: Vec<PathBuf> = ["parent", "position"].iter().map(|name| dir.path(&format!("victim-{name}"))).collect();
+    let victims: Vec<PathBuf> = ["parent"].iter().map(|name| dir.path(&format!("victim-{name}"))).collect();
     for victim in &victims {
         std::fs::create_dir(victim).unwrap();
     }
     let path = |p: &Path| p.display().to_string();
-    let servers = format!(
-        "{}{}",
-        hostile_table("planter", &format!("write = [{:?}]\ndata = {:?}", path(&shared), path(&shared.join("p/q/data")))),
-        hostile_table("victim", &format!("data = {:?}", path(&shared.join("d")))),
-    );
+    let servers = hostile_table("planter", &format!("write = [{:?}]\ndata = {:?}", path(&shared), path(&shared.join("p/q/data"))));
     let app = start(dir.config(&servers)).await;
-    for server in ["planter", "victim"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
-    }
-    assert!(shared.join("d").is_dir() && shared.join("p/q/data").is_dir());
-    let plant =
-        format!("cd {} && mv p p-moved && ln -s {} p && mv d d-moved && ln -s {} d", path(&shared), path(&victims[0]), path(&victims[1]));
+    wait_for_server(app.registry(), "planter", "ready", |v| v.state == ServerState::Ready).await;
+    assert!(shared.join("p/q/data").is_dir());
+    // (Its data directory itself is a mount in its sandbox: it cannot be moved for a link.)
+    let plant = format!("cd {} && mv p p-moved && ln -s {} p", path(&shared), path(&victims[0]));
     let results = attack(&app, "planter", &json!({"run": [["/bin/sh", "-c", plant]]})).await;
     let planted = results.iter().filter(|(probe, _)| probe.starts_with("process: "));
     assert!(planted.into_iter().all(|(_, result)| result.starts_with("reached")), "{results:#?}");
     let mut grpc = client(&app).await;
-    for server in ["planter", "victim"] {
-        grpc.restart_server(pb::RestartServerRequest { server: server.into() }).await.unwrap();
-    }
-    for server in ["planter", "victim"] {
+    grpc.restart_server(pb::RestartServerRequest { server: "planter".into() }).await.unwrap();
+    for server in ["planter"] {
         let view = wait_for_server(app.registry(), server, "refused its data directory", |v| {
             v.last_error.as_deref().is_some_and(|error| error.contains("data directory") && error.contains("symbolic link"))
         })
@@ -202,8 +195,108 @@ async fn links_planted_on_the_way_to_a_data_directory_are_never_followed_by_the_
         let made: Vec<_> = std::fs::read_dir(victim).unwrap().flatten().map(|entry| entry.file_name()).collect();
         assert!(made.is_empty(), "the daemon made {made:?} inside {}", victim.display());
     }
-    assert!(std::fs::symlink_metadata(shared.join("d")).unwrap().file_type().is_symlink(), "the link is left as planted");
+    assert!(std::fs::symlink_metadata(shared.join("p")).unwrap().file_type().is_symlink(), "the link is left as planted");
     app.shutdown().await;
+}
+
+/// The output of `toolhost check-config` on `dir`'s configuration, stdout and stderr.
+fn check_config(dir: &TestDir) -> (Option<i32>, String) {
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["check-config", "--config", dir.path("toolhost.toml").to_str().unwrap()])
+        .output()
+        .unwrap();
+    (checked.status.code(), format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr)))
+}
+
+/// An operator's `data` that is already there: somebody else's directory holding files is never
+/// taken over (the server does not start, the directory and its file stay as they were, the
+/// error names it and the fix); an empty one is given to the server; a missing one is made,
+/// also behind the operator's own link. `check-config` says beforehand what each start does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_directory_is_never_taken_over_and_check_config_says_what_each_start_does() {
+    use std::os::unix::fs::PermissionsExt;
+    if !requires("root (a directory of somebody else's the daemon could take)", is_root()) {
+        return;
+    }
+    let dir = TestDir::new();
+    // Its data directories apart from the scripts' directory, which every server here writes.
+    let places = TestDir::new();
+    let kept = places.path("kept");
+    std::fs::create_dir(&kept).unwrap();
+    std::fs::write(kept.join("secret"), "root's").unwrap();
+    std::fs::set_permissions(kept.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let empty = places.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::create_dir(places.path("real")).unwrap();
+    std::os::unix::fs::symlink(places.path("real"), places.path("via")).unwrap();
+    let env = "env = { MEMORY_FILE_PATH = \"${data}/memory.jsonl\" }";
+    let table = |name: &str, data: &Path| {
+        let script = dir.script(name, json!({"append_to_env_file": "MEMORY_FILE_PATH"}));
+        let extra =
+            format!("data = {:?}\n{env}\nrestart = {{ initial_backoff = \"10s\", max_backoff = \"10s\" }}", data.display().to_string());
+        server_table(name, &script, &extra)
+    };
+    let tables = [table("taker", &kept), table("empty", &empty), table("linked", &places.path("via/data"))].join("\n");
+    let config = dir.config(&tables);
+    let (code, checked) = check_config(&dir);
+    assert_eq!(code, Some(0), "{checked}");
+    let line = |server: &str| checked.lines().filter(|line| line.contains(server)).collect::<Vec<_>>().join("\n");
+    assert!(line("taker").contains("never takes over") && line("taker").contains("it will not start"), "{checked}");
+    assert!(line("empty").contains("given to the server at its start"), "{checked}");
+    let real = std::fs::canonicalize(places.path("real")).unwrap().join("data");
+    assert!(line("linked").contains(&format!("is {}, not there yet: made for the server", real.display())), "{checked}");
+    assert!(!checked.contains("does not exist") && !checked.contains("symbolic link"), "{checked}");
+
+    let app = start(config).await;
+    let view = wait_for_server(app.registry(), "taker", "refused its data directory", |v| {
+        v.last_error.as_deref().is_some_and(|error| error.contains("never takes over"))
+    })
+    .await;
+    let error = view.last_error.clone().unwrap_or_default();
+    assert!(error.contains(&kept.display().to_string()) && error.contains("chown -R"), "{error}");
+    assert_ne!(view.state, ServerState::Ready);
+    let meta = std::fs::metadata(&kept).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o700), "taken over");
+    assert_eq!(std::fs::metadata(kept.join("secret")).unwrap().uid(), 0);
+    assert_eq!(std::fs::read_to_string(kept.join("secret")).unwrap(), "root's");
+    for server in ["empty", "linked"] {
+        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+    }
+    assert_eq!(std::fs::metadata(&empty).unwrap().uid(), server_uid(), "an empty one is given");
+    assert_eq!(std::fs::read_to_string(empty.join("memory.jsonl")).unwrap(), "launch 1\n");
+    assert_eq!(std::fs::read_to_string(real.join("memory.jsonl")).unwrap(), "launch 1\n", "behind the operator's link");
+    app.shutdown().await;
+}
+
+/// Places no data directory may be are refused when the file is read, naming the key: a home
+/// `/etc/passwd` names outside `/home`, one inside a home's dot-directory, one above a home,
+/// the kernel's `/proc`, another server's data directory or write grant.
+#[test]
+fn a_home_the_systems_places_and_another_servers_place_are_never_a_data_directory() {
+    let dir = TestDir::new();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let home = passwd
+        .lines()
+        .filter_map(|line| line.split(':').nth(5))
+        .find(|home| home.starts_with("/var/lib/") || home.starts_with("/var/spool/"));
+    let mut refused = vec!["/proc/self".to_owned(), "/root/.ssh/keys".to_owned(), "/etc/ssh".to_owned()];
+    refused.extend(home.map(str::to_owned));
+    for data in refused {
+        std::fs::write(dir.path("toolhost.toml"), format!("[servers.m]\ncommand = \"npx\"\ndata = {data:?}\n")).unwrap();
+        let (code, said) = check_config(&dir);
+        assert_eq!(code, Some(64), "{data}: {said}");
+        assert!(said.contains("servers.m.data"), "{data}: {said}");
+    }
+    let both = format!(
+        "[servers.a]\ncommand = \"npx\"\nwrite = [{:?}]\n\n[servers.b]\ncommand = \"npx\"\nsandbox = \"off\"\ndata = {:?}\n",
+        dir.path("x").display().to_string(),
+        dir.path("x/a").display().to_string()
+    );
+    std::fs::write(dir.path("toolhost.toml"), both).unwrap();
+    let (code, said) = check_config(&dir);
+    assert_eq!(code, Some(64), "{said}");
+    assert!(said.contains("servers.b.data") && said.contains("servers.a.write"), "{said}");
 }
 
 /// A server that may read a directory but not write it, and tries: its failure names the grant
