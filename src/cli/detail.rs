@@ -54,7 +54,7 @@ pub(crate) fn server(out: &mut Printer, server: &pb::Server) -> std::io::Result<
                 lines.push(format!("  egress    {} connections made, {} refused", sandbox.egress_tunnels, sandbox.egress_denied));
             }
             if !sandbox.last_denied.is_empty() {
-                lines.push(format!("  refused   {} (last host asked for that network.allow does not name)", sandbox.last_denied));
+                lines.push(format!("  refused   {} (the last host asked for that it may not reach)", sandbox.last_denied));
             }
             if !sandbox.last_denied_fix.is_empty() {
                 lines.push(format!("  fix       {}", sandbox.last_denied_fix));

@@ -18,6 +18,7 @@ pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
 pub mod places;
 mod raw;
+pub mod registry;
 pub mod sandbox;
 #[cfg(test)]
 mod tests;
@@ -771,6 +772,10 @@ fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) ->
             // A bare program name is looked up on PATH; a path is taken relative to the config file.
             let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
             let env = resolve_env(raw.env, sandbox_spec.data.as_deref())?;
+            if let Some((fetcher, _)) = registry::fetcher(&command, &raw.args) {
+                let settings = env.iter().map(|(name, value)| (name.as_str(), value.expose()));
+                registry::registries(fetcher, settings).map_err(|error| (format!("env.{}", error.key()), error.to_string()))?;
+            }
             for name in &raw.inherit_env {
                 if name.is_empty() || name.contains('=') {
                     return Err(("inherit_env".into(), format!("{name:?} is not an environment variable name")));

@@ -124,7 +124,9 @@ impl Worker {
                     }
                 }
                 Err(error) => {
-                    let text = crate::secrets::redact_owned(error.to_string());
+                    // Its text may hold a server's words (an answer it refused with): escaped, as
+                    // every stderr line already is, before the log or its status gets it.
+                    let text = upstream::printable(&crate::secrets::redact_owned(error.to_string())).into_owned();
                     tracing::warn!(server = %self.name, error = %text, "cannot start a session");
                     // A remembered era may be out of date: probe again next time.
                     self.era = None;
@@ -329,7 +331,7 @@ impl Worker {
         }
         // A server that went away by itself says how and why, at WARN and in its last error:
         // "the session is closed" alone tells an operator nothing.
-        let why = format!("the server {}", ended.explain());
+        let why = upstream::printable(&format!("the server {}", ended.explain())).into_owned();
         tracing::warn!(server = %self.name, error = %why, "the server ended its session");
         self.registry.update(&self.name, |view| view.fault_unless_said(why));
         SessionEnd::Closed { refused: None }

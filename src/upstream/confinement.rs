@@ -320,7 +320,9 @@ pub(crate) fn egress(spec: &StdioSpec) -> super::egress::Route {
     let sandbox = &spec.sandbox;
     let launcher = super::launchers::fetcher(&spec.command, &spec.args).map(|(fetcher, said)| {
         let env = spec.env.iter().map(|(name, value)| (name.as_str(), value.expose()));
-        Launcher { said, registries: super::launchers::registries(fetcher, env), refused: !sandbox.registry }
+        // A setting that names no registry to reach is refused when the file is read; were it
+        // read wrong here, no registry is reached rather than the public one.
+        Launcher { said, registries: super::launchers::registries(fetcher, env).unwrap_or_default(), refused: !sandbox.registry }
     });
     let mut reach: Vec<Reach> = sandbox.allow.iter().map(|host| Reach { host: host.clone(), why: Why::Allowed }).collect();
     let proxied = !sandbox.network_given || sandbox.network == Network::Proxied;
@@ -715,11 +717,39 @@ mod tests {
         assert!(fix.contains("uvx's registry") && fix.contains("remove `registry = false`"), "{fix}");
         let other = route.fix("github.com:443", "github.com", 443).unwrap();
         assert!(other.contains("add github.com:443 to network.allow"), "{other}");
-        let plain = egress(&spec("python3", &["server.py"]));
+        let mut plain = spec("python3", &["server.py"]);
+        (plain.sandbox.network, plain.sandbox.network_given) = (crate::sandbox::Network::Proxied, true);
+        plain.sandbox.allow = refused.sandbox.allow.clone();
+        let plain = egress(&plain);
         assert!(
             plain.fix("registry.npmjs.org:443", "registry.npmjs.org", 443).unwrap().contains("add registry.npmjs.org:443 to network.allow")
         );
         assert_eq!(plain.fix("evil.example:443", "evil.example", 443), None, "any other refusal is only named");
+        assert_eq!(plain.fix("127.0.0.1:443", "127.0.0.1", 443), None);
+    }
+
+    /// A hostile launcher (any program called `npx`) chooses the host it asks for, never the
+    /// advice: an address, loopback or a private name is refused without "allow it"; an entry
+    /// with no allow-list is told of `network = { allow = [...] }`, never of a `network.allow`
+    /// it does not have.
+    #[test]
+    fn a_launcher_asking_for_an_inward_host_gets_no_advice_to_allow_it() {
+        let route = egress(&spec("/tmp/bin/npx", &["-y", "@scope/server"]));
+        assert!(route.launcher.is_some() && route.network == crate::sandbox::Network::Proxied, "{route:?}");
+        for (target, host, port) in [
+            ("127.0.0.1:22", "127.0.0.1", 22),
+            ("[::1]:22", "[::1]", 22),
+            ("169.254.169.254:80", "169.254.169.254", 80),
+            ("10.0.0.5:5432", "10.0.0.5", 5432),
+            ("localhost:6379", "localhost", 6379),
+            ("metadata.google.internal:80", "metadata.google.internal", 80),
+        ] {
+            let fix = route.fix(target, host, port).unwrap();
+            assert!(!fix.contains(target) && !fix.contains("allow ="), "{target}: {fix}");
+            assert!(!fix.contains("network.allow") && fix.contains("does not need"), "{target}: {fix}");
+        }
+        let public = route.fix("github.com:443", "github.com", 443).unwrap();
+        assert!(public.contains("network = { allow = [\"github.com:443\"] }") && !public.contains("network.allow"), "{public}");
     }
 
     #[test]

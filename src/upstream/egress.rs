@@ -8,8 +8,9 @@
 //! entry names that address itself: an allowed name is never a way back into the daemon. And
 //! where an entry does name one, the daemon's doors still know the tunnel for the server's (a
 //! `machine::Tunnel` holds its port): a server is never a caller, even through its proxy.
-//! A refusal that looks like a package fetch (a registry's host, or any host a package
-//! launcher asks for) names its fix: `registry = false` to remove, or the host to allow.
+//! A refusal that looks like a package fetch (a registry's host, or a public host name a package
+//! launcher asks for) names its fix: `registry = false` to remove, or the host to allow; the
+//! host is the server's choice, so an address or a private name is never advised.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,23 +90,56 @@ impl Route {
 
     /// What would let a refused `host:port` (shown as `target`) through, where the refusal
     /// looks like a package fetch: the launcher's own registry that `registry = false` refuses,
-    /// any host a launcher asks for, or a public registry's host. `None` for any other refusal.
+    /// a public host name a launcher asks for, or a public registry's host. The host is the
+    /// server's choice: a fix names it only when it is the registry the launcher's settings name
+    /// or a public host name (`launchers::is_public_name`), never an address, loopback, a private
+    /// name or this machine's; for any other host a launcher asks for, it says the launcher does
+    /// not need it and advises nothing. `None` for any other refusal.
     #[must_use]
     pub fn fix(&self, target: &str, host: &str, port: u16) -> Option<String> {
+        let public = super::launchers::is_public_name(host);
         match &self.launcher {
             Some(launcher) if launcher.refused && launcher.registries.iter().any(|registry| registry.matches(host, port)) => Some(format!(
-                "{target} is {}'s registry, which this entry's `registry = false` refuses: remove `registry = false` (or add \
-                 {target} to network.allow)",
-                launcher.said
+                "{target} is {}'s registry, which this entry's `registry = false` refuses: remove `registry = false` (or {})",
+                launcher.said,
+                self.allow(target)
+            )),
+            Some(launcher) if public => Some(format!(
+                "{} fetches packages and {target} is not its registry: if it needs that host, {}",
+                launcher.said,
+                self.allow(target)
             )),
             Some(launcher) => Some(format!(
-                "{} fetches packages and {target} is neither its registry nor in network.allow: add {target} to network.allow",
+                "{} asked for a host that is neither its registry nor a public host name, which a package launcher does not need: \
+                 nothing to allow",
                 launcher.said
             )),
-            None if super::launchers::is_public_registry(host) => {
-                Some(format!("{target} is a package registry: if the server fetches packages, add {target} to network.allow"))
+            None if public && super::launchers::is_public_registry(host) => {
+                Some(format!("{target} is a package registry: if the server fetches packages, {}", self.allow(target)))
             }
             None => None,
+        }
+    }
+
+    /// How `target` is allowed, in the words of the entry's own network setting: its
+    /// `network.allow`, or the allow-list it does not have yet.
+    fn allow(&self, target: &str) -> String {
+        match self.has_allow_list() {
+            true => format!("add {target} to network.allow"),
+            false => format!("give the entry network = {{ allow = [\"{target}\"] }} (its registry is reached besides)"),
+        }
+    }
+
+    /// Whether the entry names hosts of its own (`network = { allow = [...] }`).
+    fn has_allow_list(&self) -> bool {
+        self.reach.iter().any(|reach| reach.why == Why::Allowed)
+    }
+
+    /// Why a host not reached is refused, in the words of the entry's network setting.
+    fn refused(&self) -> &'static str {
+        match self.has_allow_list() {
+            true => "is not in this server's network.allow",
+            false => "is not a host this server may reach (its entry allows no hosts of its own)",
         }
     }
 }
@@ -222,8 +256,8 @@ async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Re
     let Some(entry) = route.reach.iter().map(|reach| &reach.host).find(|entry| entry.matches(&host, port)) else {
         let fix = route.fix(&target, &host, port);
         let why = match &fix {
-            Some(fix) => format!("is not in this server's network.allow: {fix}"),
-            None => "is not in this server's network.allow".to_owned(),
+            Some(fix) => format!("{}: {fix}", route.refused()),
+            None => route.refused().to_owned(),
         };
         stats.deny(&target, fix);
         let _ = client.write_all(refusal(&target, &why).as_bytes()).await;
@@ -365,7 +399,7 @@ fn shown(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_SHOWN));
     for c in text.chars() {
         let start = out.len();
-        if c.is_control() || crate::catalog::integrity::is_invisible(c) {
+        if super::exit::unsafe_char(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);

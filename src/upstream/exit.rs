@@ -3,6 +3,7 @@
 //! sandbox or a clean environment typically brings, the grant or key that would fix it.
 //! "The session is closed" alone is never all an operator sees.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::process::ExitStatus;
 use std::sync::{Mutex, PoisonError};
@@ -57,6 +58,42 @@ impl StderrTail {
 
     pub(crate) fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).lines.iter().cloned().collect()
+    }
+}
+
+/// Whether `c` may not be repeated as it is in anything toolhost says (a log line, an error, a
+/// status): every control character (ESC and BEL steer a terminal, CR and LF forge a line, DEL,
+/// the C1 controls such as CSI U+009B) and every invisible or bidirectional one.
+pub(crate) fn unsafe_char(c: char) -> bool {
+    c.is_control() || crate::catalog::integrity::is_invisible(c)
+}
+
+/// Text a server wrote (a stderr line, an error it answered), as toolhost repeats it: each
+/// [`unsafe_char`] but a tab (which steers nothing, and starts a Java or Go stack frame) written
+/// as its escape (`\u{1b}`), everything else as it is. Applied once, where the text is captured,
+/// so that no log line, error or status built from it carries a control character; escaping
+/// what is already escaped changes nothing.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c != '\t' && unsafe_char(c);
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`printable`] for text already owned: not copied when it needs no escape.
+pub(crate) fn printable_owned(text: String) -> String {
+    match printable(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => escaped,
     }
 }
 
@@ -320,6 +357,17 @@ mod tests {
         assert!(launcher_hint(std::path::Path::new("uv"), &args(&["tool", "run", "x"]), Network::Loopback).is_some());
         assert!(launcher_hint(std::path::Path::new("npx"), &args(&["x"]), Network::All).is_none());
         assert!(launcher_hint(std::path::Path::new("python3"), &args(&["server.py"]), Network::None).is_none());
+    }
+
+    #[test]
+    fn a_servers_text_is_repeated_without_any_control_character() {
+        let hostile = "EROFS: open '/tmp/ro/\u{1b}]0;PWNED\u{7}\u{1b}[2J\r\n\u{7f}\u{9b}2J\u{202e}x\tz'";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(|c| c != '\t' && unsafe_char(c)), "{shown:?}");
+        assert!(shown.contains(r"\u{1b}]0;PWNED\u{7}") && shown.contains(r"\u{9b}") && shown.contains(r"\u{7f}"), "{shown}");
+        assert_eq!(printable(&shown), shown, "escaped once: escaping again changes nothing");
+        assert!(matches!(printable("listening on stdio"), Cow::Borrowed(_)));
+        assert!(matches!(printable("\tat Main.main(Main.java:3)"), Cow::Borrowed(_)), "a tab steers nothing");
     }
 
     #[test]

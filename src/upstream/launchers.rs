@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::sandbox::{HostPattern, ServerWritable};
+use crate::config::sandbox::ServerWritable;
 
 /// Interpreters that take a script as their first argument that is not an option.
 const INTERPRETERS: &[&str] = &["python", "node", "nodejs", "bun", "deno", "ruby", "perl", "php", "tsx", "ts-node"];
@@ -56,76 +56,24 @@ pub(crate) fn grants<'a>(
     kept
 }
 
-/// Which package launcher `program` with `args` is, by its ecosystem, if it is one that fetches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fetcher {
-    /// `npx`, `npm exec`, `pnpm dlx`, `bunx`: npm's registry.
-    Npm,
-    /// `uvx`, `uv tool run`, `pipx run`: the Python package index.
-    Python,
-}
+pub(crate) use crate::config::registry::{fetcher, is_public_registry, registries};
 
-/// The package launcher `program` is, with the words it was called by ("npx", "uv tool").
-pub(crate) fn fetcher(program: &Path, args: &[String]) -> Option<(Fetcher, String)> {
-    let name = program.file_name()?.to_str()?;
-    let first = args.iter().find(|arg| !arg.starts_with('-')).map(String::as_str);
-    match (name, first) {
-        ("npx" | "bunx", _) => Some((Fetcher::Npm, name.to_owned())),
-        ("npm" | "pnpm", Some(verb @ ("exec" | "dlx"))) => Some((Fetcher::Npm, format!("{name} {verb}"))),
-        ("uvx", _) => Some((Fetcher::Python, name.to_owned())),
-        ("uv", Some("tool")) => Some((Fetcher::Python, "uv tool".to_owned())),
-        ("pipx", Some("run")) => Some((Fetcher::Python, "pipx run".to_owned())),
-        _ => None,
-    }
-}
-
-/// The hosts a launcher fetches from: the registry its settings name (`npm_config_registry`;
-/// `UV_DEFAULT_INDEX`, `UV_INDEX_URL`, `PIP_INDEX_URL`, read from the server's `env`, else the
-/// daemon's), else the public one.
-pub(crate) fn registries<'a>(fetcher: Fetcher, env: impl Iterator<Item = (&'a str, &'a str)> + Clone) -> Vec<HostPattern> {
-    let setting = |names: &[&str]| {
-        names.iter().find_map(|name| {
-            env.clone()
-                .find(|(key, _)| key.eq_ignore_ascii_case(name))
-                .map(|(_, value)| value.to_owned())
-                .or_else(|| std::env::var(name).ok())
-        })
-    };
-    let configured = match fetcher {
-        Fetcher::Npm => setting(&["npm_config_registry"]),
-        Fetcher::Python => setting(&["UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"]),
-    };
-    if let Some(pattern) = configured.as_deref().and_then(url_host) {
-        return vec![pattern];
-    }
-    let public = match fetcher {
-        Fetcher::Npm => NPM_PUBLIC,
-        Fetcher::Python => PYTHON_PUBLIC,
-    };
-    public.iter().filter_map(|host| HostPattern::parse(host).ok()).collect()
-}
-
-/// The public registries' hosts, npm's and the Python package index's.
-const NPM_PUBLIC: &[&str] = &["registry.npmjs.org"];
-const PYTHON_PUBLIC: &[&str] = &["pypi.org", "files.pythonhosted.org"];
-/// Other public registries' hosts a refusal is recognised by (Yarn's mirror of npm's).
-const OTHER_PUBLIC: &[&str] = &["registry.yarnpkg.com"];
-
-/// Whether `host` is a public package registry's (a refusal of it looks like a package fetch).
-pub(crate) fn is_public_registry(host: &str) -> bool {
+/// Whether `host` (as a server asked for it) is a public host name: one an operator's fix may
+/// name. Never an address (a server chooses which: loopback, link-local, private, this
+/// machine's), a name without a dot, a special-use or private suffix (`localhost`, `.local`,
+/// `.internal`, `.home.arpa`, …) or this machine's own name; nothing but letters, digits, `-`
+/// and `.`, and a top-level label that is not a number (`127.1` is an address to a resolver).
+pub(crate) fn is_public_name(host: &str) -> bool {
+    const PRIVATE_SUFFIXES: &[&str] =
+        &["localhost", "local", "internal", "intranet", "lan", "home", "corp", "localdomain", "home.arpa", "test", "invalid", "example"];
     let host = host.trim_end_matches('.').to_ascii_lowercase();
-    NPM_PUBLIC.iter().chain(PYTHON_PUBLIC).chain(OTHER_PUBLIC).any(|public| *public == host)
-}
-
-/// `https://host[:port]/…` as an allow-list entry (port 443, or 80 for `http:`, unless given).
-fn url_host(url: &str) -> Option<HostPattern> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?.rsplit('@').next()?;
-    let default_port = if scheme.eq_ignore_ascii_case("http") { 80 } else { 443 };
-    let has_port =
-        authority.rsplit_once(':').is_some_and(|(_, port)| port.bytes().all(|byte| byte.is_ascii_digit()) && !authority.ends_with(']'));
-    let text = if has_port { authority.to_owned() } else { format!("{authority}:{default_port}") };
-    HostPattern::parse(&text).ok()
+    let labels_ok = host
+        .split('.')
+        .all(|label| !label.is_empty() && label.len() <= 63 && label.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-'));
+    let Some((_, top)) = host.rsplit_once('.') else { return false };
+    let special = PRIVATE_SUFFIXES.iter().any(|suffix| host == *suffix || host.ends_with(&format!(".{suffix}")));
+    let this_machine = std::fs::read_to_string("/proc/sys/kernel/hostname").is_ok_and(|name| name.trim().eq_ignore_ascii_case(&host));
+    host.len() <= 253 && labels_ok && !top.bytes().all(|byte| byte.is_ascii_digit()) && !special && !this_machine
 }
 
 /// The script an interpreter runs: its first argument that is not an option (after `run` for
@@ -268,17 +216,32 @@ mod tests {
     }
 
     #[test]
-    fn launchers_that_fetch_reach_their_registry_and_the_one_their_settings_name() {
-        let shown = |patterns: Vec<HostPattern>| patterns.iter().map(ToString::to_string).collect::<Vec<_>>();
-        let (npm, _) = fetcher(Path::new("/usr/bin/npx"), &args(&["-y", "@modelcontextprotocol/server-filesystem"])).unwrap();
-        assert_eq!(shown(registries(npm, std::iter::empty())), ["registry.npmjs.org:443"]);
-        let (python, said) = fetcher(Path::new("uv"), &args(&["tool", "run", "mcp-server-time"])).unwrap();
-        assert_eq!((python, said.as_str()), (Fetcher::Python, "uv tool"));
-        assert_eq!(shown(registries(python, std::iter::empty())), ["pypi.org:443", "files.pythonhosted.org:443"]);
-        let private = [("UV_INDEX_URL", "http://user:pw@pypi.internal.example:8081/simple/")];
-        assert_eq!(shown(registries(python, private.into_iter())), ["pypi.internal.example:8081"]);
-        assert!(fetcher(Path::new("npm"), &args(&["install"])).is_none() && fetcher(Path::new("python3"), &args(&["-m", "x"])).is_none());
-        assert!(is_public_registry("PyPI.org.") && is_public_registry("registry.npmjs.org") && !is_public_registry("api.example.com"));
+    fn a_public_host_name_is_one_a_fix_may_name_and_nothing_a_server_points_inward() {
+        for public in ["example.org", "objects.githubusercontent.com", "Registry.NPMjs.org.", "xn--bcher-kva.example.com"] {
+            assert!(is_public_name(public), "{public}");
+        }
+        for inward in [
+            "127.0.0.1",
+            "[::1]",
+            "::1",
+            "169.254.169.254",
+            "10.0.0.5",
+            "2130706433",
+            "127.1",
+            "localhost",
+            "db.localhost",
+            "printer.local",
+            "metadata.google.internal",
+            "router.home.arpa",
+            "intranet",
+            "a\u{1b}[2J.example.org",
+            "evil.org:22",
+            "",
+        ] {
+            assert!(!is_public_name(inward), "{inward}");
+        }
+        let own = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert!(!is_public_name(own.trim()), "{own}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod stdio;
 pub(crate) mod web;
 
 pub use confinement::{PlanError, SandboxError};
+pub use exit::printable;
 
 use std::process::ExitStatus;
 use std::sync::Arc;

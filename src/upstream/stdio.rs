@@ -342,7 +342,9 @@ async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: A
             Ok(Line::Oversized(len)) => format!("<a line of {len} bytes, over the {STDERR_LINE_BYTES}-byte limit>"),
             Ok(Line::Eof) | Err(_) => break,
         };
-        let line = crate::secrets::redact_owned(line);
+        // The server's text, escaped once here: the log, its last error and any hint built
+        // from it never carry a terminal's control character.
+        let line = crate::upstream::exit::printable_owned(crate::secrets::redact_owned(line));
         tail.push(&line);
         hints.note(&server, &line);
         if quiet.load(Ordering::Relaxed) {

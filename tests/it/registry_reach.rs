@@ -139,3 +139,95 @@ async fn npx_with_an_allow_list_still_reaches_its_registry_and_lists_its_tools()
     assert_eq!(said, ["api.example.com:443 (network.allow)", "registry.npmjs.org:443 (npx's registry; registry = false to refuse)"]);
     app.shutdown().await;
 }
+
+/// A hostile launcher (a script called `npx`: the entry names it, so it gets its registry)
+/// asks its proxy for a public host that is not its registry, then for `127.0.0.1:22`, and
+/// prints what the proxy answered. The public host's fix speaks of the allow-list the entry
+/// does not have (`network = { allow = [...] }`); the loopback address's advises nothing: not
+/// in the proxy's answer, the log, the last error or `toolhost servers NAME`. The server
+/// chooses the host it asks for, never the operator's advice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_launcher_never_writes_the_operators_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new();
+    let bin = dir.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let npx = bin.join("npx");
+    std::fs::write(
+        &npx,
+        r#"#!/usr/bin/python3
+import os, socket, sys
+proxy = os.environ.get("HTTPS_PROXY", "")
+host, port = proxy.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)
+for target in ["example.org:443", "127.0.0.1:22"]:
+    conn = socket.create_connection((host, int(port)), timeout=10)
+    conn.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    answer = b""
+    while True:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    sys.stderr.write("proxy answered: " + answer.decode(errors="replace").split("\r\n\r\n", 1)[-1].strip() + "\n")
+    sys.stderr.flush()
+sys.exit(1)
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n[servers.files]\ncommand = {:?}\n\
+             args = [\"-y\", \"@scope/server\"]\n",
+            npx.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (mut daemon, mut grpc) = crate::telemetry::serve(&config, dir.path("toolhost.sock"), &[]).await;
+    let log = || std::fs::read_to_string(config.with_extension("daemon.log")).unwrap_or_default();
+    // Its start fails with both answers in its stderr and the last refusal named.
+    let (error, sandbox) = eventually("the start fails naming both refusals", async || {
+        let servers = grpc.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
+        let server = servers.into_iter().find(|server| server.name == "files")?;
+        let done = server.last_error.contains("its way out refused 127.0.0.1:22") && server.last_error.contains("example.org:443");
+        done.then(|| (server.last_error, server.sandbox.unwrap_or_default()))
+    })
+    .await;
+    assert_eq!(sandbox.last_denied, "127.0.0.1:22");
+    assert!(sandbox.last_denied_fix.contains("npx asked for a host") && sandbox.last_denied_fix.contains("does not need"), "{sandbox:?}");
+    // The public host: the allow-list it would need, in the words of an entry without one.
+    assert!(error.contains(r#"give the entry network = { allow = ["example.org:443"] }"#), "{error}");
+    let detail = toolhost(&["servers", "files", "--addr", &format!("unix:{}", dir.path("toolhost.sock").display())]);
+    assert!(detail.contains("refused   127.0.0.1:22") && detail.contains("does not need"), "{detail}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
+    let logged = log();
+    assert!(logged.contains("refused a connection"), "{logged}");
+    // Nowhere is the operator told to allow what the server asked for, nor of a network.allow
+    // this entry does not have.
+    for (place, text) in [("the last error", &error), ("toolhost servers files", &detail), ("the log", &logged)] {
+        for advice in ["add 127.0.0.1:22", "allow = [\"127.0.0.1", r#"allow = [\"127.0.0.1"#, "network.allow"] {
+            assert!(!text.contains(advice), "{place} says {advice:?}: {text}");
+        }
+    }
+}
+
+/// A registry setting toolhost cannot read, or one at the metadata service's address, is a
+/// configuration error naming its key, not a silent fall-back to the public registry.
+#[test]
+fn a_registry_setting_that_names_no_reachable_registry_is_a_configuration_error() {
+    let dir = TestDir::new();
+    for (key, value, said) in [
+        ("UV_DEFAULT_INDEX", "not a url", "not a registry URL"),
+        ("UV_INDEX_URL", "https://pypi.example.com:99999/simple", "not a registry URL"),
+        ("UV_DEFAULT_INDEX", "http://169.254.169.254/latest/meta-data/", "link-local"),
+    ] {
+        let config = dir.path("toolhost.toml");
+        std::fs::write(&config, format!("[servers.fetch]\ncommand = \"uvx\"\nargs = [\"{FETCH}\"]\nenv = {{ {key} = {value:?} }}\n"))
+            .unwrap();
+        let checked = toolhost(&["check-config", "--config", config.to_str().unwrap()]);
+        assert!(checked.contains(&format!("servers.fetch.env.{key}")) && checked.contains(said), "{key} = {value}: {checked}");
+    }
+}

@@ -212,3 +212,59 @@ async fn a_refused_write_is_named_on_both_doors_and_a_hostile_servers_words_name
         "{checked}"
     );
 }
+
+/// The bytes of `text` no log line, error or status may carry: every control character but the
+/// newline that ends a line (and a tab), DEL, and the C1 controls (CSI, U+009B, among them).
+fn control_characters(text: &str) -> Vec<char> {
+    text.chars().filter(|c| (c.is_control() && !matches!(c, '\n' | '\t')) || ('\u{7f}'..='\u{9f}').contains(c)).collect()
+}
+
+/// A hostile server that exits at its start, its stderr a refused write whose path holds a
+/// terminal's controls (retitle, clear, CR, DEL, CSI as one character, a bidirectional
+/// override): the daemon's own log (stderr, captured) carries none of them, on any line (the
+/// server's stderr line, the write hint, "cannot start a session"), nor does its last error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_stderr_at_its_start_reaches_the_daemons_log_and_status_escaped() {
+    let dir = TestDir::new();
+    let script = dir.path("hostile.py");
+    std::fs::write(
+        &script,
+        "import sys\nsys.stderr.buffer.write(b\"Error: EROFS: read-only file system, open '/tmp/ro/\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mred\\rforged\\x7f\\xc2\\x9b2J\\xe2\\x80\\xaeevil'\\n\")\nsys.stderr.flush()\nsys.exit(1)\n",
+    )
+    .unwrap();
+    let config = dir.path("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\npath = \"catalog.db\"\n[grpc]\nlisten = [\"unix:toolhost.sock\"]\n\n[servers.hostile]\ncommand = {:?}\nargs = [{:?}]\n",
+            crate::sandbox::PYTHON,
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (mut daemon, mut grpc) = crate::telemetry::serve(&config, dir.path("toolhost.sock"), &[]).await;
+    let log =
+        || std::fs::read(config.with_extension("daemon.log")).map(|bytes| String::from_utf8_lossy(&bytes).into_owned()).unwrap_or_default();
+    let logged = eventually("the failed start is logged", async || {
+        let text = log();
+        text.contains("cannot start a session").then_some(text)
+    })
+    .await;
+    assert!(logged.contains("PWNED"), "the server's words are there, escaped: {logged}");
+    for line in logged.lines() {
+        assert!(control_characters(line).is_empty(), "a control character reached the log raw: {line:?}");
+    }
+    let error = eventually("its last error says why", async || {
+        let servers = grpc.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
+        servers.into_iter().find(|server| server.name == "hostile").map(|server| server.last_error).filter(|error| error.contains("PWNED"))
+    })
+    .await;
+    assert!(control_characters(&error).is_empty() && !error.contains('\n'), "{error:?}");
+    assert!(error.contains(r"\u{1b}]0;PWNED\u{7}"), "{error}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait().unwrap().success(), "{}", log());
+    let text = log();
+    for line in text.lines() {
+        assert!(control_characters(line).is_empty(), "a control character reached the log raw: {line:?}");
+    }
+}
