@@ -1,5 +1,6 @@
 //! `WatchCatalog`: every catalog change after a revision, in order. A watcher that falls behind
-//! the registry's event log gets a `Resync` instead of a silent gap.
+//! the registry's event log gets a `Resync` instead of a silent gap. New approval requests the
+//! caller may see come between, as they are asked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,6 +82,7 @@ async fn forward(mut changes: Changes, tx: &mpsc::Sender<Result<pb::CatalogEvent
         let message = match seen {
             Ok(Seen::Event(event)) => Ok(convert::event(event)),
             Ok(Seen::Resync { revision }) => Ok(convert::resync(revision, RESYNC)),
+            Ok(Seen::Approval { revision, record }) => Ok(requested(revision, &record)),
             Err(refusal) => Err(refusal.into()),
         };
         let refused = message.is_err();
@@ -88,4 +90,17 @@ async fn forward(mut changes: Changes, tx: &mpsc::Sender<Result<pb::CatalogEvent
             return;
         }
     }
+}
+
+/// A new approval request as a watch event.
+fn requested(revision: u64, record: &crate::door::model::ApprovalRecord) -> pb::CatalogEvent {
+    let event = pb::ApprovalRequested {
+        approval_id: record.id.clone(),
+        qualified_name: record.qualified_name.clone(),
+        agent: record.agent.clone(),
+        caller: record.caller.clone(),
+        requested_at_unix_ms: record.requested_at_ms,
+        expires_at_unix_ms: record.expires_at_ms,
+    };
+    pb::CatalogEvent { revision, event: Some(pb::catalog_event::Event::ApprovalRequested(event)) }
 }

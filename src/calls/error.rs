@@ -85,8 +85,9 @@ pub enum CallError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ApprovalError {
     #[error(
-        "the call waits for an operator's approval (request {id}); {}",
-        task.as_deref().map_or_else(|| "ask again with the same arguments once it is approved".to_owned(), |task| format!("task {task} runs it once approved (or ask again with the same arguments)"))
+        "the call waits for an operator's approval: request {id}, which expires at {} (in {} s). To approve it: `{}`. {}",
+        expires_text(*expires_at_ms), seconds_left(*expires_at_ms), approve_command(id),
+        task.as_deref().map_or_else(|| "Then ask again with the same arguments: that call runs.".to_owned(), |task| format!("Task {task} runs it once approved: `{}` prints the result (or ask again with the same arguments).", result_command(task)))
     )]
     Pending { id: String, expires_at_ms: i64, task: Option<String> },
     #[error("an operator denied the call (request {id}, by {by}){}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
@@ -113,9 +114,16 @@ impl ApprovalError {
     fn explain(&self) -> (&'static str, Vec<(&'static str, String)>) {
         match self {
             ApprovalError::Pending { id, expires_at_ms, task } => {
-                let mut details = vec![("approval_id", id.clone()), ("expires_at_unix_ms", expires_at_ms.to_string())];
+                let mut details = vec![
+                    ("approval_id", id.clone()),
+                    ("expires_at_unix_ms", expires_at_ms.to_string()),
+                    ("expires_at", expires_text(*expires_at_ms)),
+                    ("expires_in_seconds", seconds_left(*expires_at_ms).to_string()),
+                    ("approve_command", approve_command(id)),
+                ];
                 if let Some(task) = task {
                     details.push(("task_id", task.clone()));
+                    details.push(("result_command", result_command(task)));
                 }
                 ("APPROVAL_PENDING", details)
             }
@@ -130,6 +138,27 @@ impl ApprovalError {
             }
         }
     }
+}
+
+/// The command an operator runs to approve request `id`.
+fn approve_command(id: &str) -> String {
+    format!("toolhost approvals approve {id}")
+}
+
+/// The command that waits for task `task` and prints its result.
+fn result_command(task: &str) -> String {
+    format!("toolhost task {task} --wait")
+}
+
+/// `at_ms` as RFC 3339 (UTC, seconds).
+fn expires_text(at_ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// Whole seconds from now until `at_ms` (0 once past).
+fn seconds_left(at_ms: i64) -> u64 {
+    u64::try_from(at_ms.saturating_sub(crate::catalog::record::now_ms())).unwrap_or(0) / 1000
 }
 
 // === impl RaceKind ===

@@ -152,3 +152,31 @@ fn approval_json(approval: &pb::CallApproval) -> Value {
         "definition": serde_json::from_str::<Value>(&approval.definition_json).unwrap_or(Value::Null),
     })
 }
+
+/// A `toolhost call` that waits for a person's approval: says so at once on stderr (the
+/// request, its expiry, the command that approves it and the one that prints the result), and
+/// gives the task that follows the request, whose result the call then waits for. `None` for
+/// any other answer, or a request no task follows (the error says what to do then).
+pub(super) fn waiting_task(status: &tonic::Status) -> Option<String> {
+    use std::io::Write;
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info()?;
+    if info.reason != "APPROVAL_PENDING" {
+        return None;
+    }
+    let detail = |key: &str| info.metadata.get(key).cloned().unwrap_or_default();
+    let task = info.metadata.get("task_id").filter(|task| !task.is_empty())?.clone();
+    let line = format!(
+        "waiting for an operator's approval: request {} expires at {} (in {} s)\n  to approve: {}\n  the result: {} (waiting for it now)",
+        detail("approval_id"),
+        detail("expires_at"),
+        detail("expires_in_seconds"),
+        detail("approve_command"),
+        detail("result_command"),
+    );
+    // The person at the terminal reads this while the call goes on waiting; stdout keeps the result.
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{}", super::output::printable(&line));
+    let _ = stderr.flush();
+    Some(task)
+}

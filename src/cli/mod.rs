@@ -443,6 +443,16 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             }
             let result = match client.call_tool(request).await {
                 Ok(result) => result.into_inner(),
+                // Waiting for a person: said at once, then the result once approved (within
+                // --timeout-ms, if given: past it, the answer that names the request).
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                    let Some(task) = approvals::waiting_task(&status) else { return Err(status.into()) };
+                    let follow = tasks::show(&mut client, &mut out, &task, true);
+                    return match timeout_ms {
+                        Some(ms) => tokio::time::timeout(std::time::Duration::from_millis(ms), follow).await.unwrap_or(Err(status.into())),
+                        None => follow.await,
+                    };
+                }
                 Err(status) if status.code() == tonic::Code::NotFound => {
                     // Did you mean: the names this caller may see that are closest to the one asked for.
                     let mut names = Vec::new();

@@ -246,6 +246,11 @@ impl Printer {
             Some(Event::IntegrityChanged(i)) => {
                 json!({"revision": event.revision, "type": "integrity_changed", "server": i.server, "held": i.held, "released": i.released})
             }
+            Some(Event::ApprovalRequested(a)) => {
+                json!({"revision": event.revision, "type": "approval_requested", "approval_id": a.approval_id,
+                "tool": a.qualified_name, "agent": a.agent, "caller": a.caller, "requested_at_unix_ms": a.requested_at_unix_ms,
+                "expires_at_unix_ms": a.expires_at_unix_ms, "approve_command": format!("toolhost approvals approve {}", a.approval_id)})
+            }
             None => json!({"revision": event.revision, "type": "unknown"}),
         };
         if self.json {
@@ -269,6 +274,15 @@ impl Printer {
             Some(Event::IntegrityChanged(i)) => {
                 format!("r{} {} held: [{}] released: [{}]", event.revision, i.server, i.held.join(", "), i.released.join(", "))
             }
+            Some(Event::ApprovalRequested(a)) => format!(
+                "r{} approval requested: {} for {} ({}), expires {}; `toolhost approvals approve {}`",
+                event.revision,
+                a.qualified_name,
+                a.agent,
+                a.caller,
+                rfc3339(a.expires_at_unix_ms),
+                a.approval_id
+            ),
             None => format!("r{} (unknown event)", event.revision),
         };
         writeln!(self.out, "{line}")?;

@@ -68,6 +68,8 @@ pub(crate) struct RawExport {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawApprovals {
     pub(crate) ttl: Option<String>,
+    /// How long a plain call waits for a decision before it answers with the request.
+    pub(crate) answer_after: Option<String>,
     pub(crate) separate_approver: Option<bool>,
     pub(crate) max_pending_per_agent: Option<u32>,
     pub(crate) max_pending: Option<u32>,

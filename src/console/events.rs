@@ -1,7 +1,8 @@
 //! `/events`: the catalog watch as server-sent events, for the page the caller has open. Each
 //! change the caller may see ([`crate::door::changes`]) is one `catalog` event carrying the new
 //! revision; the page then fetches its live region again. The first event is the revision at
-//! connect time, so a page rendered just before a change still sees it.
+//! connect time, so a page rendered just before a change still sees it. A new approval request
+//! the caller may see is a `catalog` event saying `approval`: the Approvals page shows it at once.
 
 use std::sync::Arc;
 
@@ -35,14 +36,16 @@ pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, p
         let follow = async {
             while let Some(seen) = changes.next().await {
                 let revision = match seen {
-                    Ok(Seen::Event(event)) => event.revision,
-                    Ok(Seen::Resync { revision }) => revision,
+                    Ok(Seen::Event(event)) => event.revision.to_string(),
+                    Ok(Seen::Resync { revision }) => revision.to_string(),
+                    // Not a catalog change: the page fetches its live region all the same.
+                    Ok(Seen::Approval { .. }) => "approval".to_owned(),
                     // Signed out of its agent entry by a reload: the page's next fetch says why.
                     Err(_) => return,
                 };
                 // A page refreshes at most once per change it has not fetched yet: a full
                 // channel means it will fetch anyway.
-                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(revision.to_string()) {
+                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(revision) {
                     return;
                 }
             }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::access::Caller;
 use crate::calls::{ApprovalError, CallError, ToolRef};
@@ -21,6 +21,9 @@ use crate::store::{Store, StoreError};
 
 /// Requests a listing shows at most.
 pub const MAX_LISTED: u32 = 500;
+/// New requests kept for watchers that have not read them yet (one that falls further behind
+/// misses some, and lists them: `toolhost approvals`).
+const REQUESTS_KEPT: usize = 64;
 
 /// The daemon's approval requests. Cheap to clone; owned by the [`super::Door`].
 #[derive(Clone)]
@@ -33,6 +36,8 @@ struct Inner {
     settings: ApprovalsConfig,
     /// Moves with every decision: what waiting calls watch.
     decided: watch::Sender<u64>,
+    /// Every new request, as it is stored: what watchers (`toolhost watch`, the console) show.
+    requested: broadcast::Sender<ApprovalRecord>,
 }
 
 /// Why an operator's decision was refused.
@@ -83,7 +88,8 @@ pub fn canonical_arguments(arguments: &str) -> Result<(String, String), CallErro
 impl Approvals {
     #[must_use]
     pub fn new(store: Store, settings: ApprovalsConfig) -> Approvals {
-        Approvals { inner: Arc::new(Inner { store, settings, decided: watch::Sender::new(0) }) }
+        let requested = broadcast::Sender::new(REQUESTS_KEPT);
+        Approvals { inner: Arc::new(Inner { store, settings, decided: watch::Sender::new(0), requested }) }
     }
 
     /// Asks for `asked`'s approval (or follows the request the same call made before), waits
@@ -219,7 +225,11 @@ impl Approvals {
         };
         let settings = &self.inner.settings;
         match store.insert_call_approval(&record, settings.max_pending_per_agent, settings.max_pending, now).await.map_err(stored)? {
-            Admission::Stored => requested(&record),
+            Admission::Stored => {
+                requested(&record);
+                // No watcher is no one to tell.
+                let _ = self.inner.requested.send(record.clone());
+            }
             Admission::AgentFull(limit) => {
                 return Err(ApprovalError::TooMany { whose: format!("agent {:?}", record.agent), limit }.into());
             }
@@ -286,6 +296,18 @@ impl Approvals {
     /// [`StoreError`].
     pub(super) async fn follow(&self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
         self.inner.store.follow_call_approval(id, was, task).await
+    }
+
+    /// New requests from now on, as they are stored.
+    #[must_use]
+    pub fn requests(&self) -> broadcast::Receiver<ApprovalRecord> {
+        self.inner.requested.subscribe()
+    }
+
+    /// How long a plain call waits for a decision before it answers with its request.
+    #[must_use]
+    pub fn answer_after(&self) -> Duration {
+        self.inner.settings.answer_after
     }
 
     /// Whether an operator may not approve their own calls.

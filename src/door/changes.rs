@@ -2,15 +2,18 @@
 //! order, judged under the policy in force when it is read (a reload applies at once), and a
 //! resync instead of a silent gap when the caller fell behind the registry's event log. What
 //! the gRPC `WatchCatalog` stream sends, and whatever else follows the catalog event by event.
+//! Between them, each new approval request the caller may see (an operator every one, an
+//! agent its own), as it is asked: a person learns at once that a call waits for them.
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::{Door, Presentation, held_now, server_visible, shows_name};
 use crate::access::{Caller, Identity, Refusal};
 use crate::catalog::integrity::Hold;
 use crate::registry::{CatalogChange, CatalogEvent, CatalogSnapshot, Lagged};
+use crate::store::call_approvals::ApprovalRecord;
 
 /// One step of a caller's change stream.
 #[derive(Debug)]
@@ -19,6 +22,11 @@ pub enum Seen {
     /// Changes after the cursor are no longer kept: list again, then follow from `revision`.
     Resync {
         revision: u64,
+    },
+    /// A call now waits for a person's approval (the catalog is at `revision`).
+    Approval {
+        revision: u64,
+        record: Box<ApprovalRecord>,
     },
 }
 
@@ -29,6 +37,8 @@ pub struct Changes {
     /// Only these servers' changes (empty: every server's).
     servers: Vec<String>,
     revisions: watch::Receiver<u64>,
+    /// New approval requests (any caller's: each is judged as it comes).
+    requests: broadcast::Receiver<ApprovalRecord>,
     cursor: u64,
     /// Events read but not yet given out, oldest first, and the caller and catalog they are
     /// judged by (from when they were read); `None` before the first read.
@@ -42,7 +52,17 @@ impl Changes {
     pub fn new(door: &Door, identity: Identity, from_revision: u64, servers: Vec<String>) -> Changes {
         let revisions = door.registry.subscribe();
         let cursor = if from_revision == 0 { door.registry.snapshot().revision } else { from_revision };
-        Changes { door: door.clone(), identity, servers, revisions, cursor, ready: std::collections::VecDeque::new(), judge: None }
+        let requests = door.approvals.requests();
+        Changes {
+            door: door.clone(),
+            identity,
+            servers,
+            revisions,
+            requests,
+            cursor,
+            ready: std::collections::VecDeque::new(),
+            judge: None,
+        }
     }
 
     /// The next change this caller may see, waiting for one; `None` when the registry is gone.
@@ -60,8 +80,16 @@ impl Changes {
                         return Some(Ok(Seen::Event(event)));
                     }
                 }
-                if self.revisions.changed().await.is_err() {
-                    return None;
+                tokio::select! {
+                    changed = self.revisions.changed() => if changed.is_err() { return None },
+                    requested = self.requests.recv() => match requested {
+                        Ok(record) if shows_request(&self.servers, caller, &record) => {
+                            return Some(Ok(Seen::Approval { revision: self.cursor, record: Box::new(record) }));
+                        }
+                        // Missed ones are in the store's list; the next is shown.
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
                 }
             }
             self.revisions.borrow_and_update();
@@ -87,6 +115,13 @@ impl Changes {
             }
         }
     }
+}
+
+/// Whether `caller`, watching `servers` (empty: all), is shown request `record`: an operator
+/// every one, an agent its own entry's.
+fn shows_request(servers: &[String], caller: &Caller, record: &ApprovalRecord) -> bool {
+    let server = crate::catalog::names::server_of(&record.qualified_name).unwrap_or_default();
+    (caller.agent.admin || *caller.agent.name == *record.agent) && (servers.is_empty() || servers.iter().any(|watched| watched == server))
 }
 
 /// `event` as this caller may see it ([`shows_name`]): tool names it may not use or may not see

@@ -519,25 +519,14 @@ impl Door {
         }
         // A call a person approves first: it waits here, holding no slot, and runs (once, with
         // exactly the approved arguments and definition) only once approved.
-        let approved: Option<approvals::Approved>;
         let mut request = shorten(request);
         if matches!(target, ToolRef::Qualified(_)) && crate::calls::locate(&snapshot.servers, &target).is_none() {
             request.expected_revision = Some(snapshot.revision);
         }
-        // A task following a request after a restart waits for it whatever the policy is now.
-        if needs_approval || following.is_some_and(|following| following.request.is_some()) {
-            match self.await_approval(caller, &request, arguments, following, started).await {
-                Ok(found) => approved = found,
-                Err(error) => {
-                    let refused = Err(error);
-                    self.audit_call(caller, &target, arguments, started, &refused, false);
-                    return refused;
-                }
-            }
-            if let Some(approved) = &approved {
-                request.arguments = Some(&approved.record.arguments);
-                request.expected_hash = Some(&approved.record.definition_hash);
-            }
+        let approved = self.approval_for(caller, &request, arguments, following, needs_approval, started).await?;
+        if let Some(approved) = &approved {
+            request.arguments = Some(&approved.record.arguments);
+            request.expected_hash = Some(&approved.record.definition_hash);
         }
         // One agent's flood waits behind no one but itself.
         let _in_flight = match caller.agent.begin_call() {
@@ -611,10 +600,37 @@ impl Door {
         Ok(resumed)
     }
 
+    /// The approval a call needs, once given: `None` when it needs none. A task following a
+    /// request after a restart waits for it whatever the policy is now. A call that does not
+    /// run for want of one is audited here.
+    async fn approval_for(
+        &self,
+        caller: &Caller,
+        request: &CallRequest<'_>,
+        arguments: &str,
+        following: Option<&tasks::Following>,
+        needed: bool,
+        started: (i64, Instant),
+    ) -> Result<Option<approvals::Approved>, CallError> {
+        if !needed && following.is_none_or(|following| following.request.is_none()) {
+            return Ok(None);
+        }
+        match self.await_approval(caller, request, arguments, following, started).await {
+            Ok(found) => Ok(found),
+            Err(error) => {
+                let refused = Err(error);
+                self.audit_call(caller, &request.tool, arguments, started, &refused, false);
+                refused.map(|_: CallResult| None)
+            }
+        }
+    }
+
     /// Waits, holding no slot, for a person's decision on a call that needs one (or on the
-    /// request a task follows), until a little before the caller's deadline. A plain call that
-    /// stops waiting leaves a task following its request, named in the error, so a caller that
-    /// can follow one loses nothing (a task's own call never does).
+    /// request a task follows): a task until its deadline, a plain call for `answer_after` at
+    /// most, and always a little before the caller's deadline. A plain call that stops waiting
+    /// leaves a task following its request, named in the error with the commands that approve
+    /// it and print its result, so the person at the terminal learns at once that something
+    /// waits for them and a caller that can follow a task loses nothing.
     async fn await_approval(
         &self,
         caller: &Caller,
@@ -632,7 +648,10 @@ impl Door {
         });
         // Stop waiting a little before the caller's deadline, so that the answer naming the
         // request (and the task that follows it) reaches the caller before its own timer.
-        let wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
+        let mut wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
+        if following.is_none() && request.upstream_task.is_none() {
+            wait = wait.min(self.approvals.answer_after());
+        }
         let asked = approvals::Asked { caller, tool: target, arguments, wait, progress: request.progress.as_ref(), following };
         let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
             self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);

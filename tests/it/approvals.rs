@@ -25,7 +25,8 @@ fn tools(echo_description: &str) -> Value {
 
 /// A daemon whose token agent `bot` must have `demo__echo` approved, and whose server makes
 /// everyone's `add` wait for approval; the test's own user is the operator. `extra` goes into
-/// `[approvals]`, `sections` before it.
+/// `[approvals]`, `sections` before it. A plain call waits for its decision within its
+/// deadline here (`answer_after` long): `approvals_visible` holds the early answer.
 fn config_with(dir: &TestDir, sections: &str, extra: &str) -> toolhost::config::Config {
     std::fs::write(dir.path("bot.token"), BOT_TOKEN).unwrap();
     let tools_file = dir.path("tools.json");
@@ -35,7 +36,7 @@ fn config_with(dir: &TestDir, sections: &str, extra: &str) -> toolhost::config::
     let script = dir.script("demo", json!({"tools_file": tools_file, "watch_tools_file": true}));
     let uid = std::fs::metadata(dir.path("")).unwrap().uid();
     let sections = format!(
-        "{sections}\n[approvals]\nseparate_approver = true\nmax_pending_per_agent = 3\n{extra}\n\
+        "{sections}\n[approvals]\nseparate_approver = true\nmax_pending_per_agent = 3\nanswer_after = \"10m\"\n{extra}\n\
          [access]\n[[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__*\"]\napprove = [\"demo__echo\"]\n\
          [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
         dir.path("bot.token").display()
@@ -340,7 +341,7 @@ async fn pay_daemon(dir: &TestDir) -> toolhost::app::App {
     let uid = std::fs::metadata(dir.path("")).unwrap().uid();
     let token = |file: &str| format!("\"${{file:{}}}\"", dir.path(file).display());
     let sections = format!(
-        "[approvals]\nseparate_approver = true\n[access]\n\
+        "[approvals]\nseparate_approver = true\nanswer_after = \"10m\"\n[access]\n\
          [[access.agents]]\nname = \"bot\"\ntokens = [{}]\nallow = [\"pay__*\"]\n\
          [[access.agents]]\nname = \"ops\"\ntokens = [{}, {}]\nallow = [\"*\"]\napprove = [\"pay__list\"]\nadmin = true\n\
          [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",

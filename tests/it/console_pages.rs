@@ -181,7 +181,8 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_approves_and_denies_calls_in_the_browser() {
     let dir = TestDir::new();
-    let sections = sections(&dir, "bot", "approve = [\"demo__echo\"]");
+    // The calls wait for the browser's decision within their deadline (`answer_after` long).
+    let sections = format!("[approvals]\nanswer_after = \"10m\"\n{}", sections(&dir, "bot", "approve = [\"demo__echo\"]"));
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
     wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
     let base = console_base(&app);

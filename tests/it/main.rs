@@ -7,6 +7,7 @@ mod harness;
 
 mod access;
 mod approvals;
+mod approvals_visible;
 mod audit_chain;
 mod audit_fleet;
 

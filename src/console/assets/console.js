@@ -66,7 +66,8 @@
     });
     events.addEventListener("catalog", function (event) {
       status.className = "up";
-      if (Number(event.data) > shown) {
+      // "approval": a call now waits for a person, which no revision counts.
+      if (event.data === "approval" || Number(event.data) > shown) {
         refresh();
       }
     });
