@@ -34,6 +34,8 @@ use crate::telemetry::metrics::{self, Metrics};
 use crate::upstream::reaper::Reaper;
 use listening::Front;
 
+/// How long the store gets to checkpoint and close at the end of a shutdown.
+const STORE_CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Reloads asked through the doors that may wait while one runs; more are refused at once.
 const RELOAD_ASKS: usize = 8;
 /// How often at most the service manager's STATUS line is updated.
@@ -361,7 +363,11 @@ impl App {
         if tokio::time::timeout(BACKGROUND_GRACE, self.background.wait()).await.is_err() {
             tracing::warn!(grace = ?BACKGROUND_GRACE, "background tasks did not stop in time; the store is closed under them");
         }
-        self.store.close().await;
+        // Bounded too: a write that never returns its connection (a stuck disk) must not hold
+        // the exit; what SQLite committed is on disk, and the WAL is replayed at the next start.
+        if tokio::time::timeout(STORE_CLOSE_GRACE, self.store.close()).await.is_err() {
+            tracing::warn!(grace = ?STORE_CLOSE_GRACE, "the store did not close in time; its WAL is replayed at the next start");
+        }
     }
 }
 

@@ -50,6 +50,12 @@ impl Dir {
         Ok(Dir { fd, path: path.to_path_buf() })
     }
 
+    /// Another handle on the same directory, to walk down from.
+    fn duplicate(&self) -> Result<Dir, BeneathError> {
+        let fd = self.fd.try_clone().map_err(|source| BeneathError::Io { path: self.path.clone(), source })?;
+        Ok(Dir { fd, path: self.path.clone() })
+    }
+
     /// The directory `relative` beneath this one (plain names separated by `/`, no `..`),
     /// each missing component made with `mode`, each component (made or found) owned by
     /// `owner` when given. A link anywhere on the way stops it: [`BeneathError::Planted`].
@@ -57,10 +63,7 @@ impl Dir {
     /// # Errors
     /// [`BeneathError`] naming the component.
     pub(crate) fn make_beneath(&self, relative: &str, mode: u32, owner: Option<(Uid, Gid)>) -> Result<Dir, BeneathError> {
-        let mut here = Dir {
-            fd: self.fd.try_clone().map_err(|source| BeneathError::Io { path: self.path.clone(), source })?,
-            path: self.path.clone(),
-        };
+        let mut here = self.duplicate()?;
         for name in relative.split('/') {
             if name.is_empty() || name == "." || name == ".." {
                 return Err(BeneathError::Outside(PathBuf::from(relative)));
@@ -116,10 +119,7 @@ impl Dir {
     /// # Errors
     /// [`BeneathError`]: a link on the way ([`BeneathError::Planted`]).
     pub(crate) fn find_beneath(&self, relative: &str) -> Result<Option<Dir>, BeneathError> {
-        let mut here = Dir {
-            fd: self.fd.try_clone().map_err(|source| BeneathError::Io { path: self.path.clone(), source })?,
-            path: self.path.clone(),
-        };
+        let mut here = self.duplicate()?;
         for name in relative.split('/') {
             if name.is_empty() || name == "." || name == ".." {
                 return Err(BeneathError::Outside(PathBuf::from(relative)));

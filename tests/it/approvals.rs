@@ -75,7 +75,7 @@ fn cli(app: &toolhost::app::App, args: &[&str]) -> (bool, String) {
     (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
-fn echo_calls(dir: &TestDir) -> Vec<Value> {
+pub(crate) fn echo_calls(dir: &TestDir) -> Vec<Value> {
     dir.received("demo")
         .into_iter()
         .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")

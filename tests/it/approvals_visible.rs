@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use toolhost::api::pb;
 use toolhost::registry::ServerState;
@@ -54,14 +54,6 @@ async fn run_printed(app: &toolhost::app::App, command: &str) -> (bool, String) 
     cli(app, &words[1..]).await
 }
 
-fn echoed(dir: &TestDir) -> Vec<Value> {
-    dir.received("demo")
-        .into_iter()
-        .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
-        .map(|m| m["params"]["arguments"].clone())
-        .collect()
-}
-
 /// A gRPC call with a minute's deadline answers within seconds, naming the request, its expiry
 /// and both commands; run, they approve it and print its result, and the call ran once. Over
 /// MCP the error's text says the same.
@@ -84,13 +76,13 @@ async fn a_plain_call_waiting_for_approval_answers_at_once_with_the_commands_tha
     for said in [id, task, &details["approve_command"], &details["result_command"], &details["expires_at"]] {
         assert!(asked.message().contains(said.as_str()), "the message says {said}: {}", asked.message());
     }
-    assert!(echoed(&dir).is_empty(), "nothing ran before the approval");
+    assert!(crate::approvals::echo_calls(&dir).is_empty(), "nothing ran before the approval");
 
     let (approved, said) = run_printed(&app, &details["approve_command"]).await;
     assert!(approved, "{said}");
     let (done, result) = run_printed(&app, &details["result_command"]).await;
     assert!(done && result.contains("pay 10 to alice"), "{result}");
-    assert_eq!(echoed(&dir), vec![json!({"text": "pay 10 to alice"})], "the call ran once");
+    assert_eq!(crate::approvals::echo_calls(&dir), vec![json!({"text": "pay 10 to alice"})], "the call ran once");
 
     // The MCP endpoint's tools/call shares the door's call path: its text says it plainly.
     let mut mcp = crate::mcp_endpoint::Line::connect(&crate::mcp_endpoint::mcp_socket(&app)).await;
@@ -133,13 +125,13 @@ async fn the_cli_says_at_once_that_its_call_waits_and_prints_the_result_once_app
     .await
     .expect("the waiting line at once");
     assert!(call.try_wait().unwrap().is_none(), "the call still waits while it says so");
-    assert!(echoed(&dir).is_empty(), "nothing ran before the approval");
+    assert!(crate::approvals::echo_calls(&dir).is_empty(), "nothing ran before the approval");
     let (approved, said) = run_printed(&app, &approve).await;
     assert!(approved, "{said}");
     let finished = tokio::time::timeout(WELL_BEFORE, call.wait_with_output()).await.expect("the call ends once approved").unwrap();
     let stdout = String::from_utf8_lossy(&finished.stdout);
     assert!(finished.status.success() && stdout.contains("pay 7 to carol"), "{stdout}");
-    assert_eq!(echoed(&dir), vec![json!({"text": "pay 7 to carol"})], "the call ran once");
+    assert_eq!(crate::approvals::echo_calls(&dir), vec![json!({"text": "pay 7 to carol"})], "the call ran once");
     app.shutdown().await;
 }
 
