@@ -163,17 +163,17 @@ impl Fronts {
     }
 
     /// Closes `front`'s listeners at addresses `wanted` no longer names, and names in `report`
-    /// those whose settings changed in place. Returns the addresses closed.
-    pub(super) fn close_unwanted(&mut self, front: Front, wanted: &[Listener], report: &mut ReloadReport) -> Vec<ListenAddr> {
+    /// those whose settings changed in place. Returns the addresses closed, as bound.
+    pub(super) fn close_unwanted(&mut self, front: Front, wanted: &[Listener], report: &mut ReloadReport) -> Vec<BoundAddr> {
         let served = self.listeners(front).configured();
         let Changes { mut close, in_place, .. } = changes(&served, wanted);
         // From the last, so that the indices stay true.
         close.sort_unstable();
         let mut closed = Vec::with_capacity(close.len());
         for index in close.into_iter().rev() {
-            closed.push(served[index].addr.clone());
             let addr = self.listeners_mut(front).close(index);
             report.applied.push(format!("{} {}: closed", front.setting(), shown(&addr)));
+            closed.push(addr);
         }
         for listener in in_place {
             report.not_applied.push(NotApplied {
@@ -187,13 +187,19 @@ impl Fronts {
     }
 
     /// Opens `front`'s listeners at addresses `wanted` names and it does not serve yet. A TCP
-    /// address this reload just closed (another door's, say) may take a moment to be free.
-    pub(super) async fn open_wanted(&mut self, front: Front, wanted: &[Listener], closed: &[ListenAddr], report: &mut ReloadReport) {
+    /// address this reload just closed (another door's, say; a port it was given for `:0`) may
+    /// take a moment to be free.
+    pub(super) async fn open_wanted(&mut self, front: Front, wanted: &[Listener], closed: &[BoundAddr], report: &mut ReloadReport) {
         let served = self.listeners(front).configured();
         for listener in changes(&served, wanted).open {
             let mut bound = bind(front, &listener).await;
             let mut waited = Duration::ZERO;
-            while bound.is_err() && closed.contains(&listener.addr) && waited < REBIND_WAIT {
+            let just_closed = closed.iter().any(|addr| match (addr, &listener.addr) {
+                (BoundAddr::Tcp(bound), ListenAddr::Tcp(asked)) => bound == asked,
+                (BoundAddr::Unix(bound), ListenAddr::Unix(asked)) => bound == asked,
+                _ => false,
+            });
+            while bound.is_err() && just_closed && waited < REBIND_WAIT {
                 tokio::time::sleep(REBIND_STEP).await;
                 waited = waited.saturating_add(REBIND_STEP);
                 bound = bind(front, &listener).await;
