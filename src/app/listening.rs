@@ -172,12 +172,12 @@ impl Fronts {
         let mut closed = Vec::with_capacity(close.len());
         for index in close.into_iter().rev() {
             let addr = self.listeners_mut(front).close(index);
-            report.applied.push(format!("{} {}: closed", front.setting(), shown(&addr)));
+            report.applied.push(format!("{} {}: closed", front.setting(), addr));
             closed.push(addr);
         }
         for listener in in_place {
             report.not_applied.push(NotApplied {
-                setting: format!("{} {}", front.setting(), configured(&listener.addr)),
+                setting: format!("{} {}", front.setting(), listener.addr),
                 why: "its socket access or TLS changed; a listener's settings change in place at the next restart \
                       (or remove it, reload, add it back, reload)"
                     .to_owned(),
@@ -208,12 +208,12 @@ impl Fronts {
                 Ok((addr, bound)) => {
                     let stop = self.cancel.child_token();
                     self.serve_one(bound, &stop);
-                    report.applied.push(format!("{} {}: listening", front.setting(), shown(&addr)));
+                    report.applied.push(format!("{} {}: listening", front.setting(), addr));
                     tracing::info!(?addr, front = front.setting(), "listening, opened by a reload");
                     self.listeners_mut(front).push(listener, addr, stop);
                 }
                 Err(problem) => report.not_applied.push(NotApplied {
-                    setting: format!("{} {}", front.setting(), configured(&listener.addr)),
+                    setting: format!("{} {}", front.setting(), listener.addr),
                     why: format!("cannot listen there: {problem}"),
                 }),
             }
@@ -248,20 +248,6 @@ async fn bind(front: Front, listener: &Listener) -> Result<(BoundAddr, Bound), S
     };
     let addr = addrs.into_iter().next().ok_or_else(|| "nothing was bound".to_owned())?;
     Ok((addr, bound))
-}
-
-fn shown(addr: &BoundAddr) -> String {
-    match addr {
-        BoundAddr::Tcp(socket) => socket.to_string(),
-        BoundAddr::Unix(path) => format!("unix:{}", path.display()),
-    }
-}
-
-fn configured(addr: &ListenAddr) -> String {
-    match addr {
-        ListenAddr::Tcp(socket) => socket.to_string(),
-        ListenAddr::Unix(path) => format!("unix:{}", path.display()),
-    }
 }
 
 #[cfg(test)]

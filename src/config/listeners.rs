@@ -13,6 +13,16 @@ pub enum ListenAddr {
     Unix(PathBuf),
 }
 
+/// As the configuration writes it: `127.0.0.1:50051`, `unix:/run/toolhost/toolhost.sock`.
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(socket) => write!(f, "{socket}"),
+            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 /// One API listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {

@@ -20,6 +20,16 @@ pub enum BoundAddr {
     Unix(PathBuf),
 }
 
+/// As the configuration writes an address, with the port the kernel gave for `:0`.
+impl std::fmt::Display for BoundAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoundAddr::Tcp(socket) => write!(f, "{socket}"),
+            BoundAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 /// A listener bound, not yet served.
 pub enum Bound {
     Tcp(TcpListener),
