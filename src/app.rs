@@ -131,7 +131,7 @@ impl App {
         let store_gauge = metrics::register_store_gauge(&opentelemetry::global::meter(crate::telemetry::SCOPE), store.watch_degraded());
         let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone(), metrics.clone()).await?;
         let snapshot = registry.snapshot();
-        let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
+        let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation()).map(|g| g.tools.len()).sum();
         tracing::info!(
             servers = snapshot.servers.len(),
             tools = stored_tools,
@@ -518,10 +518,10 @@ async fn report_status(registry: Arc<Registry>, notifier: Arc<Notifier>, cancel:
     let mut revisions = registry.subscribe_status();
     loop {
         let snapshot = registry.snapshot();
-        let enabled = snapshot.servers.values().filter(|v| v.state != ServerState::Disabled).count();
+        let enabled = snapshot.servers.values().filter(|v| v.state() != ServerState::Disabled).count();
         let ready = snapshot.servers.values().filter(|v| v.is_available()).count();
         let tools: usize =
-            snapshot.servers.values().filter(|v| v.is_available()).filter_map(|v| v.generation.as_ref()).map(|g| g.tools.len()).sum();
+            snapshot.servers.values().filter(|v| v.is_available()).filter_map(|v| v.generation()).map(|g| g.tools.len()).sum();
         notifier.status(&format!("{ready}/{enabled} servers ready, {tools} tools"));
         tokio::select! {
             () = cancel.cancelled() => return,

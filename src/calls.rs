@@ -83,7 +83,7 @@ pub fn locate(servers: &std::collections::BTreeMap<Arc<str>, Arc<ServerView>>, t
     let view = servers.get(tool.server()?)?;
     let idx = match tool {
         ToolRef::Qualified(qualified) => view.qualified().position(qualified),
-        ToolRef::ServerTool { name, .. } => view.generation.as_ref()?.position(name),
+        ToolRef::ServerTool { name, .. } => view.generation()?.position(name),
     }?;
     Some((view.clone(), idx))
 }
@@ -96,23 +96,23 @@ fn refusal(view: &ServerView, idx: usize) -> Option<CallError> {
     if let Some(held) = held(view, idx) {
         return Some(held);
     }
-    let tool = &view.generation.as_ref()?.tools[idx];
-    let server_tasks = view.hello.as_ref().is_some_and(|hello| hello.tasks);
+    let tool = &view.generation()?.tools[idx];
+    let server_tasks = view.hello().is_some_and(|hello| hello.tasks);
     if tool.fields().task_required && !server_tasks {
-        return Some(CallError::TaskRequired { server: view.name.to_string(), tool: tool.name.clone() });
+        return Some(CallError::TaskRequired { server: view.name().to_string(), tool: tool.name.clone() });
     }
     if !view.is_available() {
-        let reason = view.last_error.clone();
-        return Some(CallError::Unavailable { server: view.name.to_string(), tool: tool.name.clone(), state: view.state, reason });
+        let reason = view.last_error().map(str::to_owned);
+        return Some(CallError::Unavailable { server: view.name().to_string(), tool: tool.name.clone(), state: view.state(), reason });
     }
     None
 }
 
 fn held(view: &ServerView, idx: usize) -> Option<CallError> {
     let hold = view.held(idx)?;
-    let tool = &view.generation.as_ref()?.tools[idx];
+    let tool = &view.generation()?.tools[idx];
     Some(CallError::DefinitionHeld {
-        server: view.name.to_string(),
+        server: view.name().to_string(),
         tool: tool.name.clone(),
         hold,
         approved_hash: view.integrity_at(idx).and_then(|state| state.approved(&tool.hash)).map(str::to_owned),
@@ -232,11 +232,11 @@ impl Calls {
     async fn call_inner(&self, request: CallRequest<'_>, resumed: Option<&Pending>) -> Result<CallResult, CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, &request.tool).await?;
-        let generation = view.generation.clone().ok_or_else(|| unknown(&request.tool))?;
+        let generation = view.generation().cloned().ok_or_else(|| unknown(&request.tool))?;
         let tool = &generation.tools[idx];
         let span = tracing::Span::current();
         if crate::telemetry::traces_exported() {
-            span.set_attribute("toolhost.server", view.name.to_string());
+            span.set_attribute("toolhost.server", view.name().to_string());
             span.set_attribute("toolhost.generation", generation.number as i64);
             span.set_attribute("toolhost.definition_hash", tool.hash.clone());
             span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
@@ -245,7 +245,7 @@ impl Calls {
         // definition (a tool that changed in between is a stale-tool race like any other).
         let mut expected_hash = request.expected_hash;
         if let Some(pending) = resumed {
-            if *pending.server != *view.name || pending.tool != tool.name {
+            if *pending.server != **view.name() || pending.tool != tool.name {
                 return Err(ContinuationError::OtherTool { server: pending.server.to_string(), tool: pending.tool.clone() }.into());
             }
             span.set_attribute("toolhost.mrtr.resumed_generation", pending.generation as i64);
@@ -258,18 +258,18 @@ impl Calls {
             }
             return Err(refused);
         }
-        let server_tasks = view.hello.as_ref().is_some_and(|hello| hello.tasks);
+        let server_tasks = view.hello().is_some_and(|hello| hello.tasks);
         let arguments = check_arguments(request.arguments)?;
         let responses = match request.answer {
             Some(answer) => Some(continuation::check_responses(answer.responses)?),
             None => None,
         };
-        let timeout = request.timeout.unwrap_or(view.shared.request_timeout);
+        let timeout = request.timeout.unwrap_or(view.shared().request_timeout);
         let deadline = crate::deadline::after(timeout);
         let expired = || Failure::Expired.into_error(&view, tool, generation.number, timeout);
         // Calls beyond the server's limit wait here, in their agent's line (served round-robin);
         // the wait counts against the caller's deadline.
-        let permit = match tokio::time::timeout_at(deadline, view.shared.call_queue.acquire(&request.queue_as)).await {
+        let permit = match tokio::time::timeout_at(deadline, view.shared().call_queue.acquire(&request.queue_as)).await {
             Ok(slot) => slot,
             Err(_) => return Err(expired()),
         };
@@ -289,7 +289,7 @@ impl Calls {
         upstream_span.set_attribute("toolhost.generation", generation.number as i64);
         let trace_meta = upstream_span.in_scope(propagation::current_meta);
         let progress = request.progress.map(|sink| session.route_progress(sink));
-        let modern = view.hello.as_ref().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
+        let modern = view.hello().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
         // As a task upstream: asked for (and the server runs tasks), or the only way the tool runs.
         let mut upstream_task = request.upstream_task;
         let as_task = server_tasks && (tool.fields().task_required || upstream_task.is_some());
@@ -324,7 +324,7 @@ impl Calls {
                     upstream_span.set_attribute("toolhost.upstream_task", created.id.clone());
                     let follow = upstream_task::Follow {
                         registry: &self.registry,
-                        server: &view.name,
+                        server: view.name(),
                         tool: &tool.name,
                         generation: generation.number,
                         timeout,
@@ -350,17 +350,17 @@ impl Calls {
         };
         let failure = Failure::of(error, &tool.name);
         if matches!(failure, Failure::UnknownTool { .. }) {
-            view.shared.races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
+            view.shared().races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
             self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
             upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
             // The server knows better than the catalog: look again, at once. The enumeration
             // that follows links back to this call.
             self.refresher.refresh_linked(
-                &view.name,
+                view.name(),
                 EnumerationReason::StaleTool,
                 crate::telemetry::span_context(&tracing::Span::current()),
             );
-            tracing::warn!(server = %view.name, tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
+            tracing::warn!(server = %view.name(), tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
         }
         Err(failure.into_error(&view, tool, generation.number, timeout))
     }
@@ -368,7 +368,7 @@ impl Calls {
     /// A server's answer to a call, read.
     fn finish(&self, view: &ServerView, tool: &ToolDef, generation: u64, raw: Box<RawValue>) -> Result<CallResult, CallError> {
         let outcome = parse_call_result(&raw).map_err(|message| CallError::InvalidResult {
-            server: view.name.to_string(),
+            server: view.name().to_string(),
             tool: tool.name.clone(),
             generation,
             message: message.to_string(),
@@ -378,7 +378,7 @@ impl Calls {
         Ok(CallResult {
             outcome,
             raw,
-            server: view.name.clone(),
+            server: view.name().clone(),
             name: tool.name.clone(),
             generation,
             definition_hash: tool.hash.clone(),
@@ -401,7 +401,7 @@ impl Calls {
             detail: Some("the server did not come back before the task's time ran out".to_owned()),
         })?;
         let (view, idx) = locate(&self.registry.snapshot().servers, tool).unwrap_or((view, usize::MAX));
-        let generation = view.generation.clone().ok_or_else(|| unknown(tool))?;
+        let generation = view.generation().cloned().ok_or_else(|| unknown(tool))?;
         let tool = generation.tools.get(idx).ok_or_else(|| unknown(tool))?;
         let state = crate::mcp::tasks::TaskState {
             id,
@@ -413,7 +413,7 @@ impl Calls {
         };
         let follow = upstream_task::Follow {
             registry: &self.registry,
-            server: &view.name,
+            server: view.name(),
             tool: &tool.name,
             generation: generation.number,
             timeout: deadline.saturating_duration_since(tokio::time::Instant::now()),
@@ -437,7 +437,7 @@ impl Calls {
     pub async fn preflight(&self, tool: &ToolRef, expected_hash: Option<&str>, expected_revision: Option<u64>) -> Result<(), CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, tool).await?;
-        let generation = view.generation.clone().ok_or_else(|| unknown(tool))?;
+        let generation = view.generation().cloned().ok_or_else(|| unknown(tool))?;
         self.check_preconditions(&view, &generation.tools[idx], generation.number, expected_hash, expected_revision)?;
         held(&view, idx).map_or(Ok(()), Err)
     }
@@ -451,7 +451,7 @@ impl Calls {
     ) -> Result<(Arc<ServerView>, crate::upstream::SessionHandle), CallError> {
         let snapshot = self.registry.snapshot();
         let (view, idx) = self.resolve(&snapshot.servers, tool_ref).await?;
-        let generation = view.generation.as_ref().ok_or_else(|| unknown(tool_ref))?;
+        let generation = view.generation().ok_or_else(|| unknown(tool_ref))?;
         let current = &generation.tools[idx];
         // Held first: that is what the caller (or its operator) has to act on.
         if let Some(held) = held(&view, idx) {
@@ -460,13 +460,13 @@ impl Calls {
         if current.hash != waited_for.hash {
             return Err(self.changed_since(&view, current, generation.number, "while the call waited for the server"));
         }
-        let session = view.session.clone().filter(|_| view.is_available());
+        let session = view.session().cloned().filter(|_| view.is_available());
         let Some(session) = session else {
             return Err(CallError::Unavailable {
-                server: view.name.to_string(),
+                server: view.name().to_string(),
                 tool: current.name.clone(),
-                state: view.state,
-                reason: view.last_error.clone(),
+                state: view.state(),
+                reason: view.last_error().map(str::to_owned),
             });
         };
         Ok((view.clone(), session))
@@ -499,7 +499,7 @@ impl Calls {
         let Some(original) = original else { return Err(unknown(tool)) };
         let removed_in = self.store.removed_in(server_name, &original).await.map_err(|err| CallError::Store(err.to_string()))?;
         let Some(removed_in) = removed_in else { return Err(unknown(tool)) };
-        view.shared.races.removed_before_call.fetch_add(1, Ordering::Relaxed);
+        view.shared().races.removed_before_call.fetch_add(1, Ordering::Relaxed);
         self.race_event(&view, RaceKind::RemovedBeforeCall, &original, view.generation_number(), Some(removed_in));
         tracing::warn!(server = server_name, tool = %original, removed_in, "stale tool: called after its removal");
         Err(CallError::Stale(Box::new(StaleTool {
@@ -530,7 +530,7 @@ impl Calls {
         if let Some(revision) = expected_revision.filter(|revision| *revision > 0) {
             let listed = self.registry.snapshot_at(revision).ok_or(CallError::RevisionNotKept(revision))?;
             let listed_hash =
-                listed.servers.get(&view.name).and_then(|v| v.generation.as_ref()).and_then(|g| g.tool(&tool.name)).map(|t| &t.hash);
+                listed.servers.get(view.name()).and_then(|v| v.generation()).and_then(|g| g.tool(&tool.name)).map(|t| &t.hash);
             if listed_hash != Some(&tool.hash) {
                 return Err(stale(&format!("catalog revision {revision}")));
             }
@@ -544,12 +544,12 @@ impl Calls {
     /// "while the call waited for the server"): counted, recorded on the span, logged, and the
     /// caller's error, with the current hash.
     fn changed_since(&self, view: &ServerView, tool: &ToolDef, generation: u64, when: &str) -> CallError {
-        view.shared.races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
+        view.shared().races.changed_since_listed.fetch_add(1, Ordering::Relaxed);
         self.race_event(view, RaceKind::ChangedSinceListed, &tool.name, generation, Some(generation));
-        tracing::warn!(server = %view.name, tool = %tool.name, generation, when, "stale tool: changed since the caller listed it");
+        tracing::warn!(server = %view.name(), tool = %tool.name, generation, when, "stale tool: changed since the caller listed it");
         CallError::Stale(Box::new(StaleTool {
             kind: RaceKind::ChangedSinceListed,
-            server: view.name.to_string(),
+            server: view.name().to_string(),
             tool: tool.name.clone(),
             current_generation: generation,
             removed_in_generation: None,
@@ -566,16 +566,16 @@ impl Calls {
             "toolhost.stale_tool",
             vec![
                 KeyValue::new("toolhost.race.kind", kind.as_str()),
-                KeyValue::new("toolhost.server", view.name.to_string()),
+                KeyValue::new("toolhost.server", view.name().to_string()),
                 KeyValue::new("gen_ai.tool.name", tool.to_owned()),
                 KeyValue::new("toolhost.generation", current_generation as i64),
             ],
         );
         span.set_attribute("toolhost.race.kind", kind.as_str());
-        if let Some(context) = link_generation.and_then(|g| view.shared.generation_span(g)) {
+        if let Some(context) = link_generation.and_then(|g| view.shared().generation_span(g)) {
             span.add_link_with_attributes(context, vec![KeyValue::new("toolhost.link", "enumeration that published the generation")]);
         }
-        self.metrics.record_race(&view.name, kind.as_str());
+        self.metrics.record_race(view.name(), kind.as_str());
     }
 }
 
@@ -697,7 +697,7 @@ impl Failure {
     }
 
     fn into_error(self, view: &ServerView, tool: &ToolDef, generation: u64, timeout: Duration) -> CallError {
-        let (server, name) = (view.name.to_string(), tool.name.clone());
+        let (server, name) = (view.name().to_string(), tool.name.clone());
         match self {
             Failure::UnknownTool { code, message } => CallError::Stale(Box::new(StaleTool {
                 kind: RaceKind::UpstreamUnknownTool,
@@ -715,7 +715,7 @@ impl Failure {
             }
             Failure::Expired => CallError::DeadlineExceeded { server, tool: name, generation, after: timeout },
             Failure::Overloaded => CallError::Overloaded { server, tool: name },
-            Failure::NotSent(reason) => CallError::Unavailable { server, tool: name, state: view.state, reason: Some(reason) },
+            Failure::NotSent(reason) => CallError::Unavailable { server, tool: name, state: view.state(), reason: Some(reason) },
             Failure::Lost(detail) => CallError::SessionLost { server, tool: name, generation, detail },
         }
     }
@@ -778,7 +778,7 @@ mod tests {
         ];
         for (view, idx, expected) in cases {
             let refused = refusal(&view, idx);
-            assert_eq!(format!("{refused:?}"), format!("{expected:?}"), "{:?} tool {idx}", view.state);
+            assert_eq!(format!("{refused:?}"), format!("{expected:?}"), "{:?} tool {idx}", view.state());
         }
     }
 

@@ -96,41 +96,42 @@ impl ServerState {
     }
 }
 
-/// One server as the rest of toolhost sees it.
+/// One server as the rest of toolhost sees it: read through its accessors, changed only by the
+/// named transitions in `transitions` (the fields are private to `registry`).
 #[derive(Debug, Clone)]
 pub struct ServerView {
-    pub name: Arc<str>,
-    pub state: ServerState,
+    name: Arc<str>,
+    state: ServerState,
     /// "stdio" or "http".
-    pub transport: &'static str,
+    transport: &'static str,
     /// The live session, while there is one.
-    pub session: Option<SessionHandle>,
+    session: Option<SessionHandle>,
     /// An OAuth server's authorization (what `BeginLogin` and `CompleteLogin` drive).
-    pub authorizer: Option<Arc<crate::upstream::oauth::authorizer::Authorizer>>,
+    authorizer: Option<Arc<crate::upstream::oauth::authorizer::Authorizer>>,
     /// What the server said about itself in the current (or last) session.
-    pub hello: Option<ServerHello>,
+    hello: Option<ServerHello>,
     /// The current generation. It stays while the server is down: its tools are then
     /// unavailable, not deleted.
-    pub generation: Option<Arc<Generation>>,
+    generation: Option<Arc<Generation>>,
     /// Qualified names of `generation`'s tools, built on first use (a restart with a hundred
     /// thousand stored tools need not build them all before serving) and reset with the generation.
     qualified: Arc<OnceLock<QualifiedIndex>>,
     /// The integrity state of each of `generation`'s tools (parallel to its tools); empty when
     /// every tool is callable, accepted as offered, with nothing to flag.
-    pub integrity: Arc<[ToolIntegrity]>,
+    integrity: Arc<[ToolIntegrity]>,
     /// The generation was loaded from the store and no session of this daemon has confirmed it yet.
-    pub revalidating: bool,
-    pub last_verified_at_ms: Option<i64>,
-    pub last_enumeration: Option<EnumerationRecord>,
-    pub last_error: Option<String>,
+    revalidating: bool,
+    last_verified_at_ms: Option<i64>,
+    last_enumeration: Option<EnumerationRecord>,
+    last_error: Option<String>,
     /// Sessions started after the first.
-    pub num_restarts: u64,
+    num_restarts: u64,
     /// Times the server's worker panicked and the supervisor restarted it.
-    pub num_worker_panics: u64,
+    num_worker_panics: u64,
     /// Per-server state that outlives snapshots: the call queue and race counters.
-    pub shared: Arc<ServerShared>,
+    shared: Arc<ServerShared>,
     /// A stdio server's sandbox; `None` for an HTTP server.
-    pub sandbox: Option<SandboxView>,
+    sandbox: Option<SandboxView>,
 }
 
 /// A stdio server's sandbox as configured, and the limit that last stopped it.
@@ -341,6 +342,81 @@ impl ServerView {
             }),
             sandbox: None,
         }
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn state(&self) -> ServerState {
+        self.state
+    }
+
+    /// "stdio" or "http".
+    pub fn transport(&self) -> &'static str {
+        self.transport
+    }
+
+    /// The live session, while there is one.
+    pub fn session(&self) -> Option<&SessionHandle> {
+        self.session.as_ref()
+    }
+
+    /// An OAuth server's authorization (what `BeginLogin` and `CompleteLogin` drive).
+    pub fn authorizer(&self) -> Option<&Arc<crate::upstream::oauth::authorizer::Authorizer>> {
+        self.authorizer.as_ref()
+    }
+
+    /// What the server said about itself in the current (or last) session.
+    pub fn hello(&self) -> Option<&ServerHello> {
+        self.hello.as_ref()
+    }
+
+    /// The current generation (kept while the server is down: its tools unavailable, not deleted).
+    pub fn generation(&self) -> Option<&Arc<Generation>> {
+        self.generation.as_ref()
+    }
+
+    /// The integrity state of each of the current generation's tools (empty: all callable as offered).
+    pub fn integrity(&self) -> &Arc<[ToolIntegrity]> {
+        &self.integrity
+    }
+
+    /// The generation came from the store and no session of this daemon has confirmed it yet.
+    pub fn revalidating(&self) -> bool {
+        self.revalidating
+    }
+
+    pub fn last_verified_at_ms(&self) -> Option<i64> {
+        self.last_verified_at_ms
+    }
+
+    pub fn last_enumeration(&self) -> Option<&EnumerationRecord> {
+        self.last_enumeration.as_ref()
+    }
+
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// Sessions started after the first.
+    pub fn num_restarts(&self) -> u64 {
+        self.num_restarts
+    }
+
+    /// Times the server's worker panicked and the supervisor restarted it.
+    pub fn num_worker_panics(&self) -> u64 {
+        self.num_worker_panics
+    }
+
+    /// Per-server state that outlives snapshots: the call queue, counters, history.
+    pub fn shared(&self) -> &Arc<ServerShared> {
+        &self.shared
+    }
+
+    /// A stdio server's sandbox; `None` for an HTTP server.
+    pub fn sandbox(&self) -> Option<&SandboxView> {
+        self.sandbox.as_ref()
     }
 
     /// The qualified names of the current generation's tools.

@@ -27,7 +27,7 @@ impl ToolHostService {
         let snapshot = self.door.snapshot();
         let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
         for view in snapshot.servers.values() {
-            let Some(generation) = &view.generation else { continue };
+            let Some(generation) = view.generation() else { continue };
             let count = |presentation| {
                 let shown = (0..generation.tools.len()).filter(|idx| shows_tool(&caller, view, *idx, presentation)).count();
                 u32::try_from(shown).unwrap_or(u32::MAX)

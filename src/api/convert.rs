@@ -9,32 +9,32 @@ use crate::door::model::{
 };
 
 pub(crate) fn server(view: &ServerView) -> pb::Server {
-    let hello = view.hello.as_ref();
-    let races = &view.shared.races;
+    let hello = view.hello();
+    let races = &view.shared().races;
     pb::Server {
-        name: view.name.to_string(),
-        state: state(view.state) as i32,
+        name: view.name().to_string(),
+        state: state(view.state()) as i32,
         available: view.is_available(),
-        transport: view.transport.to_owned(),
+        transport: view.transport().to_owned(),
         protocol_version: hello.map(|h| h.protocol_version.clone()).unwrap_or_default(),
         server_info_json: hello.and_then(|h| h.server_info.clone()).unwrap_or_default(),
         generation: view.generation_number(),
-        tool_count: view.generation.as_ref().map_or(0, |g| u32::try_from(g.tools.len()).unwrap_or(u32::MAX)),
-        revalidating: view.revalidating,
-        last_verified_unix_ms: view.last_verified_at_ms.unwrap_or(0),
-        last_enumeration: view.last_enumeration.as_ref().map(enumeration),
-        last_error: view.last_error.as_deref().map(|error| redact(error).into_owned()).unwrap_or_default(),
-        restarts: view.num_restarts,
-        worker_panics: view.num_worker_panics,
+        tool_count: view.generation().map_or(0, |g| u32::try_from(g.tools.len()).unwrap_or(u32::MAX)),
+        revalidating: view.revalidating(),
+        last_verified_unix_ms: view.last_verified_at_ms().unwrap_or(0),
+        last_enumeration: view.last_enumeration().map(enumeration),
+        last_error: view.last_error().map(|error| redact(error).into_owned()).unwrap_or_default(),
+        restarts: view.num_restarts(),
+        worker_panics: view.num_worker_panics(),
         era: hello.map(|h| h.era.as_str().to_owned()).unwrap_or_default(),
         stale_tool_races: Some(pb::StaleToolRaces {
             removed_before_call: races.removed_before_call.load(Ordering::Relaxed),
             changed_since_listed: races.changed_since_listed.load(Ordering::Relaxed),
             upstream_unknown_tool: races.upstream_unknown_tool.load(Ordering::Relaxed),
         }),
-        calls_in_flight: u32::try_from(view.shared.call_queue.in_use()).unwrap_or(u32::MAX),
-        calls_waiting: u32::try_from(view.shared.call_queue.waiting()).unwrap_or(u32::MAX),
-        sandbox: view.sandbox.as_ref().map(|sandbox| pb::Sandbox {
+        calls_in_flight: u32::try_from(view.shared().call_queue.in_use()).unwrap_or(u32::MAX),
+        calls_waiting: u32::try_from(view.shared().call_queue.waiting()).unwrap_or(u32::MAX),
+        sandbox: view.sandbox().map(|sandbox| pb::Sandbox {
             enabled: sandbox.enabled,
             network: sandbox.network.label().to_owned(),
             memory_bytes: sandbox.limits.memory_bytes,
@@ -50,11 +50,11 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
             home: sandbox.home.as_ref().map(|home| home.display().to_string()).unwrap_or_default(),
             data: sandbox.data.as_ref().map(|data| data.display().to_string()).unwrap_or_default(),
             allow: sandbox.allow.clone(),
-            egress_tunnels: view.shared.egress.tunnels.load(Ordering::Relaxed),
-            egress_denied: view.shared.egress.denied.load(Ordering::Relaxed),
-            last_denied: view.shared.egress.last_denied().unwrap_or_default(),
+            egress_tunnels: view.shared().egress.tunnels.load(Ordering::Relaxed),
+            egress_denied: view.shared().egress.denied.load(Ordering::Relaxed),
+            last_denied: view.shared().egress.last_denied().unwrap_or_default(),
             reaches: sandbox.reaches.iter().map(|(host, why)| pb::Reach { host: host.clone(), why: why.clone() }).collect(),
-            last_denied_fix: view.shared.egress.last_fix().unwrap_or_default(),
+            last_denied_fix: view.shared().egress.last_fix().unwrap_or_default(),
         }),
         history: Vec::new(),
     }
@@ -63,7 +63,7 @@ pub(crate) fn server(view: &ServerView) -> pb::Server {
 /// A server with what happened to it, newest first, for a view of that server alone.
 pub(crate) fn server_with_history(view: &ServerView) -> pb::Server {
     let history = view
-        .shared
+        .shared()
         .history
         .newest_first()
         .into_iter()
@@ -121,7 +121,7 @@ pub(crate) fn tool(
     let held = integrity.and_then(|state| state.held);
     pb::Tool {
         qualified_name: qualified_name.to_owned(),
-        server: view.name.to_string(),
+        server: view.name().to_string(),
         name: tool.name.clone(),
         title: fields.title.clone(),
         description: fields.description.clone(),
@@ -132,7 +132,7 @@ pub(crate) fn tool(
         generation,
         // A tool its server runs only as a task is callable when the server runs tasks (toolhost
         // then runs it as one there, for any caller).
-        available: view.is_available() && (!fields.task_required || view.hello.as_ref().is_some_and(|hello| hello.tasks)) && held.is_none(),
+        available: view.is_available() && (!fields.task_required || view.hello().is_some_and(|hello| hello.tasks)) && held.is_none(),
         definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
         state: if held.is_some() { "held" } else { "ok" }.to_owned(),
         hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),

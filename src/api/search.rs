@@ -23,7 +23,7 @@ impl ToolHostService {
         let results = hits
             .iter()
             .filter_map(|hit| {
-                let generation = hit.view.generation.as_ref()?;
+                let generation = hit.view.generation()?;
                 let tool = convert::tool(
                     &hit.view,
                     hit.view.qualified().name(hit.idx),

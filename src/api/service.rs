@@ -104,7 +104,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         }
         let view = snapshot.servers.get(server.as_str()).ok_or_else(|| DoorError::unknown_server(&server))?;
         let not_found = || DoorError::unknown_tool(&server, &name);
-        let current = view.generation.as_ref();
+        let current = view.generation();
         let tool = match (request.generation, current) {
             (0, Some(generation)) => generation.tool(&name).cloned().map(|tool| (tool, generation.number)),
             (0, None) => None,
@@ -378,9 +378,9 @@ impl ToolHostService {
             Some(_) => {}
         }
         let (view, idx) = locate(&snapshot, &tool).ok_or_else(unknown)?;
-        let generation = view.generation.as_ref().ok_or_else(unknown)?;
+        let generation = view.generation().ok_or_else(unknown)?;
         let name = generation.tools[idx].name.clone();
-        Ok((tool, view.name.to_string(), name))
+        Ok((tool, view.name().to_string(), name))
     }
 }
 
@@ -394,18 +394,18 @@ fn collect_page(
 ) -> (Vec<pb::Tool>, Option<Position>) {
     let mut tools = Vec::new();
     let servers = |view: &ServerView| {
-        (request.servers.is_empty() || request.servers.iter().any(|s| **s == *view.name))
+        (request.servers.is_empty() || request.servers.iter().any(|s| **s == **view.name()))
             && (!request.available_only || view.is_available())
     };
     let include = |view: &ServerView, idx: usize| {
-        let Some(generation) = &view.generation else { return false };
+        let Some(generation) = view.generation() else { return false };
         shows_tool(caller, view, idx, Presentation::WithState)
             && (request.name_contains.is_empty()
                 || contains_ignore_case(view.qualified().name(idx), &request.name_contains)
                 || contains_ignore_case(&generation.tools[idx].name, &request.name_contains))
     };
     let emit = |view: &ServerView, idx: usize| {
-        if let Some(generation) = &view.generation {
+        if let Some(generation) = view.generation() {
             let tool = &generation.tools[idx];
             tools.push(convert::tool(
                 view,

@@ -14,7 +14,7 @@ use crate::upstream::grant_hint::{Grants, for_call};
 /// The hint for `texts` (a failed call's words) of `view`'s server: only a sandboxed stdio
 /// server's, only for a path its sandbox shows it read-only ([`for_call`]).
 pub(super) fn grant_hint<'t>(view: &ServerView, texts: impl IntoIterator<Item = &'t str>) -> Option<String> {
-    let sandbox = view.sandbox.as_ref().filter(|sandbox| sandbox.enabled)?;
+    let sandbox = view.sandbox().filter(|sandbox| sandbox.enabled)?;
     let writable: Vec<&Path> = sandbox.write.iter().chain(&sandbox.home).chain(&sandbox.data).map(PathBuf::as_path).collect();
     let grants = Grants { read: &sandbox.read, given: &sandbox.given, writable: &writable, has_data: sandbox.data.is_some() };
     for_call(texts, &grants)

@@ -79,7 +79,7 @@ impl Follow<'_> {
     /// One request about the task, on the server's current session.
     async fn ask(&self, method: &str, id: &str, deadline: tokio::time::Instant) -> Result<Box<RawValue>, CallError> {
         let Some(view) = available(self.registry, self.server, deadline).await else { return Err(self.expired()) };
-        let Some(session) = view.session.clone() else { return Err(self.expired()) };
+        let Some(session) = view.session().cloned() else { return Err(self.expired()) };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now()).min(LOOK_TIMEOUT);
         match session.request(method, Some(&tasks::params(id)), left, false).await {
             Ok(answer) => Ok(answer),
@@ -97,7 +97,7 @@ impl Follow<'_> {
     }
 
     fn era(&self) -> Era {
-        self.registry.server(self.server).and_then(|view| view.hello.as_ref().map(|hello| hello.era)).unwrap_or(Era::Legacy)
+        self.registry.server(self.server).and_then(|view| view.hello().map(|hello| hello.era)).unwrap_or(Era::Legacy)
     }
 
     fn expired(&self) -> CallError {
@@ -128,7 +128,7 @@ pub(super) async fn available(registry: &Registry, server: &str, deadline: tokio
     let mut updates = registry.subscribe_status();
     loop {
         updates.borrow_and_update();
-        if let Some(view) = registry.server(server).filter(|view| view.is_available() && view.session.is_some()) {
+        if let Some(view) = registry.server(server).filter(|view| view.is_available() && view.session().is_some()) {
             return Some(view);
         }
         tokio::select! {
@@ -141,7 +141,7 @@ pub(super) async fn available(registry: &Registry, server: &str, deadline: tokio
 /// Asks `server` to cancel its task `id`, briefly; a server that cannot is left to the task's
 /// own TTL.
 pub(super) async fn cancel(registry: &Registry, server: &str, id: &str) {
-    let Some(session) = registry.server(server).and_then(|view| view.session.clone()) else { return };
+    let Some(session) = registry.server(server).and_then(|view| view.session().cloned()) else { return };
     if let Err(error) = session.request(tasks::METHOD_CANCEL, Some(&tasks::params(id)), CANCEL_TIMEOUT, false).await {
         tracing::debug!(%server, task = %id, %error, "the server did not cancel its task");
     }

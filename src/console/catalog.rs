@@ -42,8 +42,8 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Ma
         if !servers.is_empty() && !snapshot.servers.get(query.server.as_str()).is_some_and(|view| server_visible(ctx.caller, view)) {
             return Err(DoorError::unknown_server(&query.server).into());
         }
-        'servers: for view in snapshot.servers.values().filter(|view| servers.is_empty() || *view.name == *query.server) {
-            let Some(generation) = &view.generation else { continue };
+        'servers: for view in snapshot.servers.values().filter(|view| servers.is_empty() || **view.name() == *query.server) {
+            let Some(generation) = view.generation() else { continue };
             for idx in 0..generation.tools.len() {
                 if shows_tool(ctx.caller, view, idx, Presentation::WithState) && state_passes(view, idx) {
                     rows.push((view.clone(), idx));
@@ -60,7 +60,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Ma
         snapshot
     };
     let server_names: Vec<&str> =
-        snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).map(|view| &*view.name).collect();
+        snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).map(|view| &**view.name()).collect();
     let controls = html! {
         form.filters method="get" action="/catalog" {
             input type="search" name="q" value=(query.q) placeholder="Search names, titles, descriptions, arguments" maxlength="200";
@@ -89,14 +89,14 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Ma
 }
 
 fn row(view: &ServerView, idx: usize) -> Markup {
-    let Some(generation) = &view.generation else { return html! {} };
+    let Some(generation) = view.generation() else { return html! {} };
     let tool = &generation.tools[idx];
     let fields = tool.fields();
     let integrity = view.integrity_at(idx);
     let description: String = fields.description.chars().take(DESCRIPTION_CHARS).collect();
     html! {
         tr data-tool=(view.qualified().name(idx)) {
-            td { a href=(tool_href(&view.name, &tool.name)) { (marked(view.qualified().name(idx))) }
+            td { a href=(tool_href(view.name(), &tool.name)) { (marked(view.qualified().name(idx))) }
                 @if !fields.title.is_empty() { br; small { (marked(&fields.title)) } } }
             td { (marked(&description)) @if description.len() < fields.description.len() { "…" } }
             td { (state(view, idx)) @if let Some(integrity) = integrity { @for flag in integrity.flags.names() { " " span.badge.flag { (flag) } } } }
@@ -110,7 +110,7 @@ fn state(view: &ServerView, idx: usize) -> Markup {
     match view.held(idx) {
         Some(hold) => html! { span.state.bad { "held" } " " small { (hold.as_str()) } },
         None if view.is_available() => html! { span.state.good { "callable" } },
-        None => html! { span.state.neutral { "server " (view.state.name()) } },
+        None => html! { span.state.neutral { "server " (view.state().name()) } },
     }
 }
 
@@ -123,7 +123,7 @@ pub(super) async fn tool(ctx: &Ctx<'_>, door: &Door, server: &str, name: &str) -
     let snapshot = door.snapshot();
     let unknown = || ConsoleError::from(DoorError::unknown_tool(server, name));
     let view = snapshot.servers.get(server).filter(|view| server_visible(ctx.caller, view)).ok_or_else(unknown)?;
-    let generation = view.generation.as_ref().ok_or_else(unknown)?;
+    let generation = view.generation().ok_or_else(unknown)?;
     let idx = generation.position(name).filter(|idx| shows_tool(ctx.caller, view, *idx, Presentation::WithState)).ok_or_else(unknown)?;
     let tool = &generation.tools[idx];
     let integrity = view.integrity_at(idx);

@@ -32,10 +32,10 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, now_ms: i64) -> Result<Mark
                 thead { tr { th { "server" } th { "running" } th { "waiting in line" } } }
                 tbody {
                     @for view in &servers {
-                        tr data-server=(view.name) {
-                            td { (view.name) }
-                            td.running { (view.shared.call_queue.in_use()) }
-                            td.waiting { (view.shared.call_queue.waiting()) }
+                        tr data-server=(view.name()) {
+                            td { (view.name()) }
+                            td.running { (view.shared().call_queue.in_use()) }
+                            td.waiting { (view.shared().call_queue.waiting()) }
                         }
                     }
                 }

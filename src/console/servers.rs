@@ -39,33 +39,33 @@ fn head(ctx: &Ctx) -> Markup {
 }
 
 fn row(ctx: &Ctx, view: &ServerView) -> Markup {
-    let hello = view.hello.as_ref();
-    let tools = view.generation.as_ref().map_or(0, |generation| generation.tools.len());
+    let hello = view.hello();
+    let tools = view.generation().map_or(0, |generation| generation.tools.len());
     let held = (0..tools).filter(|idx| view.held(*idx).is_some()).count();
-    let error = view.last_error.as_deref().map(redact);
+    let error = view.last_error().map(redact);
     html! {
-        tr data-server=(view.name) {
-            td { a href=(format!("/server?name={}", urlencode(&view.name))) { strong { (view.name) } }
-                br; small { a href=(format!("/catalog?server={}", urlencode(&view.name))) { "tools" } } }
-            td { span class=(format!("state {}", state_class(view.state))) { (view.state.name()) }
-                @if view.revalidating { " " span.badge title="Serving the stored catalog until the server lists again" { "revalidating" } } }
-            td { (hello.map_or_else(|| "–".to_owned(), protocol_shown)) " · " (view.transport)
+        tr data-server=(view.name()) {
+            td { a href=(format!("/server?name={}", urlencode(view.name()))) { strong { (view.name()) } }
+                br; small { a href=(format!("/catalog?server={}", urlencode(view.name()))) { "tools" } } }
+            td { span class=(format!("state {}", state_class(view.state()))) { (view.state().name()) }
+                @if view.revalidating() { " " span.badge title="Serving the stored catalog until the server lists again" { "revalidating" } } }
+            td { (hello.map_or_else(|| "–".to_owned(), protocol_shown)) " · " (view.transport())
                 @if let Some(hello) = hello { br; small { (hello.protocol_version) } } }
-            td { (view.generation_number()) br; small title="Last verified" { (when(view.last_verified_at_ms.unwrap_or(0))) } }
+            td { (view.generation_number()) br; small title="Last verified" { (when(view.last_verified_at_ms().unwrap_or(0))) } }
             td { (tools) @if held > 0 { " " a.badge.held href="/review" { (held) " held" } } }
-            td { (view.shared.call_queue.in_use()) " running" @if view.shared.call_queue.waiting() > 0 { ", " (view.shared.call_queue.waiting()) " waiting" } }
-            td { (view.num_restarts) @if view.num_worker_panics > 0 { br; small.error { (view.num_worker_panics) " worker panics" } } }
+            td { (view.shared().call_queue.in_use()) " running" @if view.shared().call_queue.waiting() > 0 { ", " (view.shared().call_queue.waiting()) " waiting" } }
+            td { (view.num_restarts()) @if view.num_worker_panics() > 0 { br; small.error { (view.num_worker_panics()) " worker panics" } } }
             td { (sandbox(view)) }
             td.error-text { @if let Some(error) = &error { (marked(error)) } }
             @if ctx.caller.agent.admin {
                 td.actions {
-                    @if view.state != ServerState::Disabled {
+                    @if view.state() != ServerState::Disabled {
                         form method="post" action="/servers/refresh" {
-                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name);
+                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name());
                             button type="submit" { "Refresh" }
                         }
                         form method="post" action="/servers/restart" {
-                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name);
+                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name());
                             button type="submit" { "Restart" }
                         }
                     }
@@ -79,10 +79,10 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
 /// (with the server's exit and stderr lines), the last listing, the grants and home, the tools.
 pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: Option<&str>) -> Option<Markup> {
     let view = snapshot.servers.get(name).filter(|view| server_visible(ctx.caller, view))?;
-    let hello = view.hello.as_ref();
+    let hello = view.hello();
     let tools: Vec<(usize, &ToolDef)> =
-        view.generation.as_ref().map(|generation| generation.tools.iter().enumerate().collect()).unwrap_or_default();
-    let error = view.last_error.as_deref().map(redact);
+        view.generation().map(|generation| generation.tools.iter().enumerate().collect()).unwrap_or_default();
+    let error = view.last_error().map(redact);
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
         table.servers { (head(ctx)) tbody { (row(ctx, view)) } }
@@ -95,14 +95,14 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         table.history {
             thead { tr { th { "when" } th { "state after" } th { "what" } } }
             tbody {
-                @for happening in view.shared.history.newest_first() {
+                @for happening in view.shared().history.newest_first() {
                     tr { td { (when(happening.at_ms)) } td { span class=(format!("state {}", state_class(happening.state))) { (happening.state.name()) } }
                         td.error-text[state_class(happening.state) == "bad"] { (marked(&happening.what)) } }
                 }
             }
         }
         h2 { "Its last listing" }
-        @match &view.last_enumeration {
+        @match view.last_enumeration() {
             Some(record) => p {
                 (record.outcome.as_str()) " (" (record.reason.as_str()) "), " (when(record.started_at_ms)) ": "
                 (record.tools) " tools in " (record.pages) " pages, " (record.duration_ms) " ms; generation " (record.generation)
@@ -111,8 +111,8 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
             None => p { "None yet." },
         }
         h2 { "What it runs in" }
-        p { (hello.map_or_else(|| "not connected".to_owned(), protocol_shown)) " · " (view.transport) }
-        @if let Some(sandbox) = &view.sandbox {
+        p { (hello.map_or_else(|| "not connected".to_owned(), protocol_shown)) " · " (view.transport()) }
+        @if let Some(sandbox) = view.sandbox() {
             p { (self::sandbox(view)) }
             @if let Some(home) = &sandbox.home { p { "Home (HOME, its caches): " code { (home.display().to_string()) } } }
             @if !sandbox.read.is_empty() { p { "Reads (beside the system): " @for path in &sandbox.read { code { (path.display().to_string()) } " " } } }
@@ -123,7 +123,7 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         ul {
             @for (idx, tool) in &tools {
                 li {
-                    a href=(format!("/tool?server={}&name={}", urlencode(&view.name), urlencode(&tool.name))) { (marked(&tool.name)) }
+                    a href=(format!("/tool?server={}&name={}", urlencode(view.name()), urlencode(&tool.name))) { (marked(&tool.name)) }
                     @if view.held(*idx).is_some() { " " span.badge.held { "held" } }
                 }
             }
@@ -133,7 +133,7 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
 }
 
 fn sandbox(view: &ServerView) -> Markup {
-    let Some(sandbox) = &view.sandbox else { return html! { "–" } };
+    let Some(sandbox) = view.sandbox() else { return html! { "–" } };
     let limits = &sandbox.limits;
     html! {
         @if sandbox.enabled { "sandboxed" } @else { span.error { "not sandboxed" } }
@@ -146,9 +146,9 @@ fn sandbox(view: &ServerView) -> Markup {
         }
         @if let Some(kind) = sandbox.last_limit { br; small.error { "last hit: " (kind.label()) } }
         @if !sandbox.allow.is_empty() { br; small { "reaches " (sandbox.allow.join(", ")) } }
-        @let denied = view.shared.egress.denied.load(std::sync::atomic::Ordering::Relaxed);
+        @let denied = view.shared().egress.denied.load(std::sync::atomic::Ordering::Relaxed);
         @if denied > 0 {
-            br; small.error { (denied) " refused, last: " (view.shared.egress.last_denied().unwrap_or_default()) }
+            br; small.error { (denied) " refused, last: " (view.shared().egress.last_denied().unwrap_or_default()) }
         }
     }
 }

@@ -192,8 +192,7 @@ impl Approvals {
             // Nothing to approve: the call fails as a call of an unknown tool does.
             return Ok(None);
         };
-        let Some(definition_hash) = view.generation.as_ref().and_then(|generation| generation.tools.get(idx)).map(|tool| tool.hash.clone())
-        else {
+        let Some(definition_hash) = view.generation().and_then(|generation| generation.tools.get(idx)).map(|tool| tool.hash.clone()) else {
             return Ok(None);
         };
         let qualified = view.qualified().name(idx).to_owned();
@@ -331,7 +330,7 @@ pub(super) fn outcome(refusal: &ApprovalError) -> &'static str {
 /// The definition hash of `tool` in `snapshot`, if it is there.
 fn definition_hash_now(snapshot: &CatalogSnapshot, tool: &ToolRef) -> Option<String> {
     let (view, idx) = crate::calls::locate(&snapshot.servers, tool)?;
-    view.generation.as_ref()?.tools.get(idx).map(|tool| tool.hash.clone())
+    view.generation()?.tools.get(idx).map(|tool| tool.hash.clone())
 }
 
 /// Tells a caller following the call's progress where it is (a task shows it as its status).

@@ -114,7 +114,7 @@ impl Door {
     /// `read` of the current definition of the tool `tool` names, if its server offers it now.
     fn with_current_definition<T>(&self, tool: &ToolRef, read: impl FnOnce(&crate::catalog::model::ToolDef) -> T) -> Option<T> {
         let (view, idx) = crate::calls::locate(&self.registry.snapshot().servers, tool)?;
-        view.generation.as_ref()?.tools.get(idx).map(read)
+        view.generation()?.tools.get(idx).map(read)
     }
 
     /// An operator approves or denies a pending call (with a reason); audited.
@@ -281,15 +281,15 @@ impl Door {
         let generations: Vec<(&str, u64)> = snapshot
             .servers
             .values()
-            .filter(|view| servers.is_empty() || servers.iter().any(|s| **s == *view.name))
-            .filter_map(|view| view.generation.as_ref().map(|generation| (&*view.name, generation.number)))
+            .filter(|view| servers.is_empty() || servers.iter().any(|s| **s == **view.name()))
+            .filter_map(|view| view.generation().map(|generation| (&**view.name(), generation.number)))
             .collect();
         let fetch = u32::try_from(limit.saturating_mul(SEARCH_OVERFETCH)).unwrap_or(u32::MAX);
         let found = self.store.search_words(query, &generations, fetch).await?;
         let mut hits = Vec::with_capacity(limit);
         for (server, name, score) in found {
             let Some(view) = snapshot.servers.get(server.as_str()) else { continue };
-            let Some(idx) = view.generation.as_ref().and_then(|generation| generation.position(&name)) else { continue };
+            let Some(idx) = view.generation().and_then(|generation| generation.position(&name)) else { continue };
             if !shows_tool(caller, view, idx, presentation) || !also(view, idx) {
                 continue;
             }
@@ -644,7 +644,7 @@ impl Door {
             target
                 .server()
                 .and_then(|server| self.registry.server(server))
-                .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared.request_timeout)
+                .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared().request_timeout)
         });
         // Stop waiting a little before the caller's deadline, so that the answer naming the
         // request (and the task that follows it) reaches the caller before its own timer.
@@ -747,7 +747,7 @@ impl Door {
             Ok(result) => result.name.clone(),
             Err(_) => tool,
         };
-        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared.audit_arguments);
+        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared().audit_arguments);
         let arguments = match audit_arguments {
             AuditArguments::None => None,
             AuditArguments::Hash => Some(format!("sha256:{}", crate::catalog::model::sha256_hex(arguments.as_bytes()))),
@@ -804,8 +804,8 @@ pub fn may_use(caller: &Caller, snapshot: &CatalogSnapshot, tool: &ToolRef) -> b
 /// The names the policy judges tool `idx` of `view` by ([`ToolName`]).
 pub fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
     let qualified = view.qualified().name(idx);
-    match view.generation.as_ref().and_then(|generation| generation.tools.get(idx)) {
-        Some(tool) => ToolName::new(&view.name, &tool.name, qualified),
+    match view.generation().and_then(|generation| generation.tools.get(idx)) {
+        Some(tool) => ToolName::new(view.name(), &tool.name, qualified),
         None => ToolName::unresolved(qualified),
     }
 }
@@ -814,9 +814,9 @@ pub fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
 /// own and its qualified name in `snapshot`; a tool `snapshot` does not hold, by the reference.
 pub fn judge<R>(snapshot: &CatalogSnapshot, tool: &ToolRef, decide: impl FnOnce(&ToolName<'_>) -> R) -> R {
     if let Some((view, idx)) = crate::calls::locate(&snapshot.servers, tool)
-        && let Some(own) = view.generation.as_ref().and_then(|generation| generation.tools.get(idx))
+        && let Some(own) = view.generation().and_then(|generation| generation.tools.get(idx))
     {
-        return decide(&ToolName::new(&view.name, &own.name, view.qualified().name(idx)));
+        return decide(&ToolName::new(view.name(), &own.name, view.qualified().name(idx)));
     }
     let qualified = tool.qualified();
     match tool {
@@ -837,7 +837,7 @@ pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
     if caller.agent.admin {
         return true;
     }
-    view.generation
+    view.generation()
         .as_ref()
         .is_some_and(|generation| (0..generation.tools.len()).any(|idx| shows_tool(caller, view, idx, Presentation::WithState)))
 }

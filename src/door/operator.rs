@@ -147,14 +147,14 @@ impl Operator {
         let snapshot = self.registry.snapshot();
         let mut held = Vec::new();
         for view in snapshot.servers.values() {
-            let Some(generation) = &view.generation else { continue };
+            let Some(generation) = view.generation() else { continue };
             for (idx, tool) in generation.tools.iter().enumerate() {
                 let Some(hold) = view.held(idx) else { continue };
                 if held.len() >= max {
                     return Ok(held);
                 }
-                match self.approver.diff(&view.name, &tool.name).await {
-                    Ok(diff) => held.push((view.name.to_string(), tool.name.clone(), hold, diff)),
+                match self.approver.diff(view.name(), &tool.name).await {
+                    Ok(diff) => held.push((view.name().to_string(), tool.name.clone(), hold, diff)),
                     Err(ApproveError::Store(error)) => return Err(error.into()),
                     Err(_) => {}
                 }
@@ -298,8 +298,8 @@ impl Operator {
     fn authorizer(&self, by: &Caller, server: &str) -> Result<Arc<Authorizer>, DoorError> {
         by.require_admin()?;
         let view = self.registry.server(server).ok_or_else(|| DoorError::unknown_server(server))?;
-        view.authorizer
-            .clone()
+        view.authorizer()
+            .cloned()
             .filter(|authorizer| authorizer.grant() == crate::config::auth::Grant::AuthorizationCode)
             .ok_or_else(|| DoorError::no_login(server))
     }
@@ -343,7 +343,7 @@ impl HealthWatch {
         let store_writable = self.degraded.borrow_and_update().is_none();
         let audit_intact = self.audit_broken.borrow_and_update().is_none();
         if !self.settled {
-            self.settled = self.registry.snapshot().servers.values().all(|view| view.state != ServerState::Starting);
+            self.settled = self.registry.snapshot().servers.values().all(|view| view.state() != ServerState::Starting);
         }
         Some(Health { settled: self.settled, store_writable, audit_intact })
     }

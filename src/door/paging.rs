@@ -99,7 +99,7 @@ pub fn walk(
         if !server(view) {
             continue;
         }
-        let Some(generation) = &view.generation else { continue };
+        let Some(generation) = view.generation() else { continue };
         let first = if ordinal == start.server { start.tool } else { 0 };
         for idx in first..generation.tools.len() {
             if !include(view, idx) {

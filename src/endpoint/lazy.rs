@@ -100,7 +100,7 @@ pub(super) async fn target<'a>(
                     let found: Vec<Value> = hits
                         .iter()
                         .filter_map(|hit| {
-                            let tool = &hit.view.generation.as_ref()?.tools[hit.idx];
+                            let tool = &hit.view.generation()?.tools[hit.idx];
                             let fields = tool.fields();
                             Some(json!({
                                 "name": hit.view.qualified().name(hit.idx),
@@ -108,7 +108,7 @@ pub(super) async fn target<'a>(
                                 "description": fields.description,
                                 "inputSchema": serde_json::from_str::<Value>(&fields.input_schema).unwrap_or(json!({"type": "object"})),
                                 "definitionHash": tool.hash,
-                                "server": &*hit.view.name,
+                                "server": hit.view.name(),
                             }))
                         })
                         .collect();

@@ -91,8 +91,8 @@ impl Cache {
             |server, idx| view.shows(server, idx),
             |server, idx| {
                 // The server's rendered entries, fetched once per server the page touches.
-                if rendered.as_ref().is_none_or(|(name, _)| !Arc::ptr_eq(name, &server.name)) {
-                    rendered = Some((server.name.clone(), self.rendered(server, original)));
+                if rendered.as_ref().is_none_or(|(name, _)| !Arc::ptr_eq(name, server.name())) {
+                    rendered = Some((server.name().clone(), self.rendered(server, original)));
                 }
                 let Some(entry) = rendered.as_ref().and_then(|(_, entries)| entries.get(idx)) else { return };
                 if written {
@@ -117,15 +117,15 @@ impl Cache {
     /// A profile with original names shows one server only.
     fn in_view(&self, view: &View, server: &ServerView) -> bool {
         match view.profile.as_ref().and_then(|profile| profile.original.as_deref()) {
-            Some(only) => *server.name == *only,
+            Some(only) => **server.name() == *only,
             None => true,
         }
     }
 
     /// The server's current tools as MCP tool objects, rendered once per generation.
     fn rendered(&self, server: &ServerView, original: bool) -> Entries {
-        let Some(generation) = &server.generation else { return Arc::new([]) };
-        let key = (server.name.clone(), original);
+        let Some(generation) = server.generation() else { return Arc::new([]) };
+        let key = (server.name().clone(), original);
         if let Some((number, entries)) = self.rendered.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
             && *number == generation.number
         {
@@ -137,7 +137,7 @@ impl Cache {
             .enumerate()
             .map(|(idx, tool)| {
                 let shown = if original { tool.name.as_str() } else { server.qualified().name(idx) };
-                render(&server.name, generation.number, tool, shown)
+                render(server.name(), generation.number, tool, shown)
             })
             .collect();
         let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
@@ -189,7 +189,7 @@ fn parse_cursor(cursor: &str, binding: &Binding) -> Result<Position, TokenError>
 fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
     let mut hasher = DefaultHasher::new();
     for server in snapshot.servers.values().filter(|server| server.is_available()) {
-        let Some(generation) = &server.generation else { continue };
+        let Some(generation) = server.generation() else { continue };
         for (idx, tool) in generation.tools.iter().enumerate() {
             let name = server.qualified().name(idx);
             if view.shows(server, idx) {

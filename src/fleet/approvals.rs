@@ -73,22 +73,22 @@ impl Known {
         }
         let snapshot = parts.registry.snapshot();
         for view in snapshot.servers.values() {
-            let (Some(generation), Some(identity)) = (&view.generation, identities.get(&*view.name)) else { continue };
+            let (Some(generation), Some(identity)) = (view.generation(), identities.get(&**view.name())) else { continue };
             for (idx, tool) in generation.tools.iter().enumerate() {
                 if view.held(idx).is_none() {
                     continue;
                 }
                 let key = (identity.clone(), tool.name.clone(), tool.hash.clone());
                 let Some(approved_by) = self.by_definition.get(&key) else { continue };
-                match parts.approver.approve(&view.name, std::slice::from_ref(&tool.name), false, Some(&tool.hash), approved_by).await {
+                match parts.approver.approve(view.name(), std::slice::from_ref(&tool.name), false, Some(&tool.hash), approved_by).await {
                     Ok(_) => {
-                        tracing::info!(server = %view.name, tool = %tool.name, hash = %tool.hash, approved_by, "approved by the fleet")
+                        tracing::info!(server = %view.name(), tool = %tool.name, hash = %tool.hash, approved_by, "approved by the fleet")
                     }
                     // The server changed (or the tool is pinned) meanwhile: nothing to approve here.
                     Err(ApproveError::HashMismatch { .. } | ApproveError::UnknownTool { .. } | ApproveError::Pinned { .. }) => {}
                     Err(error) => {
                         if let Some(suppressed) = self.warnings.admit() {
-                            tracing::warn!(server = %view.name, tool = %tool.name, %error, suppressed, "cannot apply the fleet's approval");
+                            tracing::warn!(server = %view.name(), tool = %tool.name, %error, suppressed, "cannot apply the fleet's approval");
                         }
                     }
                 }

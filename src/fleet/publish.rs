@@ -56,13 +56,13 @@ impl Published {
             self.synced = true;
         }
         for view in snapshot.servers.values() {
-            let Some(identity) = identities.get(&*view.name) else { continue };
-            let current = (identity.clone(), view.state.name(), view.generation_number());
-            if self.servers.get(&*view.name) == Some(&current) {
+            let Some(identity) = identities.get(&**view.name()) else { continue };
+            let current = (identity.clone(), view.state().name(), view.generation_number());
+            if self.servers.get(&**view.name()) == Some(&current) {
                 continue;
             }
             let (names, hashes): (Vec<&str>, Vec<&str>) =
-                view.generation.iter().flat_map(|g| g.tools.iter()).map(|tool| (tool.name.as_str(), tool.hash.as_str())).unzip();
+                view.generation().iter().flat_map(|g| g.tools.iter()).map(|tool| (tool.name.as_str(), tool.hash.as_str())).unzip();
             let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO host_servers (host_id, server, identity, state, generation, updated_at) VALUES ($1, $2, $3, $4, $5, now()) \
@@ -70,7 +70,7 @@ impl Published {
                  generation = excluded.generation, updated_at = now()",
             )
             .bind(host_id)
-            .bind(&*view.name)
+            .bind(&**view.name())
             .bind(identity)
             .bind(current.1)
             .bind(i64::try_from(current.2).unwrap_or(i64::MAX))
@@ -78,7 +78,7 @@ impl Published {
             .await?;
             sqlx::query("DELETE FROM host_tools WHERE host_id = $1 AND server = $2")
                 .bind(host_id)
-                .bind(&*view.name)
+                .bind(&**view.name())
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
@@ -86,14 +86,14 @@ impl Published {
                  SELECT $1, $2, $3, * FROM UNNEST($4::text[], $5::text[])",
             )
             .bind(host_id)
-            .bind(&*view.name)
+            .bind(&**view.name())
             .bind(identity)
             .bind(&names)
             .bind(&hashes)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            self.servers.insert(view.name.to_string(), current);
+            self.servers.insert(view.name().to_string(), current);
         }
         let gone: Vec<String> = self.servers.keys().filter(|name| !snapshot.servers.contains_key(name.as_str())).cloned().collect();
         for name in gone {

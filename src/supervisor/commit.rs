@@ -41,11 +41,11 @@ impl Worker {
             tracing::warn!(server = %self.name, skipped = listing.skipped, first = %first, "tools/list entries skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, clock, stats, listing.diagnostics.clone());
-        let Some(shared) = self.registry.server(&self.name).map(|view| view.shared.clone()) else { return false };
+        let Some(shared) = self.registry.server(&self.name).map(|view| view.shared().clone()) else { return false };
         // The integrity lock: an operator's approval cannot interleave with this evaluation.
         let mut approvals = shared.approvals.lock().await;
         let Some(current) = self.registry.server(&self.name) else { return false };
-        let previous = current.generation.clone();
+        let previous = current.generation().cloned();
         let evaluation = integrity::evaluate(&self.spec.integrity, &listing.tools, &approvals, |name| {
             let before = previous.as_ref()?.tool(name)?;
             listing.tools.iter().find(|tool| tool.name == name).filter(|tool| tool.hash != before.hash)?;
@@ -86,7 +86,7 @@ impl Worker {
                 if let Some(context) = refresh_context
                     && let Some(view) = self.registry.server(&self.name)
                 {
-                    view.shared.remember_generation_span(number, context);
+                    view.shared().remember_generation_span(number, context);
                 }
                 self.registry.update(&self.name, |view| view.published(generation, states, record));
                 EnumerationOutcome::Committed

@@ -24,7 +24,7 @@ pub fn register(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges {
         .with_callback(move |observer| {
             let snapshot = for_sessions.snapshot();
             for state in ServerState::ALL {
-                let count = snapshot.servers.values().filter(|view| view.state == state).count() as u64;
+                let count = snapshot.servers.values().filter(|view| view.state() == state).count() as u64;
                 observer.observe(count, &[KeyValue::new("toolhost.server.state", state.name())]);
             }
         })
@@ -35,8 +35,8 @@ pub fn register(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges {
         .with_description("Tools whose offered definition is not the approved one (not callable until approved)")
         .with_callback(move |observer| {
             for view in for_held.snapshot().servers.values() {
-                let count = view.integrity.iter().filter(|state| state.held.is_some()).count() as u64;
-                observer.observe(count, &[KeyValue::new("toolhost.server", view.name.to_string())]);
+                let count = view.integrity().iter().filter(|state| state.held.is_some()).count() as u64;
+                observer.observe(count, &[KeyValue::new("toolhost.server", view.name().to_string())]);
             }
         })
         .build();
@@ -45,11 +45,11 @@ pub fn register(meter: &Meter, registry: Arc<Registry>) -> RegistryGauges {
         .with_description("Tools in each server's current generation")
         .with_callback(move |observer| {
             for view in registry.snapshot().servers.values() {
-                let count = view.generation.as_ref().map_or(0, |g| g.tools.len() as u64);
+                let count = view.generation().map_or(0, |g| g.tools.len() as u64);
                 observer.observe(
                     count,
                     &[
-                        KeyValue::new("toolhost.server", view.name.to_string()),
+                        KeyValue::new("toolhost.server", view.name().to_string()),
                         KeyValue::new("toolhost.server.available", view.is_available()),
                     ],
                 );

@@ -119,12 +119,12 @@ impl Approver {
             return Err(ApproveError::NothingNamed);
         }
         // The integrity lock: no commit publishes between reading the offer and publishing.
-        let mut approvals = view.shared.approvals.lock().await;
+        let mut approvals = view.shared().approvals.lock().await;
         let view = self.registry.server(server).ok_or_else(|| ApproveError::UnknownServer(server.to_owned()))?;
-        let Some(generation) = view.generation.clone() else {
+        let Some(generation) = view.generation().cloned() else {
             return Err(ApproveError::UnknownTool { server: server.to_owned(), tool: tools.first().cloned().unwrap_or_default() });
         };
-        let policy = &view.shared.policy;
+        let policy = &view.shared().policy;
         let chosen: Vec<&ToolDef> = match all {
             true => generation.tools.iter().filter(|tool| !policy.pins.contains_key(&tool.name)).collect(),
             false => tools
@@ -158,7 +158,7 @@ impl Approver {
         let evaluation = integrity::evaluate(policy, &generation.tools, &approvals, |name| description_of(previous.get(name)));
         let states = compact(&generation.tools, evaluation.tools);
         self.registry.update(server, |view| {
-            if view.generation.as_ref().is_some_and(|current| Arc::ptr_eq(current, &generation)) {
+            if view.generation().is_some_and(|current| Arc::ptr_eq(current, &generation)) {
                 view.integrity_changed(states);
             }
         });
@@ -173,12 +173,12 @@ impl Approver {
     pub async fn diff(&self, server: &str, tool: &str) -> Result<DefinitionDiff, ApproveError> {
         let unknown = || ApproveError::UnknownTool { server: server.to_owned(), tool: tool.to_owned() };
         let view = self.registry.server(server).ok_or_else(|| ApproveError::UnknownServer(server.to_owned()))?;
-        let generation = view.generation.clone().ok_or_else(unknown)?;
+        let generation = view.generation().cloned().ok_or_else(unknown)?;
         let idx = generation.position(tool).ok_or_else(unknown)?;
         let offered = generation.tools[idx].clone();
-        let approval = match view.shared.policy.pins.get(tool) {
+        let approval = match view.shared().policy.pins.get(tool) {
             Some(pin) => Some(Approval { hash: pin.clone(), approved_by: "pins (configuration)".into(), approved_at_ms: 0 }),
-            None => view.shared.approvals.lock().await.get(tool).cloned(),
+            None => view.shared().approvals.lock().await.get(tool).cloned(),
         };
         let integrity = view.integrity_at(idx).cloned();
         let approved = match approval {

@@ -129,7 +129,7 @@ impl Supervisor {
     pub fn start_workers(&mut self) {
         if self.start_permits.available_permits() == 0 && !self.permits_released {
             self.permits_released = true;
-            let stored = self.registry.snapshot().servers.values().any(|view| view.generation.is_some());
+            let stored = self.registry.snapshot().servers.values().any(|view| view.generation().is_some());
             let (permits, cancel) = (self.start_permits.clone(), self.cancel.clone());
             match stored {
                 true => {
@@ -237,18 +237,16 @@ impl Supervisor {
         approvals: HashMap<String, Approval>,
         previous: &HashMap<String, String>,
     ) -> Result<(), StoreError> {
-        let approvals = match view.generation.clone() {
+        let approvals = match view.generation().cloned() {
             Some(generation) => {
                 let (states, approvals) =
-                    integrity::evaluate_stored(&self.store, &view.name, &view.shared.policy, &generation, approvals, previous).await?;
+                    integrity::evaluate_stored(&self.store, view.name(), &view.shared().policy, &generation, approvals, previous).await?;
                 view.integrity_changed(states);
                 approvals
             }
             None => approvals,
         };
-        if let Some(shared) = Arc::get_mut(&mut view.shared) {
-            *shared.approvals.get_mut() = approvals;
-        }
+        view.approvals_loaded(approvals);
         Ok(())
     }
 
@@ -385,7 +383,7 @@ impl Refresher {
     /// [`OperateError`].
     pub fn operate(&self, server: &str, action: ServerAction) -> Result<(), OperateError> {
         let view = self.registry.server(server).ok_or_else(|| OperateError::UnknownServer(server.to_owned()))?;
-        if view.state == ServerState::Disabled {
+        if view.state() == ServerState::Disabled {
             return Err(OperateError::Disabled(server.to_owned()));
         }
         match action {

@@ -93,7 +93,7 @@ impl Worker {
                 }
             },
             operations: self.metrics.client_operation_duration.clone(),
-            egress: self.registry.server(&self.name).map(|view| view.shared.egress.clone()).unwrap_or_default(),
+            egress: self.registry.server(&self.name).map(|view| view.shared().egress.clone()).unwrap_or_default(),
         };
         let authorizer = settings.authorizer.clone();
         self.registry.update(&self.name, |view| view.authorized_by(authorizer));
@@ -407,7 +407,7 @@ impl Worker {
             }
             match pass {
                 Ok(listing) => {
-                    let current = self.registry.server(&self.name).and_then(|view| view.generation.clone());
+                    let current = self.registry.server(&self.name).and_then(|view| view.generation().cloned());
                     if let Some(error) = self.listings.suspicious_empty(&listing, current.as_deref()) {
                         tracing::warn!(server = %self.name, %error, "not committed; confirming with another listing");
                         self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;

@@ -71,7 +71,7 @@ async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_au
     )
     .unwrap();
     let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let socket = dir.path("toolhost.sock");
 
     let reader = cli_as(4301, None, &socket, &["tools", "--json"]).await;
@@ -138,7 +138,7 @@ async fn tcp_callers_need_the_right_token() {
         dir.path("agent.token").display()
     );
     let app = start(dir.config(&format!("{policy}\n{}", server_table("demo", &script, "")))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = tcp_addr(&app).to_string();
     let cli = |token: Option<&str>| cli_with_token(&["tools", "--json"], &addr, token);
     let anonymous = cli(None);
@@ -156,7 +156,7 @@ async fn a_reload_applies_a_new_policy_to_open_watch_streams() {
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
     let mut app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision: 0, servers: vec![] }).await.unwrap().into_inner();
     // The new configuration removes the server (a catalog change every watcher hears of) and
@@ -270,7 +270,7 @@ async fn over_tls_a_client_certificate_is_the_callers_identity() {
     )
     .unwrap();
     let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = tcp_addr(&app);
 
     let mut with_cert = tls_client(addr, &pki.server_ca_pem, Some((pki.client_chain.clone(), pki.client_key.clone_key()))).await;
@@ -381,7 +381,7 @@ async fn a_token_presented_decides_on_every_door_before_the_kernels_word() {
     );
     let app =
         start(dir.config_with(&format!("{}\n{policy}", crate::mcp_endpoint::mcp_section("")), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let unix = format!("unix:{}", dir.path("toolhost.sock").display());
     let tcp = tcp_addr(&app).to_string();
     for addr in [&unix, &tcp] {
@@ -437,7 +437,7 @@ async fn allow_and_deny_name_escaped_tools_by_their_own_names_and_never_reach_an
     );
     let app = start(dir.config(&format!("{policy}\n{servers}"))).await;
     for server in ["pay", "payroll"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "ready", |v| v.state() == ServerState::Ready).await;
     }
     let qualify = toolhost::catalog::names::qualify;
     let listed = async |token: &str| {

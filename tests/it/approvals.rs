@@ -87,7 +87,7 @@ pub(crate) fn echo_calls(dir: &TestDir) -> Vec<Value> {
 async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_ending_is_typed() {
     let dir = TestDir::new();
     let app = start(config(&dir, "")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
 
     // Waits, is shown with its arguments and definition, approved with the CLI, runs once.
     let mut waiting = agent_client(&app, BOT_TOKEN).await;
@@ -231,14 +231,14 @@ async fn an_approved_call_runs_once_with_exactly_its_arguments_and_every_other_e
 async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_approval_stale() {
     let dir = TestDir::new();
     let app = start(config(&dir, "")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let late =
         agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("before the restart"), Duration::from_secs(2))).await.unwrap_err();
     let (id, follower) = (error_info(&late).1["approval_id"].clone(), error_info(&late).1["task_id"].clone());
     app.shutdown().await;
 
     let app = start(config(&dir, "")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(pending(&app, 1).await[0].approval_id, id, "still pending after the restart");
     let (ok, said) = cli(&app, &["approvals", "approve", &id]);
     assert!(ok, "{said}");
@@ -274,7 +274,7 @@ async fn a_pending_request_survives_a_restart_and_a_changed_definition_makes_an_
 async fn an_undecided_request_expires_and_its_call_says_so() {
     let dir = TestDir::new();
     let app = start(config(&dir, "ttl = \"1s\"\n")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let expired = agent_client(&app, BOT_TOKEN).await.call_tool(with_timeout(echo("too late"), Duration::from_secs(60))).await.unwrap_err();
     assert_eq!(error_info(&expired).0, "APPROVAL_EXPIRED", "{expired:?}");
     let listed = client(&app).await.list_approvals(pb::ListApprovalsRequest { status: "expired".into() }).await.unwrap().into_inner();
@@ -290,7 +290,7 @@ async fn the_python_sdk_waits_for_approval_as_a_task_and_as_a_plain_call() {
     use tokio::io::AsyncBufReadExt;
     let dir = TestDir::new();
     let app = start(config_with(&dir, &crate::mcp_endpoint::mcp_section(""), "")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let url = format!("http://{}/mcp", crate::mcp_endpoint::mcp_http(&app));
     let fixture = format!("{}/tests/fixtures/mcp_clients/approval_client.py", env!("CARGO_MANIFEST_DIR"));
     let mut child = tokio::process::Command::new(crate::mcp_clients::agents_python())
@@ -351,7 +351,7 @@ async fn pay_daemon(dir: &TestDir) -> toolhost::app::App {
     );
     let config = dir.config_with(&sections, &server_table("pay", &script, "approve = [\"refund.now\", \"ns:send\"]\n"));
     let app = start(config).await;
-    wait_for_server(app.registry(), "pay", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "pay", "ready", |v| v.state() == ServerState::Ready).await;
     app
 }
 

@@ -25,7 +25,7 @@ async fn daemon(dir: &TestDir, sections: &str) -> toolhost::app::App {
     let sections = format!("[approvals]\nanswer_after = \"1s\"\n{sections}");
     let servers = server_table("demo", &script, "approve = [\"echo\"]\nrequest_timeout = \"60s\"\n");
     let app = start(dir.config_with(&sections, &servers)).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     app
 }
 

@@ -49,7 +49,7 @@ pub(crate) async fn sql(path: &std::path::Path, statement: &str) {
 /// five records, and when it stops.
 async fn signed_trail_of_twelve_calls(dir: &TestDir) {
     let app = start(dir.config_with("[audit]\ncheckpoint_records = 5\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     calls_each_recorded(&app, 12).await;
     app.shutdown().await;
 }
@@ -98,7 +98,7 @@ async fn the_audit_chain_verifies_and_every_kind_of_tampering_is_found_at_its_re
     let app = start(dir.config(&server_table("demo", &dir.script("demo", json!({})), ""))).await;
     crate::store_faults::health_becomes(&app, "toolhost.v1.Audit", tonic_health::pb::health_check_response::ServingStatus::NotServing)
         .await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let call = pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: "{}".into(), ..Default::default() };
     client(&app).await.call_tool(call).await.expect("calls go on");
     app.shutdown().await;
@@ -210,7 +210,7 @@ async fn a_store_writer_without_the_key_can_neither_renumber_unlink_nor_unsign_t
 async fn the_daemon_refuses_to_sign_a_chain_rewritten_under_it_and_serves_on() {
     let dir = TestDir::new();
     let app = start(dir.config_with("[audit]\ncheckpoint_records = 1\n", &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     calls_each_recorded(&app, 6).await;
     let db = dir.db_path();
     let checkpoints = async || -> (i64, i64) {
@@ -270,7 +270,7 @@ async fn records_are_exported_as_written_and_a_sink_down_loses_nothing() {
         dir.path("syslog-ca.pem").display().to_string(),
     );
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut grpc = client(&app).await;
     for n in 0..4 {
         let call =
@@ -421,7 +421,7 @@ async fn rsyslog_receives_the_trail_as_rfc_5424() {
     let port: u16 = eventually("rsyslog listening", async || std::fs::read_to_string(&port_file).ok()?.trim().parse().ok()).await;
     let sections = format!("[audit]\nexport = [{{ syslog = \"127.0.0.1:{port}\" }}]\n");
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut grpc = client(&app).await;
     for n in 0..3 {
         let call =

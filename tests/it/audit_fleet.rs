@@ -50,7 +50,7 @@ async fn the_fleet_keeps_each_hosts_chain_and_a_host_cannot_rewrite_its_history_
     let dir = TestDir::new();
     let sections = format!("{}[audit]\ncheckpoint_records = 3\n", fleet_section(&dir, &url, "alpha"));
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     crate::audit_chain::calls_each_recorded(&app, 10).await;
     let config = dir.path("toolhost.toml");
     let config = config.to_str().unwrap();

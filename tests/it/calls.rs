@@ -28,7 +28,7 @@ async fn calls_return_results_and_tool_errors_are_results() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
 
     let added = client.call_tool(call("demo__add", json!({"a": 2, "b": 40}))).await.unwrap().into_inner();
@@ -67,8 +67,8 @@ async fn every_error_maps_to_its_code_with_details() {
     let servers =
         [server_table("demo", &demo, ""), server_table("future", &future, "restart = { initial_backoff = \"5s\", max_backoff = \"10s\" }")];
     let app = start(dir.config(&servers.join("\n"))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    wait_for_server(app.registry(), "future", "failed", |v| v.state == ServerState::Failed).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
+    wait_for_server(app.registry(), "future", "failed", |v| v.state() == ServerState::Failed).await;
     let mut client = client(&app).await;
 
     let cases: Vec<(pb::CallToolRequest, tonic::Code, &str)> = vec![
@@ -132,7 +132,7 @@ async fn a_server_that_is_down_is_unavailable_and_its_tools_stay_listed() {
     listed.push(json!({"name": "crash", "inputSchema": {"type": "object"}}));
     let script = demo_script(&dir, "down", json!({"tools": listed, "crash_on_launch": [2, 3, 4, 5, 6, 7, 8, 9]}));
     let app = start(dir.config(&server_table("down", &script, "restart = { initial_backoff = \"2s\", max_backoff = \"5s\" }"))).await;
-    wait_for_server(app.registry(), "down", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "down", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let lost = client.call_tool(call("down__crash", json!({}))).await.unwrap_err();
     assert_eq!(
@@ -156,7 +156,7 @@ async fn a_cancelled_call_reaches_the_upstream_as_notifications_cancelled() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let abandoned = tokio::time::timeout(Duration::from_millis(300), client.call_tool(call("demo__sleep", json!({"ms": 10000})))).await;
     assert!(abandoned.is_err(), "the client gave up");
@@ -176,7 +176,7 @@ async fn calls_beyond_the_concurrency_limit_wait_their_turn() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "one", json!({}));
     let app = start(dir.config(&server_table("one", &script, "max_concurrent_calls = 1"))).await;
-    wait_for_server(app.registry(), "one", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "one", "ready", |v| v.state() == ServerState::Ready).await;
     let client = client(&app).await;
     let started = Instant::now();
     let calls = (0..3).map(|_| {
@@ -220,7 +220,7 @@ async fn each_kind_of_stale_tool_race_is_typed_counted_and_acted_on() {
     std::fs::write(&file, json!([{"name": "stays"}, {"name": "goes"}, {"name": "ghost"}]).to_string()).unwrap();
     let script = demo_script(&dir, "racy", json!({"tools_file": file, "watch_tools_file": true, "unknown_tools_on_call": ["ghost"]}));
     let app = start(dir.config(&server_table("racy", &script, ""))).await;
-    wait_for_server(app.registry(), "racy", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "racy", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let listed = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner();
     let hash_of = |name: &str| listed.tools.iter().find(|t| t.name == name).unwrap().definition_hash.clone();
@@ -230,7 +230,7 @@ async fn each_kind_of_stale_tool_race_is_typed_counted_and_acted_on() {
     assert_eq!((status.code(), error_info(&status).0.as_str()), (tonic::Code::FailedPrecondition, "STALE_TOOL_UPSTREAM_UNKNOWN"));
     assert_eq!(dir.received("racy").iter().filter(|m| m["params"]["name"] == "ghost").count(), 1, "never retried");
     wait_until(app.registry(), "a stale_tool re-enumeration", |s| {
-        s.servers["racy"].last_enumeration.as_ref().is_some_and(|e| e.reason == toolhost::catalog::record::EnumerationReason::StaleTool)
+        s.servers["racy"].last_enumeration().is_some_and(|e| e.reason == toolhost::catalog::record::EnumerationReason::StaleTool)
     })
     .await;
 
@@ -270,7 +270,7 @@ async fn the_cli_prints_json_and_its_exit_codes_tell_failures_apart() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = cli_addr(&app);
     let cli = |args: Vec<&str>| {
         let addr = addr.clone();
@@ -307,11 +307,11 @@ async fn the_cli_prints_json_and_its_exit_codes_tell_failures_apart() {
     assert_eq!(history["generations"][0]["generation"], 1);
     assert!(cli(vec!["refresh", "demo"]).await.unwrap().status.success());
     wait_until(app.registry(), "a manual enumeration", |s| {
-        s.servers["demo"].last_enumeration.as_ref().is_some_and(|e| e.reason == toolhost::catalog::record::EnumerationReason::Manual)
+        s.servers["demo"].last_enumeration().is_some_and(|e| e.reason == toolhost::catalog::record::EnumerationReason::Manual)
     })
     .await;
     assert!(cli(vec!["restart", "demo"]).await.unwrap().status.success());
-    wait_for_server(app.registry(), "demo", "a fresh session", |v| v.num_restarts == 1 && v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "a fresh session", |v| v.num_restarts() == 1 && v.state() == ServerState::Ready).await;
     assert_eq!(dir.methods("demo").iter().filter(|m| *m == "initialize").count(), 2);
     app.shutdown().await;
 }
@@ -322,7 +322,7 @@ async fn callers_that_time_out_never_push_more_than_the_limit_onto_the_server() 
     let calls_file = dir.path("calls.txt");
     let script = demo_script(&dir, "slow", json!({"calls_file": calls_file}));
     let app = start(dir.config(&server_table("slow", &script, "max_concurrent_calls = 4"))).await;
-    wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "slow", "ready", |v| v.state() == ServerState::Ready).await;
     let client = client(&app).await;
     let calls = (0..40).map(|_| {
         let mut client = client.clone();
@@ -360,13 +360,13 @@ async fn an_argument_error_that_says_unknown_is_not_a_stale_tool() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "strict", json!({"invalid_params_on_call": ["echo"]}));
     let app = start(dir.config(&server_table("strict", &script, ""))).await;
-    wait_for_server(app.registry(), "strict", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "strict", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let status = client.call_tool(call("strict__echo", json!({"extra": 1}))).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert_eq!(error_info(&status).0, "UPSTREAM_INVALID_PARAMS");
     let view = app.registry().server("strict").unwrap();
-    assert_eq!(view.shared.races.upstream_unknown_tool.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(view.shared().races.upstream_unknown_tool.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(dir.methods("strict").iter().filter(|m| *m == "tools/list").count(), 1, "no re-enumeration");
     app.shutdown().await;
 }
@@ -376,7 +376,7 @@ async fn hostile_request_input_gets_a_bounded_answer_and_no_panic() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     // A deadline far beyond any clock: treated as malformed (more than eight digits), not a panic.
     let mut request = tonic::Request::new(call("demo__echo", json!({"text": "hi"})));

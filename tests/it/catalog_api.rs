@@ -28,8 +28,8 @@ async fn servers_tools_and_history_read_back_what_the_servers_offer() {
         "[servers.off]\ncommand = \"true\"\nenabled = false\n".to_owned(),
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
-    wait_for_server(app.registry(), "live", "ready", |v| v.state == ServerState::Ready).await;
-    wait_for_server(app.registry(), "quiet", "no tools", |v| v.state == ServerState::NoTools).await;
+    wait_for_server(app.registry(), "live", "ready", |v| v.state() == ServerState::Ready).await;
+    wait_for_server(app.registry(), "quiet", "no tools", |v| v.state() == ServerState::NoTools).await;
     let mut client = unix_client(&app).await;
 
     let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
@@ -104,7 +104,7 @@ async fn paging_stays_on_one_revision_while_the_catalog_moves() {
     let file = tools_file(&dir, &json!(tools("t", 7)));
     let script = dir.script("pages", json!({"tools_file": file, "watch_tools_file": true}));
     let app = start(dir.config(&server_table("pages", &script, ""))).await;
-    wait_for_server(app.registry(), "pages", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "pages", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
 
     let first = client.list_tools(pb::ListToolsRequest { page_size: 3, ..Default::default() }).await.unwrap().into_inner();
@@ -146,7 +146,7 @@ async fn the_watch_sends_every_change_in_order_and_resyncs_a_laggard() {
     let mut config = dir.config(&config_text);
     config.grpc.watch_backlog = 8;
     let app = start(config).await;
-    wait_for_server(app.registry(), "w", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "w", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let mut stream = client.watch_catalog(pb::WatchCatalogRequest::default()).await.unwrap().into_inner();
 
@@ -182,7 +182,7 @@ async fn health_turns_serving_and_reflection_lists_the_services() {
     let dir = TestDir::new();
     let script = dir.script("h", json!({"tools": tools("t", 1)}));
     let app = start(dir.config(&server_table("h", &script, ""))).await;
-    wait_for_server(app.registry(), "h", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "h", "ready", |v| v.state() == ServerState::Ready).await;
     // Health and reflection answer anyone on TCP, token or not: they say what is served, not what it holds.
     let addr = tcp_addr(&app);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();

@@ -125,7 +125,7 @@ async fn console_daemon(dir: &TestDir) -> (toolhost::app::App, String) {
         token_file.display()
     );
     let app = start(dir.config_with(&sections, &server_table("files", &script, "changes = \"hold\"\n"))).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     let port = app.console_addrs().iter().find_map(|addr| match addr {
         BoundAddr::Tcp(socket) => Some(socket.port()),
         BoundAddr::Unix(_) => None,
@@ -182,7 +182,7 @@ async fn an_operator_approves_a_held_tool_in_the_browser_and_the_pages_follow_th
     assert_eq!(marked, json!("U+200B"), "the invisible character is shown as such");
     let changed = browser.eval("document.querySelectorAll(\"section.held tr.changed mark\").length").await;
     assert!(changed.as_u64().unwrap() >= 1, "the changed characters are marked");
-    let offered = app.registry().server("files").unwrap().generation.as_ref().unwrap().tool("read").unwrap().hash.clone();
+    let offered = app.registry().server("files").unwrap().generation().unwrap().tool("read").unwrap().hash.clone();
     let bound = browser.eval("document.querySelector(\"section.held form.approve input[name=hash]\").value").await;
     assert_eq!(bound, json!(offered), "Approve binds the exact hash shown");
     browser.screenshot("review").await;
@@ -249,7 +249,7 @@ async fn forged_posts_other_sites_and_non_operators_are_refused() {
     let dir = TestDir::new();
     let (app, base) = console_daemon(&dir).await;
     let host = base.trim_start_matches("http://").to_owned();
-    let restarts = || app.registry().server("files").unwrap().num_restarts;
+    let restarts = || app.registry().server("files").unwrap().num_restarts();
 
     // A session of the operator's, as a page gets it.
     let get = format!("GET /servers HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
@@ -339,7 +339,7 @@ async fn the_console_on_a_unix_socket_knows_its_caller_from_the_kernel() {
          [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n"
     );
     let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let exchange = async |request: &str| {
         let mut stream = tokio::net::UnixStream::connect(dir.path("console.sock")).await.unwrap();
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -529,9 +529,8 @@ async fn every_string_a_server_controls_stays_text_on_every_page() {
         ),
     ];
     let app = start(dir.config_with(&sections, &servers.join("\n"))).await;
-    wait_for_server(app.registry(), "evil", "ready", |v| v.state == ServerState::Ready).await;
-    wait_for_server(app.registry(), "failing", "its failure quoted", |v| v.last_error.as_deref().is_some_and(|e| e.contains("onerror")))
-        .await;
+    wait_for_server(app.registry(), "evil", "ready", |v| v.state() == ServerState::Ready).await;
+    wait_for_server(app.registry(), "failing", "its failure quoted", |v| v.last_error().is_some_and(|e| e.contains("onerror"))).await;
     let port = app.console_addrs().iter().find_map(|addr| match addr {
         BoundAddr::Tcp(socket) => Some(socket.port()),
         BoundAddr::Unix(_) => None,

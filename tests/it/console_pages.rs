@@ -72,7 +72,7 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
         ),
     ];
     let app = start(dir.config_with(&sections, &servers.join("\n"))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let base = console_base(&app);
 
     // The viewer: two tasks working, a call, then a call refused by its rate (3 an hour).
@@ -82,7 +82,7 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
     // And one of the operator's own, which the viewer must not reach.
     let theirs = client(&app).await.start_task(start_sleep()).await.unwrap().into_inner().task_id;
     eventually("the three tasks' calls are at the server", async || {
-        (app.registry().server("demo").unwrap().shared.call_queue.in_use() == 3).then_some(())
+        (app.registry().server("demo").unwrap().shared().call_queue.in_use() == 3).then_some(())
     })
     .await;
     viewer.call_tool(echo()).await.unwrap();
@@ -147,7 +147,7 @@ async fn tasks_limits_and_a_failing_servers_history_as_an_agent_and_as_the_opera
     let seen = viewer.get_task(pb::TaskRequest { task_id: second.clone() }).await.unwrap().into_inner();
     assert_eq!(seen.status, pb::TaskStatus::Cancelled as i32, "{seen:?}");
     eventually("the cancelled calls left the server's queue", async || {
-        (app.registry().server("demo").unwrap().shared.call_queue.in_use() == 1).then_some(())
+        (app.registry().server("demo").unwrap().shared().call_queue.in_use() == 1).then_some(())
     })
     .await;
     let wanted = format!("task_cancelled:{second}:viewer");
@@ -184,7 +184,7 @@ async fn an_operator_approves_and_denies_calls_in_the_browser() {
     // The calls wait for the browser's decision within their deadline (`answer_after` long).
     let sections = format!("[approvals]\nanswer_after = \"10m\"\n{}", sections(&dir, "bot", "approve = [\"demo__echo\"]"));
     let app = start(dir.config_with(&sections, &server_table("demo", &dir.script("demo", json!({})), ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let base = console_base(&app);
     let payload = "<img src=x onerror=\"window.__pwned=1\"> pay 10";
     let ask = async |text: &str| {

@@ -28,9 +28,9 @@ fn theirs(path: &Path) {
 
 /// Restarts `server` and waits until a new session of it is ready.
 async fn restarted(app: &toolhost::app::App, server: &str) {
-    let before = app.registry().server(server).map(|view| view.num_restarts).unwrap_or(0);
+    let before = app.registry().server(server).map(|view| view.num_restarts()).unwrap_or(0);
     client(app).await.restart_server(pb::RestartServerRequest { server: server.into() }).await.unwrap();
-    wait_for_server(app.registry(), server, "restarted and ready", |v| v.num_restarts > before && v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), server, "restarted and ready", |v| v.num_restarts() > before && v.state() == ServerState::Ready).await;
 }
 
 /// The ```toml block of the README's "### 2." section, as written.
@@ -104,7 +104,7 @@ async fn the_readmes_own_servers_write_their_grant_and_keep_their_data_across_a_
     for server in ["files", "memory"] {
         eventually_within(WAIT * 6, &format!("{server} fetched and ready"), async || {
             let view = app.registry().server(server).ok_or("no such server".to_owned())?;
-            if view.state == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state, view.last_error)) }
+            if view.state() == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state(), view.last_error())) }
         })
         .await;
     }
@@ -140,7 +140,7 @@ async fn a_servers_data_directory_is_made_for_it_named_in_its_env_and_kept_acros
     ];
     let app = start(dir.config(&tables.join("\n"))).await;
     for server in ["keeper", "bare"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "ready", |v| v.state() == ServerState::Ready).await;
         restarted(&app, server).await;
         let file = dir.path(&format!("servers/{server}.data/memory.jsonl"));
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "launch 1\nlaunch 2\n", "{server}: {}", file.display());
@@ -172,7 +172,7 @@ async fn links_planted_on_the_way_to_a_data_directory_are_never_followed_by_the_
     let path = |p: &Path| p.display().to_string();
     let servers = hostile_table("planter", &format!("write = [{:?}]\ndata = {:?}", path(&shared), path(&shared.join("p/q/data"))));
     let app = start(dir.config(&servers)).await;
-    wait_for_server(app.registry(), "planter", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "planter", "ready", |v| v.state() == ServerState::Ready).await;
     assert!(shared.join("p/q/data").is_dir());
     // (Its data directory itself is a mount in its sandbox: it cannot be moved for a link.)
     let plant = format!("cd {} && mv p p-moved && ln -s {} p", path(&shared), path(&victims[0]));
@@ -183,10 +183,10 @@ async fn links_planted_on_the_way_to_a_data_directory_are_never_followed_by_the_
     grpc.restart_server(pb::RestartServerRequest { server: "planter".into() }).await.unwrap();
     for server in ["planter"] {
         let view = wait_for_server(app.registry(), server, "refused its data directory", |v| {
-            v.last_error.as_deref().is_some_and(|error| error.contains("data directory") && error.contains("symbolic link"))
+            v.last_error().is_some_and(|error| error.contains("data directory") && error.contains("symbolic link"))
         })
         .await;
-        assert_ne!(view.state, ServerState::Ready, "{server}: {:?}", view.last_error);
+        assert_ne!(view.state(), ServerState::Ready, "{server}: {:?}", view.last_error());
     }
     let ours = nix::unistd::getuid().as_raw();
     for victim in &victims {
@@ -250,18 +250,18 @@ async fn an_existing_directory_is_never_taken_over_and_check_config_says_what_ea
 
     let app = start(config).await;
     let view = wait_for_server(app.registry(), "taker", "refused its data directory", |v| {
-        v.last_error.as_deref().is_some_and(|error| error.contains("never takes over"))
+        v.last_error().is_some_and(|error| error.contains("never takes over"))
     })
     .await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     assert!(error.contains(&kept.display().to_string()) && error.contains("chown -R"), "{error}");
-    assert_ne!(view.state, ServerState::Ready);
+    assert_ne!(view.state(), ServerState::Ready);
     let meta = std::fs::metadata(&kept).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o700), "taken over");
     assert_eq!(std::fs::metadata(kept.join("secret")).unwrap().uid(), 0);
     assert_eq!(std::fs::read_to_string(kept.join("secret")).unwrap(), "root's");
     for server in ["empty", "linked"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "ready", |v| v.state() == ServerState::Ready).await;
     }
     assert_eq!(std::fs::metadata(&empty).unwrap().uid(), server_uid(), "an empty one is given");
     assert_eq!(std::fs::read_to_string(empty.join("memory.jsonl")).unwrap(), "launch 1\n");
@@ -319,10 +319,10 @@ async fn a_refused_write_is_reported_with_the_grant_that_would_allow_it() {
     );
     let app = start(dir.config(&table)).await;
     let view = wait_for_server(app.registry(), "writer", "its failure explained", |v| {
-        v.last_error.as_deref().is_some_and(|error| error.contains("exited with status 2"))
+        v.last_error().is_some_and(|error| error.contains("exited with status 2"))
     })
     .await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     let grant = format!("write = [{:?}]", readable.display().to_string());
     assert!(error.contains(&grant) && error.contains("data = true"), "{error}");
     assert!(!target.exists());

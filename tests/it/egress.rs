@@ -136,7 +136,7 @@ async fn a_server_reaches_exactly_the_hosts_its_entry_allows_and_a_refusal_is_na
         script.display().to_string()
     );
     let app = start(dir.config(&table)).await;
-    wait_for_server(app.registry(), "out", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "out", "ready", |v| v.state() == ServerState::Ready).await;
     let mut grpc = client(&app).await;
 
     // Allowed by address: through the proxy to the host's loopback, one line each way.

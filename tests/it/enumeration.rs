@@ -11,9 +11,9 @@ async fn follows_every_cursor_and_never_stores_one() {
     let dir = TestDir::new();
     let script = dir.script("paged", json!({"tools": tools("t", 7), "page_size": 2, "cursor_prefix": "CURSOR-SECRET-"}));
     let app = start(dir.config(&server_table("paged", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "paged", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "paged", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["t0", "t1", "t2", "t3", "t4", "t5", "t6"]);
-    assert_eq!(view.generation.as_ref().unwrap().number, 1);
+    assert_eq!(view.generation().unwrap().number, 1);
 
     let lists: Vec<_> = dir.received("paged").into_iter().filter(|m| m["method"] == "tools/list").collect();
     assert_eq!(lists.len(), 4, "7 tools in pages of 2 take 4 requests");
@@ -47,7 +47,7 @@ async fn a_change_between_two_pages_never_yields_a_mixed_generation() {
     let after = tools("new", 4);
     let script = dir.script("shifty", json!({"tools": before, "page_size": 2, "mutate_after_page": {"page": 1, "tools": after}}));
     let app = start(dir.config(&server_table("shifty", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "shifty", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "shifty", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["new0", "new1", "new2", "new3"]);
 
     for summary in app.store().history("shifty", 50).await.unwrap() {
@@ -71,10 +71,10 @@ async fn list_changed_publishes_a_new_generation_with_its_diff() {
     std::fs::write(&tools_file, json!([{"name": "keep"}, {"name": "drop"}, {"name": "edit", "description": "v1"}]).to_string()).unwrap();
     let script = dir.script("live", json!({"tools_file": tools_file, "watch_tools_file": true, "page_size": 1}));
     let app = start(dir.config(&server_table("live", &script, ""))).await;
-    wait_for_server(app.registry(), "live", "generation 1", |v| v.generation.as_ref().is_some_and(|g| g.number == 1)).await;
+    wait_for_server(app.registry(), "live", "generation 1", |v| v.generation().is_some_and(|g| g.number == 1)).await;
 
     std::fs::write(&tools_file, json!([{"name": "keep"}, {"name": "edit", "description": "v2"}, {"name": "add"}]).to_string()).unwrap();
-    let view = wait_for_server(app.registry(), "live", "generation 2", |v| v.generation.as_ref().is_some_and(|g| g.number == 2)).await;
+    let view = wait_for_server(app.registry(), "live", "generation 2", |v| v.generation().is_some_and(|g| g.number == 2)).await;
     assert_eq!(tool_names(&view), ["add", "edit", "keep"]);
     let latest = &app.store().history("live", 1).await.unwrap()[0];
     assert_eq!(
@@ -94,7 +94,7 @@ async fn a_storm_of_notifications_costs_a_few_passes() {
         json!({"tools": tools("t", 3), "list_changed_storm": 1000, "storm_after_first_list": true, "storm_done_file": done_file}),
     );
     let app = start(dir.config(&server_table("stormy", &script, ""))).await;
-    wait_for_server(app.registry(), "stormy", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "stormy", "ready", |v| v.state() == ServerState::Ready).await;
     // Wait for the storm to end, then for a pass that started after it to complete: that pass
     // saw every notification, and no later one will start.
     let storm_done_ms: i64 =
@@ -107,12 +107,12 @@ async fn a_storm_of_notifications_costs_a_few_passes() {
     })
     .await;
     let view = app.registry().server("stormy").unwrap();
-    assert_eq!(view.state, ServerState::Ready);
+    assert_eq!(view.state(), ServerState::Ready);
     assert_eq!(tool_names(&view), ["t0", "t1", "t2"]);
     let passes = dir.received("stormy").iter().filter(|m| m["method"] == "tools/list").count();
     assert!(passes <= 6, "1000 notifications caused {passes} tools/list requests");
     assert!(passes >= 2, "the storm was not ignored: it caused a pass after the first listing");
-    assert_eq!(view.generation.as_ref().unwrap().number, 1, "an unchanged tool set keeps its generation");
+    assert_eq!(view.generation().unwrap().number, 1, "an unchanged tool set keeps its generation");
     app.shutdown().await;
 }
 
@@ -131,15 +131,15 @@ async fn bounded_and_broken_listings_are_never_committed() {
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
     for (name, expected) in [("looping", "pagination loop"), ("many", "max_pages"), ("hung", "no answer")] {
-        let view = wait_for_server(app.registry(), name, "failed", |v| v.state == ServerState::Failed).await;
-        assert!(view.generation.is_none(), "{name}: nothing may be committed");
-        let error = view.last_error.clone().unwrap_or_default();
+        let view = wait_for_server(app.registry(), name, "failed", |v| v.state() == ServerState::Failed).await;
+        assert!(view.generation().is_none(), "{name}: nothing may be committed");
+        let error = view.last_error().map(str::to_owned).unwrap_or_default();
         assert!(error.contains(expected), "{name}: {error:?} should mention {expected:?}");
         let record = &app.store().enumerations(name, 1).await.unwrap()[0];
         assert_eq!(record.outcome, EnumerationOutcome::Failed);
     }
     // An invalid cursor makes the pass start over from the first page, then it completes.
-    let view = wait_for_server(app.registry(), "rejecting", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "rejecting", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view).len(), 5);
     app.shutdown().await;
 }
@@ -149,10 +149,10 @@ async fn a_server_without_the_tools_capability_is_never_asked_for_tools() {
     let dir = TestDir::new();
     let script = dir.script("quiet", json!({"capabilities": {"prompts": {}}, "list_changed_storm": 3}));
     let app = start(dir.config(&server_table("quiet", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "quiet", "no tools", |v| v.state == ServerState::NoTools).await;
+    let view = wait_for_server(app.registry(), "quiet", "no tools", |v| v.state() == ServerState::NoTools).await;
     assert!(tool_names(&view).is_empty());
     // Every notification has arrived, and a round trip after them has completed.
-    let session = view.session.clone().unwrap();
+    let session = view.session().cloned().unwrap();
     eventually("the three notifications arrive", async || {
         (session.stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) >= 3).then_some(())
     })
@@ -169,8 +169,8 @@ async fn duplicate_and_nameless_entries_are_reported_and_the_first_kept() {
     let listed = json!([{"name": "a", "description": "first"}, {"description": "nameless"}, {"name": "a", "description": "second"}, {"name": "b", "x-vendor": {"k": 1}}]);
     let script = dir.script("dupes", json!({"tools": listed}));
     let app = start(dir.config(&server_table("dupes", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "dupes", "ready", |v| v.state == ServerState::Ready).await;
-    let generation = view.generation.clone().unwrap();
+    let view = wait_for_server(app.registry(), "dupes", "ready", |v| v.state() == ServerState::Ready).await;
+    let generation = view.generation().cloned().unwrap();
     assert_eq!(tool_names(&view), ["a", "b"]);
     assert!(generation.tool("a").unwrap().definition.contains("first"));
     assert!(generation.tool("b").unwrap().definition.contains(r#""x-vendor":{"k":1}"#), "unknown fields are kept whole");

@@ -50,7 +50,7 @@ async fn a_flooding_caller_evicts_only_its_own_sessions_and_watch_streams() {
     );
     let script = dir.script("demo", json!({}));
     let app = start(dir.config_with(&format!("{}\n{access}", mcp_section("")), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = mcp_http(&app);
 
     // The quiet caller opens one session first; then the flood.
@@ -101,7 +101,7 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
     );
     let script = dir.script("slow", json!({}));
     let app = start(dir.config_with(&access, &server_table("slow", &script, "max_concurrent_calls = 1"))).await;
-    wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "slow", "ready", |v| v.state() == ServerState::Ready).await;
     let sleep = |arguments: Value| pb::CallToolRequest {
         qualified_name: "slow__sleep".into(),
         arguments_json: arguments.to_string(),
@@ -111,7 +111,7 @@ async fn waiting_calls_are_served_round_robin_across_agents() {
     let release = dir.path("release");
     nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let finished = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let queue = app.registry().server("slow").unwrap().shared.call_queue.clone();
+    let queue = app.registry().server("slow").unwrap().shared().call_queue.clone();
     let mut floods = Vec::new();
     // The flood's first call holds the one slot; nineteen more queue behind it.
     for index in 0..20 {
@@ -164,7 +164,7 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
     );
     let script = dir.script("demo", json!({"calls_file": dir.path("calls.log")}));
     let app = start(dir.config_with(&format!("{}\n{access}", mcp_section("")), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let echo =
         || pb::CallToolRequest { qualified_name: "demo__echo".into(), arguments_json: r#"{"text":"hi"}"#.into(), ..Default::default() };
 
@@ -250,7 +250,7 @@ async fn a_quota_holds_across_a_restart() {
         ..Default::default()
     };
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = agent_client(&app, token).await;
     for _ in 0..2 {
         client.call_tool(call("demo__echo")).await.unwrap();
@@ -265,7 +265,7 @@ async fn a_quota_holds_across_a_restart() {
     app.shutdown().await;
 
     let app = start(config).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = agent_client(&app, token).await;
     let still = client.call_tool(call("demo__echo")).await.unwrap_err();
     assert_eq!(error_info(&still).0, "QUOTA_EXHAUSTED", "the count survived the restart");

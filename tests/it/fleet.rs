@@ -59,7 +59,7 @@ async fn host(dir: &TestDir, url: &str, host_id: &str, read_description: &str) -
     let script = dir.script("files", json!({"tools_file": dir.path("tools.json")}));
     let table = server_table("files", &script, "new_tools = \"hold\"\nfleet_identity = \"files-server\"");
     let app = start(dir.config_with(&fleet_section(dir, url, host_id), &table)).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     app
 }
 
@@ -67,7 +67,7 @@ async fn host(dir: &TestDir, url: &str, host_id: &str, read_description: &str) -
 async fn demo_host(dir: &TestDir, url: &str, host_id: &str) -> App {
     let script = dir.script("demo", json!({}));
     let app = start(dir.config_with(&fleet_section(dir, url, host_id), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     app
 }
 
@@ -127,7 +127,7 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     let registry = b.registry().clone();
     eventually("host B applies host A's approval", async || {
         let view = registry.server("files")?;
-        let idx = view.generation.as_ref()?.position("list")?;
+        let idx = view.generation()?.position("list")?;
         view.held(idx).is_none().then_some(())
     })
     .await;
@@ -165,7 +165,7 @@ async fn two_hosts_share_approvals_see_drift_and_one_audit_trail() {
     let registry = c.registry().clone();
     eventually("host C applies the approval made before it joined", async || {
         let view = registry.server("files")?;
-        let idx = view.generation.as_ref()?.position("list")?;
+        let idx = view.generation()?.position("list")?;
         view.held(idx).is_none().then_some(())
     })
     .await;
@@ -443,7 +443,7 @@ async fn a_wrong_url_password_or_schema_is_named_and_the_host_serves_on() {
         assert!(!checked.status.success() && said.contains(expected), "{said}");
         assert!(!said.contains("not-the-password-4242") && !said.contains(&password), "no password in: {said}");
         let app = start(config).await;
-        wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
         let echoed = call(&app, "demo__echo").await.unwrap();
         assert!(!echoed.is_error, "the host serves from its own store");
         let status = fleet_error(&app, expected).await;
@@ -482,7 +482,7 @@ async fn a_wrong_url_password_or_schema_is_named_and_the_host_serves_on() {
         let said = String::from_utf8_lossy(&checked.stdout).into_owned() + &String::from_utf8_lossy(&checked.stderr);
         assert!(!checked.status.success() && said.contains(expected), "{said}");
         let app = start(config.clone()).await;
-        wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
         assert!(!call(&app, "demo__echo").await.unwrap().is_error);
         fleet_error(&app, expected).await;
         app.shutdown().await;

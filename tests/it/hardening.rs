@@ -12,7 +12,7 @@ async fn routine_refreshes_neither_bump_the_catalog_revision_nor_wake_watchers()
     let dir = TestDir::new();
     let script = dir.script("steady", json!({"tools": tools("t", 3)}));
     let app = start(dir.config(&server_table("steady", &script, ""))).await;
-    wait_for_server(app.registry(), "steady", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "steady", "ready", |v| v.state() == ServerState::Ready).await;
     let revision = app.registry().snapshot().revision;
     let mut client = client(&app).await;
     let listed = client.list_tools(pb::ListToolsRequest { page_size: 1, ..Default::default() }).await.unwrap().into_inner();
@@ -42,16 +42,16 @@ async fn a_worker_that_panics_is_shown_failed_then_restarted_and_its_child_kille
     let dir = TestDir::new();
     let script = dir.script("fragile", json!({"tools": tools("t", 2), "spawn_grandchild": true}));
     let app = start(dir.config(&server_table("fragile", &script, ""))).await;
-    wait_for_server(app.registry(), "fragile", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "fragile", "ready", |v| v.state() == ServerState::Ready).await;
     let first = dir.pids("fragile");
 
     toolhost::faults::arm("worker.panic", "fragile");
     let mut client = client(&app).await;
     client.restart_server(pb::RestartServerRequest { server: "fragile".into() }).await.unwrap();
-    let view = wait_for_server(app.registry(), "fragile", "the panic shown", |v| v.num_worker_panics == 1).await;
-    assert!(view.last_error.as_deref().is_some_and(|e| e.contains("panicked") && e.contains("injected fault")), "{:?}", view.last_error);
+    let view = wait_for_server(app.registry(), "fragile", "the panic shown", |v| v.num_worker_panics() == 1).await;
+    assert!(view.last_error().is_some_and(|e| e.contains("panicked") && e.contains("injected fault")), "{:?}", view.last_error());
     let view = wait_for_server(app.registry(), "fragile", "ready again under a new worker", |v| {
-        v.state == ServerState::Ready && v.num_worker_panics == 1
+        v.state() == ServerState::Ready && v.num_worker_panics() == 1
     })
     .await;
     assert_eq!(tool_names(&view), ["t0", "t1"]);
@@ -63,7 +63,7 @@ async fn a_worker_that_panics_is_shown_failed_then_restarted_and_its_child_kille
     .await;
     // Commands reach the new worker.
     client.restart_server(pb::RestartServerRequest { server: "fragile".into() }).await.unwrap();
-    wait_for_server(app.registry(), "fragile", "restarted on request", |v| v.state == ServerState::Ready && v.num_restarts >= 2).await;
+    wait_for_server(app.registry(), "fragile", "restarted on request", |v| v.state() == ServerState::Ready && v.num_restarts() >= 2).await;
     let servers = client.list_servers(pb::ListServersRequest::default()).await.unwrap().into_inner().servers;
     assert_eq!(servers[0].worker_panics, 1);
     app.shutdown().await;
@@ -81,9 +81,9 @@ async fn a_tool_nested_deeper_than_the_parser_allows_is_skipped_and_the_others_l
     let dir = TestDir::new();
     let script = dir.script("deep", json!({"tools": tools("t", 2), "deep_tool_depth": 4000}));
     let app = start(dir.config(&server_table("deep", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "deep", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "deep", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["t0", "t1"]);
-    let record = view.last_enumeration.clone().unwrap();
+    let record = view.last_enumeration().cloned().unwrap();
     assert!(record.diagnostics.iter().any(|d| d.contains("entry 0") && d.contains("nested too deeply")), "{:?}", record.diagnostics);
     app.shutdown().await;
 }

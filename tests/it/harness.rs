@@ -167,7 +167,7 @@ pub async fn wait_for_server(registry: &Arc<Registry>, name: &str, what: &str, c
 
 /// Tool names of a server's current generation.
 pub fn tool_names(view: &ServerView) -> Vec<String> {
-    view.generation.as_ref().map(|g| g.tools.iter().map(|t| t.name.clone()).collect()).unwrap_or_default()
+    view.generation().map(|g| g.tools.iter().map(|t| t.name.clone()).collect()).unwrap_or_default()
 }
 
 /// `n` simple tool definitions named `{prefix}{i}`.

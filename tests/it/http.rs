@@ -19,9 +19,9 @@ async fn sessions_headers_pages_calls_and_the_get_stream() {
     let server = HttpMcpServer::start(Script { tools: tools("t", 5), page_size: 2, ..Script::default() }).await;
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("remote", &server.url(), ""))).await;
-    let view = wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view).len(), 5);
-    assert_eq!(view.hello.as_ref().unwrap().protocol_version, "2025-06-18");
+    assert_eq!(view.hello().unwrap().protocol_version, "2025-06-18");
 
     let mut client = client(&app).await;
     let called = client
@@ -63,13 +63,14 @@ async fn a_forgotten_session_means_a_new_initialize_and_a_full_enumeration() {
     let server = HttpMcpServer::start(Script { tools: tools("t", 3), page_size: 2, sse_responses: true, ..Script::default() }).await;
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("forgetful", &server.url(), ""))).await;
-    wait_for_server(app.registry(), "forgetful", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "forgetful", "ready", |v| v.state() == ServerState::Ready).await;
     server.forget_sessions();
     let mut client = client(&app).await;
     let lost = client.call_tool(pb::CallToolRequest { qualified_name: "forgetful__t0".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(lost.code(), tonic::Code::Unavailable, "the call in flight fails as retryable, never replayed: {lost:?}");
 
-    let view = wait_for_server(app.registry(), "forgetful", "ready again", |v| v.state == ServerState::Ready && v.num_restarts >= 1).await;
+    let view =
+        wait_for_server(app.registry(), "forgetful", "ready again", |v| v.state() == ServerState::Ready && v.num_restarts() >= 1).await;
     assert_eq!(tool_names(&view).len(), 3);
     let seen = server.seen();
     let initializes: Vec<_> = seen.iter().filter(|s| s.body["method"] == "initialize").collect();
@@ -89,7 +90,7 @@ async fn a_response_stream_that_closes_early_is_resumed_with_last_event_id() {
     let server = HttpMcpServer::start(Script { tools: tools("t", 1), drop_call_streams: true, ..Script::default() }).await;
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("resumable", &server.url(), ""))).await;
-    wait_for_server(app.registry(), "resumable", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "resumable", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let called = client
         .call_tool(pb::CallToolRequest {
@@ -120,13 +121,13 @@ async fn credentials_come_from_the_environment_and_a_refusal_is_a_visible_state(
         http_table("refused", &server.url(), "headers = { Authorization = \"Bearer wrong\" }")
     )))
     .await;
-    wait_for_server(app.registry(), "trusted", "ready", |v| v.state == ServerState::Ready).await;
-    let view = wait_for_server(app.registry(), "refused", "auth failed", |v| v.state == ServerState::AuthFailed).await;
-    assert!(view.last_error.clone().unwrap().contains("401"), "{:?}", view.last_error);
+    wait_for_server(app.registry(), "trusted", "ready", |v| v.state() == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "refused", "auth failed", |v| v.state() == ServerState::AuthFailed).await;
+    assert!(view.last_error().map(str::to_owned).unwrap().contains("401"), "{:?}", view.last_error());
     // No tight reconnect loop: two more refused attempts take at least the backoff's lower
     // bounds (initial_backoff 50 ms: at least 25 ms, then at least 50 ms).
-    let (first, since) = (view.num_restarts, std::time::Instant::now());
-    wait_for_server(app.registry(), "refused", "two more attempts", |v| v.num_restarts >= first + 2).await;
+    let (first, since) = (view.num_restarts(), std::time::Instant::now());
+    wait_for_server(app.registry(), "refused", "two more attempts", |v| v.num_restarts() >= first + 2).await;
     assert!(since.elapsed() >= Duration::from_millis(70), "two reconnects in {:?}", since.elapsed());
     app.shutdown().await;
 }
@@ -146,8 +147,8 @@ async fn an_endpoint_that_is_not_streamable_http_is_refused_clearly() {
     });
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("old", &url, ""))).await;
-    let view = wait_for_server(app.registry(), "old", "failed", |v| v.state == ServerState::Failed).await;
-    assert!(view.last_error.clone().unwrap().contains("HTTP+SSE"), "{:?}", view.last_error);
+    let view = wait_for_server(app.registry(), "old", "failed", |v| v.state() == ServerState::Failed).await;
+    assert!(view.last_error().map(str::to_owned).unwrap().contains("HTTP+SSE"), "{:?}", view.last_error());
     app.shutdown().await;
 }
 
@@ -160,11 +161,11 @@ async fn https_upstreams_verify_the_server_against_the_configured_ca() {
     // Without the private CA the public roots apply, and the self-signed certificate is refused.
     let untrusted = http_table("unverified", &server.url(), "");
     let app = start(dir.config(&format!("{trusted}\n{untrusted}"))).await;
-    let view = wait_for_server(app.registry(), "secure", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "secure", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view).len(), 2);
-    let refused = wait_for_server(app.registry(), "unverified", "refused", |v| v.num_restarts >= 1 && v.last_error.is_some()).await;
-    assert!(refused.generation.is_none());
-    assert!(refused.last_error.clone().unwrap().contains("certificate"), "{:?}", refused.last_error);
+    let refused = wait_for_server(app.registry(), "unverified", "refused", |v| v.num_restarts() >= 1 && v.last_error().is_some()).await;
+    assert!(refused.generation().is_none());
+    assert!(refused.last_error().map(str::to_owned).unwrap().contains("certificate"), "{:?}", refused.last_error());
     app.shutdown().await;
 }
 
@@ -173,8 +174,8 @@ async fn a_modern_http_server_gets_the_2026_headers_and_a_listen_stream() {
     let server = HttpMcpServer::start(Script { tools: tools("t", 3), page_size: 2, modern: true, ..Script::default() }).await;
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("stateless", &server.url(), ""))).await;
-    let view = wait_for_server(app.registry(), "stateless", "ready", |v| v.state == ServerState::Ready).await;
-    assert_eq!(view.hello.clone().unwrap().protocol_version, "2026-07-28");
+    let view = wait_for_server(app.registry(), "stateless", "ready", |v| v.state() == ServerState::Ready).await;
+    assert_eq!(view.hello().cloned().unwrap().protocol_version, "2026-07-28");
     assert_eq!(tool_names(&view).len(), 3);
     let mut client = client(&app).await;
     client
@@ -200,7 +201,7 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
     let server = HttpMcpServer::start(Script { tools: tools("t", 1), stall_calls: true, ..Script::default() }).await;
     let dir = TestDir::new();
     let app = start(dir.config(&http_table("stalling", &server.url(), "max_concurrent_calls = 100"))).await;
-    wait_for_server(app.registry(), "stalling", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "stalling", "ready", |v| v.state() == ServerState::Ready).await;
     let client = client(&app).await;
     let calls: Vec<_> = (0..10)
         .map(|_| {
@@ -223,7 +224,7 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
     .await;
     // The session still works for the next caller.
     let view = app.registry().server("stalling").unwrap();
-    assert_eq!(view.state, ServerState::Ready);
+    assert_eq!(view.state(), ServerState::Ready);
     app.shutdown().await;
 }
 
@@ -247,7 +248,7 @@ async fn a_call_cut_off_by_a_dying_http_server_has_an_unknown_outcome_on_both_do
         let server = HttpMcpServer::start(Script { tools: tools("t", 1), modern, die_on_call: true, ..Script::default() }).await;
         let dir = TestDir::new();
         let app = start(dir.config_with(&mcp_section(""), &http_table("remote", &server.url(), ""))).await;
-        wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
 
         let mut client = client(&app).await;
         let cut = client

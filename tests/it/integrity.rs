@@ -46,7 +46,7 @@ async fn a_changed_definition_under_hold_waits_for_an_operator() {
     let servers = server_table("files", &script, "changes = \"hold\"\n");
     let config = dir.config_with(&mcp_section(""), &servers);
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = cli_addr(&app);
     let first = tools_json(&addr);
     assert_eq!(tool(&first, "files__read")["state"], "ok", "new tools are accepted under changes = hold");
@@ -133,8 +133,8 @@ async fn first_sight_under_hold_holds_everything_and_pins_fix_one_definition() {
     let demo = dir.script("demo", json!({}));
     // Learn the echo tool's hash from an unrestricted daemon first.
     let open = start(dir.config(&server_table("demo", &demo, ""))).await;
-    wait_for_server(open.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let echo_hash = open.registry().server("demo").unwrap().generation.as_ref().unwrap().tool("echo").unwrap().hash.clone();
+    wait_for_server(open.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
+    let echo_hash = open.registry().server("demo").unwrap().generation().unwrap().tool("echo").unwrap().hash.clone();
     open.shutdown().await;
 
     let strict = format!(
@@ -143,7 +143,7 @@ async fn first_sight_under_hold_holds_everything_and_pins_fix_one_definition() {
     );
     let other = TestDir::new();
     let app = start(other.config(&server_table("demo", &demo, &strict))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let listed = tools_json(&cli_addr(&app));
     assert_eq!(tool(&listed, "demo__echo")["state"], "ok", "the pinned definition is callable");
     assert_eq!(tool(&listed, "demo__add")["hold_reason"], "pin_mismatch");
@@ -178,7 +178,7 @@ async fn hashes_are_what_an_independent_jcs_library_computes_and_invisible_chara
     ]);
     let script = dir.script("jcs", json!({"tools": tools}));
     let app = start(dir.config(&server_table("jcs", &script, ""))).await;
-    wait_for_server(app.registry(), "jcs", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "jcs", "ready", |v| v.state() == ServerState::Ready).await;
     let listed = tools_json(&cli_addr(&app));
     assert_eq!(listed.len(), 4);
     let program = "import hashlib, json, sys, rfc8785\n\
@@ -209,9 +209,8 @@ async fn a_store_with_the_old_hashes_is_rehashed_once() {
     let script = dir.script("demo", json!({}));
     let config = dir.config(&server_table("demo", &script, ""));
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
-    let hashes: Vec<String> =
-        app.registry().server("demo").unwrap().generation.as_ref().unwrap().tools.iter().map(|t| t.hash.clone()).collect();
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
+    let hashes: Vec<String> = app.registry().server("demo").unwrap().generation().unwrap().tools.iter().map(|t| t.hash.clone()).collect();
     app.shutdown().await;
     // Make the file look like an earlier version wrote it: other hashes, marker absent.
     {
@@ -224,8 +223,7 @@ async fn a_store_with_the_old_hashes_is_rehashed_once() {
         db.close().await.unwrap();
     }
     let app = start(config).await;
-    let stored: Vec<String> =
-        app.registry().server("demo").unwrap().generation.as_ref().unwrap().tools.iter().map(|t| t.hash.clone()).collect();
+    let stored: Vec<String> = app.registry().server("demo").unwrap().generation().unwrap().tools.iter().map(|t| t.hash.clone()).collect();
     assert_eq!(stored, hashes, "the stored catalog comes back with JCS hashes");
     let leftovers: i64 = {
         use sqlx::Connection;
@@ -248,7 +246,7 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
     std::fs::write(&tools_file, json!([sleep, echo("Echoes."), gone]).to_string()).unwrap();
     let script = dir.script("busy", json!({"tools_file": tools_file, "watch_tools_file": true}));
     let app = start(dir.config(&server_table("busy", &script, "changes = \"hold\"\nmax_concurrent_calls = 1\n"))).await;
-    wait_for_server(app.registry(), "busy", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "busy", "ready", |v| v.state() == ServerState::Ready).await;
     let grpc = client(&app).await;
     let call = |name: &str, arguments: Value| {
         let request =
@@ -261,7 +259,7 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
     let release = dir.path("release");
     nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let holder = tokio::spawn(call("sleep", json!({"ms": 60_000, "until": release})));
-    let queue = app.registry().server("busy").unwrap().shared.call_queue.clone();
+    let queue = app.registry().server("busy").unwrap().shared().call_queue.clone();
     eventually("the slot taken", async || (queue.in_use() == 1).then_some(())).await;
     let queued_echo = tokio::spawn(call("echo", json!({})));
     let queued_gone = tokio::spawn(call("gone", json!({})));

@@ -217,7 +217,7 @@ async fn server_everything_over_stdio() {
         npm_tools().join("node_modules").display().to_string()
     );
     let app = start(dir.config(&table)).await;
-    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state() == ServerState::Ready).await;
     assert!(tool_names(&view).iter().any(|t| t == "echo"), "{:?}", tool_names(&view));
     let mut client = client(&app).await;
     let echoed = client
@@ -239,7 +239,7 @@ async fn server_everything_over_streamable_http() {
     let dir = TestDir::new();
     let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n");
     let app = start(dir.config(&table)).await;
-    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "everything", "ready", |v| v.state() == ServerState::Ready).await;
     assert!(tool_names(&view).iter().any(|t| t == "echo"));
     let mut client = client(&app).await;
     let echoed = client
@@ -270,8 +270,8 @@ async fn python_sdk_servers_over_stdio_in_both_eras() {
     let app = start(dir.config(&tables)).await;
     let mut client = client(&app).await;
     for (name, era) in [("pymodern", toolhost::mcp::lifecycle::Era::Modern), ("pylegacy", toolhost::mcp::lifecycle::Era::Legacy)] {
-        let view = wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
-        assert_eq!(view.hello.clone().unwrap().era, era, "{name}");
+        let view = wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
+        assert_eq!(view.hello().cloned().unwrap().era, era, "{name}");
         assert_eq!(tool_names(&view), ["add", "greet"], "{name}");
         let added = client
             .call_tool(pb::CallToolRequest {
@@ -293,7 +293,7 @@ async fn a_python_sdk_server_over_streamable_http() {
     let (mut server, port) = serve_python_http(0).await;
     let dir = TestDir::new();
     let app = start(dir.config(&format!("[servers.pyhttp]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\n"))).await;
-    let view = wait_for_server(app.registry(), "pyhttp", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "pyhttp", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["add", "greet"]);
     let mut client = client(&app).await;
     let greeted = client
@@ -320,7 +320,7 @@ async fn a_python_sdk_server_that_pages_and_announces_changes() {
         python().display().to_string()
     );
     let app = start(dir.config(&table)).await;
-    let view = wait_for_server(app.registry(), "pypaged", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "pypaged", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["change", "t0", "t1", "t2", "t3", "t4"], "all three pages");
     let record = &app.store().enumerations("pypaged", 1).await.unwrap()[0];
     assert_eq!(record.pages, 3);
@@ -341,7 +341,7 @@ async fn a_python_sdk_server_that_forgets_its_sessions() {
         "[servers.pysession]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"20s\"\nprotocol = \"legacy\"\nrestart = {{ initial_backoff = \"100ms\", max_backoff = \"500ms\" }}\n"
     );
     let app = start(dir.config(&table)).await;
-    wait_for_server(app.registry(), "pysession", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "pysession", "ready", |v| v.state() == ServerState::Ready).await;
 
     // The server restarts and forgets every session.
     server.kill().await.unwrap();
@@ -361,7 +361,7 @@ async fn a_python_sdk_server_that_forgets_its_sessions() {
     .await;
     assert!(result.content_json.contains('3'));
     let view = app.registry().server("pysession").unwrap();
-    assert!(view.num_restarts >= 1, "a new session was started");
+    assert!(view.num_restarts() >= 1, "a new session was started");
     assert_eq!(tool_names(&view), ["add", "greet"]);
     app.shutdown().await;
     let _ = server.kill().await;

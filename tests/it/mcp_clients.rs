@@ -152,7 +152,7 @@ async fn the_conformance_suite_passes_its_server_scenarios() {
     let script = dir.script("conf", json!({"tools": tools}));
     let profile = "[mcp.profiles.conformance]\ntools = [\"conf__*\"]\nnames = \"original\"\n";
     let app = start(dir.config_with(&mcp_section(profile), &server_table("conf", &script, ""))).await;
-    wait_for_server(app.registry(), "conf", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "conf", "ready", |v| v.state() == ServerState::Ready).await;
     let url = format!("http://localhost:{}/mcp/conformance", mcp_http(&app).port());
     let suite = npm_tools().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
     let scenarios = [

@@ -166,7 +166,7 @@ pub async fn two_servers(dir: &TestDir, mcp_extra: &str, changing: &str, tools: 
     let servers = format!("{}{}", server_table("demo", &demo, ""), server_table(changing, &other, ""));
     let app = start(dir.config_with(&mcp_section(mcp_extra), &servers)).await;
     for server in ["demo", changing] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "ready", |v| v.state() == ServerState::Ready).await;
     }
     app
 }
@@ -406,7 +406,7 @@ async fn the_policy_decides_what_an_mcp_caller_sees_and_calls() {
     let servers = format!("{}{}", server_table("demo", &demo, ""), server_table("live", &live, ""));
     let app = start(dir.config_with(&format!("{}\n{access}", mcp_section("")), &servers)).await;
     for server in ["demo", "live"] {
-        wait_for_server(app.registry(), server, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "ready", |v| v.state() == ServerState::Ready).await;
     }
     let addr = mcp_http(&app);
     let bearer = [JSON_HEADERS[0], JSON_HEADERS[1], ("Authorization", "Bearer mcp-agent-token-0123456789")];

@@ -15,8 +15,8 @@ async fn a_modern_server_is_discovered_listened_to_and_never_initialized() {
     std::fs::write(&file, json!(tools("t", 3)).to_string()).unwrap();
     let script = dir.script("modern", json!({"era": "modern", "tools_file": file, "watch_tools_file": true, "page_size": 2}));
     let app = start(dir.config(&server_table("modern", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "modern", "ready", |v| v.state == ServerState::Ready).await;
-    let hello = view.hello.clone().unwrap();
+    let view = wait_for_server(app.registry(), "modern", "ready", |v| v.state() == ServerState::Ready).await;
+    let hello = view.hello().cloned().unwrap();
     assert_eq!((hello.era, hello.protocol_version.as_str()), (Era::Modern, "2026-07-28"));
     assert_eq!(tool_names(&view).len(), 3);
 
@@ -54,8 +54,8 @@ async fn an_unsupported_version_answer_is_retried_with_a_listed_version() {
     let dir = TestDir::new();
     let script = dir.script("picky", json!({"era": "modern", "tools": tools("t", 1), "discover_unsupported_once": true}));
     let app = start(dir.config(&server_table("picky", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "picky", "ready", |v| v.state == ServerState::Ready).await;
-    assert_eq!(view.hello.clone().unwrap().era, Era::Modern);
+    let view = wait_for_server(app.registry(), "picky", "ready", |v| v.state() == ServerState::Ready).await;
+    assert_eq!(view.hello().cloned().unwrap().era, Era::Modern);
     let methods = dir.methods("picky");
     assert_eq!(methods.iter().filter(|m| *m == "server/discover").count(), 2, "{methods:?}");
     assert!(!methods.iter().any(|m| m == "initialize"), "a modern error never falls back to initialize");
@@ -70,9 +70,9 @@ async fn a_modern_server_slow_to_start_is_spoken_to_in_its_era() {
     let dir = TestDir::new();
     let script = dir.script("slow", json!({"era": "modern", "tools": tools("t", 2), "start_delay_ms": 3500}));
     let app = start(dir.config(&server_table("slow", &script, "request_timeout = \"5s\""))).await;
-    let view = wait_for_server(app.registry(), "slow", "ready", |v| v.state == ServerState::Ready).await;
-    assert_eq!(view.hello.clone().unwrap().era, Era::Modern);
-    assert_eq!(view.num_restarts, 0, "the first session succeeded");
+    let view = wait_for_server(app.registry(), "slow", "ready", |v| v.state() == ServerState::Ready).await;
+    assert_eq!(view.hello().cloned().unwrap().era, Era::Modern);
+    assert_eq!(view.num_restarts(), 0, "the first session succeeded");
     let methods = dir.methods("slow");
     let first = methods.iter().position(|m| m == "initialize");
     assert!(first.is_some_and(|idx| methods[idx + 1..].iter().any(|m| m == "server/discover")), "{methods:?}");
@@ -86,9 +86,9 @@ async fn a_legacy_server_slow_to_start_is_called_after_a_late_probe_answer() {
     let dir = TestDir::new();
     let script = dir.script("slowold", json!({"tools": tools("t", 2), "start_delay_ms": 3500}));
     let app = start(dir.config(&server_table("slowold", &script, "request_timeout = \"5s\""))).await;
-    let view = wait_for_server(app.registry(), "slowold", "ready", |v| v.state == ServerState::Ready).await;
-    assert_eq!(view.hello.clone().unwrap().era, Era::Legacy);
-    let tool = view.generation.as_ref().map(|generation| generation.tools[0].name.clone()).unwrap_or_default();
+    let view = wait_for_server(app.registry(), "slowold", "ready", |v| v.state() == ServerState::Ready).await;
+    assert_eq!(view.hello().cloned().unwrap().era, Era::Legacy);
+    let tool = view.generation().map(|generation| generation.tools[0].name.clone()).unwrap_or_default();
     let call = pb::CallToolRequest { qualified_name: format!("slowold__{tool}"), arguments_json: "{}".into(), ..Default::default() };
     client(&app).await.call_tool(call).await.expect("the slow server is callable");
     app.shutdown().await;
@@ -100,12 +100,12 @@ async fn a_legacy_server_pays_the_probe_once_and_its_era_is_remembered() {
     let script = dir.script("old", json!({"tools": tools("t", 2), "hang_methods": ["server/discover"]}));
     let config = dir.config(&server_table("old", &script, "request_timeout = \"400ms\""));
     let app = start(config.clone()).await;
-    let view = wait_for_server(app.registry(), "old", "ready", |v| v.state == ServerState::Ready).await;
-    assert_eq!(view.hello.clone().unwrap().era, Era::Legacy);
+    let view = wait_for_server(app.registry(), "old", "ready", |v| v.state() == ServerState::Ready).await;
+    assert_eq!(view.hello().cloned().unwrap().era, Era::Legacy);
     app.shutdown().await;
 
     let app = start(config).await;
-    wait_for_server(app.registry(), "old", "ready", |v| v.state == ServerState::Ready && !v.revalidating).await;
+    wait_for_server(app.registry(), "old", "ready", |v| v.state() == ServerState::Ready && !v.revalidating()).await;
     let methods = dir.methods("old");
     assert_eq!(methods.iter().filter(|m| *m == "server/discover").count(), 1, "the second start goes straight to initialize: {methods:?}");
     assert_eq!(methods.iter().filter(|m| *m == "initialize").count(), 2);
@@ -117,7 +117,7 @@ async fn a_modern_server_receives_the_arguments_byte_for_byte() {
     let dir = TestDir::new();
     let script = dir.script("exact", json!({"era": "modern", "tools": tools("t", 1)}));
     let app = start(dir.config(&server_table("exact", &script, ""))).await;
-    wait_for_server(app.registry(), "exact", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "exact", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     // 2^70 does not fit any 64-bit integer; the keys are deliberately out of order.
     let arguments = r#"{"zeta":1,"big":1180591620717411303424,"alpha":[0.10,"é"]}"#;
@@ -148,8 +148,8 @@ async fn a_private_listing_is_served_after_a_restart_only_under_the_same_credent
 
     // Another credential: nothing is served until the server lists again for it.
     let app = start(with_token("second-credential")).await;
-    assert!(app.registry().server("private").unwrap().generation.is_none(), "another credential's private listing is not served");
-    let view = wait_for_server(app.registry(), "private", "listed again", |v| v.generation.is_some()).await;
+    assert!(app.registry().server("private").unwrap().generation().is_none(), "another credential's private listing is not served");
+    let view = wait_for_server(app.registry(), "private", "listed again", |v| v.generation().is_some()).await;
     assert_eq!(view.generation_number(), 1, "the same tools: no new generation, but now this credential's");
     app.shutdown().await;
 }

@@ -35,7 +35,7 @@ async fn asking_server_with(dir: &TestDir, sections: &str) -> App {
     std::fs::write(&file, asking_tools("asks first").to_string()).unwrap();
     let script = dir.script("ask", json!({"era": "modern", "tools_file": file, "watch_tools_file": true}));
     let app = start(dir.config_with(&format!("{}{sections}", mcp_section("")), &server_table("ask", &script, ""))).await;
-    wait_for_server(app.registry(), "ask", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "ask", "ready", |v| v.state() == ServerState::Ready).await;
     app
 }
 
@@ -241,7 +241,7 @@ async fn the_mrtr_conformance_scenario_passes_with_the_test_as_the_agent() {
         .await;
         let table = format!("[servers.mrtr]\nurl = {url:?}\nprotocol = \"modern\"\nrequest_timeout = \"10s\"\n");
         let app = start(dir.config_with(&mcp_section(""), &table)).await;
-        wait_for_server(app.registry(), "mrtr", "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), "mrtr", "ready", |v| v.state() == ServerState::Ready).await;
         match door {
             "grpc" => play_grpc(&app).await,
             _ => play_mcp(&app).await,

@@ -157,9 +157,9 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     let app = start(config(&dir, &server.base, auth)).await;
 
     // Never logged in: a state that says what to do, not an empty catalog.
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
-    assert!(view.generation.is_none());
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state() == ServerState::AuthRequired).await;
+    assert!(view.last_error().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error());
+    assert!(view.generation().is_none());
     // A redirect for a login nobody began is refused, and changes nothing. (Asked once the
     // server's worker runs: before that the daemon does not yet know how the server logs in.)
     let mut grpc = client(&app).await;
@@ -168,7 +168,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     assert_eq!((refused.code(), error_info(&refused).0.as_str()), (tonic::Code::FailedPrecondition, "AUTHORIZATION_FAILED"));
     let unknown = grpc.begin_login(pb::BeginLoginRequest { server: "nosuch".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(error_info(&unknown).0, "UNKNOWN_SERVER");
-    assert_eq!(app.registry().server("remote").map(|v| v.state), Some(ServerState::AuthRequired));
+    assert_eq!(app.registry().server("remote").map(|v| v.state()), Some(ServerState::AuthRequired));
     assert!(check_config(&dir).contains("remote: OAuth authorization code; not logged in yet: run `toolhost login remote`"));
 
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
@@ -180,7 +180,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     }
     assert_eq!(std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(check_config(&dir).contains("remote: OAuth authorization code; logged in ("));
-    let view = wait_for_server(app.registry(), "remote", "ready after the login", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "remote", "ready after the login", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["echo"]);
 
     // Eight agents call without pause until the authorization server has seen ten refreshes
@@ -236,17 +236,17 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
 
     // A restart uses the stored tokens: no new login.
     let app = start(toolhost::config::Config::load(&dir.path("toolhost.toml")).unwrap()).await;
-    wait_for_server(app.registry(), "remote", "ready after a restart", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready after a restart", |v| v.state() == ServerState::Ready).await;
     let mut client = crate::harness::client(&app).await;
     echo(&mut client, 0).await.unwrap();
     assert_eq!(server.stat("authorizations"), 1);
 
     // Revoked: the next refresh fails, the server is auth_required, its tools stay listed.
-    let generation = app.registry().snapshot().servers["remote"].generation.as_ref().unwrap().number;
+    let generation = app.registry().snapshot().servers["remote"].generation().unwrap().number;
     assert_eq!(http("POST", &format!("{}/admin/revoke", server.base)).0, 200);
     eventually_within(Duration::from_secs(30), "the revocation noticed", async || {
         let view = app.registry().snapshot().servers["remote"].clone();
-        if view.state == ServerState::AuthRequired {
+        if view.state() == ServerState::AuthRequired {
             return Ok(());
         }
         // Calls drive the refresh that finds the token revoked.
@@ -255,8 +255,8 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     })
     .await;
     let view = app.registry().snapshot().servers["remote"].clone();
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
-    assert_eq!(view.generation.as_ref().unwrap().number, generation, "nothing is committed without authorization");
+    assert!(view.last_error().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error());
+    assert_eq!(view.generation().unwrap().number, generation, "nothing is committed without authorization");
     assert_eq!(tool_names(&view), ["echo"]);
     let listed = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
     assert!(listed.iter().any(|t| t.qualified_name == "remote__echo" && !t.available), "{listed:?}");
@@ -265,7 +265,7 @@ async fn a_login_then_refreshes_across_ten_expiries_a_restart_and_a_revocation()
     // A new login brings it back without restarting the daemon.
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
     tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
-    wait_for_server(app.registry(), "remote", "ready after a new login", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready after a new login", |v| v.state() == ServerState::Ready).await;
     echo(&mut client, 1).await.unwrap();
     app.shutdown().await;
 }
@@ -281,14 +281,14 @@ async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_rev
     let printed = tokio::task::spawn_blocking(move || login(&config_path, &nowhere)).await.unwrap();
     assert!(printed.contains("logging in from here") && printed.contains("the daemon was not told"), "{printed}");
     let app = start(config).await;
-    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(http("POST", &format!("{}/admin/forget-clients", server.base)).0, 200);
     // The next refresh (within 2 s) is refused with invalid_client.
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("invalid_client"), "{:?}", view.last_error);
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state() == ServerState::AuthRequired).await;
+    assert!(view.last_error().unwrap_or_default().contains("invalid_client"), "{:?}", view.last_error());
     let (config_path, addr) = (dir.path("toolhost.toml"), cli_addr(&app));
     tokio::task::spawn_blocking(move || login(&config_path, &addr)).await.unwrap();
-    wait_for_server(app.registry(), "remote", "ready after registering again", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready after registering again", |v| v.state() == ServerState::Ready).await;
     assert_eq!(server.stat("registrations"), 2);
 
     // Logout through the daemon: both tokens revoked at the authorization server, the file gone,
@@ -297,8 +297,9 @@ async fn a_forgotten_registration_is_made_again_at_the_next_login_and_logout_rev
     assert!(printed.contains("logged out of remote: revoked at the authorization server"), "{printed}");
     assert_eq!(server.stat("revocations"), 2);
     assert!(!dir.path("remote.oauth.json").exists());
-    let view = wait_for_server(app.registry(), "remote", "auth required after the logout", |v| v.state == ServerState::AuthRequired).await;
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error);
+    let view =
+        wait_for_server(app.registry(), "remote", "auth required after the logout", |v| v.state() == ServerState::AuthRequired).await;
+    assert!(view.last_error().unwrap_or_default().contains("toolhost login remote"), "{:?}", view.last_error());
     app.shutdown().await;
     // Without a daemon, logout works on the file itself.
     let printed = logout(&dir, &format!("unix:{}", dir.path("no-daemon.sock").display()));
@@ -315,7 +316,7 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
         server.base
     );
     let app = start(config(&dir, &server.base, &auth)).await;
-    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let (mut calls, mut pace) = (0, pace(Duration::from_millis(20)));
     while server.stat("client_credentials") < 4 {
@@ -345,8 +346,8 @@ async fn the_client_credentials_grant_renews_before_expiry_and_wrong_credentials
         server.base
     );
     let app = start(config(&dir, &server.base, &wrong)).await;
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state() == ServerState::AuthRequired).await;
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     assert!(error.contains("invalid_client") && !error.contains("not-the-secret"), "{error}");
     app.shutdown().await;
 }
@@ -370,18 +371,18 @@ async fn a_hostile_authorization_server_costs_its_own_server_only_with_a_specifi
     let app =
         start(dir.config(&[table("slow", &slow), table("huge", &huge), table("garbage", &garbage), table("remote", &healthy)].concat()))
             .await;
-    wait_for_server(app.registry(), "remote", "ready beside the hostile ones", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready beside the hostile ones", |v| v.state() == ServerState::Ready).await;
     for (name, expected) in
         [("slow", "no answer within 1s"), ("huge", "larger than 262144 bytes"), ("garbage", "the token answer is not valid")]
     {
         let view = wait_for_server(app.registry(), name, expected, |v| {
-            v.last_error.as_deref().is_some_and(|error| error.contains(expected)) && v.state != ServerState::Ready
+            v.last_error().is_some_and(|error| error.contains(expected)) && v.state() != ServerState::Ready
         })
         .await;
         // The authorization server failed, not the credentials: retried at the backoff, not
         // waiting for an operator.
-        assert_ne!(view.state, ServerState::AuthRequired, "{name}: {view:?}");
-        assert!(!view.last_error.as_deref().unwrap_or_default().contains("daemon-secret-value"));
+        assert_ne!(view.state(), ServerState::AuthRequired, "{name}: {view:?}");
+        assert!(!view.last_error().unwrap_or_default().contains("daemon-secret-value"));
     }
     let mut client = client(&app).await;
     echo(&mut client, 1).await.unwrap();
@@ -411,7 +412,7 @@ async fn credentials_go_only_to_the_pinned_authorization_server() {
     let auth = "grant = \"client_credentials\", client_id = \"daemon-client\", client_secret = \"daemon-secret-value\", \
                 trust_first_issuer = true";
     let app = start(config(&dir, &honest.base, auth)).await;
-    wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
     let pinned = std::fs::read_to_string(dir.path("remote.oauth.json")).expect("the pin is kept in the token file");
     let pinned_issuer = serde_json::from_str::<Value>(&pinned).unwrap()["issuer"].clone();
     assert_eq!(pinned_issuer, honest.base.as_str(), "{pinned}");
@@ -422,15 +423,15 @@ async fn credentials_go_only_to_the_pinned_authorization_server() {
     post(&format!("{}/admin/expire-access", honest.base), "");
     let mut client = client(&app).await;
     let _ = echo(&mut client, 1).await;
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state() == ServerState::AuthRequired).await;
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     assert!(error.contains(&rogue.base) && error.contains(&honest.base), "both issuers are named: {error}");
     assert_eq!(tool_names(&view), ["echo"], "the tools stay listed");
     // A restart keeps the pin; every backoff retry is refused before anything is sent.
     app.shutdown().await;
     let app = start(config(&dir, &honest.base, auth)).await;
     wait_for_server(app.registry(), "remote", "auth required after a restart", |v| {
-        v.state == ServerState::AuthRequired && v.num_restarts >= 2
+        v.state() == ServerState::AuthRequired && v.num_restarts() >= 2
     })
     .await;
     app.shutdown().await;
@@ -446,8 +447,8 @@ async fn credentials_go_only_to_the_pinned_authorization_server() {
     let fresh = AuthServer::start(&credentials);
     let dir = TestDir::new();
     let app = start(config(&dir, &fresh.base, &accepted)).await;
-    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state == ServerState::AuthRequired).await;
-    assert!(view.last_error.as_deref().unwrap_or_default().contains("auth.issuer"), "{view:?}");
+    let view = wait_for_server(app.registry(), "remote", "auth required", |v| v.state() == ServerState::AuthRequired).await;
+    assert!(view.last_error().unwrap_or_default().contains("auth.issuer"), "{view:?}");
     assert_eq!(fresh.stat("token_requests"), 0);
     app.shutdown().await;
 }

@@ -42,16 +42,16 @@ async fn call(grpc: &mut pb::tool_host_client::ToolHostClient<tonic::transport::
 async fn fetched_and_ready(app: &toolhost::app::App, server: &str) {
     eventually_within(WAIT * 6, &format!("{server} fetched and ready"), async || {
         let view = app.registry().server(server).ok_or("no such server".to_owned())?;
-        if view.state == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state, view.last_error)) }
+        if view.state() == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state(), view.last_error())) }
     })
     .await;
 }
 
 /// Restarts `server` and waits until a new session of it is ready.
 async fn restarted(app: &toolhost::app::App, server: &str) {
-    let before = app.registry().server(server).map(|view| view.num_restarts).unwrap_or(0);
+    let before = app.registry().server(server).map(|view| view.num_restarts()).unwrap_or(0);
     client(app).await.restart_server(pb::RestartServerRequest { server: server.into() }).await.unwrap();
-    wait_for_server(app.registry(), server, "restarted and ready", |v| v.num_restarts > before && v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), server, "restarted and ready", |v| v.num_restarts() > before && v.state() == ServerState::Ready).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,8 +119,8 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     assert_eq!(call(&mut grpc, "everything__echo", json!({"message": "through node"})).await, "Echo: through node");
     // Their way out reached the registries and refused nothing.
     let view = app.registry().server("files").unwrap();
-    assert!(view.shared.egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "npx fetched through the proxy");
-    assert_eq!(view.sandbox.as_ref().map(|sandbox| sandbox.allow.clone()), Some(vec!["registry.npmjs.org:443".to_owned()]));
+    assert!(view.shared().egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "npx fetched through the proxy");
+    assert_eq!(view.sandbox().map(|sandbox| sandbox.allow.clone()), Some(vec!["registry.npmjs.org:443".to_owned()]));
     app.shutdown().await;
 
     // The same entries under a daemon's user that is not root, through the daemon's own start

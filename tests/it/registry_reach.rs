@@ -34,7 +34,7 @@ fn toolhost(args: &[&str]) -> String {
 async fn fetched_and_ready(app: &toolhost::app::App, server: &str) -> std::sync::Arc<toolhost::registry::ServerView> {
     eventually_within(WAIT * 6, &format!("{server} fetched and ready"), async || {
         let view = app.registry().server(server).ok_or("no such server".to_owned())?;
-        if view.state == ServerState::Ready { Ok(view) } else { Err(format!("{:?}: {:?}", view.state, view.last_error)) }
+        if view.state() == ServerState::Ready { Ok(view) } else { Err(format!("{:?}: {:?}", view.state(), view.last_error())) }
     })
     .await
 }
@@ -58,7 +58,7 @@ async fn uvx_with_an_allow_list_still_reaches_its_index_and_lists_its_tools() {
     let app = start(dir.config(&servers)).await;
     let view = fetched_and_ready(&app, "fetch").await;
     assert!(tool_names(&view).iter().any(|tool| tool == "fetch"), "{:?}", tool_names(&view));
-    assert!(view.shared.egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "uv fetched through the proxy");
+    assert!(view.shared().egress.tunnels.load(std::sync::atomic::Ordering::Relaxed) > 0, "uv fetched through the proxy");
     let (said, _) = reaches(&app, "fetch").await;
     assert_eq!(
         said,
@@ -93,16 +93,16 @@ async fn uvx_whose_entry_refuses_its_registry_fails_naming_the_refused_index_and
     // Its own home's cache is empty: uv asks for its index, which the proxy refuses.
     let error = eventually_within(WAIT * 6, "fetch failed naming the index and the fix", async || {
         let view = app.registry().server("fetch").ok_or("no such server".to_owned())?;
-        let error = view.last_error.clone().unwrap_or_default();
+        let error = view.last_error().map(str::to_owned).unwrap_or_default();
         if error.contains("pypi.org:443") && error.contains("remove `registry = false`") {
             Ok(error)
         } else {
-            Err(format!("{:?}: {error}", view.state))
+            Err(format!("{:?}: {error}", view.state()))
         }
     })
     .await;
     assert!(error.contains("uvx's registry"), "{error}");
-    assert_ne!(app.registry().server("fetch").unwrap().state, ServerState::Ready);
+    assert_ne!(app.registry().server("fetch").unwrap().state(), ServerState::Ready);
     let (said, sandbox) = reaches(&app, "fetch").await;
     assert_eq!(said, ["api.example.com:443 (network.allow)"], "its registry is refused");
     assert_eq!(sandbox.last_denied, "pypi.org:443");

@@ -15,13 +15,14 @@ async fn a_crash_leads_to_a_fresh_initialize_and_a_full_enumeration() {
     listed.push(json!({"name": "crash", "inputSchema": {"type": "object"}}));
     let script = dir.script("fragile", json!({"tools": listed, "page_size": 2}));
     let app = start(dir.config(&server_table("fragile", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "fragile", "ready", |v| v.state == ServerState::Ready).await;
-    let session = view.session.clone().unwrap();
+    let view = wait_for_server(app.registry(), "fragile", "ready", |v| v.state() == ServerState::Ready).await;
+    let session = view.session().cloned().unwrap();
     let params = serde_json::value::RawValue::from_string(json!({"name": "crash"}).to_string()).unwrap();
     let crashed = session.request("tools/call", Some(&params), Duration::from_secs(5), true).await;
     assert!(crashed.is_err(), "the call dies with the process");
 
-    let view = wait_for_server(app.registry(), "fragile", "ready again", |v| v.state == ServerState::Ready && v.num_restarts == 1).await;
+    let view =
+        wait_for_server(app.registry(), "fragile", "ready again", |v| v.state() == ServerState::Ready && v.num_restarts() == 1).await;
     let methods = dir.methods("fragile");
     assert_eq!(methods.iter().filter(|m| *m == "initialize").count(), 2, "{methods:?}");
     let received = dir.received("fragile");
@@ -29,7 +30,7 @@ async fn a_crash_leads_to_a_fresh_initialize_and_a_full_enumeration() {
     let lists_after: Vec<_> = received[restart_at..].iter().filter(|m| m["method"] == "tools/list").collect();
     assert_eq!(lists_after.len(), 2, "a full enumeration of both pages follows the reconnect");
     assert!(lists_after[0]["params"].get("cursor").is_none(), "starting from no cursor, never reusing an old one");
-    assert_eq!(view.generation.as_ref().unwrap().number, 1, "same definitions, same generation");
+    assert_eq!(view.generation().unwrap().number, 1, "same definitions, same generation");
     let record = &app.store().enumerations("fragile", 1).await.unwrap()[0];
     assert_eq!((record.reason, record.outcome), (EnumerationReason::Reconnect, EnumerationOutcome::Unchanged));
     app.shutdown().await;
@@ -43,15 +44,16 @@ async fn while_a_server_is_down_its_tools_stay_listed_but_unavailable() {
     let script = dir.script("flaky", json!({"tools": listed, "crash_on_launch": [2, 3, 4, 5, 6, 7, 8]}));
     let config = server_table("flaky", &script, "restart = { initial_backoff = \"300ms\", max_backoff = \"1s\", crash_loop_after = 3 }");
     let app = start(dir.config(&config)).await;
-    let view = wait_for_server(app.registry(), "flaky", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "flaky", "ready", |v| v.state() == ServerState::Ready).await;
     let params = serde_json::value::RawValue::from_string(json!({"name": "crash"}).to_string()).unwrap();
-    let _ = view.session.clone().unwrap().request("tools/call", Some(&params), Duration::from_secs(5), true).await;
+    let _ = view.session().cloned().unwrap().request("tools/call", Some(&params), Duration::from_secs(5), true).await;
 
     let view =
-        wait_for_server(app.registry(), "flaky", "backing off", |v| matches!(v.state, ServerState::Backoff | ServerState::CrashLoop)).await;
+        wait_for_server(app.registry(), "flaky", "backing off", |v| matches!(v.state(), ServerState::Backoff | ServerState::CrashLoop))
+            .await;
     assert_eq!(tool_names(&view), ["crash", "t0", "t1"], "tools stay in the catalog");
     assert!(!view.is_available());
-    let view = wait_for_server(app.registry(), "flaky", "crash loop", |v| v.state == ServerState::CrashLoop).await;
+    let view = wait_for_server(app.registry(), "flaky", "crash loop", |v| v.state() == ServerState::CrashLoop).await;
     assert_eq!(tool_names(&view).len(), 3);
     app.shutdown().await;
 }
@@ -63,7 +65,7 @@ async fn shutdown_escalates_to_sigterm_and_reaps_every_child() {
     let stubborn = dir.script("stubborn", json!({"tools": tools("t", 1), "linger_after_eof_ms": 60000}));
     let servers = [server_table("polite", &polite, ""), server_table("stubborn", &stubborn, "shutdown_grace = \"300ms\"")];
     let app = start(dir.config(&servers.join("\n"))).await;
-    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state() == ServerState::Ready)).await;
     let pids = [dir.pids("polite")[0], dir.pids("stubborn")[0]];
     let started = Instant::now();
     app.shutdown().await;
@@ -83,7 +85,7 @@ async fn the_catalog_survives_a_daemon_restart() {
     let script = dir.script("durable", json!({"tools_file": tools_file}));
     let config = dir.config(&server_table("durable", &script, ""));
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "durable", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "durable", "ready", |v| v.state() == ServerState::Ready).await;
     app.shutdown().await;
 
     // The next daemon finds a server that now hangs: the stored catalog is served meanwhile.
@@ -91,10 +93,10 @@ async fn the_catalog_survives_a_daemon_restart() {
     let app = start(config).await;
     let view = app.registry().server("durable").unwrap();
     assert_eq!(tool_names(&view), ["t0", "t1", "t2"], "served from SQLite before any session is up");
-    assert!(view.revalidating && view.last_verified_at_ms.is_some());
-    let view = wait_for_server(app.registry(), "durable", "revalidated", |v| !v.revalidating && v.state == ServerState::Ready).await;
+    assert!(view.revalidating() && view.last_verified_at_ms().is_some());
+    let view = wait_for_server(app.registry(), "durable", "revalidated", |v| !v.revalidating() && v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["t0", "t1"]);
-    assert_eq!(view.generation.as_ref().unwrap().number, 2);
+    assert_eq!(view.generation().unwrap().number, 2);
     app.shutdown().await;
 }
 
@@ -108,18 +110,18 @@ async fn an_empty_listing_after_a_reconnect_needs_confirmation_before_it_empties
     let script = dir.script("amnesiac", json!({"tools_file": tools_file}));
     let app =
         start(dir.config(&server_table("amnesiac", &script, "restart = { initial_backoff = \"300ms\", max_backoff = \"1s\" }"))).await;
-    let view = wait_for_server(app.registry(), "amnesiac", "ready", |v| v.state == ServerState::Ready).await;
+    let view = wait_for_server(app.registry(), "amnesiac", "ready", |v| v.state() == ServerState::Ready).await;
     std::fs::write(&tools_file, "[]").unwrap();
     let params = serde_json::value::RawValue::from_string(json!({"name": "crash"}).to_string()).unwrap();
-    let _ = view.session.clone().unwrap().request("tools/call", Some(&params), Duration::from_secs(5), true).await;
+    let _ = view.session().cloned().unwrap().request("tools/call", Some(&params), Duration::from_secs(5), true).await;
 
     let view = wait_for_server(app.registry(), "amnesiac", "the empty listing held back", |v| {
-        v.last_error.as_deref().is_some_and(|e| e.contains("second listing confirms"))
+        v.last_error().is_some_and(|e| e.contains("second listing confirms"))
     })
     .await;
-    assert_eq!(view.generation.as_ref().unwrap().tools.len(), 3, "the catalog did not shrink on the first empty listing");
+    assert_eq!(view.generation().unwrap().tools.len(), 3, "the catalog did not shrink on the first empty listing");
     let view = wait_for_server(app.registry(), "amnesiac", "the confirmed empty generation", |v| {
-        v.generation_number() == 2 && v.state == ServerState::Ready
+        v.generation_number() == 2 && v.state() == ServerState::Ready
     })
     .await;
     assert!(tool_names(&view).is_empty());

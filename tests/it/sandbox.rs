@@ -103,7 +103,7 @@ async fn a_hostile_server_reaches_nothing_and_every_server_keeps_working() {
     let config = dir.config_with(access, &servers.join("\n"));
     let app = start(config).await;
     for name in ["sibling", "hostile", "shell"] {
-        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
     }
     // The sibling has served a call whose arguments the audit trail keeps.
     let mut client = client(&app).await;
@@ -182,7 +182,7 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
     );
     let app = start(dir.config_with(&access, &servers.join("\n"))).await;
     for name in ["unconfined", "networked"] {
-        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
     }
     let unix = format!("unix:{}", dir.path("toolhost.sock").display());
     let tcp = tcp_addr(&app).to_string();
@@ -249,7 +249,7 @@ async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
     for name in ["leak", "bomb", "files", "filler", "steady"] {
-        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
     }
     for (server, kind) in [("leak", "memory"), ("bomb", "processes"), ("files", "open_files"), ("filler", "tmp")] {
         let mut client = client(&app).await;
@@ -261,10 +261,10 @@ async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
         let failed = call.await.expect_err("the runaway call never completes: its server is stopped");
         assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{server}: {failed:?}");
         let view = wait_for_server(app.registry(), server, "stopped at its limit", |v| {
-            v.state == ServerState::Failed && v.last_error.as_deref().is_some_and(|e| e.contains(&format!("the {kind} limit")))
+            v.state() == ServerState::Failed && v.last_error().is_some_and(|e| e.contains(&format!("the {kind} limit")))
         })
         .await;
-        assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some(kind));
+        assert_eq!(view.sandbox().and_then(|s| s.last_limit).map(|k| k.label()), Some(kind));
         let output = std::process::Command::new(TOOLHOST).args(["servers", "--addr", &cli_addr(&app)]).output().unwrap();
         let listed = String::from_utf8_lossy(&output.stdout);
         let line = listed.lines().find(|line| line.starts_with(server)).unwrap_or_default();
@@ -277,7 +277,7 @@ async fn a_runaway_server_is_stopped_alone_at_its_limit_and_restarted() {
             .into_inner();
         assert!(!echoed.is_error);
         // And the server comes back by the usual backoff.
-        wait_for_server(app.registry(), server, "restarted", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), server, "restarted", |v| v.state() == ServerState::Ready).await;
     }
     app.shutdown().await;
 }
@@ -289,12 +289,12 @@ async fn a_kernel_that_cannot_sandbox_fails_the_server_closed_and_says_why() {
     let script = dir.script("closed", json!({"tools": tools("t", 1)}));
     toolhost::faults::arm("sandbox.kernel", "closed");
     let app = start(dir.config(&server_table("closed", &script, ""))).await;
-    let view = wait_for_server(app.registry(), "closed", "failed", |v| v.state == ServerState::Failed).await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let view = wait_for_server(app.registry(), "closed", "failed", |v| v.state() == ServerState::Failed).await;
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     assert!(error.contains("cannot sandbox") && error.contains("sandbox = \"off\""), "{error}");
     assert!(dir.pids("closed").is_empty(), "the server never ran unconfined");
     // The next start (the fault fired once) runs it in its sandbox.
-    wait_for_server(app.registry(), "closed", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "closed", "ready", |v| v.state() == ServerState::Ready).await;
     app.shutdown().await;
 }
 
@@ -594,7 +594,7 @@ async fn a_server_is_never_a_caller_on_any_of_this_machines_addresses() {
     std::fs::write(dir.path("toolhost.toml"), &text).unwrap();
     let app = start(toolhost::config::Config::load(&dir.path("toolhost.toml")).unwrap()).await;
     for name in ["networked", "proxied"] {
-        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
     }
     let target = format!("{own}:{port}");
     let mut client = client(&app).await;

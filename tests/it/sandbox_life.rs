@@ -77,26 +77,26 @@ async fn a_server_that_fails_says_why_with_its_status_its_stderr_and_the_fix() {
     ];
     let app = start(dir.config(&servers.join("\n"))).await;
     let view = wait_for_server(app.registry(), "imports", "its failure explained", |v| {
-        v.last_error.as_deref().is_some_and(|error| error.contains("exited with status"))
+        v.last_error().is_some_and(|error| error.contains("exited with status"))
     })
     .await;
-    let error = view.last_error.clone().unwrap();
+    let error = view.last_error().map(str::to_owned).unwrap();
     assert!(error.contains("before it answered") && error.contains("No module named 'shared'"), "{error}");
     assert!(error.contains("hint: a module it imports is not in its view"), "{error}");
     assert!(!error.contains("the session is closed"), "{error}");
 
-    wait_for_server(app.registry(), "beside", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "beside", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let greet = pb::CallToolRequest { qualified_name: "beside__greet".into(), arguments_json: "{}".into(), ..Default::default() };
     let greeted = client.call_tool(greet).await.unwrap().into_inner();
     assert!(greeted.content_json.contains("hello from beside"), "{greeted:?}");
 
-    wait_for_server(app.registry(), "dying", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "dying", "ready", |v| v.state() == ServerState::Ready).await;
     let call = pb::CallToolRequest { qualified_name: "dying__die".into(), arguments_json: "{}".into(), ..Default::default() };
     let failed = client.call_tool(call).await.expect_err("the server died under the call");
     assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
-    let view = wait_for_server(app.registry(), "dying", "its end explained", |v| v.last_error.is_some()).await;
-    let error = view.last_error.clone().unwrap();
+    let view = wait_for_server(app.registry(), "dying", "its end explained", |v| v.last_error().is_some()).await;
+    let error = view.last_error().map(str::to_owned).unwrap();
     assert!(error.contains("exited with status 4") && error.contains("journal at /var/lib/dying/journal is locked"), "{error}");
     // The CLI shows it, escaped and whole in JSON.
     let output = std::process::Command::new(TOOLHOST).args(["servers", "--json", "--addr", &cli_addr(&app)]).output().unwrap();
@@ -149,13 +149,13 @@ async fn a_file_named_in_the_arguments_inside_a_write_grant_stays_writable_acros
         data.display().to_string()
     );
     let app = start(dir.config(&table)).await;
-    let starts = |n: usize| move |v: &toolhost::registry::ServerView| v.state == ServerState::Ready && v.num_restarts as usize >= n;
+    let starts = |n: usize| move |v: &toolhost::registry::ServerView| v.state() == ServerState::Ready && v.num_restarts() as usize >= n;
     wait_for_server(app.registry(), "journal", "ready", starts(0)).await;
     let mut client = client(&app).await;
     for restart in 1..=3 {
-        let before = app.registry().server("journal").unwrap().num_restarts;
+        let before = app.registry().server("journal").unwrap().num_restarts();
         client.restart_server(pb::RestartServerRequest { server: "journal".into() }).await.unwrap();
-        wait_for_server(app.registry(), "journal", "restarted", |v| v.state == ServerState::Ready && v.num_restarts > before).await;
+        wait_for_server(app.registry(), "journal", "restarted", |v| v.state() == ServerState::Ready && v.num_restarts() > before).await;
         let lines = std::fs::read_to_string(&journal).unwrap().lines().count();
         assert_eq!(lines, restart + 1, "after restart {restart}");
     }
@@ -235,10 +235,10 @@ async fn a_home_that_cannot_be_made_fails_its_server_alone_and_says_why() {
     std::fs::create_dir_all(dir.path("servers")).unwrap();
     std::fs::write(dir.path("servers/homeless"), "not a directory").unwrap();
     let app = start(dir.config(&format!("{}{}", hostile_table("homeless", ""), hostile_table("neighbour", "")))).await;
-    let view = wait_for_server(app.registry(), "homeless", "failed", |v| v.state == ServerState::Failed).await;
-    let error = view.last_error.clone().unwrap_or_default();
+    let view = wait_for_server(app.registry(), "homeless", "failed", |v| v.state() == ServerState::Failed).await;
+    let error = view.last_error().map(str::to_owned).unwrap_or_default();
     assert!(error.contains("cannot make its home") && error.contains(&dir.path("servers/homeless").display().to_string()), "{error}");
-    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state() == ServerState::Ready).await;
     let mut grpc = client(&app).await;
     let request = pb::CallToolRequest { qualified_name: "neighbour__whoami".into(), arguments_json: "{}".into(), ..Default::default() };
     assert!(!grpc.call_tool(request).await.unwrap().into_inner().is_error);
@@ -273,7 +273,7 @@ fn sandbox_processes(home: &Path) -> Vec<(String, u64)> {
 async fn servers_run_in_the_small_helper_of_the_same_build_only() {
     let dir = TestDir::new();
     let app = start(dir.config(&hostile_table("small", ""))).await;
-    wait_for_server(app.registry(), "small", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "small", "ready", |v| v.state() == ServerState::Ready).await;
     let processes = sandbox_processes(&dir.path("servers/small"));
     assert_eq!(processes.len(), 2, "the helper and the init: {processes:?}");
     for (program, anon_kb) in &processes {
@@ -296,7 +296,7 @@ async fn servers_run_in_the_small_helper_of_the_same_build_only() {
     };
     let other = TestDir::new();
     let app = toolhost::app::App::start_with(other.config(&hostile_table("skewed", "")), options).await.unwrap();
-    wait_for_server(app.registry(), "skewed", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "skewed", "ready", |v| v.state() == ServerState::Ready).await;
     let processes = sandbox_processes(&other.path("servers/skewed"));
     assert!(processes.len() == 2 && processes.iter().all(|(program, _)| program.ends_with("/toolhost")), "{processes:?}");
     app.shutdown().await;
@@ -310,7 +310,7 @@ async fn the_cpu_limit_counts_every_process_of_the_sandbox_together() {
     let limits = "limits = { cpu_time = \"3s\" }\nrestart = { initial_backoff = \"30s\", max_backoff = \"30s\" }";
     let table = hostile_table("spinner", limits).replace("restart = { initial_backoff = \"50ms\", max_backoff = \"200ms\" }\n", "");
     let app = start(dir.config(&table)).await;
-    wait_for_server(app.registry(), "spinner", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "spinner", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let call = pb::CallToolRequest {
         qualified_name: "spinner__runaway".into(),
@@ -320,12 +320,12 @@ async fn the_cpu_limit_counts_every_process_of_the_sandbox_together() {
     let failed = client.call_tool(call).await.expect_err("stopped under the call");
     assert_eq!(error_info(&failed).0, "OUTCOME_UNKNOWN", "{failed:?}");
     let view = wait_for_server(app.registry(), "spinner", "stopped at its CPU limit", |v| {
-        v.last_error.as_deref().is_some_and(|e| e.contains("the cpu limit"))
+        v.last_error().is_some_and(|e| e.contains("the cpu limit"))
     })
     .await;
-    let error = view.last_error.clone().unwrap();
+    let error = view.last_error().map(str::to_owned).unwrap();
     assert!(error.contains("together"), "the sum, not one process's own limit: {error}");
-    assert_eq!(view.sandbox.as_ref().and_then(|s| s.last_limit).map(|k| k.label()), Some("cpu"));
+    assert_eq!(view.sandbox().and_then(|s| s.last_limit).map(|k| k.label()), Some("cpu"));
     app.shutdown().await;
 }
 
@@ -421,7 +421,7 @@ async fn links_a_server_plants_in_its_home_are_never_followed_by_the_daemon() {
         std::fs::create_dir(victim).unwrap();
     }
     let app = start(dir.config(&hostile_table("planter", ""))).await;
-    wait_for_server(app.registry(), "planter", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "planter", "ready", |v| v.state() == ServerState::Ready).await;
     let plant = format!(
         "cd \"$HOME\" && rm -rf .cache .config .local && ln -s {} .cache && ln -s {} .config && ln -s {} .local",
         victims[0].display(),
@@ -433,7 +433,7 @@ async fn links_a_server_plants_in_its_home_are_never_followed_by_the_daemon() {
     assert!(planted.into_iter().all(|(_, result)| result.starts_with("reached")), "{results:#?}");
     let mut grpc = client(&app).await;
     grpc.restart_server(pb::RestartServerRequest { server: "planter".into() }).await.unwrap();
-    wait_for_server(app.registry(), "planter", "ready again", |v| v.state == ServerState::Ready && v.num_restarts >= 1).await;
+    wait_for_server(app.registry(), "planter", "ready again", |v| v.state() == ServerState::Ready && v.num_restarts() >= 1).await;
     let ours = nix::unistd::getuid().as_raw();
     for victim in &victims {
         assert_eq!(std::fs::metadata(victim).unwrap().uid(), ours, "{} was given away", victim.display());
@@ -460,7 +460,7 @@ async fn a_grant_of_the_stores_directory_never_shows_a_siblings_home() {
     std::fs::write(&path, &text).unwrap();
     let app = start(toolhost::config::Config::load(&path).unwrap()).await;
     for name in ["nosy", "sibling"] {
-        wait_for_server(app.registry(), name, "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), name, "ready", |v| v.state() == ServerState::Ready).await;
     }
     let secret = data.join("servers/sibling/.npmrc");
     std::fs::write(&secret, "//registry.example/:_authToken=sibling-secret\n").unwrap();
@@ -489,10 +489,10 @@ async fn a_write_grant_above_the_stores_directory_is_refused_and_named() {
     let path = dir.path("toolhost.toml");
     std::fs::write(&path, &text).unwrap();
     let app = start(toolhost::config::Config::load(&path).unwrap()).await;
-    let failed = wait_for_server(app.registry(), "mover", "failed", |v| v.state == ServerState::Failed).await;
-    let error = failed.last_error.clone().unwrap_or_default();
+    let failed = wait_for_server(app.registry(), "mover", "failed", |v| v.state() == ServerState::Failed).await;
+    let error = failed.last_error().map(str::to_owned).unwrap_or_default();
     let store_dir = std::fs::canonicalize(above.join("st")).unwrap();
     assert!(error.contains("cannot be granted writable") && error.contains(&store_dir.display().to_string()), "{error}");
-    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "neighbour", "ready", |v| v.state() == ServerState::Ready).await;
     app.shutdown().await;
 }

@@ -40,7 +40,7 @@ async fn search_follows_every_published_generation_and_ranks_names_first() {
     std::fs::write(&tools_file, file_tools("Current weather conditions for a city.", true).to_string()).unwrap();
     let script = dir.script("files", json!({"tools_file": tools_file, "watch_tools_file": true}));
     let app = start(dir.config(&server_table("files", &script, ""))).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     assert_eq!(search(&mut client, "read a file").await.first().map(String::as_str), Some("files__read_file"));
     assert_eq!(search(&mut client, "weather").await, ["files__get_weather"]);
@@ -87,7 +87,7 @@ async fn search_shows_a_caller_only_what_it_may_use() {
         dir.path("token").display()
     );
     let app = start(dir.config(&format!("{policy}{}", server_table("files", &script, "")))).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .args(["search", "file", "--json", "--addr", &tcp_addr(&app).to_string()])
         .env("TOOLHOST_TOKEN", token)

@@ -82,33 +82,33 @@ async fn a_full_disk_never_publishes_an_unstored_generation_and_the_store_recove
     let mut config = dir.config(&server_table("changing", &script, ""));
     config.store.path = db.clone();
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "changing", "ready", |v| v.state == ServerState::Ready && v.generation_number() == 1).await;
+    wait_for_server(app.registry(), "changing", "ready", |v| v.state() == ServerState::Ready && v.generation_number() == 1).await;
 
     let filler = fs.path.join("filler");
     fs.fill(&filler);
     std::fs::write(&tools_file, bulky_tools(1).to_string()).unwrap();
     let view = wait_for_server(app.registry(), "changing", "the store failure shown", |v| {
-        v.state == ServerState::Failed && v.last_error.as_deref().is_some_and(|e| e.contains("full"))
+        v.state() == ServerState::Failed && v.last_error().is_some_and(|e| e.contains("full"))
     })
     .await;
     assert_eq!(view.generation_number(), 1, "a generation the disk did not take is never published");
     assert_eq!(tool_names(&view), ["t0", "t1", "t2"]);
     // Another change while the disk is still full: still nothing published, nothing numbered.
-    let before = view.last_enumeration.as_ref().map_or(0, |record| record.started_at_ms);
+    let before = view.last_enumeration().map_or(0, |record| record.started_at_ms);
     std::fs::write(&tools_file, bulky_tools(2).to_string()).unwrap();
     let view = wait_for_server(app.registry(), "changing", "the second change's pass, failed", |v| {
-        v.last_enumeration.as_ref().is_some_and(|record| record.started_at_ms > before && record.outcome == EnumerationOutcome::Failed)
+        v.last_enumeration().is_some_and(|record| record.started_at_ms > before && record.outcome == EnumerationOutcome::Failed)
     })
     .await;
     assert_eq!(view.generation_number(), 1);
 
     std::fs::remove_file(&filler).unwrap();
     let view = wait_for_server(app.registry(), "changing", "recovered once space returned", |v| {
-        v.state == ServerState::Ready && v.generation_number() == 2
+        v.state() == ServerState::Ready && v.generation_number() == 2
     })
     .await;
-    assert!(view.last_error.is_none(), "the error clears with the recovery: {:?}", view.last_error);
-    assert!(view.generation.as_ref().unwrap().tools[0].definition.contains("round 2"), "the listing the server offers now");
+    assert!(view.last_error().is_none(), "the error clears with the recovery: {:?}", view.last_error());
+    assert!(view.generation().unwrap().tools[0].definition.contains("round 2"), "the listing the server offers now");
     std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
     wait_for_server(app.registry(), "changing", "the next change", |v| v.generation_number() == 3).await;
     app.shutdown().await;
@@ -186,7 +186,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
     let mut config = dir.config(&[server_table("changing", &changing, ""), server_table("steady", &steady, "")].concat());
     config.store.path = db.clone();
     let app = start(config.clone()).await;
-    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state == ServerState::Ready)).await;
+    wait_until(app.registry(), "both ready", |s| s.servers.values().all(|v| v.state() == ServerState::Ready)).await;
     app.shutdown().await;
     let wal = fs.path.join("catalog.db-wal");
     assert!(std::fs::metadata(&wal).map_or(true, |meta| meta.len() == 0), "a clean stop leaves no WAL to replay");
@@ -206,7 +206,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
 
     // The unchanged server is confirmed from memory and callable; the changed one keeps its
     // stored generation: what the disk cannot take is not published.
-    wait_for_server(app.registry(), "steady", "ready on the stored catalog", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "steady", "ready on the stored catalog", |v| v.state() == ServerState::Ready).await;
     let echoed = client
         .call_tool(pb::CallToolRequest {
             qualified_name: "steady__echo".into(),
@@ -217,7 +217,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
         .expect("a tool of the stored catalog is callable");
     assert!(!echoed.into_inner().is_error);
     let view = wait_for_server(app.registry(), "changing", "its change waiting for room", |v| {
-        v.last_error.as_deref().is_some_and(|e| e.contains("degraded"))
+        v.last_error().is_some_and(|e| e.contains("degraded"))
     })
     .await;
     assert_eq!((view.generation_number(), tool_names(&view)), (1, vec!["t0".to_owned(), "t1".to_owned(), "t2".to_owned()]));
@@ -225,7 +225,7 @@ async fn a_daemon_restarted_on_a_full_disk_serves_its_catalog_and_commits_once_t
     // Room returns: the change is committed as the next generation, and the store is healthy.
     std::fs::remove_file(&filler).unwrap();
     let view = wait_for_server(app.registry(), "changing", "committed once there is room", |v| {
-        v.state == ServerState::Ready && v.generation_number() == 2
+        v.state() == ServerState::Ready && v.generation_number() == 2
     })
     .await;
     assert_eq!(tool_names(&view), ["u0", "u1"]);
@@ -252,14 +252,13 @@ async fn a_small_store_filesystem_filled_and_freed_keeps_committing_across_a_res
     config.store.path = db.clone();
     config.store.history_generations = 2;
     let app = start(config.clone()).await;
-    wait_for_server(app.registry(), "changing", "ready", |v| v.state == ServerState::Ready && v.generation_number() == 1).await;
+    wait_for_server(app.registry(), "changing", "ready", |v| v.state() == ServerState::Ready && v.generation_number() == 1).await;
     let filler = fs.path.join("filler");
     fs.fill(&filler);
     std::fs::write(&tools_file, bulky_tools(1).to_string()).unwrap();
-    wait_for_server(app.registry(), "changing", "the full disk shown", |v| v.last_error.as_deref().is_some_and(|e| e.contains("full")))
-        .await;
+    wait_for_server(app.registry(), "changing", "the full disk shown", |v| v.last_error().is_some_and(|e| e.contains("full"))).await;
     std::fs::remove_file(&filler).unwrap();
-    wait_for_server(app.registry(), "changing", "recovered", |v| v.state == ServerState::Ready && v.generation_number() == 2).await;
+    wait_for_server(app.registry(), "changing", "recovered", |v| v.state() == ServerState::Ready && v.generation_number() == 2).await;
     // Change after change: each is committed, and the WAL stays far below the free space.
     for round in 2..8 {
         std::fs::write(&tools_file, bulky_tools(round).to_string()).unwrap();
@@ -271,7 +270,7 @@ async fn a_small_store_filesystem_filled_and_freed_keeps_committing_across_a_res
     app.shutdown().await;
     assert!(std::fs::metadata(&wal).map_or(true, |meta| meta.len() == 0), "the stop checkpointed the WAL");
     let app = start(config).await;
-    wait_for_server(app.registry(), "changing", "ready again", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "changing", "ready again", |v| v.state() == ServerState::Ready).await;
     std::fs::write(&tools_file, json!(tools("u", 2)).to_string()).unwrap();
     let view = wait_for_server(app.registry(), "changing", "a commit after the restart", |v| v.generation_number() == 9).await;
     assert_eq!(tool_names(&view), ["u0", "u1"]);

@@ -50,7 +50,7 @@ async fn a_task_outlives_its_connection_and_answers_through_either_door_and_no_o
     let script = dir.script("demo", json!({}));
     let sections = format!("{}\n{}", mcp_section(""), access(&dir));
     let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
 
     // Started over gRPC by a connection that then goes away.
     let started = {
@@ -177,7 +177,7 @@ async fn mcp_clients_of_both_eras_run_tasks_on_the_socket_and_over_http() {
     let release = dir.path("release");
     nix::unistd::mkfifo(&release, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
 
     // 2025-11-25 on the socket: the capability, every tool task-optional, a task-augmented call.
     let mut line = Line::connect(&mcp_socket(&app)).await;
@@ -282,7 +282,7 @@ async fn limits_hold_exactly_and_an_oversized_result_is_refused_not_cut() {
     let sections =
         format!("[tasks]\nmax_open_per_agent = 2\nmax_result_bytes = 2000\nmax_stored_bytes_per_agent = 100000\n{}", access(&dir));
     let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut mine = agent_client(&app, MINE).await;
     let mut theirs = agent_client(&app, THEIRS).await;
 
@@ -340,7 +340,7 @@ async fn a_restart_fails_a_running_stdio_task_as_outcome_unknown_and_keeps_finis
     let script = dir.script("demo", json!({}));
     let config = || dir.config_with("", &server_table("demo", &script, ""));
     let app = start(config()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut grpc = client(&app).await;
     let finished = grpc.start_task(start_request("demo__echo", json!({"text": "kept"}))).await.unwrap().into_inner();
     grpc.get_task_result(task_id(&finished.task_id)).await.unwrap();
@@ -401,7 +401,7 @@ async fn the_python_sdk_runs_a_task_leaves_and_fetches_its_result_from_a_new_ses
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
     let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let url = format!("http://{}/mcp", mcp_http(&app));
     let fixture = format!("{}/tests/fixtures/mcp_clients/task_client.py", env!("CARGO_MANIFEST_DIR"));
     let output =
@@ -427,7 +427,7 @@ async fn the_typescript_sdk_runs_a_task_leaves_and_fetches_its_result_from_a_new
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
     let app = start(dir.config_with(&mcp_section(""), &server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let sdk = crate::interop::npm_tools().join("node_modules/@modelcontextprotocol/sdk");
     let fixture = format!("{}/tests/fixtures/mcp_clients/ts_task_client.mjs", env!("CARGO_MANIFEST_DIR"));
     let url = format!("http://{}/mcp", mcp_http(&app));
@@ -450,7 +450,7 @@ async fn the_cli_starts_lists_waits_for_and_cancels_tasks() {
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let addr = cli_addr(&app);
     let addr = addr.as_str();
     let cli = |args: Vec<String>| async move {
@@ -502,7 +502,7 @@ async fn a_tool_its_server_runs_only_as_a_task_is_callable_plainly_and_as_a_task
     let table = format!("[servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrequest_timeout = \"30s\"\n");
     let app = start(dir.config(&table)).await;
     wait_for_server(app.registry(), "everything", "the task tool listed", |v| {
-        v.state == ServerState::Ready && tool_names(v).iter().any(|t| t == "simulate-research-query")
+        v.state() == ServerState::Ready && tool_names(v).iter().any(|t| t == "simulate-research-query")
     })
     .await;
     let mut grpc = client(&app).await;
@@ -542,7 +542,7 @@ async fn a_server_that_runs_tasks_keeps_a_task_across_a_toolhost_restart_in_both
         let dir = TestDir::new();
         let config = || dir.config(&crate::http::http_table("remote", &server.url(), ""));
         let app = start(config()).await;
-        wait_for_server(app.registry(), "remote", "ready", |v| v.state == ServerState::Ready).await;
+        wait_for_server(app.registry(), "remote", "ready", |v| v.state() == ServerState::Ready).await;
         let mut grpc = client(&app).await;
         let running = grpc.start_task(start_request("remote__job", json!({"ms": 1500}))).await.unwrap().into_inner();
         let store = app.store().clone();
@@ -590,7 +590,7 @@ async fn the_2026_conformance_tasks_scenarios_pass_through_toolhost() {
     let script = dir.script("fixtures", json!({"tools": tools}));
     let profile = "[mcp.profiles.conformance]\ntools = [\"fixtures__*\"]\nnames = \"original\"\n";
     let app = start(dir.config_with(&mcp_section(profile), &server_table("fixtures", &script, ""))).await;
-    wait_for_server(app.registry(), "fixtures", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "fixtures", "ready", |v| v.state() == ServerState::Ready).await;
     let url = format!("http://localhost:{}/mcp/conformance", mcp_http(&app).port());
     let suite = crate::interop::npm_tools().join("node_modules/conformance-next/dist/index.js");
     for scenario in [
@@ -650,12 +650,12 @@ async fn a_task_waiting_for_approval_keeps_waiting_across_a_restart_and_runs_onc
     let script = dir.script("demo", json!({}));
     let config = || dir.config_with(&approving_access(&dir), &server_table("demo", &script, ""));
     let app = start(config()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let (task, request) = task_waiting_for_approval(&app, "pay 12 to dora").await;
     app.shutdown().await;
 
     let app = start(config()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut mine = agent_client(&app, MINE).await;
     let waiting = mine.get_task(task_id(&task)).await.unwrap().into_inner();
     assert_eq!(waiting.status(), pb::TaskStatus::Working, "{waiting:?}");
@@ -688,13 +688,13 @@ async fn a_task_whose_approval_is_denied_or_expires_after_a_restart_fails_saying
         dir.config_with(&sections, &server_table("demo", &script, ""))
     };
     let app = start(config("1h")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let (denied, request) = task_waiting_for_approval(&app, "pay 1000 to mallory").await;
     app.shutdown().await;
 
     // From here, new requests expire after 3s.
     let app = start(config("3s")).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let mut mine = agent_client(&app, MINE).await;
     assert_eq!(mine.get_task(task_id(&denied)).await.unwrap().into_inner().status(), pb::TaskStatus::Working);
     let decision = pb::DecideApprovalRequest { approval_id: request.clone(), approve: false, reason: "not a known payee".into() };

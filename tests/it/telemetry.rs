@@ -59,7 +59,7 @@ async fn a_call_continues_the_agents_trace_and_passes_it_upstream() {
     let dir = TestDir::new();
     let script = dir.script("traced", json!({}));
     let app = start(dir.config(&server_table("traced", &script, ""))).await;
-    wait_for_server(app.registry(), "traced", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "traced", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let mut request = tonic::Request::new(pb::CallToolRequest {
@@ -102,7 +102,7 @@ async fn an_mcp_call_continues_the_trace_from_meta_or_from_http_headers() {
     let dir = TestDir::new();
     let script = dir.script("mcptraced", json!({}));
     let app = start(dir.config_with(&mcp_section(""), &server_table("mcptraced", &script, ""))).await;
-    wait_for_server(app.registry(), "mcptraced", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "mcptraced", "ready", |v| v.state() == ServerState::Ready).await;
     let in_meta = "4bf92f3577b34da6a3ce929d0e0e4731";
     let mut mcp = Line::connect(&mcp_socket(&app)).await;
     let params = json!({"name": "mcptraced__echo", "arguments": {"text": "a"}, "_meta": {"traceparent": format!("00-{in_meta}-00f067aa0ba902b7-01")}});
@@ -143,7 +143,7 @@ async fn an_enumeration_shows_the_chain_from_notification_to_watchers() {
     let script =
         dir.script("chain", json!({"tools_file": file, "watch_tools_file": true, "page_size": 2, "cursor_prefix": "SECRET-CURSOR-"}));
     let app = start(dir.config(&server_table("chain", &script, ""))).await;
-    wait_for_server(app.registry(), "chain", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "chain", "ready", |v| v.state() == ServerState::Ready).await;
     std::fs::write(&file, json!(tools("t", 6)).to_string()).unwrap();
     wait_for_server(app.registry(), "chain", "generation 2", |v| v.generation_number() == 2).await;
 
@@ -185,7 +185,7 @@ async fn each_race_is_an_event_linked_to_the_enumeration_behind_it() {
     std::fs::write(&file, json!([{"name": "stays"}, {"name": "goes"}, {"name": "ghost"}]).to_string()).unwrap();
     let script = dir.script("racing", json!({"tools_file": file, "watch_tools_file": true, "unknown_tools_on_call": ["ghost"]}));
     let app = start(dir.config(&server_table("racing", &script, ""))).await;
-    wait_for_server(app.registry(), "racing", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "racing", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     let listed = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner();
     let stays_hash = listed.tools.iter().find(|t| t.name == "stays").unwrap().definition_hash.clone();
@@ -450,7 +450,7 @@ async fn a_call_to_an_http_server_is_a_tcp_client_span() {
     let dir = TestDir::new();
     let table = format!("[servers.remote_tcp]\nurl = {:?}\nrequest_timeout = \"5s\"\n", server.url());
     let app = start(dir.config(&table)).await;
-    wait_for_server(app.registry(), "remote_tcp", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "remote_tcp", "ready", |v| v.state() == ServerState::Ready).await;
     let mut client = client(&app).await;
     client
         .call_tool(pb::CallToolRequest { qualified_name: "remote_tcp__t0".into(), arguments_json: "{}".into(), ..Default::default() })

@@ -60,7 +60,7 @@ async fn python_and_node_grpc_clients_connect_with_no_options() {
     let dir = TestDir::new();
     let script = dir.script("demo", json!({}));
     let app = start(dir.config(&server_table("demo", &script, ""))).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let socket = socket_of(&app);
     let socket_for_python = socket.clone();
     let python =
@@ -92,7 +92,7 @@ async fn the_socket_admits_its_group_and_refuses_other_users_by_name() {
     );
     std::fs::write(&config_path, text).unwrap();
     let app = start(toolhost::config::Config::load(&config_path).unwrap()).await;
-    wait_for_server(app.registry(), "demo", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
     let socket = socket_of(&app);
     let metadata = std::fs::metadata(&socket).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::gid(&metadata), 100, "the socket belongs to the configured group");

@@ -35,7 +35,7 @@ async fn a_held_tool_is_hidden_from_agents_on_every_path_of_both_doors() {
     );
     let sections = format!("{}\n{access}", mcp_section("[mcp.profiles.lazy]\nlazy = true\ntools = []\nfind = [\"files__*\"]\n"));
     let app = start(dir.config_with(&sections, &server_table("files", &script, "changes = \"hold\"\n"))).await;
-    wait_for_server(app.registry(), "files", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "files", "ready", |v| v.state() == ServerState::Ready).await;
     let mut agent = agent_client(&app, token).await;
     let mut operator = client(&app).await;
     let mut watch = agent.watch_catalog(pb::WatchCatalogRequest { from_revision: 0, servers: vec![] }).await.unwrap().into_inner();

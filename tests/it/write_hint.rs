@@ -81,7 +81,7 @@ async fn the_filesystem_servers_refused_write_in_its_read_only_directory_names_t
     let app = start(dir.config_with(&mcp_section(""), &servers)).await;
     eventually_within(WAIT * 6, "files fetched and ready", async || {
         let view = app.registry().server("files").ok_or("no such server".to_owned())?;
-        if view.state == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state, view.last_error)) }
+        if view.state() == ServerState::Ready { Ok(()) } else { Err(format!("{:?}: {:?}", view.state(), view.last_error())) }
     })
     .await;
     let target = std::fs::canonicalize(&shared).unwrap().join("x.txt");
@@ -128,7 +128,7 @@ async fn a_refused_write_is_named_on_both_doors_and_a_hostile_servers_words_name
         dir.path("").display().to_string(),
     );
     let app = start(dir.config_with(&mcp_section(""), &table)).await;
-    wait_for_server(app.registry(), "writer", "ready", |v| v.state == ServerState::Ready).await;
+    wait_for_server(app.registry(), "writer", "ready", |v| v.state() == ServerState::Ready).await;
     let grant = write_grant(&readable);
     let mut mcp = Line::connect(&mcp_socket(&app)).await;
     mcp.initialize().await;
