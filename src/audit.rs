@@ -110,7 +110,7 @@ impl Checkpoints {
 
     async fn sign(&mut self, store: &Store) {
         let Some(signer) = self.signer(crate::catalog::record::now_ms()) else { return };
-        match store.checkpoint_audit(signer).await {
+        match store.audit().checkpoint(signer).await {
             Ok(signing) => self.signed(signing),
             Err(error) => tracing::warn!(%error, "cannot sign the audit chain's head"),
         }
@@ -177,7 +177,7 @@ async fn write_loop(
                 // a chain found altered is not cut at all (the evidence stays).
                 let signer = checkpoints.signer(crate::catalog::record::now_ms());
                 if signer.is_some() || checkpoints.signer.is_none() {
-                    match store.prune_audit(oldest, retention.max_records, signer).await {
+                    match store.audit().prune(oldest, retention.max_records, signer).await {
                         Ok(signing) => if let Some(signing) = signing { checkpoints.signed(signing) },
                         Err(error) => tracing::warn!(%error, "cannot apply the audit retention"),
                     }
@@ -197,7 +197,7 @@ async fn write_loop(
 }
 
 async fn store_batch(store: &Store, batch: &mut Vec<AuditRecord>, failures: &Throttle) {
-    if let Err(error) = store.append_audit(batch).await
+    if let Err(error) = store.audit().append(batch).await
         && let Some(suppressed) = failures.admit()
     {
         tracing::error!(%error, records = batch.len(), suppressed, "cannot store audit records");

@@ -492,12 +492,14 @@ impl Calls {
         let original = match tool {
             ToolRef::ServerTool { name, .. } => Some(name.clone()),
             ToolRef::Qualified(qualified) => {
-                let history = self.store.names_in_history(server_name).await.map_err(|err| CallError::Store(err.to_string()))?;
+                let history =
+                    self.store.generations().names_in_history(server_name).await.map_err(|err| CallError::Store(err.to_string()))?;
                 history.into_iter().find(|name| names::qualify(server_name, name) == *qualified)
             }
         };
         let Some(original) = original else { return Err(unknown(tool)) };
-        let removed_in = self.store.removed_in(server_name, &original).await.map_err(|err| CallError::Store(err.to_string()))?;
+        let removed_in =
+            self.store.generations().removed_in(server_name, &original).await.map_err(|err| CallError::Store(err.to_string()))?;
         let Some(removed_in) = removed_in else { return Err(unknown(tool)) };
         view.shared().races.removed_before_call.fetch_add(1, Ordering::Relaxed);
         self.race_event(&view, RaceKind::RemovedBeforeCall, &original, view.generation_number(), Some(removed_in));

@@ -49,7 +49,7 @@ pub async fn chain() {
     let store = Store::open(&dir.join("store.db"), 10).await.unwrap();
     let started = Instant::now();
     for batch in records.chunks(512) {
-        store.append_audit(batch).await.unwrap();
+        store.audit().append(batch).await.unwrap();
     }
     let write_per_record = started.elapsed() / RECORDS as u32;
     store.close().await;

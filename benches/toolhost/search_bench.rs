@@ -21,6 +21,7 @@ async fn build(store: &Store, tools: Vec<(String, Value)>) -> BTreeMap<String, G
     let mut generations = BTreeMap::new();
     for (server, tools) in by_server {
         match store
+            .generations()
             .commit(&server, Listing::from_raw(tools), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None)
             .await
             .expect("commit")
@@ -36,7 +37,7 @@ async fn build(store: &Store, tools: Vec<(String, Value)>) -> BTreeMap<String, G
 
 /// What `SearchTools` does: the first round of queries that matches anything answers.
 async fn run_search(store: &Store, query: &str, generations: &[(&str, u64)], limit: u32) -> Vec<(String, String, f64)> {
-    let mut hits = store.search_words(query, generations, limit).await.expect("search");
+    let mut hits = store.generations().search_words(query, generations, limit).await.expect("search");
     hits.truncate(limit as usize);
     hits
 }
@@ -140,6 +141,7 @@ pub async fn search() {
             let listing = changed(previous);
             let started = Instant::now();
             let outcome = store
+                .generations()
                 .commit("crm", listing, EnumerationRecord::unmeasured(EnumerationReason::ListChanged), Some(previous))
                 .await
                 .expect("commit");

@@ -124,7 +124,7 @@ impl CompiledQuota {
             lease.left -= 1;
             return Ok(None);
         }
-        let granted = store.take_quota(agent, &self.key, window, self.calls, self.block()).await?;
+        let granted = store.quotas().take(agent, &self.key, window, self.calls, self.block()).await?;
         *lease = Lease { window, left: granted.saturating_sub(1) };
         if granted > 0 {
             return Ok(None);

@@ -114,8 +114,8 @@ async fn send_some(
     connection: &mut Option<Connection>,
     metrics: &Metrics,
 ) -> Result<usize, String> {
-    let cursor = store.fleet_cursor(cursor_key).await.map_err(|error| error.to_string())?;
-    let rows = store.audit_chained_after(cursor, BATCH).await.map_err(|error| error.to_string())?;
+    let cursor = store.fleet().cursor(cursor_key).await.map_err(|error| error.to_string())?;
+    let rows = store.audit().chained_after(cursor, BATCH).await.map_err(|error| error.to_string())?;
     let Some((first, ..)) = rows.first() else { return Ok(0) };
     let lost = if cursor > 0 { first.saturating_sub(cursor.saturating_add(1)) } else { 0 };
     if lost > 0 {
@@ -138,7 +138,7 @@ async fn send_some(
         }
     }
     let last = rows.last().map_or(cursor, |(id, ..)| *id);
-    store.set_fleet_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
+    store.fleet().set_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
     metrics.record_audit_export(&sink.name(), u64::try_from(rows.len()).unwrap_or(u64::MAX), u64::try_from(lost).unwrap_or(0));
     Ok(rows.len())
 }

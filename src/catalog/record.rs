@@ -48,7 +48,7 @@ pub struct EnumerationRecord {
 
 impl EnumerationRecord {
     /// A record of an enumeration for `reason` with nothing measured yet: what
-    /// [`crate::store::Store::commit`] fills in (outcome, generation) when a listing
+    /// [`crate::store::Generations::commit`] fills in (outcome, generation) when a listing
     /// arrives without a pass behind it (tests, benchmarks).
     pub fn unmeasured(reason: EnumerationReason) -> EnumerationRecord {
         EnumerationRecord {

@@ -111,7 +111,7 @@ impl Approvals {
         let mut record = match followed {
             // The request a task waited for before a restart: its own (the task checked), for
             // this tool, and judged below as any other, whatever the catalog is at start.
-            Some(id) => match store.call_approval(id).await.map_err(stored)? {
+            Some(id) => match store.call_approvals().get(id).await.map_err(stored)? {
                 Some(record) if record.qualified_name == *asked.tool.qualified() => record,
                 _ => return Err(ApprovalError::Expired { id: id.to_owned() }.into()),
             },
@@ -147,14 +147,18 @@ impl Approvals {
             tokio::select! {
                 changed = decided.changed() => if changed.is_err() { return Err(CallError::Store("approvals closed".to_owned())) },
                 () = tokio::time::sleep_until(expiry) => {
-                    store.move_call_approval(&record.id, ApprovalStatus::Pending, ApprovalStatus::Expired, None, now_ms()).await.map_err(stored)?;
+                    store.call_approvals().transition(&record.id, ApprovalStatus::Pending, ApprovalStatus::Expired, None, now_ms()).await.map_err(stored)?;
                 }
                 () = tokio::time::sleep_until(until) => {
                     return Err(ApprovalError::Pending { id: record.id, expires_at_ms: record.expires_at_ms, task: None }.into());
                 }
             }
-            record =
-                store.call_approval(&record.id).await.map_err(stored)?.ok_or_else(|| ApprovalError::Expired { id: record.id.clone() })?;
+            record = store
+                .call_approvals()
+                .get(&record.id)
+                .await
+                .map_err(stored)?
+                .ok_or_else(|| ApprovalError::Expired { id: record.id.clone() })?;
         }
         // Approved: what it binds must still hold, checked now, against what runs.
         let changed = if record.policy_revision != asked.caller.agent.policy_revision {
@@ -165,11 +169,20 @@ impl Approvals {
             None
         };
         if let Some(what) = changed {
-            store.move_call_approval(&record.id, ApprovalStatus::Approved, ApprovalStatus::Stale, None, now_ms()).await.map_err(stored)?;
+            store
+                .call_approvals()
+                .transition(&record.id, ApprovalStatus::Approved, ApprovalStatus::Stale, None, now_ms())
+                .await
+                .map_err(stored)?;
             return Err(ApprovalError::Stale { id: record.id, what: what.to_owned() }.into());
         }
         // At most once: of two calls holding this approval, one moves it to used.
-        if !store.move_call_approval(&record.id, ApprovalStatus::Approved, ApprovalStatus::Used, None, now_ms()).await.map_err(stored)? {
+        if !store
+            .call_approvals()
+            .transition(&record.id, ApprovalStatus::Approved, ApprovalStatus::Used, None, now_ms())
+            .await
+            .map_err(stored)?
+        {
             return Err(ApprovalError::Expired { id: record.id }.into());
         }
         if let Some(progress) = asked.progress {
@@ -200,7 +213,7 @@ impl Approvals {
         let principal = asked.caller.principal();
         let now = now_ms();
         let stored = |error: StoreError| CallError::Store(error.to_string());
-        if let Some(record) = store.live_call_approval(&principal, &qualified, &digest, now).await.map_err(stored)? {
+        if let Some(record) = store.call_approvals().live(&principal, &qualified, &digest, now).await.map_err(stored)? {
             return Ok(Some(record));
         }
         let ttl = i64::try_from(self.inner.settings.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -223,7 +236,7 @@ impl Approvals {
             task_id: None,
         };
         let settings = &self.inner.settings;
-        match store.insert_call_approval(&record, settings.max_pending_per_agent, settings.max_pending, now).await.map_err(stored)? {
+        match store.call_approvals().insert(&record, settings.max_pending_per_agent, settings.max_pending, now).await.map_err(stored)? {
             Admission::Stored => {
                 requested(&record);
                 // No watcher is no one to tell.
@@ -251,7 +264,7 @@ impl Approvals {
     ) -> Result<ApprovalRecord, DecideError> {
         let store = &self.inner.store;
         let unknown = || DecideError::Unknown(crate::door::truncate(id.to_owned(), 128));
-        let record = store.call_approval(id).await?.ok_or_else(unknown)?;
+        let record = store.call_approvals().get(id).await?.ok_or_else(unknown)?;
         // The approver is another entry, not another credential of the same one: an entry's
         // tokens, certificate and uids are one party (its principal names the entry first).
         if self.inner.settings.separate_approver
@@ -263,13 +276,13 @@ impl Approvals {
         let by = format!("{} ({})", operator.agent.name, operator.identity.describe());
         let to = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
         let reason = reason.map(|reason| crate::door::truncate(reason.trim().to_owned(), 1000)).filter(|reason| !reason.is_empty());
-        if !store.move_call_approval(id, ApprovalStatus::Pending, to, Some((&by, reason.as_deref())), now_ms()).await? {
-            let now = store.call_approval(id).await?.ok_or_else(unknown)?;
+        if !store.call_approvals().transition(id, ApprovalStatus::Pending, to, Some((&by, reason.as_deref())), now_ms()).await? {
+            let now = store.call_approvals().get(id).await?.ok_or_else(unknown)?;
             let status = if now.status == ApprovalStatus::Pending { ApprovalStatus::Expired } else { now.status };
             return Err(DecideError::NotPending { id: now.id, status: status.as_str() });
         }
         self.inner.decided.send_modify(|count| *count = count.wrapping_add(1));
-        store.call_approval(id).await?.ok_or_else(unknown)
+        store.call_approvals().get(id).await?.ok_or_else(unknown)
     }
 
     /// Requests, newest first (expired ones marked so first).
@@ -277,8 +290,8 @@ impl Approvals {
     /// # Errors
     /// [`StoreError`].
     pub async fn list(&self, status: Option<ApprovalStatus>) -> Result<Vec<ApprovalRecord>, StoreError> {
-        self.inner.store.expire_call_approvals(now_ms()).await?;
-        self.inner.store.call_approvals(status, MAX_LISTED).await
+        self.inner.store.call_approvals().expire(now_ms()).await?;
+        self.inner.store.call_approvals().list(status, MAX_LISTED).await
     }
 
     /// One request.
@@ -286,7 +299,7 @@ impl Approvals {
     /// # Errors
     /// [`StoreError`].
     pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
-        self.inner.store.call_approval(id).await
+        self.inner.store.call_approvals().get(id).await
     }
 
     /// Makes `task` the follower of request `id` if its follower is still `was`.
@@ -294,7 +307,7 @@ impl Approvals {
     /// # Errors
     /// [`StoreError`].
     pub(super) async fn follow(&self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
-        self.inner.store.follow_call_approval(id, was, task).await
+        self.inner.store.call_approvals().follow(id, was, task).await
     }
 
     /// New requests from now on, as they are stored.

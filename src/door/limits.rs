@@ -89,7 +89,7 @@ pub async fn read(store: &Store, agent: &Agent, now_ms: i64) -> Result<AgentLimi
     for quota in &agent.quotas {
         let (window, renews_at_ms) = quota.window(now_ms);
         // Counted in the store, less what this daemon counted ahead and has not used.
-        let counted = store.quota_used(&agent.name, &quota.key, window).await?;
+        let counted = store.quotas().used(&agent.name, &quota.key, window).await?;
         let used = counted.saturating_sub(quota.leased(window).await);
         quotas.push(QuotaNow { tools: quota.patterns.clone(), calls: quota.calls, per: quota.per, used, renews_at_ms });
     }
@@ -112,7 +112,7 @@ pub async fn recent(store: &Store, agent: &str, now_ms: i64) -> Result<Recent, S
     let since_ms = now_ms.saturating_sub(i64::try_from(RECENT.as_millis()).unwrap_or(i64::MAX));
     let filter = AuditFilter { since_ms, agent: Some(agent.to_owned()), ..AuditFilter::default() };
     let mut recent = Recent::default();
-    for (_, outcome, count) in store.audit_histogram(&filter, i64::MAX).await? {
+    for (_, outcome, count) in store.audit().histogram(&filter, i64::MAX).await? {
         if !crate::audit::is_call(&outcome) {
             continue;
         }

@@ -285,7 +285,7 @@ impl Door {
             .filter_map(|view| view.generation().map(|generation| (&**view.name(), generation.number)))
             .collect();
         let fetch = u32::try_from(limit.saturating_mul(SEARCH_OVERFETCH)).unwrap_or(u32::MAX);
-        let found = self.store.search_words(query, &generations, fetch).await?;
+        let found = self.store.generations().search_words(query, &generations, fetch).await?;
         let mut hits = Vec::with_capacity(limit);
         for (server, name, score) in found {
             let Some(view) = snapshot.servers.get(server.as_str()) else { continue };
@@ -322,7 +322,7 @@ impl Door {
     /// # Errors
     /// The store.
     pub async fn tools_at(&self, server: &str, generation: u64) -> Result<Vec<crate::catalog::model::ToolDef>, error::DoorError> {
-        Ok(self.store.tools_at(server, generation).await?)
+        Ok(self.store.generations().tools_at(server, generation).await?)
     }
 
     /// The catalog as it was at `revision`, while it is kept (page tokens refer to one).
@@ -361,7 +361,10 @@ impl Door {
         if !self.registry.server(server).is_some_and(|view| server_visible(caller, &view)) {
             return Ok(None);
         }
-        Ok(Some((self.store.history(server, generations).await?, self.store.enumerations(server, enumerations).await?)))
+        Ok(Some((
+            self.store.generations().history(server, generations).await?,
+            self.store.generations().enumerations(server, enumerations).await?,
+        )))
     }
 
     /// The definitions `server` offered as tool `name`: `(first generation, last generation if
@@ -370,7 +373,7 @@ impl Door {
     /// # Errors
     /// The store.
     pub async fn tool_history(&self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, error::DoorError> {
-        Ok(self.store.tool_history(server, name, limit).await?)
+        Ok(self.store.generations().tool_history(server, name, limit).await?)
     }
 
     /// The definition approvals of `server`'s tools, newest first, those `visible` lets through.
@@ -383,7 +386,7 @@ impl Door {
         limit: u32,
         visible: impl Fn(&str) -> bool,
     ) -> Result<Vec<(String, crate::catalog::integrity::Approval)>, error::DoorError> {
-        let history = self.store.approval_history(server, limit).await?;
+        let history = self.store.approvals().history(server, limit).await?;
         Ok(history.into_iter().filter(|(name, _)| visible(name)).collect())
     }
 

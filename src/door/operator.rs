@@ -169,7 +169,7 @@ impl Operator {
     /// Not an operator; the store.
     pub async fn recent_approvals(&self, by: &Caller, limit: u32) -> Result<Vec<(String, String, super::model::Approval)>, DoorError> {
         by.require_admin()?;
-        Ok(self.store.recent_approvals(limit).await?)
+        Ok(self.store.approvals().recent(limit).await?)
     }
 
     /// Audit records at or after `since_ms` (of `agent` if given), newest first; from the fleet
@@ -185,7 +185,7 @@ impl Operator {
             let records = crate::fleet::query::audit(&pool, since_ms, agent, limit).await?;
             return Ok(records.into_iter().map(|found| Found { host_id: Some(found.host_id), record: found.record }).collect());
         }
-        let records = self.store.query_audit(since_ms, agent, limit).await?;
+        let records = self.store.audit().query(since_ms, agent, limit).await?;
         Ok(records.into_iter().map(|record| Found { host_id: None, record }).collect())
     }
 
@@ -203,8 +203,8 @@ impl Operator {
         bucket_ms: i64,
     ) -> Result<(Vec<AuditRecord>, Vec<(i64, String, u64)>), DoorError> {
         by.require_admin()?;
-        let records = self.store.query_audit_filtered(filter, rows).await?;
-        let sums = self.store.audit_histogram(filter, bucket_ms).await?;
+        let records = self.store.audit().query_filtered(filter, rows).await?;
+        let sums = self.store.audit().histogram(filter, bucket_ms).await?;
         Ok((records, sums))
     }
 
@@ -228,7 +228,7 @@ impl Operator {
             Some((Ok(pool), host_id)) => crate::fleet::verify::checkpoints_of(&pool, host_id).await?,
             _ => Vec::new(),
         };
-        let verdict = self.store.verify_audit(&key, span, &kept).await?;
+        let verdict = self.store.audit().verify(&key, span, &kept).await?;
         Ok((verdict, u64::try_from(kept.len()).unwrap_or(u64::MAX)))
     }
 

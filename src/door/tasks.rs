@@ -128,7 +128,7 @@ impl Tasks {
     /// [`StoreError`].
     pub(super) async fn recover(&self, door: &Door) -> Result<u64, StoreError> {
         let mut ended = 0_u64;
-        for task in self.inner.store.working_tasks().await? {
+        for task in self.inner.store.tasks().working().await? {
             let stopped = match (&task.upstream, task.sent_generation, &task.approval) {
                 (Some(upstream), _, _) => {
                     let (upstream, stop) = (upstream.clone(), self.follow(&task.id));
@@ -148,7 +148,7 @@ impl Tasks {
                 (None, None, None) => not_sent(&task.qualified_name),
             };
             let failure = encode(&stopped);
-            if self.inner.store.end_task(&task.id, &stopped_end(&stopped, &failure), now_ms()).await? {
+            if self.inner.store.tasks().end(&task.id, &stopped_end(&stopped, &failure), now_ms()).await? {
                 ended = ended.saturating_add(1);
             }
         }
@@ -217,7 +217,7 @@ impl Tasks {
     /// Deletes ended tasks whose TTL ran out, every minute, until `cancel`.
     pub async fn sweep(self, cancel: CancellationToken) {
         loop {
-            if let Err(error) = self.inner.store.expire_tasks(now_ms()).await {
+            if let Err(error) = self.inner.store.tasks().expire(now_ms()).await {
                 tracing::warn!(%error, "cannot delete expired tasks");
             }
             tokio::select! {
@@ -245,7 +245,7 @@ impl Tasks {
         let unknown = || TaskError::Unknown(crate::door::truncate(id.to_owned(), 128));
         // Looked at before the row is read: a call ends by storing its end, then leaving this set.
         let running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id);
-        let task = self.inner.store.task(id).await?.ok_or_else(unknown)?;
+        let task = self.inner.store.tasks().get(id).await?.ok_or_else(unknown)?;
         let expired = task.status.is_terminal() && expires_at(&task) < now_ms();
         if task.owner != caller.principal() || expired {
             return Err(unknown());
@@ -265,7 +265,7 @@ impl Tasks {
         let before = before.as_ref().map(|task| (task.created_at_ms, task.id.as_str()));
         let now = now_ms();
         let running = self.running_now();
-        let tasks = self.inner.store.tasks_of(&caller.principal(), before, limit.clamp(1, MAX_PAGE.saturating_add(1))).await?;
+        let tasks = self.inner.store.tasks().owned_by(&caller.principal(), before, limit.clamp(1, MAX_PAGE.saturating_add(1))).await?;
         Ok(as_listed(tasks, &running, now))
     }
 
@@ -311,7 +311,7 @@ impl Tasks {
     /// Forgets an ended task whose caller got its end directly (a 2026 call that ended before
     /// it needed to become a task): it was never handed out, and keeps no storage.
     pub async fn discard(&self, id: &str) {
-        if let Err(error) = self.inner.store.delete_ended_task(id).await {
+        if let Err(error) = self.inner.store.tasks().delete_ended(id).await {
             tracing::debug!(task = %id, %error, "cannot delete an answered task (its TTL will)");
         }
     }
@@ -330,7 +330,7 @@ impl Tasks {
         }
         let mut cancelled = self.get(caller, id).await?;
         // The server's own task id, read after the call stopped (it may have just been kept).
-        cancelled.upstream = self.inner.store.task(id).await?.and_then(|task| task.upstream);
+        cancelled.upstream = self.inner.store.tasks().get(id).await?.and_then(|task| task.upstream);
         Ok(cancelled)
     }
 
@@ -345,7 +345,7 @@ impl Tasks {
             failure: None,
             ran_against: None,
         };
-        if !self.inner.store.end_task(id, &end, now_ms()).await? {
+        if !self.inner.store.tasks().end(id, &end, now_ms()).await? {
             return Ok(false);
         }
         if let Some(call) = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(id) {
@@ -389,7 +389,7 @@ impl Tasks {
         let stop = self.inner.stopping.child_token();
         {
             let _admitted = self.inner.admission.lock().await;
-            let usage = self.inner.store.task_usage(&task.agent).await?;
+            let usage = self.inner.store.tasks().usage(&task.agent).await?;
             if usage.open_by_agent >= u64::from(settings.max_open_per_agent) {
                 return Err(TaskError::TooManyForAgent { agent: task.agent, limit: settings.max_open_per_agent });
             }
@@ -407,7 +407,7 @@ impl Tasks {
             }
             // Running before it is stored: a reader never sees it working with no call behind it.
             self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), stop.clone());
-            if let Err(error) = self.inner.store.insert_task(&task).await {
+            if let Err(error) = self.inner.store.tasks().insert(&task).await {
                 self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
                 return Err(error.into());
             }
@@ -476,7 +476,7 @@ impl Run {
                     let due = last_progress.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
                     if due && let Some(message) = progress_message(&update) {
                         last_progress = Some(tokio::time::Instant::now());
-                        if let Err(error) = self.tasks.inner.store.set_task_message(&self.id, &message).await {
+                        if let Err(error) = self.tasks.inner.store.tasks().set_message(&self.id, &message).await {
                             tracing::debug!(task = %self.id, %error, "cannot keep a task's progress");
                         }
                     }
@@ -486,7 +486,7 @@ impl Run {
                     // No id: the call was not a task on its server.
                     let Ok(id) = id else { continue };
                     upstream = true;
-                    if let Err(error) = self.tasks.inner.store.set_task_upstream(&self.id, &id).await {
+                    if let Err(error) = self.tasks.inner.store.tasks().set_upstream(&self.id, &id).await {
                         tracing::warn!(task = %self.id, %error, "cannot keep the server's task id: a restart will not follow it");
                     }
                 }
@@ -527,7 +527,7 @@ pub(super) struct Following {
 impl Following {
     /// The call waits for approval request `id`: kept, so that the next start follows it again.
     pub(super) async fn waiting(&self, id: &str) {
-        match self.store.set_task_approval(&self.task, id).await {
+        match self.store.tasks().set_approval(&self.task, id).await {
             Ok(()) => self.set(Stage::Waiting),
             Err(error) => {
                 tracing::warn!(task = %self.task, %error, "cannot keep the approval request a task waits for: a restart will not follow it");
@@ -541,7 +541,7 @@ impl Following {
     /// # Errors
     /// [`CallError::Store`]: not kept, not sent.
     pub(super) async fn sending(&self, generation: u64) -> Result<(), CallError> {
-        self.store.set_task_sent(&self.task, generation).await.map_err(|error| {
+        self.store.tasks().set_sent(&self.task, generation).await.map_err(|error| {
             CallError::Store(format!("cannot record that task {} sends its call, so it was not sent: {error}", self.task))
         })?;
         self.set(Stage::Sent(generation));
@@ -703,7 +703,7 @@ async fn finish(tasks: &Tasks, id: &str, qualified: &str, result: Option<Result<
             }
         }
     };
-    match inner.store.end_task(id, &end, now_ms()).await {
+    match inner.store.tasks().end(id, &end, now_ms()).await {
         Ok(_) => {}
         // Left working in the store: the next start ends it.
         Err(error) => tracing::error!(task = %id, %error, "cannot record a task's end"),

@@ -195,7 +195,7 @@ impl Fleet {
     /// Runs the link until `cancel`: connects (again and again, backing off), then ships the
     /// spool, publishes what this host offers, and applies approvals from other hosts.
     pub async fn run(self, parts: FleetParts, cancel: CancellationToken) {
-        if let Err(error) = parts.store.hold_unshipped_audit(self.shared.config.share_audit).await {
+        if let Err(error) = parts.store.fleet().hold_unshipped_audit(self.shared.config.share_audit).await {
             tracing::warn!(%error, "cannot set up the fleet's audit spool");
         }
         let mut state = State::new(&self, parts);

@@ -22,9 +22,9 @@ const BATCHES_PER_TICK: usize = 8;
 /// [`FleetError`] when PostgreSQL or the store fails, or an exchange takes longer than its
 /// bound; the cursor then stays after the last batch that committed.
 pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result<u64, FleetError> {
-    let mut cursor = store.fleet_cursor(AUDIT_CURSOR).await?;
+    let mut cursor = store.fleet().cursor(AUDIT_CURSOR).await?;
     for _ in 0..BATCHES_PER_TICK {
-        let batch = store.audit_chained_after(cursor, BATCH).await?;
+        let batch = store.audit().chained_after(cursor, BATCH).await?;
         let Some(last) = batch.last().map(|(id, ..)| *id) else { break };
         let mut columns = AuditColumns::default();
         for (id, record, prev_hash, hash) in &batch {
@@ -58,21 +58,21 @@ pub(super) async fn audit(pool: &PgPool, store: &Store, host_id: &str) -> Result
         .execute(pool);
         // Each batch is bounded on its own: a slow machine still moves one batch at a time.
         super::bounded(async { Ok(insert.await?) }).await?;
-        store.set_fleet_cursor(AUDIT_CURSOR, last).await?;
+        store.fleet().set_cursor(AUDIT_CURSOR, last).await?;
         cursor = last;
         if batch.len() < BATCH as usize {
             break;
         }
     }
     super::bounded(checkpoints(pool, store, host_id, cursor)).await?;
-    Ok(store.audit_count_after(cursor).await?)
+    Ok(store.fleet().audit_count_after(cursor).await?)
 }
 
 /// Ships the audit chain's signed checkpoints of records already shipped (`shipped`, the audit
 /// cursor), pinning the host's first public key.
 async fn checkpoints(pool: &PgPool, store: &Store, host_id: &str, shipped: i64) -> Result<(), FleetError> {
-    let cursor = store.fleet_cursor(AUDIT_CHECKPOINTS_CURSOR).await?;
-    let batch = store.audit_checkpoints_after(cursor, shipped, BATCH).await?;
+    let cursor = store.fleet().cursor(AUDIT_CHECKPOINTS_CURSOR).await?;
+    let batch = store.fleet().audit_checkpoints_after(cursor, shipped, BATCH).await?;
     let Some(last) = batch.last().map(|checkpoint| checkpoint.id) else { return Ok(()) };
     let mut tx = pool.begin().await?;
     for checkpoint in &batch {
@@ -99,7 +99,7 @@ async fn checkpoints(pool: &PgPool, store: &Store, host_id: &str, shipped: i64) 
         .await?;
     }
     tx.commit().await?;
-    store.set_fleet_cursor(AUDIT_CHECKPOINTS_CURSOR, last).await?;
+    store.fleet().set_cursor(AUDIT_CHECKPOINTS_CURSOR, last).await?;
     Ok(())
 }
 
@@ -113,8 +113,8 @@ pub(super) async fn approvals(
     host_id: &str,
     identities: &BTreeMap<String, String>,
 ) -> Result<(), FleetError> {
-    let cursor = store.fleet_cursor(APPROVALS_CURSOR).await?;
-    let batch = store.approvals_after(cursor, BATCH).await?;
+    let cursor = store.fleet().cursor(APPROVALS_CURSOR).await?;
+    let batch = store.fleet().approvals_after(cursor, BATCH).await?;
     let Some(last) = batch.last().map(|approval| approval.id) else { return Ok(()) };
     let mut tx = pool.begin().await?;
     for approval in &batch {
@@ -134,7 +134,7 @@ pub(super) async fn approvals(
         .await?;
     }
     tx.commit().await?;
-    store.set_fleet_cursor(APPROVALS_CURSOR, last).await?;
+    store.fleet().set_cursor(APPROVALS_CURSOR, last).await?;
     Ok(())
 }
 

@@ -1,14 +1,12 @@
-//! The store's side of definition integrity: approvals (with their history) and the one-time
-//! rehash of stored definitions into RFC 8785 (JCS) form.
+//! The store's side of definition integrity: approvals, with their history (the stored
+//! definitions they name, and their one-time rehash, are the generations', `definitions.rs`).
 
 use std::collections::HashMap;
 
-use serde_json::Value;
 use sqlx::SqliteConnection;
 
 use super::{Store, StoreError};
 use crate::catalog::integrity::Approval;
-use crate::catalog::model::{canonical_json, sha256_hex};
 use crate::catalog::record::now_ms;
 
 /// Approval rows kept per tool: the current one and its recent history.
@@ -50,19 +48,26 @@ pub(super) async fn insert(
     Ok(at)
 }
 
-impl Store {
+/// The definition approvals' repository (the integrity baselines and operators' approvals),
+/// reached as [`Store::approvals`].
+#[derive(Clone, Copy)]
+pub struct Approvals<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Approvals<'_> {
     /// The current approval of every tool that has one (of one server, or of all), by server
     /// then tool name.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approvals(&self, server: Option<&str>) -> Result<HashMap<String, HashMap<String, Approval>>, StoreError> {
+    pub async fn current(self, server: Option<&str>) -> Result<HashMap<String, HashMap<String, Approval>>, StoreError> {
         let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(
             "SELECT server, name, hash, approved_by, approved_at_ms FROM approvals \
              WHERE id IN (SELECT max(id) FROM approvals WHERE ?1 IS NULL OR server = ?1 GROUP BY server, name)",
         )
         .bind(server)
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let mut by_server: HashMap<String, HashMap<String, Approval>> = HashMap::new();
         for (server, name, hash, approved_by, approved_at_ms) in rows {
@@ -75,16 +80,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approve(
-        &self,
-        server: &str,
-        tools: &[(String, String)],
-        approved_by: &str,
-    ) -> Result<Vec<(String, Approval)>, StoreError> {
+    pub async fn approve(self, server: &str, tools: &[(String, String)], approved_by: &str) -> Result<Vec<(String, Approval)>, StoreError> {
         if tools.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let at = insert(tx.conn(), server, tools, approved_by).await?;
         tx.commit().await?;
         Ok(tools
@@ -97,11 +97,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn recent_approvals(&self, limit: u32) -> Result<Vec<(String, String, Approval)>, StoreError> {
+    pub async fn recent(self, limit: u32) -> Result<Vec<(String, String, Approval)>, StoreError> {
         let rows: Vec<(String, String, String, String, i64)> =
             sqlx::query_as("SELECT server, name, hash, approved_by, approved_at_ms FROM approvals ORDER BY id DESC LIMIT ?")
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool())
+                .fetch_all(&self.store.pool())
                 .await?;
         Ok(rows
             .into_iter()
@@ -113,99 +113,16 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approval_history(&self, server: &str, limit: u32) -> Result<Vec<(String, Approval)>, StoreError> {
+    pub async fn history(self, server: &str, limit: u32) -> Result<Vec<(String, Approval)>, StoreError> {
         let rows: Vec<(String, String, String, i64)> =
             sqlx::query_as("SELECT name, hash, approved_by, approved_at_ms FROM approvals WHERE server = ? ORDER BY id DESC LIMIT ?")
                 .bind(server)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool())
+                .fetch_all(&self.store.pool())
                 .await?;
         Ok(rows
             .into_iter()
             .map(|(name, hash, approved_by, approved_at_ms)| (name, Approval { hash, approved_by, approved_at_ms }))
             .collect())
-    }
-
-    /// A stored definition by its hash.
-    ///
-    /// # Errors
-    /// [`StoreError`] on a database failure.
-    pub async fn definition(&self, hash: &str) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT definition FROM definitions WHERE hash = ?").bind(hash).fetch_optional(&self.pool()).await?)
-    }
-
-    /// The definition each current tool had just before its current one (when its previous
-    /// version ended right where the current one began), by server then tool; one server's
-    /// only, or every server's.
-    ///
-    /// # Errors
-    /// [`StoreError`] on a database failure.
-    pub async fn previous_definitions(&self, server: Option<&str>) -> Result<HashMap<String, HashMap<String, String>>, StoreError> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT c.server, c.name, d.definition FROM tool_versions c \
-             JOIN tool_versions p ON p.server = c.server AND p.name = c.name AND p.last_generation = c.first_generation - 1 \
-             JOIN definitions d ON d.hash = p.hash \
-             WHERE c.last_generation IS NULL AND c.first_generation > 1 AND (?1 IS NULL OR c.server = ?1)",
-        )
-        .bind(server)
-        .fetch_all(&self.pool())
-        .await?;
-        let mut by_server: HashMap<String, HashMap<String, String>> = HashMap::new();
-        for (server, name, definition) in rows {
-            by_server.entry(server).or_default().insert(name, definition);
-        }
-        Ok(by_server)
-    }
-
-    /// Once per store: rewrites every stored definition into its JCS form and re-keys it by the
-    /// SHA-256 of that form, so that hashes can be recomputed by anyone (earlier versions used
-    /// their own canonical form).
-    pub(super) async fn rehash_definitions(&self) -> Result<(), StoreError> {
-        let done: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'definition_hash'").fetch_optional(&self.pool()).await?;
-        if done.is_some() {
-            return Ok(());
-        }
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT hash, definition FROM definitions").fetch_all(&self.pool()).await?;
-        let rehash = move || -> Result<Vec<(String, String, String)>, StoreError> {
-            let mut moved = Vec::new();
-            for (old, definition) in rows {
-                let value: Value =
-                    serde_json::from_str(&definition).map_err(|err| StoreError::Corrupt(format!("definition {old}: {err}")))?;
-                let canonical = canonical_json(&value);
-                let hash = sha256_hex(canonical.as_bytes());
-                if hash != old {
-                    moved.push((old, hash, canonical));
-                }
-            }
-            Ok(moved)
-        };
-        let moved = tokio::task::spawn_blocking(rehash).await.map_err(|err| StoreError::Corrupt(err.to_string()))??;
-        let count = moved.len();
-        let moved = serde_json::to_string(&moved).map_err(|err| StoreError::Corrupt(err.to_string()))?;
-        let mut tx = self.begin().await?;
-        sqlx::query("CREATE TEMP TABLE rehash (old TEXT PRIMARY KEY, new TEXT NOT NULL, definition TEXT NOT NULL)")
-            .execute(tx.conn())
-            .await?;
-        sqlx::query("INSERT INTO rehash SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)")
-            .bind(&moved)
-            .execute(tx.conn())
-            .await?;
-        sqlx::query("INSERT OR IGNORE INTO definitions (hash, definition) SELECT new, definition FROM rehash").execute(tx.conn()).await?;
-        sqlx::query("UPDATE tool_versions SET hash = (SELECT new FROM rehash WHERE old = tool_versions.hash) WHERE hash IN (SELECT old FROM rehash)")
-            .execute(tx.conn())
-            .await?;
-        // The packed snapshots hold the old hashes: drop them, the next commits write new ones.
-        sqlx::query("DELETE FROM current_snapshots").execute(tx.conn()).await?;
-        sqlx::query("DELETE FROM definitions WHERE hash IN (SELECT old FROM rehash) AND hash NOT IN (SELECT new FROM rehash)")
-            .execute(tx.conn())
-            .await?;
-        sqlx::query("DROP TABLE rehash").execute(tx.conn()).await?;
-        sqlx::query("INSERT INTO store_meta (key, value) VALUES ('definition_hash', 'jcs-sha256')").execute(tx.conn()).await?;
-        tx.commit().await?;
-        if count > 0 {
-            tracing::info!(definitions = count, "stored definitions rehashed into RFC 8785 (JCS) form");
-        }
-        Ok(())
     }
 }

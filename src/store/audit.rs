@@ -35,13 +35,19 @@ fn insert_rows(rows: usize) -> String {
     sql
 }
 
-impl Store {
+/// The audit trail's repository (records and their signed chain), reached as [`Store::audit`].
+#[derive(Clone, Copy)]
+pub struct Audit<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Audit<'_> {
     /// Stores audit records, in one transaction.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure; none of the batch is stored then.
-    pub async fn append_audit(&self, records: &[crate::catalog::record::AuditRecord]) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn append(self, records: &[crate::catalog::record::AuditRecord]) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         // Each record chains to the one before it (the last written, else where retention cut
         // the chain, else the start), in the transaction that writes it.
         let head: Option<String> =
@@ -92,8 +98,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn checkpoint_audit(&self, signer: Signer<'_>) -> Result<Signing, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn checkpoint(self, signer: Signer<'_>) -> Result<Signing, StoreError> {
+        let mut tx = self.store.begin().await?;
         if let Err((record_id, problem)) = continues(tx.conn(), signer).await? {
             return Ok(Signing::Refused { record_id, problem });
         }
@@ -107,13 +113,13 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be read.
-    pub async fn verify_audit(
-        &self,
+    pub async fn verify(
+        self,
         key: &ed25519_dalek::VerifyingKey,
         span: super::audit_chain::Span,
         more: &[super::audit_chain::CheckpointRecord],
     ) -> Result<super::audit_chain::Verdict, StoreError> {
-        Ok(super::audit_chain::verify(&self.path, key, span, more).await?)
+        Ok(super::audit_chain::verify(&self.store.path, key, span, more).await?)
     }
 
     /// Audit records after `after_id`, oldest first, with their ids and chain hashes: what an
@@ -121,8 +127,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_chained_after(
-        &self,
+    pub async fn chained_after(
+        self,
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<(i64, crate::catalog::record::AuditRecord, Option<String>, Option<String>)>, StoreError> {
@@ -132,7 +138,7 @@ impl Store {
         )
         .bind(after_id)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         rows.iter().map(|row| Ok((row.try_get(12)?, audit_record(row)?, row.try_get(13)?, row.try_get(14)?))).collect()
     }
@@ -140,15 +146,15 @@ impl Store {
     /// Drops the oldest audit records: those before the first one written at or after
     /// `oldest_ms`, and beyond the newest `max_records`. A cut is always a prefix of the chain
     /// (a long call's record, older than one written before it, waits for the cut to reach
-    /// it). With `signer`, the chain is first checked as [`Store::checkpoint_audit`] does (a
+    /// it). With `signer`, the chain is first checked as [`Audit::checkpoint`] does (a
     /// chain that does not continue its newest checkpoint is neither cut nor signed: the
     /// evidence stays) and the new start is signed in the same transaction, so that no cut goes
     /// unsigned; what the signing did then.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn prune_audit(&self, oldest_ms: i64, max_records: u64, signer: Option<Signer<'_>>) -> Result<Option<Signing>, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn prune(self, oldest_ms: i64, max_records: u64, signer: Option<Signer<'_>>) -> Result<Option<Signing>, StoreError> {
+        let mut tx = self.store.begin().await?;
         if let Some(signer) = signer
             && let Err((record_id, problem)) = continues(tx.conn(), signer).await?
         {
@@ -191,32 +197,28 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn query_audit(
-        &self,
+    pub async fn query(
+        self,
         since_ms: i64,
         agent: Option<&str>,
         limit: u32,
     ) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
         let filter = AuditFilter { since_ms, agent: agent.map(str::to_owned), ..AuditFilter::default() };
-        self.query_audit_filtered(&filter, limit).await
+        self.query_filtered(&filter, limit).await
     }
 
     /// Audit records that pass `filter`, newest first.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn query_audit_filtered(
-        &self,
-        filter: &AuditFilter,
-        limit: u32,
-    ) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
+    pub async fn query_filtered(self, filter: &AuditFilter, limit: u32) -> Result<Vec<crate::catalog::record::AuditRecord>, StoreError> {
         let sql = concat!(
             "SELECT at_ms, agent, caller, transport, qualified_name, server, tool, generation, definition_hash, outcome, duration_us, arguments \
              FROM audit WHERE ",
             audit_filter!(),
             " ORDER BY id DESC LIMIT ?6"
         );
-        let rows = filter.bind(sqlx::query(sql)).bind(i64::from(limit)).fetch_all(&self.pool()).await?;
+        let rows = filter.bind(sqlx::query(sql)).bind(i64::from(limit)).fetch_all(&self.store.pool()).await?;
         rows.iter().map(audit_record).collect()
     }
 
@@ -225,9 +227,10 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_histogram(&self, filter: &AuditFilter, bucket_ms: i64) -> Result<Vec<(i64, String, u64)>, StoreError> {
+    pub async fn histogram(self, filter: &AuditFilter, bucket_ms: i64) -> Result<Vec<(i64, String, u64)>, StoreError> {
         let sql = concat!("SELECT (at_ms / ?6) * ?6, outcome, COUNT(*) FROM audit WHERE ", audit_filter!(), " GROUP BY 1, 2 ORDER BY 1");
-        let rows: Vec<(i64, String, i64)> = filter.bind_as(sqlx::query_as(sql)).bind(bucket_ms.max(1)).fetch_all(&self.pool()).await?;
+        let rows: Vec<(i64, String, i64)> =
+            filter.bind_as(sqlx::query_as(sql)).bind(bucket_ms.max(1)).fetch_all(&self.store.pool()).await?;
         Ok(rows.into_iter().map(|(start, outcome, count)| (start, outcome, u64::try_from(count).unwrap_or(0))).collect())
     }
 }

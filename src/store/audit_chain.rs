@@ -674,9 +674,9 @@ mod tests {
         let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
         let store = Store::open(&path, 10).await.unwrap();
         let records: Vec<AuditRecord> = (0..151).map(record).collect();
-        store.append_audit(&records[..150]).await.unwrap();
-        store.append_audit(&records[150..]).await.unwrap();
-        let stored = store.audit_chained_after(0, 1_000).await.unwrap();
+        store.audit().append(&records[..150]).await.unwrap();
+        store.audit().append(&records[150..]).await.unwrap();
+        let stored = store.audit().chained_after(0, 1_000).await.unwrap();
         assert_eq!(stored.len(), records.len());
         let mut prev = GENESIS.to_owned();
         for ((id, got, prev_hash, hash), (n, want)) in stored.iter().zip(records.iter().enumerate()) {
@@ -689,7 +689,7 @@ mod tests {
             prev = record_hash(&prev, &Fields::of(want));
             assert_eq!(hash.as_deref(), Some(prev.as_str()));
         }
-        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
+        store.audit().checkpoint(signer(&key, 5_000)).await.unwrap();
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 151, checkpoints: 1, .. }), "{verdict:?}");
@@ -702,10 +702,10 @@ mod tests {
         let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
         let store = Store::open(&path, 10).await.unwrap();
         let records: Vec<AuditRecord> = (0..20).map(record).collect();
-        store.append_audit(&records[..12]).await.unwrap();
-        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
-        store.append_audit(&records[12..]).await.unwrap();
-        store.prune_audit(0, 5, Some(signer(&key, 6_000))).await.unwrap();
+        store.audit().append(&records[..12]).await.unwrap();
+        store.audit().checkpoint(signer(&key, 5_000)).await.unwrap();
+        store.audit().append(&records[12..]).await.unwrap();
+        store.audit().prune(0, 5, Some(signer(&key, 6_000))).await.unwrap();
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 5, checkpoints: 2, .. }), "{verdict:?}");
@@ -735,8 +735,8 @@ mod tests {
         // Another key did not sign these checkpoints.
         let other = SigningKey::from_bytes(&[7; 32]);
         let store = Store::open(&dir.path().join("other.db"), 10).await.unwrap();
-        store.append_audit(&records[..3]).await.unwrap();
-        store.checkpoint_audit(signer(&key, 1)).await.unwrap();
+        store.audit().append(&records[..3]).await.unwrap();
+        store.audit().checkpoint(signer(&key, 1)).await.unwrap();
         store.close().await;
         let verdict = verify(&dir.path().join("other.db"), &other.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(
@@ -757,20 +757,20 @@ mod tests {
         let mut records: Vec<AuditRecord> = (0..6).map(record).collect();
         // Record 4 (id 5) started before record 3 (id 4) and was written after it.
         records[4].at_ms = 1_000;
-        store.append_audit(&records).await.unwrap();
-        store.checkpoint_audit(signer(&key, 5_000)).await.unwrap();
-        store.prune_audit(1_003, 1_000, Some(signer(&key, 6_000))).await.unwrap();
-        let left: Vec<i64> = store.audit_chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
+        store.audit().append(&records).await.unwrap();
+        store.audit().checkpoint(signer(&key, 5_000)).await.unwrap();
+        store.audit().prune(1_003, 1_000, Some(signer(&key, 6_000))).await.unwrap();
+        let left: Vec<i64> = store.audit().chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         assert_eq!(left, [4, 5, 6], "a prefix: id 5, older than 1_003, waits behind id 4");
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 3, checkpoints: 2, .. }), "{verdict:?}");
         // Everything cut: signed with no record left; the next record follows the old head.
-        let cut = store.prune_audit(i64::MAX, 1_000, Some(signer(&key, 7_000))).await.unwrap();
+        let cut = store.audit().prune(i64::MAX, 1_000, Some(signer(&key, 7_000))).await.unwrap();
         assert_eq!(cut, Some(Signing::Signed(6)));
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 0, checkpoints: 3, .. }), "{verdict:?}");
-        store.append_audit(&records[..2]).await.unwrap();
-        assert_eq!(store.checkpoint_audit(signer(&key, 8_000)).await.unwrap(), Signing::Signed(8));
+        store.audit().append(&records[..2]).await.unwrap();
+        assert_eq!(store.audit().checkpoint(signer(&key, 8_000)).await.unwrap(), Signing::Signed(8));
         store.close().await;
         let verdict = verify(&path, &key.verifying_key(), Span::default(), &[]).await.unwrap();
         assert!(matches!(verdict, Verdict::Intact { records: 2, checkpoints: 4, .. }), "{verdict:?}");
@@ -786,9 +786,9 @@ mod tests {
         let key = load_or_make_key(&dir.path().join("audit.key"), true).unwrap();
         let store = Store::open(&path, 10).await.unwrap();
         let records: Vec<AuditRecord> = (0..6).map(record).collect();
-        store.append_audit(&records[..4]).await.unwrap();
-        assert_eq!(store.checkpoint_audit(signer(&key, 5_000)).await.unwrap(), Signing::Signed(4));
-        store.append_audit(&records[4..]).await.unwrap();
+        store.audit().append(&records[..4]).await.unwrap();
+        assert_eq!(store.audit().checkpoint(signer(&key, 5_000)).await.unwrap(), Signing::Signed(4));
+        store.audit().append(&records[4..]).await.unwrap();
         let pristine = dir.path().join("pristine.db");
         store.close().await;
         std::fs::copy(&path, &pristine).unwrap();
@@ -796,7 +796,7 @@ mod tests {
             std::fs::copy(&pristine, &path).unwrap();
             sql(&path, statement).await;
             let store = Store::open(&path, 10).await.unwrap();
-            let signing = store.checkpoint_audit(Signer { key: &key, now_ms: 9_000, witness }).await.unwrap();
+            let signing = store.audit().checkpoint(Signer { key: &key, now_ms: 9_000, witness }).await.unwrap();
             let checkpoints: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_checkpoints").fetch_one(&store.pool()).await.unwrap();
             store.close().await;
             (signing, checkpoints)

@@ -104,20 +104,20 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> ApprovalRecord {
     }
 }
 
-impl Store {
+/// The repository of requests to run one call, reached as [`Store::call_approvals`].
+#[derive(Clone, Copy)]
+pub struct CallApprovals<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl CallApprovals<'_> {
     /// Stores a new pending request, unless its agent or everyone has as many pending as
     /// allowed (checked and stored in one transaction, so the limits hold exactly).
     ///
     /// # Errors
     /// [`StoreError`]: nothing was stored.
-    pub async fn insert_call_approval(
-        &self,
-        request: &ApprovalRecord,
-        per_agent: u32,
-        in_all: u32,
-        now_ms: i64,
-    ) -> Result<Admission, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn insert(self, request: &ApprovalRecord, per_agent: u32, in_all: u32, now_ms: i64) -> Result<Admission, StoreError> {
+        let mut tx = self.store.begin().await?;
         let (by_agent, all): (i64, i64) = sqlx::query_as(
             "SELECT COALESCE(SUM(agent = ?1), 0), COUNT(*) FROM call_approvals WHERE status = 'pending' AND expires_at_ms > ?2",
         )
@@ -157,8 +157,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn call_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM call_approvals WHERE id = ?").bind(id).fetch_optional(&self.pool()).await?;
+    pub async fn get(self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        let row = sqlx::query("SELECT * FROM call_approvals WHERE id = ?").bind(id).fetch_optional(&self.store.pool()).await?;
         Ok(row.as_ref().map(record))
     }
 
@@ -167,13 +167,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn live_call_approval(
-        &self,
-        principal: &str,
-        qualified: &str,
-        digest: &str,
-        now_ms: i64,
-    ) -> Result<Option<ApprovalRecord>, StoreError> {
+    pub async fn live(self, principal: &str, qualified: &str, digest: &str, now_ms: i64) -> Result<Option<ApprovalRecord>, StoreError> {
         let row = sqlx::query(
             "SELECT * FROM call_approvals WHERE principal = ?1 AND qualified_name = ?2 AND arguments_digest = ?3 \
              AND status IN ('pending', 'approved') AND expires_at_ms > ?4 ORDER BY requested_at_ms DESC LIMIT 1",
@@ -182,7 +176,7 @@ impl Store {
         .bind(qualified)
         .bind(digest)
         .bind(now_ms)
-        .fetch_optional(&self.pool())
+        .fetch_optional(&self.store.pool())
         .await?;
         Ok(row.as_ref().map(record))
     }
@@ -191,11 +185,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn call_approvals(&self, status: Option<ApprovalStatus>, limit: u32) -> Result<Vec<ApprovalRecord>, StoreError> {
+    pub async fn list(self, status: Option<ApprovalStatus>, limit: u32) -> Result<Vec<ApprovalRecord>, StoreError> {
         let rows = sqlx::query("SELECT * FROM call_approvals WHERE (?1 IS NULL OR status = ?1) ORDER BY requested_at_ms DESC, id LIMIT ?2")
             .bind(status.map(ApprovalStatus::as_str))
             .bind(i64::from(limit))
-            .fetch_all(&self.pool())
+            .fetch_all(&self.store.pool())
             .await?;
         Ok(rows.iter().map(record).collect())
     }
@@ -205,15 +199,15 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`]: nothing changed.
-    pub async fn move_call_approval(
-        &self,
+    pub async fn transition(
+        self,
         id: &str,
         from: ApprovalStatus,
         to: ApprovalStatus,
         decided: Option<(&str, Option<&str>)>,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let changed = sqlx::query(
             "UPDATE call_approvals SET status = ?3, \
                decided_by = COALESCE(?4, decided_by), reason = COALESCE(?5, reason), \
@@ -238,8 +232,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`]: nothing changed.
-    pub async fn follow_call_approval(&self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn follow(self, id: &str, was: Option<&str>, task: &str) -> Result<bool, StoreError> {
+        let mut tx = self.store.begin().await?;
         let changed = sqlx::query("UPDATE call_approvals SET task_id = ?3 WHERE id = ?1 AND task_id IS ?2")
             .bind(id)
             .bind(was)
@@ -255,8 +249,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn expire_call_approvals(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn expire(self, now_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.store.begin().await?;
         let changed =
             sqlx::query("UPDATE call_approvals SET status = 'expired' WHERE status IN ('pending', 'approved') AND expires_at_ms <= ?1")
                 .bind(now_ms)

@@ -38,14 +38,20 @@ pub struct LocalApproval {
     pub approved_at_ms: i64,
 }
 
-impl Store {
+/// The fleet spool's cursors and reads, reached as [`Store::fleet`].
+#[derive(Clone, Copy)]
+pub struct Spool<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Spool<'_> {
     /// A fleet cursor (0 when never set).
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn fleet_cursor(&self, key: &str) -> Result<i64, StoreError> {
+    pub async fn cursor(self, key: &str) -> Result<i64, StoreError> {
         let value: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.pool()).await?;
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = ?").bind(key).fetch_optional(&self.store.pool()).await?;
         Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
@@ -53,8 +59,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn set_fleet_cursor(&self, key: &str, value: i64) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn set_cursor(self, key: &str, value: i64) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("INSERT INTO store_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
             .bind(key)
             .bind(value.to_string())
@@ -68,8 +74,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn hold_unshipped_audit(&self, hold: bool) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn hold_unshipped_audit(self, hold: bool) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         let statement = match hold {
             true => "INSERT INTO store_meta (key, value) VALUES (?1, '0') ON CONFLICT (key) DO NOTHING",
             false => "DELETE FROM store_meta WHERE key = ?1",
@@ -82,7 +88,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_checkpoints_after(&self, after_id: i64, upto_record: i64, limit: u32) -> Result<Vec<ShippedCheckpoint>, StoreError> {
+    pub async fn audit_checkpoints_after(self, after_id: i64, upto_record: i64, limit: u32) -> Result<Vec<ShippedCheckpoint>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id, record_id, head_hash, records, signed_at_ms, public_key, signature, anchor FROM audit_checkpoints \
              WHERE id > ?1 AND record_id <= ?2 ORDER BY id LIMIT ?3",
@@ -90,7 +96,7 @@ impl Store {
         .bind(after_id)
         .bind(upto_record)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?)
     }
 
@@ -98,8 +104,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn audit_count_after(&self, after_id: i64) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit WHERE id > ?").bind(after_id).fetch_one(&self.pool()).await?;
+    pub async fn audit_count_after(self, after_id: i64) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit WHERE id > ?").bind(after_id).fetch_one(&self.store.pool()).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -108,7 +114,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn approvals_after(&self, after_id: i64, limit: u32) -> Result<Vec<LocalApproval>, StoreError> {
+    pub async fn approvals_after(self, after_id: i64, limit: u32) -> Result<Vec<LocalApproval>, StoreError> {
         let rows: Vec<(i64, String, String, String, String, i64)> = sqlx::query_as(
             "SELECT id, server, name, hash, approved_by, approved_at_ms FROM approvals \
              WHERE id > ?1 AND approved_by <> ?2 AND substr(approved_by, 1, length(?3)) <> ?3 ORDER BY id LIMIT ?4",
@@ -117,7 +123,7 @@ impl Store {
         .bind(super::approvals::ACCEPTED_BY_POLICY)
         .bind(FROM_FLEET)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -136,8 +142,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn last_approval_id(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.pool()).await?.unwrap_or(0))
+    pub async fn last_approval_id(self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM approvals").fetch_one(&self.store.pool()).await?.unwrap_or(0))
     }
 }
 
@@ -168,21 +174,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
         let store = Store::open(&path, 10).await.unwrap();
-        store.append_audit(&[record(1), record(2), record(3)]).await.unwrap();
-        store.hold_unshipped_audit(true).await.unwrap();
-        store.set_fleet_cursor(AUDIT_CURSOR, 1).await.unwrap();
+        store.audit().append(&[record(1), record(2), record(3)]).await.unwrap();
+        store.fleet().hold_unshipped_audit(true).await.unwrap();
+        store.fleet().set_cursor(AUDIT_CURSOR, 1).await.unwrap();
         // Everything is past its retention; only the shipped record may go.
-        store.prune_audit(i64::MAX, 1_000, None).await.unwrap();
-        let left: Vec<i64> = store.audit_chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
+        store.audit().prune(i64::MAX, 1_000, None).await.unwrap();
+        let left: Vec<i64> = store.audit().chained_after(0, 10).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         assert_eq!(left, [2, 3]);
         store.close().await;
         let store = Store::open(&path, 10).await.unwrap();
-        assert_eq!(store.fleet_cursor(AUDIT_CURSOR).await.unwrap(), 1, "the cursor survives a restart");
-        assert_eq!(store.audit_count_after(1).await.unwrap(), 2);
+        assert_eq!(store.fleet().cursor(AUDIT_CURSOR).await.unwrap(), 1, "the cursor survives a restart");
+        assert_eq!(store.fleet().audit_count_after(1).await.unwrap(), 2);
         // Not shared any more: retention applies to everything again.
-        store.hold_unshipped_audit(false).await.unwrap();
-        store.prune_audit(i64::MAX, 1_000, None).await.unwrap();
-        assert_eq!(store.audit_count_after(0).await.unwrap(), 0);
+        store.fleet().hold_unshipped_audit(false).await.unwrap();
+        store.audit().prune(i64::MAX, 1_000, None).await.unwrap();
+        assert_eq!(store.fleet().audit_count_after(0).await.unwrap(), 0);
         store.close().await;
     }
 
@@ -190,12 +196,12 @@ mod tests {
     async fn only_operators_approvals_are_shipped() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("catalog.db"), 10).await.unwrap();
-        store.approve("s", &[("a".into(), "h1".into())], "operator (uid 0)").await.unwrap();
-        store.approve("s", &[("b".into(), "h2".into())], super::super::approvals::ACCEPTED_BY_POLICY).await.unwrap();
-        store.approve("s", &[("c".into(), "h3".into())], &format!("{FROM_FLEET}someone (on host-b)")).await.unwrap();
-        let shipped = store.approvals_after(0, 10).await.unwrap();
+        store.approvals().approve("s", &[("a".into(), "h1".into())], "operator (uid 0)").await.unwrap();
+        store.approvals().approve("s", &[("b".into(), "h2".into())], super::super::approvals::ACCEPTED_BY_POLICY).await.unwrap();
+        store.approvals().approve("s", &[("c".into(), "h3".into())], &format!("{FROM_FLEET}someone (on host-b)")).await.unwrap();
+        let shipped = store.fleet().approvals_after(0, 10).await.unwrap();
         assert_eq!(shipped.iter().map(|a| a.tool.as_str()).collect::<Vec<_>>(), ["a"]);
-        assert_eq!(store.last_approval_id().await.unwrap(), 3);
+        assert_eq!(store.fleet().last_approval_id().await.unwrap(), 3);
         store.close().await;
     }
 }

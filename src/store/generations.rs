@@ -15,15 +15,22 @@ use crate::catalog::record::{EnumerationOutcome, EnumerationReason, EnumerationR
 /// Enumeration records kept per server.
 const ENUMERATIONS_KEPT: i64 = 200;
 
-impl Store {
+/// The catalog's generations repository, reached as [`Store::generations`]: commits, history,
+/// enumerations, eras, and (in `definitions.rs`, `search.rs`) stored definitions and search.
+#[derive(Clone, Copy)]
+pub struct Generations<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Generations<'_> {
     /// The current generation of `server`, if one was ever committed.
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn load_current(&self, server: &str) -> Result<Option<StoredServer>, StoreError> {
+    pub async fn load_current(self, server: &str) -> Result<Option<StoredServer>, StoreError> {
         let row = sqlx::query("SELECT current_generation, last_verified_at_ms, private_to FROM servers WHERE name = ?")
             .bind(server)
-            .fetch_optional(&self.pool())
+            .fetch_optional(&self.store.pool())
             .await?;
         let Some(row) = row else { return Ok(None) };
         let number: i64 = row.try_get(0)?;
@@ -33,7 +40,7 @@ impl Store {
         let committed_at_ms: i64 = sqlx::query_scalar("SELECT committed_at_ms FROM generations WHERE server = ? AND generation = ?")
             .bind(server)
             .bind(number)
-            .fetch_optional(&self.pool())
+            .fetch_optional(&self.store.pool())
             .await?
             .unwrap_or(0);
         let tools = self.tools_at(server, to_u64(number)?).await?;
@@ -49,14 +56,14 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn load_all_current(&self) -> Result<HashMap<String, StoredServer>, StoreError> {
+    pub async fn load_all_current(self) -> Result<HashMap<String, StoredServer>, StoreError> {
         // name, current generation, last verified, committed at, private to.
         type Head = (String, i64, Option<i64>, Option<i64>, Option<String>);
         let heads: Vec<Head> = sqlx::query_as(
             "SELECT s.name, s.current_generation, s.last_verified_at_ms, g.committed_at_ms, s.private_to FROM servers s \
              LEFT JOIN generations g ON g.server = s.name AND g.generation = s.current_generation WHERE s.current_generation > 0",
         )
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         // The snapshots written with each generation: one sequential read, decoded in two
         // halves on the blocking pool so that both cores work at boot.
@@ -89,7 +96,7 @@ impl Store {
     /// The servers' snapshots that match their current generation and decode, by server: two
     /// halves, each read on its own connection and decoded on the blocking pool as soon as it
     /// arrives, so that both cores work at boot.
-    async fn load_snapshots(&self, current: &HashMap<&str, i64>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
+    async fn load_snapshots(self, current: &HashMap<&str, i64>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
         let mut names: Vec<&str> = current.keys().copied().collect();
         names.sort_unstable();
         let pivot = names.get(names.len() / 2).map(|name| (*name).to_owned()).unwrap_or_default();
@@ -101,7 +108,7 @@ impl Store {
     }
 
     async fn load_snapshot_range(
-        &self,
+        self,
         current: &HashMap<&str, i64>,
         from: Option<&str>,
         to: Option<&str>,
@@ -111,7 +118,7 @@ impl Store {
         )
         .bind(from)
         .bind(to)
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         // Only a snapshot of the server's current generation counts: any other is stale.
         let rows: Vec<(String, Vec<u8>)> = rows
@@ -139,7 +146,7 @@ impl Store {
     }
 
     /// The current tools of the servers whose names lie in `[from, to)`, decoded off the runtime.
-    async fn load_packed(&self, from: Option<&str>, to: Option<&str>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
+    async fn load_packed(self, from: Option<&str>, to: Option<&str>) -> Result<HashMap<String, Vec<ToolDef>>, StoreError> {
         let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT v.server, '[' || group_concat('[' || json_quote(v.name) || ',' || json_quote(v.hash) || ',' || d.definition || ']', ',') || ']' \
              FROM tool_versions v JOIN definitions d ON d.hash = v.hash \
@@ -147,7 +154,7 @@ impl Store {
         )
         .bind(from)
         .bind(to)
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let decode = move || {
             let mut tools: HashMap<String, Vec<ToolDef>> = HashMap::with_capacity(rows.len());
@@ -171,7 +178,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn tool_history(&self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, StoreError> {
+    pub async fn tool_history(self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, StoreError> {
         let rows: Vec<(i64, Option<i64>, String)> = sqlx::query_as(
             "SELECT first_generation, last_generation, hash FROM tool_versions WHERE server = ? AND name = ? \
              ORDER BY first_generation DESC LIMIT ?",
@@ -179,7 +186,7 @@ impl Store {
         .bind(server)
         .bind(name)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         rows.into_iter().map(|(first, last, hash)| Ok((to_u64(first)?, last.map(to_u64).transpose()?, hash))).collect()
     }
@@ -188,7 +195,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn tools_at(&self, server: &str, generation: u64) -> Result<Vec<ToolDef>, StoreError> {
+    pub async fn tools_at(self, server: &str, generation: u64) -> Result<Vec<ToolDef>, StoreError> {
         let generation = to_i64(generation);
         let rows = sqlx::query(
             "SELECT v.name, d.definition, v.hash FROM tool_versions v JOIN definitions d ON d.hash = v.hash \
@@ -198,7 +205,7 @@ impl Store {
         .bind(server)
         .bind(generation)
         .bind(generation)
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let mut tools = Vec::with_capacity(rows.len());
         for row in rows {
@@ -211,9 +218,9 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn eras(&self) -> Result<HashMap<String, String>, StoreError> {
+    pub async fn eras(self) -> Result<HashMap<String, String>, StoreError> {
         let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT name, era FROM servers WHERE era IS NOT NULL").fetch_all(&self.pool()).await?;
+            sqlx::query_as("SELECT name, era FROM servers WHERE era IS NOT NULL").fetch_all(&self.store.pool()).await?;
         Ok(rows.into_iter().collect())
     }
 
@@ -221,8 +228,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn remember_era(&self, server: &str, era: &str, version: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn remember_era(self, server: &str, era: &str, version: &str) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query(
             "INSERT INTO servers (name, era, protocol_version_seen) VALUES (?1, ?2, ?3) \
              ON CONFLICT(name) DO UPDATE SET era = ?2, protocol_version_seen = ?3",
@@ -240,13 +247,13 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn removed_in(&self, server: &str, name: &str) -> Result<Option<u64>, StoreError> {
+    pub async fn removed_in(self, server: &str, name: &str) -> Result<Option<u64>, StoreError> {
         let row: Option<(Option<i64>,)> = sqlx::query_as(
             "SELECT last_generation FROM tool_versions WHERE server = ? AND name = ? ORDER BY first_generation DESC LIMIT 1",
         )
         .bind(server)
         .bind(name)
-        .fetch_optional(&self.pool())
+        .fetch_optional(&self.store.pool())
         .await?;
         match row {
             Some((Some(last),)) => Ok(Some(to_u64(last)? + 1)),
@@ -258,7 +265,7 @@ impl Store {
     /// generation, unchanged (so its server may serve it). Anything that would need a write (a
     /// new generation, a baseline to record, another credential) is refused as degraded.
     async fn confirm_unchanged(
-        &self,
+        self,
         server: &str,
         listing: &Listing,
         accepted: &[(String, String)],
@@ -267,13 +274,13 @@ impl Store {
     ) -> Result<CommitOutcome, StoreError> {
         let head: Option<(i64, Option<String>)> = sqlx::query_as("SELECT current_generation, private_to FROM servers WHERE name = ?")
             .bind(server)
-            .fetch_optional(&self.pool())
+            .fetch_optional(&self.store.pool())
             .await?;
         let Some((current, stored_private_to)) = head.filter(|(current, _)| *current > 0) else { return Err(StoreError::Degraded(why)) };
         let rows: Vec<(String, String)> =
             sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
                 .bind(server)
-                .fetch_all(&self.pool())
+                .fetch_all(&self.store.pool())
                 .await?;
         let diff = Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools);
         if !diff.is_empty() || !accepted.is_empty() || stored_private_to.as_deref() != private_to {
@@ -286,10 +293,10 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn names_in_history(&self, server: &str) -> Result<Vec<String>, StoreError> {
+    pub async fn names_in_history(self, server: &str) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar("SELECT DISTINCT name FROM tool_versions WHERE server = ? ORDER BY name")
             .bind(server)
-            .fetch_all(&self.pool())
+            .fetch_all(&self.store.pool())
             .await?)
     }
 
@@ -300,7 +307,7 @@ impl Store {
     /// # Errors
     /// [`StoreError`] on a database failure; nothing is committed then.
     pub async fn commit(
-        &self,
+        self,
         server: &str,
         listing: Listing,
         record: EnumerationRecord,
@@ -309,14 +316,14 @@ impl Store {
         self.commit_accepting(server, listing, record, previous, &[], None).await
     }
 
-    /// [`Store::commit`] that also records, in the same transaction, the definitions the
+    /// [`Generations::commit`] that also records, in the same transaction, the definitions the
     /// server's integrity policy accepted (`(tool, hash)`): the baseline later changes are
     /// compared with is durable exactly when the generation is.
     ///
     /// # Errors
-    /// As [`Store::commit`].
+    /// As [`Generations::commit`].
     pub async fn commit_accepting(
-        &self,
+        self,
         server: &str,
         listing: Listing,
         mut record: EnumerationRecord,
@@ -324,7 +331,7 @@ impl Store {
         accepted: &[(String, String)],
         private_to: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
-        let mut tx = match self.begin().await {
+        let mut tx = match self.store.begin().await {
             Ok(tx) => tx,
             Err(StoreError::Degraded(why)) => return self.confirm_unchanged(server, &listing, accepted, private_to, why).await,
             Err(error) => return Err(error),
@@ -332,84 +339,19 @@ impl Store {
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
         let current: i64 =
             sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(tx.conn()).await?;
-        // The caller's copy of the current generation saves reading every row back, as long as
-        // it is the one the database holds.
-        let diff = match previous {
-            Some(previous) if to_i64(previous.number) == current => {
-                Diff::between_sorted(previous.tools.iter().map(|t| (t.name.as_str(), t.hash.as_str())), &listing.tools)
-            }
-            _ => {
-                let rows: Vec<(String, String)> =
-                    sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
-                        .bind(server)
-                        .fetch_all(tx.conn())
-                        .await?;
-                Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools)
-            }
-        };
+        let diff = diff_with_current(tx.conn(), server, current, previous, &listing).await?;
         let now = now_ms();
         sqlx::query("UPDATE servers SET private_to = ? WHERE name = ?").bind(private_to).bind(server).execute(tx.conn()).await?;
         if diff.is_empty() && current > 0 {
-            sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(tx.conn()).await?;
-            // A store from before snapshots (or after the rehash) gets its snapshot here.
-            let packed: Option<i64> = sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = ?")
-                .bind(server)
-                .fetch_optional(tx.conn())
-                .await?;
-            if packed != Some(current) {
-                write_snapshot(tx.conn(), server, current, &listing.tools).await?;
-            }
             record.outcome = EnumerationOutcome::Unchanged;
             record.generation = to_u64(current)?;
-            insert_enumeration(tx.conn(), server, &record).await?;
+            verify_unchanged(tx.conn(), server, current, &listing, &record, now).await?;
             tx.commit().await?;
             return Ok(CommitOutcome::Unchanged { generation: to_u64(current)? });
         }
 
         let next = current.checked_add(1).ok_or_else(|| StoreError::Corrupt(format!("generation counter of {server} is exhausted")))?;
-        // A handful of statements per commit whatever its size: each takes its rows as one JSON
-        // array (a statement is a round trip to the database thread; a row is SQLite's work).
-        let by_name: BTreeMap<&str, &ToolDef> = listing.tools.iter().map(|tool| (tool.name.as_str(), tool)).collect();
-        let ended: Vec<&String> = diff.removed.iter().chain(&diff.changed).collect();
-        if !ended.is_empty() {
-            let ended = serde_json::to_string(&ended).map_err(|err| StoreError::Corrupt(err.to_string()))?;
-            sqlx::query(
-                "UPDATE tool_versions SET last_generation = ?1 WHERE server = ?2 AND last_generation IS NULL \
-                 AND name IN (SELECT value FROM json_each(?3))",
-            )
-            .bind(current)
-            .bind(server)
-            .bind(&ended)
-            .execute(tx.conn())
-            .await?;
-            if self.search_index {
-                search::end_versions(tx.conn(), server, current, &ended).await?;
-            }
-        }
-        let new_tools: Vec<&ToolDef> = diff.added.iter().chain(&diff.changed).map(|name| by_name[name.as_str()]).collect();
-        if !new_tools.is_empty() {
-            let rows: Vec<serde_json::Value> =
-                new_tools.iter().map(|tool| serde_json::json!([tool.name, tool.hash, &*tool.definition])).collect();
-            let rows = serde_json::Value::Array(rows).to_string();
-            sqlx::query(
-                "INSERT INTO definitions (hash, definition) SELECT value ->> 1, value ->> 2 FROM json_each(?1) WHERE true \
-                 ON CONFLICT(hash) DO NOTHING",
-            )
-            .bind(&rows)
-            .execute(tx.conn())
-            .await?;
-            sqlx::query(
-                "INSERT INTO tool_versions (server, name, first_generation, hash) SELECT ?1, value ->> 0, ?2, value ->> 1 FROM json_each(?3)",
-            )
-            .bind(server)
-            .bind(next)
-            .bind(&rows)
-            .execute(tx.conn())
-            .await?;
-            if self.search_index {
-                index_versions(tx.conn(), server, next, None, &new_tools).await?;
-            }
-        }
+        self.write_versions(tx.conn(), server, current, next, &diff, &listing).await?;
         sqlx::query(
             "INSERT INTO generations (server, generation, committed_at_ms, reason, tool_count, added, removed, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
@@ -441,12 +383,70 @@ impl Store {
         Ok(CommitOutcome::Committed { generation, diff })
     }
 
+    /// The tool versions of a new generation `next`: the ended and changed ones closed at
+    /// `current`, the added and changed ones opened at `next` (with their definitions and
+    /// search rows). A handful of statements whatever the commit's size: each takes its rows as
+    /// one JSON array (a statement is a round trip to the database thread; a row is SQLite's work).
+    async fn write_versions(
+        self,
+        conn: &mut SqliteConnection,
+        server: &str,
+        current: i64,
+        next: i64,
+        diff: &Diff,
+        listing: &Listing,
+    ) -> Result<(), StoreError> {
+        let by_name: BTreeMap<&str, &ToolDef> = listing.tools.iter().map(|tool| (tool.name.as_str(), tool)).collect();
+        let ended: Vec<&String> = diff.removed.iter().chain(&diff.changed).collect();
+        if !ended.is_empty() {
+            let ended = serde_json::to_string(&ended).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+            sqlx::query(
+                "UPDATE tool_versions SET last_generation = ?1 WHERE server = ?2 AND last_generation IS NULL \
+                 AND name IN (SELECT value FROM json_each(?3))",
+            )
+            .bind(current)
+            .bind(server)
+            .bind(&ended)
+            .execute(&mut *conn)
+            .await?;
+            if self.store.search_index {
+                search::end_versions(conn, server, current, &ended).await?;
+            }
+        }
+        let new_tools: Vec<&ToolDef> = diff.added.iter().chain(&diff.changed).map(|name| by_name[name.as_str()]).collect();
+        if new_tools.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<serde_json::Value> =
+            new_tools.iter().map(|tool| serde_json::json!([tool.name, tool.hash, &*tool.definition])).collect();
+        let rows = serde_json::Value::Array(rows).to_string();
+        sqlx::query(
+            "INSERT INTO definitions (hash, definition) SELECT value ->> 1, value ->> 2 FROM json_each(?1) WHERE true \
+             ON CONFLICT(hash) DO NOTHING",
+        )
+        .bind(&rows)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "INSERT INTO tool_versions (server, name, first_generation, hash) SELECT ?1, value ->> 0, ?2, value ->> 1 FROM json_each(?3)",
+        )
+        .bind(server)
+        .bind(next)
+        .bind(&rows)
+        .execute(&mut *conn)
+        .await?;
+        if self.store.search_index {
+            index_versions(conn, server, next, None, &new_tools).await?;
+        }
+        Ok(())
+    }
+
     /// Records an enumeration that committed nothing (failed or superseded).
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn record_enumeration(&self, server: &str, mut record: EnumerationRecord) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn record_enumeration(self, server: &str, mut record: EnumerationRecord) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("INSERT INTO servers (name) VALUES (?) ON CONFLICT(name) DO NOTHING").bind(server).execute(tx.conn()).await?;
         let current: i64 =
             sqlx::query_scalar("SELECT current_generation FROM servers WHERE name = ?").bind(server).fetch_one(tx.conn()).await?;
@@ -459,14 +459,14 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure or an unreadable row.
-    pub async fn enumerations(&self, server: &str, limit: u32) -> Result<Vec<EnumerationRecord>, StoreError> {
+    pub async fn enumerations(self, server: &str, limit: u32) -> Result<Vec<EnumerationRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT started_at_ms, duration_ms, reason, outcome, pages, tools, bytes, generation, error, diagnostics \
              FROM enumerations WHERE server = ? ORDER BY id DESC LIMIT ?",
         )
         .bind(server)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let mut records = Vec::with_capacity(rows.len());
         for row in rows {
@@ -493,14 +493,14 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure or an unreadable row.
-    pub async fn history(&self, server: &str, limit: u32) -> Result<Vec<GenerationSummary>, StoreError> {
+    pub async fn history(self, server: &str, limit: u32) -> Result<Vec<GenerationSummary>, StoreError> {
         let rows = sqlx::query(
             "SELECT generation, committed_at_ms, reason, tool_count, added, removed, changed FROM generations \
              WHERE server = ? ORDER BY generation DESC LIMIT ?",
         )
         .bind(server)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let names = |text: String| serde_json::from_str::<Vec<String>>(&text).map_err(|err| StoreError::Corrupt(err.to_string()));
         let mut summaries = Vec::with_capacity(rows.len());
@@ -520,8 +520,8 @@ impl Store {
     }
 
     /// Drops generations older than the history bound, and definitions nothing refers to.
-    async fn prune_history(&self, tx: &mut SqliteConnection, server: &str, newest: i64) -> Result<(), StoreError> {
-        let oldest_kept = newest - i64::from(self.history_generations) + 1;
+    async fn prune_history(self, tx: &mut SqliteConnection, server: &str, newest: i64) -> Result<(), StoreError> {
+        let oldest_kept = newest - i64::from(self.store.history_generations) + 1;
         if oldest_kept <= 1 {
             return Ok(());
         }
@@ -549,6 +549,47 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// How `listing` differs from `server`'s current generation (`current`): from the caller's copy
+/// of it (`previous`), which saves reading every row back, as long as it is the one the
+/// database holds; else from the stored versions.
+async fn diff_with_current(
+    conn: &mut SqliteConnection,
+    server: &str,
+    current: i64,
+    previous: Option<&Generation>,
+    listing: &Listing,
+) -> Result<Diff, StoreError> {
+    if let Some(previous) = previous.filter(|previous| to_i64(previous.number) == current) {
+        return Ok(Diff::between_sorted(previous.tools.iter().map(|t| (t.name.as_str(), t.hash.as_str())), &listing.tools));
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = ? AND last_generation IS NULL ORDER BY name")
+            .bind(server)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(Diff::between_sorted(rows.iter().map(|(name, hash)| (name.as_str(), hash.as_str())), &listing.tools))
+}
+
+/// An unchanged listing: the current generation verified now, its snapshot written if missing,
+/// the enumeration (`record`, already marked unchanged) recorded.
+async fn verify_unchanged(
+    conn: &mut SqliteConnection,
+    server: &str,
+    current: i64,
+    listing: &Listing,
+    record: &EnumerationRecord,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE servers SET last_verified_at_ms = ? WHERE name = ?").bind(now).bind(server).execute(&mut *conn).await?;
+    // A store from before snapshots (or after the rehash) gets its snapshot here.
+    let packed: Option<i64> =
+        sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = ?").bind(server).fetch_optional(&mut *conn).await?;
+    if packed != Some(current) {
+        write_snapshot(conn, server, current, &listing.tools).await?;
+    }
+    insert_enumeration(conn, server, record).await
 }
 
 async fn insert_enumeration(tx: &mut SqliteConnection, server: &str, record: &EnumerationRecord) -> Result<(), StoreError> {

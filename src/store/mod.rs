@@ -2,7 +2,9 @@
 //! tables with its own section of `migrations/` (see `owners.rs`): the catalog's generations
 //! (`generations`, with `search`, `snapshot` and definition `approvals`), the audit trail
 //! (`audit`, `audit_chain`), `tasks`, `quotas`, `call_approvals`, and the fleet spool's cursors
-//! (`fleet`). This module opens the file and owns the one write path they share.
+//! (`fleet`). Each repository is a type reached from the store (`store.generations()`,
+//! `store.audit()`, ...), a borrowed handle whose methods are that repository's and nothing
+//! else's. This module opens the file, keeps its health, and owns the one write path they share.
 //!
 //! Reads run in parallel on a small pool under WAL. Every write goes through one dedicated
 //! connection behind an in-process lock, in `BEGIN IMMEDIATE` transactions with
@@ -29,6 +31,7 @@ pub mod approvals;
 pub mod audit;
 pub mod audit_chain;
 pub mod call_approvals;
+mod definitions;
 mod degraded;
 pub mod fleet;
 pub mod generations;
@@ -43,6 +46,13 @@ mod snapshot;
 pub mod tasks;
 mod writer;
 
+pub use approvals::Approvals;
+pub use audit::Audit;
+pub use call_approvals::CallApprovals;
+pub use fleet::Spool;
+pub use generations::Generations;
+pub use quotas::Quotas;
+pub use tasks::Tasks;
 use writer::check_ownership;
 
 /// `PRAGMA application_id` of a toolhost store ("THOS"): another application's database is
@@ -196,8 +206,8 @@ impl Store {
             search_index: true,
         };
         if healthy {
-            store.rehash_definitions().await?;
-            store.backfill_search().await?;
+            store.generations().rehash_definitions().await?;
+            store.generations().backfill_search().await?;
         }
         Ok(store)
     }
@@ -224,6 +234,41 @@ impl Store {
         let mut store = Store::open(path, history_generations).await?;
         store.search_index = false;
         Ok(store)
+    }
+
+    /// The catalog's generations: commits, history, enumerations, eras, definitions, search.
+    pub fn generations(&self) -> Generations<'_> {
+        Generations { store: self }
+    }
+
+    /// Definition approvals: the integrity baselines and operators' approvals.
+    pub fn approvals(&self) -> Approvals<'_> {
+        Approvals { store: self }
+    }
+
+    /// The audit trail and its signed chain.
+    pub fn audit(&self) -> Audit<'_> {
+        Audit { store: self }
+    }
+
+    /// Tasks: calls that outlive their request.
+    pub fn tasks(&self) -> Tasks<'_> {
+        Tasks { store: self }
+    }
+
+    /// Quota counts, per agent and window.
+    pub fn quotas(&self) -> Quotas<'_> {
+        Quotas { store: self }
+    }
+
+    /// Requests to run one call, waiting for a person's decision.
+    pub fn call_approvals(&self) -> CallApprovals<'_> {
+        CallApprovals { store: self }
+    }
+
+    /// The fleet spool: its cursors, and what it ships.
+    pub fn fleet(&self) -> Spool<'_> {
+        Spool { store: self }
     }
 
     /// Starts a write transaction on the writer connection (opening it if needed).

@@ -38,7 +38,7 @@ fn model_of(entries: &[(u8, u8)]) -> BTreeMap<String, String> {
 }
 
 async fn stored_tools(store: &Store, server: &str, generation: u64) -> BTreeMap<String, String> {
-    let tools = store.tools_at(server, generation).await.expect("read a generation");
+    let tools = store.generations().tools_at(server, generation).await.expect("read a generation");
     tools.iter().map(|tool| (tool.name.clone(), tool.fields().description.clone())).collect()
 }
 
@@ -52,6 +52,7 @@ async fn check(steps: Vec<Step>) -> Result<(), TestCaseError> {
     for (server, entries) in &steps {
         let expected = model_of(entries);
         let outcome = store
+            .generations()
             .commit(servers[*server], listing(entries), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None)
             .await
             .expect("commit");
@@ -76,12 +77,12 @@ async fn check(steps: Vec<Step>) -> Result<(), TestCaseError> {
             for (number, tools) in generations.iter().enumerate().skip(kept) {
                 prop_assert_eq!(&stored_tools(&store, server, number as u64 + 1).await, tools, "{} generation {}", server, number + 1);
                 // The search index holds exactly that generation's tools, too.
-                let indexed = store.indexed_names(server, number as u64 + 1).await.expect("read the index");
+                let indexed = store.generations().indexed_names(server, number as u64 + 1).await.expect("read the index");
                 prop_assert_eq!(indexed, tools.keys().cloned().collect::<Vec<_>>(), "index of {} generation {}", server, number + 1);
             }
-            let current = store.load_current(server).await.expect("load");
+            let current = store.generations().load_current(server).await.expect("load");
             prop_assert_eq!(current.map(|c| c.generation.number).unwrap_or(0), generations.len() as u64);
-            let history = store.history(server, 100).await.expect("history");
+            let history = store.generations().history(server, 100).await.expect("history");
             let numbers: Vec<u64> = history.iter().map(|g| g.generation).collect();
             let expected: Vec<u64> = (kept as u64 + 1..=generations.len() as u64).rev().collect();
             prop_assert_eq!(numbers, expected);

@@ -2,15 +2,21 @@
 
 use super::{Store, StoreError, to_i64};
 
-impl Store {
+/// The quota counts' repository, reached as [`Store::quotas`].
+#[derive(Clone, Copy)]
+pub struct Quotas<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Quotas<'_> {
     /// Counts up to `want` calls against a quota in its current `window`, as many as `limit`
     /// leaves: the number counted (0 when the quota is used up). One write transaction, so
     /// concurrent takers never count past the limit.
     ///
     /// # Errors
     /// [`StoreError`] when the count cannot be written (a quota then fails closed).
-    pub async fn take_quota(&self, agent: &str, quota: &str, window: u64, limit: u32, want: u32) -> Result<u32, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn take(self, agent: &str, quota: &str, window: u64, limit: u32, want: u32) -> Result<u32, StoreError> {
+        let mut tx = self.store.begin().await?;
         let stored: Option<(i64, i64)> = sqlx::query_as("SELECT window_index, used FROM quota_usage WHERE agent = ? AND quota = ?")
             .bind(agent)
             .bind(quota)
@@ -41,12 +47,12 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn quota_used(&self, agent: &str, quota: &str, window: u64) -> Result<u32, StoreError> {
+    pub async fn used(self, agent: &str, quota: &str, window: u64) -> Result<u32, StoreError> {
         let used: Option<i64> = sqlx::query_scalar("SELECT used FROM quota_usage WHERE agent = ? AND quota = ? AND window_index = ?")
             .bind(agent)
             .bind(quota)
             .bind(to_i64(window))
-            .fetch_optional(&self.pool())
+            .fetch_optional(&self.store.pool())
             .await?;
         Ok(used.and_then(|used| u32::try_from(used).ok()).unwrap_or(0))
     }

@@ -3,7 +3,7 @@
 
 use sqlx::sqlite::SqliteConnection;
 
-use super::{Store, StoreError};
+use super::{Generations, StoreError};
 
 /// Best full-text matches considered per result wanted: the rest of them may be versions that
 /// are not in the generations asked for (kept history, or not yet published).
@@ -74,19 +74,14 @@ pub(super) async fn end_versions(tx: &mut SqliteConnection, server: &str, genera
     Ok(())
 }
 
-impl Store {
+impl Generations<'_> {
     /// Tools matching what a searcher typed, best first, at most `limit` per query: the queries
     /// of [`fts_queries`] round by round, the first round that matches anything answering, its
     /// matches merged (each tool once, at its best score).
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn search_words(
-        &self,
-        text: &str,
-        generations: &[(&str, u64)],
-        limit: u32,
-    ) -> Result<Vec<(String, String, f64)>, StoreError> {
+    pub async fn search_words(self, text: &str, generations: &[(&str, u64)], limit: u32) -> Result<Vec<(String, String, f64)>, StoreError> {
         let mut hits: Vec<(String, String, f64)> = Vec::new();
         for round in fts_queries(text) {
             for query in round {
@@ -108,7 +103,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn search(&self, query: &str, generations: &[(&str, u64)], limit: u32) -> Result<Vec<(String, String, f64)>, StoreError> {
+    pub async fn search(self, query: &str, generations: &[(&str, u64)], limit: u32) -> Result<Vec<(String, String, f64)>, StoreError> {
         let generations: serde_json::Map<String, serde_json::Value> =
             generations.iter().map(|(server, generation)| ((*server).to_owned(), serde_json::Value::from(*generation))).collect();
         // FTS5 ranks its matches itself (ORDER BY rank, BM25 with the weights the migration set)
@@ -124,14 +119,14 @@ impl Store {
         .bind(serde_json::Value::Object(generations).to_string())
         .bind(i64::from(limit))
         .bind(i64::from(limit).saturating_mul(CANDIDATES_PER_RESULT))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         Ok(rows)
     }
 
     /// The names the search index holds for `server` at `generation` (for tests of the index).
     #[cfg(test)]
-    pub(crate) async fn indexed_names(&self, server: &str, generation: u64) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn indexed_names(self, server: &str, generation: u64) -> Result<Vec<String>, StoreError> {
         let generation = super::to_i64(generation);
         Ok(sqlx::query_scalar(
             "SELECT name FROM search_rows WHERE server = ?1 AND first_generation <= ?2 AND (last_generation IS NULL OR last_generation >= ?2) \
@@ -139,16 +134,16 @@ impl Store {
         )
         .bind(server)
         .bind(generation)
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?)
     }
 
     /// Builds the full-text index from the kept tool versions once, for a store that predates
     /// it; from then on every commit keeps it. One transaction, marked done in `store_meta` (a
     /// single-row lookup at every later start).
-    pub(super) async fn backfill_search(&self) -> Result<(), StoreError> {
+    pub(super) async fn backfill_search(self) -> Result<(), StoreError> {
         let built: Option<String> =
-            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'search_index'").fetch_optional(&self.pool()).await?;
+            sqlx::query_scalar("SELECT value FROM store_meta WHERE key = 'search_index'").fetch_optional(&self.store.pool()).await?;
         if built.is_some() {
             return Ok(());
         }
@@ -156,7 +151,7 @@ impl Store {
             "SELECT v.server, v.name, v.first_generation, v.last_generation, d.definition, v.hash \
              FROM tool_versions v JOIN definitions d ON d.hash = v.hash",
         )
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         let versions = rows.len();
         // Versions grouped as one commit would write them: by server and generation interval.
@@ -164,7 +159,7 @@ impl Store {
         for (server, name, first, last, definition, hash) in rows {
             groups.entry((server, first, last)).or_default().push(ToolDef::from_stored(name, definition, hash));
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         sqlx::query("DELETE FROM tool_search").execute(tx.conn()).await?;
         sqlx::query("DELETE FROM search_rows").execute(tx.conn()).await?;
         for ((server, first, last), tools) in &groups {
@@ -195,15 +190,15 @@ mod tests {
         let store = Store::open(&path, 10).await.unwrap();
         let record = EnumerationRecord::unmeasured(EnumerationReason::Initial);
         let listing = Listing::from_raw(vec![json!({"name": "read_file", "description": "Reads a file."}), json!({"name": "other"})]);
-        store.commit("files", listing, record, None).await.unwrap();
+        store.generations().commit("files", listing, record, None).await.unwrap();
         // What a store of the previous schema looks like: versions, and no index.
         for statement in ["DELETE FROM tool_search", "DELETE FROM search_rows", "DELETE FROM store_meta"] {
             sqlx::query(statement).execute(&store.pool()).await.unwrap();
         }
         store.close().await;
         let store = Store::open(&path, 10).await.unwrap();
-        assert_eq!(store.indexed_names("files", 1).await.unwrap(), ["other", "read_file"]);
-        let hits = store.search("\"read\"", &[("files", 1)], 5).await.unwrap();
+        assert_eq!(store.generations().indexed_names("files", 1).await.unwrap(), ["other", "read_file"]);
+        let hits = store.generations().search("\"read\"", &[("files", 1)], 5).await.unwrap();
         assert_eq!(hits.first().map(|h| h.1.as_str()), Some("read_file"));
         store.close().await;
     }

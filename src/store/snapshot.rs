@@ -119,7 +119,7 @@ mod store_tests {
 
     async fn names_after_restart(path: &std::path::Path) -> Vec<String> {
         let store = Store::open(path, 10).await.unwrap();
-        let loaded = store.load_all_current().await.unwrap();
+        let loaded = store.generations().load_all_current().await.unwrap();
         store.close().await;
         loaded["files"].generation.tools.iter().map(|t| format!("{}:{}", t.name, &t.hash[..8])).collect()
     }
@@ -131,8 +131,12 @@ mod store_tests {
         let store = Store::open(&path, 10).await.unwrap();
         let listing =
             |description: &str| Listing::from_raw(vec![json!({"name": "read", "description": description}), json!({"name": "list"})]);
-        store.commit("files", listing("one"), EnumerationRecord::unmeasured(EnumerationReason::Initial), None).await.unwrap();
-        store.commit("files", listing("two"), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None).await.unwrap();
+        store.generations().commit("files", listing("one"), EnumerationRecord::unmeasured(EnumerationReason::Initial), None).await.unwrap();
+        store
+            .generations()
+            .commit("files", listing("two"), EnumerationRecord::unmeasured(EnumerationReason::ListChanged), None)
+            .await
+            .unwrap();
         let expected: Vec<String> = {
             let tools: Vec<(String, String)> =
                 sqlx::query_as("SELECT name, hash FROM tool_versions WHERE server = 'files' AND last_generation IS NULL ORDER BY name")
@@ -166,7 +170,11 @@ mod store_tests {
         // An unchanged listing writes the snapshot back.
         let store = Store::open(&path, 10).await.unwrap();
         sqlx::query("DELETE FROM current_snapshots").execute(&store.pool()).await.unwrap();
-        store.commit("files", listing("two"), EnumerationRecord::unmeasured(EnumerationReason::Reconnect), None).await.unwrap();
+        store
+            .generations()
+            .commit("files", listing("two"), EnumerationRecord::unmeasured(EnumerationReason::Reconnect), None)
+            .await
+            .unwrap();
         let packed: i64 =
             sqlx::query_scalar("SELECT generation FROM current_snapshots WHERE server = 'files'").fetch_one(&store.pool()).await.unwrap();
         assert_eq!(packed, 2);

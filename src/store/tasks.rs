@@ -135,13 +135,19 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> TaskRecord {
     }
 }
 
-impl Store {
+/// The tasks' repository, reached as [`Store::tasks`].
+#[derive(Clone, Copy)]
+pub struct Tasks<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Tasks<'_> {
     /// Stores a new task.
     ///
     /// # Errors
     /// [`StoreError`]: the task was not created.
-    pub async fn insert_task(&self, task: &TaskRecord) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn insert(self, task: &TaskRecord) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query(
             "INSERT INTO tasks (id, owner, agent, qualified_name, status, status_message, created_at_ms, updated_at_ms, ttl_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
@@ -164,9 +170,9 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`]: the end was not written.
-    pub async fn end_task(&self, id: &str, end: &TaskEnd<'_>, now_ms: i64) -> Result<bool, StoreError> {
+    pub async fn end(self, id: &str, end: &TaskEnd<'_>, now_ms: i64) -> Result<bool, StoreError> {
         let bytes = end.result.map_or(0, str::len);
-        let mut tx = self.begin().await?;
+        let mut tx = self.store.begin().await?;
         let changed = sqlx::query(
             "UPDATE tasks SET status = ?2, status_message = ?3, outcome = ?4, result = ?5, failure = ?6, result_bytes = ?7, \
              updated_at_ms = ?8, generation = ?9, definition_hash = ?10 WHERE id = ?1 AND status = 'working'",
@@ -192,8 +198,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id).fetch_optional(&self.pool()).await?;
+    pub async fn get(self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id).fetch_optional(&self.store.pool()).await?;
         Ok(row.as_ref().map(record))
     }
 
@@ -201,7 +207,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn tasks_of(&self, owner: &str, before: Option<(i64, &str)>, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
+    pub async fn owned_by(self, owner: &str, before: Option<(i64, &str)>, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM tasks WHERE owner = ?1 \
              AND (?2 IS NULL OR created_at_ms < ?2 OR (created_at_ms = ?2 AND id < ?3)) \
@@ -211,7 +217,7 @@ impl Store {
         .bind(before.map(|(at, _)| at))
         .bind(before.map_or("", |(_, id)| id))
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         Ok(rows.iter().map(record).collect())
     }
@@ -221,7 +227,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn tasks_filtered(&self, filter: &TaskFilter, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
+    pub async fn filtered(self, filter: &TaskFilter, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM tasks WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR agent = ?2) \
              AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR instr(qualified_name, ?4) > 0) \
@@ -232,7 +238,7 @@ impl Store {
         .bind(filter.status.map(TaskStatus::as_str))
         .bind(filter.tool.as_deref())
         .bind(i64::from(limit))
-        .fetch_all(&self.pool())
+        .fetch_all(&self.store.pool())
         .await?;
         Ok(rows.iter().map(record).collect())
     }
@@ -241,7 +247,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn task_usage(&self, agent: &str) -> Result<TaskUsage, StoreError> {
+    pub async fn usage(self, agent: &str) -> Result<TaskUsage, StoreError> {
         let row = sqlx::query(
             "SELECT \
                COALESCE(SUM(status = 'working' AND agent = ?1), 0) AS open_by_agent, \
@@ -251,7 +257,7 @@ impl Store {
              FROM tasks",
         )
         .bind(agent)
-        .fetch_one(&self.pool())
+        .fetch_one(&self.store.pool())
         .await?;
         let get = |name: &str| u64::try_from(row.get::<i64, _>(name)).unwrap_or(0);
         Ok(TaskUsage { open_by_agent: get("open_by_agent"), open: get("open"), bytes_by_agent: get("bytes_by_agent"), bytes: get("bytes") })
@@ -261,8 +267,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn set_task_upstream(&self, id: &str, upstream: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn set_upstream(self, id: &str, upstream: &str) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("UPDATE tasks SET upstream_task = ?2 WHERE id = ?1 AND status = 'working'")
             .bind(id)
             .bind(upstream)
@@ -276,8 +282,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn delete_ended_task(&self, id: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn delete_ended(self, id: &str) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("DELETE FROM tasks WHERE id = ?1 AND status != 'working'").bind(id).execute(tx.conn()).await?;
         tx.commit().await?;
         Ok(())
@@ -287,8 +293,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn set_task_message(&self, id: &str, message: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn set_message(self, id: &str, message: &str) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("UPDATE tasks SET status_message = ?2 WHERE id = ?1 AND status = 'working'")
             .bind(id)
             .bind(message)
@@ -303,8 +309,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn set_task_approval(&self, id: &str, approval: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn set_approval(self, id: &str, approval: &str) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("UPDATE tasks SET approval_id = ?2 WHERE id = ?1 AND status = 'working'")
             .bind(id)
             .bind(approval)
@@ -318,8 +324,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn set_task_sent(&self, id: &str, generation: u64) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn set_sent(self, id: &str, generation: u64) -> Result<(), StoreError> {
+        let mut tx = self.store.begin().await?;
         sqlx::query("UPDATE tasks SET sent_generation = ?2 WHERE id = ?1 AND status = 'working'")
             .bind(id)
             .bind(to_i64(generation))
@@ -333,8 +339,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn working_tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM tasks WHERE status = 'working'").fetch_all(&self.pool()).await?;
+    pub async fn working(self) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM tasks WHERE status = 'working'").fetch_all(&self.store.pool()).await?;
         Ok(rows.iter().map(record).collect())
     }
 
@@ -342,8 +348,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError`] on a database failure.
-    pub async fn expire_tasks(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin().await?;
+    pub async fn expire(self, now_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.store.begin().await?;
         let deleted = sqlx::query("DELETE FROM tasks WHERE status != 'working' AND created_at_ms + ttl_ms < ?1")
             .bind(now_ms)
             .execute(tx.conn())

@@ -54,6 +54,7 @@ impl Worker {
         let private_to = stats.private.then(|| self.spec.credential_fingerprint(&self.name));
         let committed = self
             .store
+            .generations()
             .commit_accepting(&self.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted, private_to.as_deref())
             .await;
         let outcome = match committed {
@@ -130,8 +131,8 @@ impl Worker {
         &self,
         approvals: &mut std::collections::HashMap<String, Approval>,
     ) -> Option<(std::sync::Arc<Generation>, std::sync::Arc<[ToolIntegrity]>)> {
-        let stored = self.store.load_current(&self.name).await.ok()??;
-        let previous = self.store.previous_definitions(Some(&self.name)).await.ok()?.remove(&*self.name).unwrap_or_default();
+        let stored = self.store.generations().load_current(&self.name).await.ok()??;
+        let previous = self.store.generations().previous_definitions(Some(&self.name)).await.ok()?.remove(&*self.name).unwrap_or_default();
         let (states, updated) = crate::supervisor::integrity::evaluate_stored(
             &self.store,
             &self.name,
@@ -201,7 +202,7 @@ impl Worker {
         stats: PassStats,
     ) {
         let record = self.record(reason, outcome, error, clock, stats, Vec::new());
-        if let Err(store_error) = self.store.record_enumeration(&self.name, record.clone()).await {
+        if let Err(store_error) = self.store.generations().record_enumeration(&self.name, record.clone()).await {
             tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
         }
         self.registry.update(&self.name, |view| view.enumerated(record));

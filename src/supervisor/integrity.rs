@@ -68,7 +68,7 @@ pub(crate) async fn evaluate_stored(
     previous: &HashMap<String, String>,
 ) -> Result<(Arc<[ToolIntegrity]>, HashMap<String, Approval>), StoreError> {
     let evaluation = integrity::evaluate(policy, &generation.tools, &approvals, |name| description_of(previous.get(name)));
-    for (name, approval) in store.approve(server, &evaluation.accepted, ACCEPTED_BY_POLICY).await? {
+    for (name, approval) in store.approvals().approve(server, &evaluation.accepted, ACCEPTED_BY_POLICY).await? {
         approvals.insert(name, approval);
     }
     Ok((compact(&generation.tools, evaluation.tools), approvals))
@@ -151,10 +151,10 @@ impl Approver {
             }
             entries.push((tool.name.clone(), tool.hash.clone()));
         }
-        for (name, approval) in self.store.approve(server, &entries, approved_by).await? {
+        for (name, approval) in self.store.approvals().approve(server, &entries, approved_by).await? {
             approvals.insert(name, approval);
         }
-        let previous = self.store.previous_definitions(Some(server)).await?.remove(server).unwrap_or_default();
+        let previous = self.store.generations().previous_definitions(Some(server)).await?.remove(server).unwrap_or_default();
         let evaluation = integrity::evaluate(policy, &generation.tools, &approvals, |name| description_of(previous.get(name)));
         let states = compact(&generation.tools, evaluation.tools);
         self.registry.update(server, |view| {
@@ -182,7 +182,7 @@ impl Approver {
         };
         let integrity = view.integrity_at(idx).cloned();
         let approved = match approval {
-            Some(approval) => self.store.definition(&approval.hash).await?.map(|definition| (approval, definition)),
+            Some(approval) => self.store.generations().definition(&approval.hash).await?.map(|definition| (approval, definition)),
             // Not held and never recorded: the policy accepts what the server offers.
             None if integrity.as_ref().is_none_or(|state| state.held.is_none()) => Some((
                 Approval { hash: offered.hash.clone(), approved_by: "policy (accept), nothing recorded".into(), approved_at_ms: 0 },

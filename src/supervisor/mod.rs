@@ -92,8 +92,12 @@ impl Supervisor {
         metrics: Metrics,
     ) -> Result<Supervisor, StoreError> {
         // Four reads on the pool's connections at once: the restart serves sooner.
-        let (stored, eras, approvals, previous) =
-            tokio::join!(store.load_all_current(), store.eras(), store.approvals(None), store.previous_definitions(None));
+        let (stored, eras, approvals, previous) = tokio::join!(
+            store.generations().load_all_current(),
+            store.generations().eras(),
+            store.approvals().current(None),
+            store.generations().previous_definitions(None)
+        );
         let (mut stored, eras, mut approvals, mut previous) = (stored?, eras?, approvals?, previous?);
         let mut supervisor = Supervisor {
             metrics,
@@ -216,10 +220,10 @@ impl Supervisor {
 
     /// Publishes a server (with its stored generation) and starts its worker if enabled.
     async fn add(&mut self, name: Arc<str>, spec: ServerSpec, change: Option<ConfigChange>) -> Result<(), StoreError> {
-        let stored = self.store.load_current(&name).await?;
+        let stored = self.store.generations().load_current(&name).await?;
         let mut view = self.view(&name, &spec, stored);
-        let approvals = self.store.approvals(Some(&name)).await?.remove(&*name).unwrap_or_default();
-        let previous = self.store.previous_definitions(Some(&name)).await?.remove(&*name).unwrap_or_default();
+        let approvals = self.store.approvals().current(Some(&name)).await?.remove(&*name).unwrap_or_default();
+        let previous = self.store.generations().previous_definitions(Some(&name)).await?.remove(&*name).unwrap_or_default();
         self.judge(&mut view, approvals, &previous).await?;
         self.registry.insert(view, change);
         if spec.enabled {

@@ -189,7 +189,7 @@ impl Worker {
         self.registry.update(&self.name, |view| view.session_started(hello.clone(), handle.clone()));
         if self.era != Some(hello.era) {
             self.era = Some(hello.era);
-            if let Err(error) = self.store.remember_era(&self.name, hello.era.as_str(), &hello.protocol_version).await {
+            if let Err(error) = self.store.generations().remember_era(&self.name, hello.era.as_str(), &hello.protocol_version).await {
                 tracing::warn!(server = %self.name, %error, "cannot remember the server's protocol era");
             }
         }

@@ -194,14 +194,14 @@ async fn an_operator_approves_a_held_tool_in_the_browser_and_the_pages_follow_th
     assert!(app.registry().server("files").unwrap().held_names().is_empty());
     let called = call_read(&app).await.expect("the approved tool is callable");
     assert!(!called.is_error);
-    let approvals = app.store().approval_history("files", 5).await.unwrap();
+    let approvals = app.store().approvals().history("files", 5).await.unwrap();
     let (name, approval) = &approvals[0];
     assert_eq!((name.as_str(), approval.hash.as_str()), ("read", offered.as_str()));
     assert!(approval.approved_by.contains("operator") && approval.approved_by.contains("console"), "{}", approval.approved_by);
 
     // The trail shows the refusal and the call, and charts them.
     let audit = eventually("the call in the audit trail", async || {
-        let records = app.store().query_audit(0, None, 50).await.unwrap();
+        let records = app.store().audit().query(0, None, 50).await.unwrap();
         records.iter().any(|r| r.outcome == "ok" && r.qualified_name == "files__read").then_some(())
     });
     audit.await;

@@ -21,7 +21,7 @@ async fn follows_every_cursor_and_never_stores_one() {
     let cursors: Vec<_> = lists[1..].iter().map(|m| m["params"]["cursor"].as_str().unwrap().to_owned()).collect();
     assert_eq!(cursors, ["CURSOR-SECRET-2", "CURSOR-SECRET-4", "CURSOR-SECRET-6"]);
 
-    let record = &app.store().enumerations("paged", 10).await.unwrap()[0];
+    let record = &app.store().generations().enumerations("paged", 10).await.unwrap()[0];
     assert_eq!(
         (record.reason, record.outcome, record.pages, record.tools),
         (EnumerationReason::Initial, EnumerationOutcome::Committed, 4, 7)
@@ -50,13 +50,14 @@ async fn a_change_between_two_pages_never_yields_a_mixed_generation() {
     let view = wait_for_server(app.registry(), "shifty", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["new0", "new1", "new2", "new3"]);
 
-    for summary in app.store().history("shifty", 50).await.unwrap() {
-        let names: Vec<String> = app.store().tools_at("shifty", summary.generation).await.unwrap().into_iter().map(|t| t.name).collect();
+    for summary in app.store().generations().history("shifty", 50).await.unwrap() {
+        let names: Vec<String> =
+            app.store().generations().tools_at("shifty", summary.generation).await.unwrap().into_iter().map(|t| t.name).collect();
         let all_old = names.iter().all(|n| n.starts_with("old")) && names.len() == 4;
         let all_new = names.iter().all(|n| n.starts_with("new")) && names.len() == 4;
         assert!(all_old || all_new, "generation {} mixes two tool sets: {names:?}", summary.generation);
     }
-    let outcomes: Vec<_> = app.store().enumerations("shifty", 10).await.unwrap().iter().map(|r| r.outcome).collect();
+    let outcomes: Vec<_> = app.store().generations().enumerations("shifty", 10).await.unwrap().iter().map(|r| r.outcome).collect();
     assert!(outcomes.contains(&EnumerationOutcome::Superseded), "the interrupted pass is recorded: {outcomes:?}");
     // The fresh pass started over from no cursor.
     let firsts = dir.received("shifty").iter().filter(|m| m["method"] == "tools/list" && m["params"].get("cursor").is_none()).count();
@@ -76,7 +77,7 @@ async fn list_changed_publishes_a_new_generation_with_its_diff() {
     std::fs::write(&tools_file, json!([{"name": "keep"}, {"name": "edit", "description": "v2"}, {"name": "add"}]).to_string()).unwrap();
     let view = wait_for_server(app.registry(), "live", "generation 2", |v| v.generation().is_some_and(|g| g.number == 2)).await;
     assert_eq!(tool_names(&view), ["add", "edit", "keep"]);
-    let latest = &app.store().history("live", 1).await.unwrap()[0];
+    let latest = &app.store().generations().history("live", 1).await.unwrap()[0];
     assert_eq!(
         (latest.reason, latest.added.clone(), latest.removed.clone(), latest.changed.clone()),
         (EnumerationReason::ListChanged, vec!["add".to_owned()], vec!["drop".to_owned()], vec!["edit".to_owned()])
@@ -100,7 +101,7 @@ async fn a_storm_of_notifications_costs_a_few_passes() {
     let storm_done_ms: i64 =
         eventually("the storm ends", async || std::fs::read_to_string(&done_file).ok().and_then(|text| text.trim().parse().ok())).await;
     eventually(&format!("a complete pass after the storm ended at {storm_done_ms}"), async || {
-        let passes = app.store().enumerations("stormy", 10).await.unwrap();
+        let passes = app.store().generations().enumerations("stormy", 10).await.unwrap();
         let last = &passes[0];
         let complete = matches!(last.outcome, EnumerationOutcome::Unchanged | EnumerationOutcome::Committed);
         if last.started_at_ms > storm_done_ms && complete { Ok(()) } else { Err(format!("{passes:#?}")) }
@@ -135,7 +136,7 @@ async fn bounded_and_broken_listings_are_never_committed() {
         assert!(view.generation().is_none(), "{name}: nothing may be committed");
         let error = view.last_error().map(str::to_owned).unwrap_or_default();
         assert!(error.contains(expected), "{name}: {error:?} should mention {expected:?}");
-        let record = &app.store().enumerations(name, 1).await.unwrap()[0];
+        let record = &app.store().generations().enumerations(name, 1).await.unwrap()[0];
         assert_eq!(record.outcome, EnumerationOutcome::Failed);
     }
     // An invalid cursor makes the pass start over from the first page, then it completes.
@@ -174,7 +175,7 @@ async fn duplicate_and_nameless_entries_are_reported_and_the_first_kept() {
     assert_eq!(tool_names(&view), ["a", "b"]);
     assert!(generation.tool("a").unwrap().definition.contains("first"));
     assert!(generation.tool("b").unwrap().definition.contains(r#""x-vendor":{"k":1}"#), "unknown fields are kept whole");
-    let record = &app.store().enumerations("dupes", 1).await.unwrap()[0];
+    let record = &app.store().generations().enumerations("dupes", 1).await.unwrap()[0];
     assert_eq!(record.diagnostics.len(), 2, "{:?}", record.diagnostics);
     app.shutdown().await;
 }

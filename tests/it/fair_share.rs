@@ -225,7 +225,7 @@ async fn an_agents_rate_and_concurrency_are_exact_and_refusals_say_when_to_retry
 
     app.shutdown().await;
     let store = toolhost::store::Store::open(&dir.db_path(), 50).await.unwrap();
-    let outcomes: Vec<String> = store.query_audit(0, None, 100).await.unwrap().into_iter().map(|record| record.outcome).collect();
+    let outcomes: Vec<String> = store.audit().query(0, None, 100).await.unwrap().into_iter().map(|record| record.outcome).collect();
     assert_eq!(outcomes.iter().filter(|outcome| *outcome == "rate_limited").count(), 2, "{outcomes:?}");
     assert_eq!(outcomes.iter().filter(|outcome| *outcome == "concurrency_limited").count(), 1, "{outcomes:?}");
 }

@@ -247,7 +247,7 @@ async fn shipped(url: &str, host: &str) -> Option<(i64, i64)> {
 async fn all_shipped(app: &App, cluster: Option<&OwnCluster>, url: &str, host: &str) {
     let log = || cluster.map(|cluster| format!("\nPostgreSQL's log:\n{}", cluster.log_tail())).unwrap_or_default();
     eventually_within(WAIT * 3, "every record shipped, each once", async || {
-        let local: Vec<i64> = app.store().audit_chained_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, ..)| id).collect();
+        let local: Vec<i64> = app.store().audit().chained_after(0, 1_000_000).await.unwrap().into_iter().map(|(id, ..)| id).collect();
         let remote: Option<Vec<i64>> = async {
             let mut conn = PgConnection::connect(url).await.ok()?;
             let ids = sqlx::query_scalar("SELECT local_id FROM audit WHERE host_id = $1 ORDER BY local_id")
@@ -351,7 +351,7 @@ async fn postgresql_down_for_a_minute_killed_mid_batch_or_frozen_costs_no_call_a
     for task in burst {
         task.await.unwrap();
     }
-    let backlog = app.store().audit_count_after(0).await.unwrap();
+    let backlog = app.store().fleet().audit_count_after(0).await.unwrap();
     cluster.run("restart");
     let killed_at = eventually_within(WAIT * 2, "shipping started and is not done", async || {
         shipped(&url, "outage-host").await.map(|(rows, _)| rows).filter(|rows| *rows > 0 && u64::try_from(*rows).unwrap() < backlog)

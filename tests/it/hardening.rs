@@ -20,10 +20,12 @@ async fn routine_refreshes_neither_bump_the_catalog_revision_nor_wake_watchers()
 
     // More refreshes than the registry keeps snapshots (64), each one recorded before the next.
     for _ in 0..70 {
-        let before = app.store().enumerations("steady", 200).await.unwrap().len();
+        let before = app.store().generations().enumerations("steady", 200).await.unwrap().len();
         client.refresh_server(pb::RefreshServerRequest { server: "steady".into() }).await.unwrap();
-        eventually("the refresh runs", async || (app.store().enumerations("steady", 200).await.unwrap().len() > before).then_some(()))
-            .await;
+        eventually("the refresh runs", async || {
+            (app.store().generations().enumerations("steady", 200).await.unwrap().len() > before).then_some(())
+        })
+        .await;
     }
     assert_eq!(app.registry().snapshot().revision, revision, "unchanged listings are status, not catalog changes");
     // The page token of a caller who did nothing wrong still works after all those refreshes.

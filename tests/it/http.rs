@@ -232,7 +232,7 @@ async fn an_exchange_whose_caller_gave_up_is_dropped_whatever_the_server_keeps_s
 /// acknowledgment with a list_changed enumeration, which the store records.
 pub(crate) async fn wait_for_listen_acknowledged(app: &toolhost::app::App, server: &str) {
     eventually("subscriptions/listen is acknowledged", async || {
-        let records = app.store().enumerations(server, 200).await.unwrap();
+        let records = app.store().generations().enumerations(server, 200).await.unwrap();
         records.iter().any(|r| r.reason == toolhost::catalog::record::EnumerationReason::ListChanged).then_some(())
     })
     .await;

@@ -281,7 +281,7 @@ async fn a_call_queued_behind_a_busy_slot_never_runs_a_tool_held_or_removed_mean
     assert_eq!(calls.len(), 1, "only the slot's own call reached the server: {calls:?}");
     app.shutdown().await;
     let store = toolhost::store::Store::open(&dir.db_path(), 50).await.unwrap();
-    let records = store.query_audit(0, None, 100).await.unwrap();
+    let records = store.audit().query(0, None, 100).await.unwrap();
     for name in ["busy__echo", "busy__gone"] {
         let record = records.iter().find(|record| record.qualified_name == name).unwrap_or_else(|| panic!("{name} audited: {records:?}"));
         assert_ne!(record.outcome, "ok", "{record:?}");

@@ -322,7 +322,7 @@ async fn a_python_sdk_server_that_pages_and_announces_changes() {
     let app = start(dir.config(&table)).await;
     let view = wait_for_server(app.registry(), "pypaged", "ready", |v| v.state() == ServerState::Ready).await;
     assert_eq!(tool_names(&view), ["change", "t0", "t1", "t2", "t3", "t4"], "all three pages");
-    let record = &app.store().enumerations("pypaged", 1).await.unwrap()[0];
+    let record = &app.store().generations().enumerations("pypaged", 1).await.unwrap()[0];
     assert_eq!(record.pages, 3);
     let mut client = client(&app).await;
     client.call_tool(pb::CallToolRequest { qualified_name: "pypaged__change".into(), ..Default::default() }).await.unwrap();

@@ -445,7 +445,7 @@ async fn the_policy_decides_what_an_mcp_caller_sees_and_calls() {
     let (status, _, _) = http(addr, "POST", "/mcp", &bearer, &list).await;
     assert_eq!(status, 400, "a 2026 body without the 2026 headers");
     eventually("the refused call is audited", async || {
-        let audit = app.store().query_audit(0, Some("remote"), 10).await.unwrap();
+        let audit = app.store().audit().query(0, Some("remote"), 10).await.unwrap();
         match audit.iter().any(|r| r.qualified_name == "demo__add" && r.outcome == "denied" && r.transport == "tcp") {
             true => Ok(()),
             false => Err(format!("{audit:?}")),

@@ -31,7 +31,7 @@ async fn a_crash_leads_to_a_fresh_initialize_and_a_full_enumeration() {
     assert_eq!(lists_after.len(), 2, "a full enumeration of both pages follows the reconnect");
     assert!(lists_after[0]["params"].get("cursor").is_none(), "starting from no cursor, never reusing an old one");
     assert_eq!(view.generation().unwrap().number, 1, "same definitions, same generation");
-    let record = &app.store().enumerations("fragile", 1).await.unwrap()[0];
+    let record = &app.store().generations().enumerations("fragile", 1).await.unwrap()[0];
     assert_eq!((record.reason, record.outcome), (EnumerationReason::Reconnect, EnumerationOutcome::Unchanged));
     app.shutdown().await;
 }

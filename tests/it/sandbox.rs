@@ -229,7 +229,7 @@ async fn a_server_is_never_a_caller_even_with_its_sandbox_off_or_its_network_ope
     // Audited as such: the trail is written behind the call path and drained by the stop.
     app.shutdown().await;
     let store = toolhost::store::Store::open(&dir.db_path(), 50).await.unwrap();
-    let records = store.query_audit(0, None, 100).await.unwrap();
+    let records = store.audit().query(0, None, 100).await.unwrap();
     let refused: Vec<_> = records.iter().filter(|record| record.outcome == "server_process").collect();
     assert_eq!(refused.len(), 4, "the four attempts on the Unix socket: {records:?}");
     assert!(refused.iter().all(|record| record.agent.as_ref() == "(a server's process)" && record.caller.contains("pid")), "{refused:?}");

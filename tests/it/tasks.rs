@@ -524,7 +524,7 @@ async fn a_tool_its_server_runs_only_as_a_task_is_callable_plainly_and_as_a_task
     let started = grpc.start_task(pb::StartTaskRequest { call: Some(call), ttl_ms: 120_000 }).await.unwrap().into_inner();
     let done = grpc.get_task_result(task_id(&started.task_id)).await.unwrap().into_inner();
     assert!(done.result.unwrap().content_json.contains("Research Report: registries"));
-    let stored = app.store().task(&started.task_id).await.unwrap().unwrap();
+    let stored = app.store().tasks().get(&started.task_id).await.unwrap().unwrap();
     assert!(stored.upstream.is_some(), "the server's own task id is kept: {stored:?}");
     app.shutdown().await;
     let _ = server.kill().await;
@@ -546,7 +546,8 @@ async fn a_server_that_runs_tasks_keeps_a_task_across_a_toolhost_restart_in_both
         let mut grpc = client(&app).await;
         let running = grpc.start_task(start_request("remote__job", json!({"ms": 1500}))).await.unwrap().into_inner();
         let store = app.store().clone();
-        eventually("the server's task id kept", async || store.task(&running.task_id).await.unwrap().and_then(|task| task.upstream)).await;
+        eventually("the server's task id kept", async || store.tasks().get(&running.task_id).await.unwrap().and_then(|task| task.upstream))
+            .await;
         app.shutdown().await;
 
         let app = start(config()).await;
@@ -559,8 +560,10 @@ async fn a_server_that_runs_tasks_keeps_a_task_across_a_toolhost_restart_in_both
 
         let slow = grpc.start_task(start_request("remote__job", json!({"ms": 60000}))).await.unwrap().into_inner();
         let store = app.store().clone();
-        let upstream =
-            eventually("the server's task id kept", async || store.task(&slow.task_id).await.unwrap().and_then(|task| task.upstream)).await;
+        let upstream = eventually("the server's task id kept", async || {
+            store.tasks().get(&slow.task_id).await.unwrap().and_then(|task| task.upstream)
+        })
+        .await;
         let cancelled = grpc.cancel_task(task_id(&slow.task_id)).await.unwrap().into_inner();
         assert_eq!(cancelled.status(), pb::TaskStatus::Cancelled);
         assert_eq!(server.cancelled_tasks(), [upstream], "modern {modern}: the server was told");

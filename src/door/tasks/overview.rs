@@ -21,7 +21,7 @@ impl Tasks {
         }
         let running = self.running_now();
         let now = now_ms();
-        let tasks = self.inner.store.tasks_filtered(&filter, MAX_LISTED).await?;
+        let tasks = self.inner.store.tasks().filtered(&filter, MAX_LISTED).await?;
         Ok(as_listed(tasks, &running, now))
     }
 
@@ -35,12 +35,12 @@ impl Tasks {
         if !caller.agent.admin {
             return Err(unknown());
         }
-        let task = self.inner.store.task(id).await?.ok_or_else(unknown)?;
+        let task = self.inner.store.tasks().get(id).await?.ok_or_else(unknown)?;
         let message = format!("cancelled by operator {}", caller.agent.name);
         if !self.end_cancelled(&task.id, &message).await? {
-            let now = self.inner.store.task(id).await?.ok_or_else(unknown)?;
+            let now = self.inner.store.tasks().get(id).await?.ok_or_else(unknown)?;
             return Err(TaskError::Ended { id: now.id, status: now.status.as_str() });
         }
-        self.inner.store.task(id).await?.ok_or_else(unknown)
+        self.inner.store.tasks().get(id).await?.ok_or_else(unknown)
     }
 }
