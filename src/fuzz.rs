@@ -1,12 +1,16 @@
-//! Property-based fuzzing of every parser of untrusted bytes (proptest, stable toolchain): JSON-RPC
-//! line classification, the SSE decoder, line framing, `tools/list` pages through
-//! canonicalisation, `_meta` splicing, configuration files, page tokens, qualified names and
-//! `WWW-Authenticate` challenges (the endpoint's messages: `endpoint::message`'s own tests).
+//! Property-based fuzzing of every parser of untrusted bytes (proptest, stable toolchain): a
+//! server's JSON-RPC lines, its `tools/list` pages through canonicalisation, `tools/call`
+//! results, handshakes and task shapes, the SSE decoder, line framing, `_meta` splicing,
+//! `x-mcp-header` annotations and values, `WWW-Authenticate` challenges, OAuth token answers,
+//! audit records read back from the fleet, configuration files (TOML and desktop JSON), page
+//! tokens, qualified names and the Unix socket's HTTP/2 adapter. Beside their parsers: the
+//! endpoint's messages (`endpoint::message`), the proxy's request heads (`upstream::egress`),
+//! OAuth metadata (`upstream::oauth::discovery`).
 //!
-//! Each target feeds both raw bytes and inputs built from protocol fragments (which reach much
-//! deeper than random bytes), and checks more than "no panic" where a property exists. The test
-//! suite runs a short campaign; `PROPTEST_CASES=200000 cargo test --release --lib fuzz::` runs a
-//! long one (FUZZING.md has the figures).
+//! Each target feeds both raw bytes and inputs built from protocol fragments
+//! (`mcp::fuzzing`, shared by every target), and checks more than "no panic" where a property
+//! exists. The test suite runs a short campaign; `PROPTEST_CASES=200000 cargo test --release
+//! --lib fuzz::` runs a long one (FUZZING.md has the figures).
 
 use proptest::prelude::*;
 use serde_json::value::RawValue;
@@ -14,87 +18,15 @@ use serde_json::value::RawValue;
 use crate::catalog::model::{Listing, canonical_json, define_entries};
 use crate::catalog::names::{qualify, server_of};
 use crate::door::paging::Position;
+use crate::mcp::fuzzing::{MCP, campaign as config, glued_or_any, glued_or_any_bytes};
 use crate::mcp::{jsonrpc, modern, sse, tools};
 
-/// Cases per target in the test suite's short campaign, unless `PROPTEST_CASES` says otherwise.
-const SHORT_CAMPAIGN: u32 = 512;
-
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(SHORT_CAMPAIGN);
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
-}
-
-/// Pieces of MCP and JSON-RPC text, glued together at random: mostly well-formed prefixes with
-/// the odd broken joint, which is where parsers go wrong.
-const FRAGMENTS: &[&str] = &[
-    "{",
-    "}",
-    "[",
-    "]",
-    ",",
-    ":",
-    "\"",
-    "\\",
-    "\\u0000",
-    "\\ud800",
-    "null",
-    "true",
-    "-0",
-    "1e999",
-    "18446744073709551616",
-    "-9223372036854775809",
-    "0.1",
-    "\"jsonrpc\":\"2.0\"",
-    "\"id\":",
-    "\"id\":1",
-    "\"id\":\"x\"",
-    "\"id\":null",
-    "\"method\":",
-    "\"method\":\"tools/list\"",
-    "\"method\":\"notifications/tools/list_changed\"",
-    "\"method\":\"ping\"",
-    "\"result\":",
-    "\"error\":",
-    "\"code\":-32601",
-    "\"message\":\"m\"",
-    "\"params\":",
-    "\"_meta\":",
-    "\"tools\":",
-    "\"name\":",
-    "\"name\":\"t\"",
-    "\"inputSchema\":",
-    "\"nextCursor\":",
-    "\"nextCursor\":\"\"",
-    "\"ttlMs\":",
-    "\"resultType\":\"complete\"",
-    "\"resultType\":\"input_required\"",
-    "\"content\":[]",
-    "\"isError\":true",
-    "\"é\"",
-    "\u{202e}",
-    "\u{e0041}",
-    " ",
-    "\n",
-    "\r",
-    "\r\n",
-    "data: ",
-    "event: message",
-    "id: 7",
-    "retry: 99999999999999999999",
-    ": ping",
-    "\u{feff}",
-];
-
-fn fragments() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop::sample::select(FRAGMENTS), 0..48).prop_map(|parts| parts.concat())
-}
-
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
-    prop_oneof![prop::collection::vec(any::<u8>(), 0..512), fragments().prop_map(String::into_bytes)]
+    glued_or_any_bytes(MCP, 48)
 }
 
 fn text() -> impl Strategy<Value = String> {
-    prop_oneof![any::<String>(), fragments()]
+    glued_or_any(MCP, 48)
 }
 
 proptest! {
@@ -166,7 +98,7 @@ proptest! {
     }
 
     #[test]
-    fn configuration_files_never_panic_and_errors_name_the_file(body in text(), json in any::<bool>()) {
+    fn configuration_files_never_panic_and_errors_name_the_file(body in prop_oneof![text(), glued_or_any(CONFIG, 40)], json in any::<bool>()) {
         let file = std::path::Path::new(if json { "/etc/toolhost/servers.json" } else { "/etc/toolhost/toolhost.toml" });
         if let Err(error) = crate::config::Config::parse(file, &body) {
             prop_assert!(error.to_string().starts_with(&file.display().to_string()));
@@ -200,23 +132,41 @@ proptest! {
     }
 
     #[test]
-    fn line_framing_does_not_depend_on_read_sizes(stream in bytes(), capacity in 1usize..32, max in 1usize..64) {
-        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
-        let read_all = |capacity: usize| {
-            runtime.block_on(async {
-                let mut reader = tokio::io::BufReader::with_capacity(capacity, stream.as_slice());
-                let mut buf = Vec::new();
-                let mut lines = Vec::new();
-                loop {
-                    let line = crate::mcp::lines::read_line(&mut reader, &mut buf, max).await.expect("reading a slice");
-                    if line == crate::mcp::lines::Line::Eof {
-                        return lines;
-                    }
-                    lines.push((format!("{line:?}"), buf.clone()));
+    fn line_framing_does_not_depend_on_read_sizes(stream in bytes(), chunk in 1usize..32, max in 1usize..64) {
+        use tokio_util::codec::Decoder;
+        // The codec as `FramedRead` drives it: a decode after each read, `decode_eof` at the end.
+        let read_all = |chunk: usize| {
+            let mut codec = crate::mcp::lines::LineCodec::new(max);
+            let mut buffer = bytes::BytesMut::new();
+            let mut lines = Vec::new();
+            for piece in stream.chunks(chunk) {
+                buffer.extend_from_slice(piece);
+                while let Some(line) = codec.decode(&mut buffer).expect("decoding") {
+                    lines.push(line);
                 }
-            })
+                prop_assert!(buffer.len() <= max + chunk, "the buffer stays bounded");
+            }
+            while let Some(line) = codec.decode_eof(&mut buffer).expect("decoding") {
+                lines.push(line);
+            }
+            Ok(lines)
         };
-        prop_assert_eq!(read_all(capacity), read_all(4096));
+        let at_once = read_all(stream.len().max(1))?;
+        prop_assert_eq!(read_all(chunk)?, at_once.clone());
+        // And each line is the stream's: what is kept is at most `max` bytes, what is thrown
+        // away is said with its length, and together they account for every byte.
+        let mut total = 0;
+        for line in &at_once {
+            match line {
+                crate::mcp::lines::Line::Complete(line) => { prop_assert!(line.len() <= max); total += line.len(); }
+                crate::mcp::lines::Line::Oversized(len) => { prop_assert!(*len > max); total += len; }
+                crate::mcp::lines::Line::Eof => prop_assert!(false, "the codec never says Eof"),
+            }
+        }
+        // Every byte but the newlines, less at most one `\r` per line kept.
+        let newlines = stream.iter().filter(|&&b| b == b'\n').count();
+        let kept = at_once.iter().filter(|line| matches!(line, crate::mcp::lines::Line::Complete(_))).count();
+        prop_assert!(total <= stream.len() - newlines && stream.len() - newlines <= total + kept);
     }
 }
 
@@ -288,8 +238,7 @@ const CHALLENGE_FRAGMENTS: &[&str] = &[
 ];
 
 fn challenge() -> impl Strategy<Value = String> {
-    let pieces = prop::collection::vec(prop::sample::select(CHALLENGE_FRAGMENTS), 0..40).prop_map(|parts| parts.concat());
-    prop_oneof![pieces, any::<String>()]
+    glued_or_any(CHALLENGE_FRAGMENTS, 40)
 }
 
 proptest! {
@@ -307,6 +256,207 @@ proptest! {
         }
     }
 }
+
+/// A tool whose input schema annotates its properties with `x-mcp-header` (SEP-2243): tokens,
+/// near-tokens and anything, on properties of every type.
+fn annotated_tool() -> impl Strategy<Value = serde_json::Value> {
+    let annotation = prop_oneof![
+        "[A-Za-z0-9!#$%&'*+.^_`|~-]{0,8}".prop_map(serde_json::Value::from),
+        any::<String>().prop_map(serde_json::Value::from),
+        json_value(1),
+    ];
+    let kind = prop::sample::select(&["string", "integer", "boolean", "number", "object", "array"][..]);
+    prop::collection::vec(("[a-z]{1,3}", annotation, kind), 0..5).prop_map(|properties| {
+        let properties: serde_json::Map<String, serde_json::Value> = properties
+            .into_iter()
+            .map(|(name, annotation, kind)| (name, serde_json::json!({"type": kind, "x-mcp-header": annotation})))
+            .collect();
+        serde_json::json!({"name": "t", "inputSchema": {"type": "object", "properties": properties}})
+    })
+}
+
+/// Pieces of an OAuth token endpoint's answer (RFC 6749 §5.1).
+const TOKEN_ANSWER: &[&str] = &[
+    "{",
+    "}",
+    ",",
+    ":",
+    "null",
+    "\"access_token\":",
+    "\"token_type\":",
+    "\"Bearer\"",
+    "\"bearer\"",
+    "\"DPoP\"",
+    "\"expires_in\":",
+    "3600",
+    "\"3600\"",
+    "-1",
+    "0.5",
+    "1e308",
+    "1e999",
+    "\"inf\"",
+    "\"NaN\"",
+    "\"refresh_token\":",
+    "\"scope\":",
+    "\"a\"",
+    "\"a b\"",
+    "\"t\\u0000\"",
+    "\"é\"",
+];
+
+/// An audit record as another host shipped it to the fleet (or an export holds it): every
+/// field the host's to choose, ids near each other or anywhere.
+fn chain_record() -> impl Strategy<Value = crate::store::audit_chain::ChainRecord> {
+    let id = prop_oneof![-2i64..8, any::<i64>()];
+    let text = prop_oneof![Just(String::new()), "[a-f0-9]{0,64}", any::<String>()];
+    (id.clone(), id, text.clone(), prop::option::of(text.clone()), prop::option::of(text.clone()), prop::option::of(text)).prop_map(
+        |(id, number, word, arguments, prev_hash, hash)| crate::store::audit_chain::ChainRecord {
+            id,
+            at_ms: number,
+            agent: word.clone(),
+            caller: word.clone(),
+            transport: word.clone(),
+            qualified_name: word.clone(),
+            server: word.clone(),
+            tool: word.clone(),
+            generation: number,
+            definition_hash: word.clone(),
+            outcome: word,
+            duration_us: number,
+            arguments,
+            prev_hash,
+            hash,
+        },
+    )
+}
+
+/// A checkpoint as the fleet kept it: a signature that is not the key's, numbers anywhere.
+fn checkpoint() -> impl Strategy<Value = crate::store::audit_chain::CheckpointRecord> {
+    let number = prop_oneof![-2i64..8, any::<i64>()];
+    (number.clone(), number.clone(), number, "[a-f0-9]{0,128}", prop::option::of("[a-f0-9]{0,64}")).prop_map(
+        |(id, record_id, records, signature, anchor)| crate::store::audit_chain::CheckpointRecord {
+            id,
+            record_id,
+            head_hash: signature.chars().take(64).collect(),
+            records,
+            signed_at_ms: id,
+            signature,
+            anchor,
+            kept_by_fleet: true,
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A server's `x-mcp-header` annotations and an agent's arguments become HTTP headers: never
+    /// a panic, and every header a call carries is a valid name and value, whatever the text.
+    #[test]
+    fn x_mcp_header_annotations_and_values_make_valid_headers(
+        tool in annotated_tool(), values in prop::collection::vec(json_value(2), 5), text in text(), page in text()
+    ) {
+        if let Ok(page) = serde_json::from_str::<serde_json::Value>(&page) {
+            let _ = crate::mcp::headers::param_headers(&page);
+        }
+        if let Ok(headers) = crate::mcp::headers::param_headers(&tool) {
+            let arguments: serde_json::Map<String, serde_json::Value> =
+                headers.iter().map(|(argument, _)| argument.clone()).zip(values).collect();
+            for (name, value) in crate::mcp::headers::header_values(&headers, &arguments) {
+                prop_assert!(http::HeaderName::from_bytes(name.as_bytes()).is_ok(), "{name}");
+                prop_assert!(http::HeaderValue::from_str(&value).is_ok(), "{value:?}");
+            }
+        }
+        prop_assert!(http::HeaderValue::from_str(&crate::mcp::headers::encode(&text)).is_ok());
+    }
+
+    /// A server's handshake (`initialize`, `server/discover`), its version error and its task
+    /// shapes are read without panicking.
+    #[test]
+    fn handshake_and_task_results_are_read_without_panicking(result in text()) {
+        if let Ok(raw) = RawValue::from_string(result) {
+            let _ = crate::mcp::lifecycle::check_initialize_result(&raw);
+            let _ = modern::check_discover_result(&raw);
+            for task in [crate::mcp::tasks::created(&raw), crate::mcp::tasks::state(&raw)].into_iter().flatten() {
+                let _ = task.status.is_terminal();
+            }
+            let error = jsonrpc::RpcError { code: modern::UNSUPPORTED_VERSION, message: String::new(), data: Some(raw) };
+            let _ = modern::supported_versions(&error);
+        }
+    }
+
+    /// An authorization server's token answer: never a panic; a token granted is one a header
+    /// can carry, its lifetime at most a year.
+    #[test]
+    fn oauth_token_answers_are_read_without_panicking(body in prop_oneof![glued_or_any_bytes(TOKEN_ANSWER, 24), bytes()]) {
+        if let Ok(granted) = crate::upstream::oauth::flow::granted(&body) {
+            let header = format!("Bearer {}", granted.access_token);
+            prop_assert!(http::HeaderValue::from_str(&header).is_ok(), "{header:?}");
+            prop_assert!(granted.expires_in.is_none_or(|lifetime| lifetime <= std::time::Duration::from_secs(366 * 24 * 3600)));
+        }
+    }
+
+    /// Records and checkpoints read back from the fleet (another host's) or an export: the
+    /// chain check never panics whatever the numbers, and checkpoints not signed by the key
+    /// never pass as intact.
+    #[test]
+    fn audit_records_read_back_are_checked_without_panicking(
+        records in prop::collection::vec(chain_record(), 0..6),
+        checkpoints in prop::collection::vec(checkpoint(), 0..3),
+        anchor in prop::option::of("[a-f0-9]{0,64}"),
+        to_head in any::<bool>(),
+        line in json_value(3),
+    ) {
+        use crate::store::audit_chain::{Chain, Verdict, check};
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]).verifying_key();
+        let chain = || Chain { anchor: anchor.as_deref(), records: &records, to_head };
+        let verdict = check(chain(), &checkpoints, Some(&key));
+        if !checkpoints.is_empty() {
+            prop_assert!(matches!(verdict, Verdict::Broken { .. }), "{verdict:?}");
+        }
+        let _ = check(chain(), &[], None);
+        let _ = crate::audit::format::parse(&line);
+    }
+}
+
+/// Pieces of configuration files: TOML, and a desktop client's `mcpServers` JSON.
+const CONFIG: &[&str] = &[
+    "[servers.a]\n",
+    "[servers.\"b c\"]\n",
+    "[servers.a.sandbox]\n",
+    "command = ",
+    "args = ",
+    "env = ",
+    "url = ",
+    "\"x\"",
+    "[\"-y\", \"p\"]",
+    "{ A = \"${A}\" }",
+    "\"${file:/etc/x}\"",
+    "\"${cred:k}\"",
+    "\"https://h.example/mcp\"",
+    "sandbox = \"off\"",
+    "network = { allow = [\"h.example:443\"] }",
+    "request_timeout = \"5s\"",
+    "\"mcpServers\":",
+    "\"command\":",
+    "\"args\":",
+    "\"env\":",
+    "\"type\":\"http\"",
+    "\"url\":",
+    "\"disabled\":true",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "=",
+    "\"",
+    "\n",
+    "1e999",
+    "\u{feff}",
+    "é",
+];
 
 /// Keys whose values are parsed (durations, numbers, enums, paths).
 const CONFIG_KEYS: &[&str] = &[

@@ -189,14 +189,13 @@ pub fn redact_owned(text: String) -> String {
 /// 128 bits from the kernel's CSPRNG, as 32 hex digits (visible ASCII): session ids and
 /// continuation tokens, which a caller must not be able to guess.
 pub fn random_token() -> Option<String> {
-    Some(random_bytes::<16>()?.iter().map(|b| format!("{b:02x}")).collect())
+    Some(hex::encode(random_bytes::<16>()?))
 }
 
 /// `N` bytes from the kernel's CSPRNG, or `None` if it cannot be read.
 pub fn random_bytes<const N: usize>() -> Option<[u8; N]> {
-    use std::io::Read;
     let mut bytes = [0u8; N];
-    std::fs::File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut bytes)).ok()?;
+    getrandom::fill(&mut bytes).ok()?;
     Some(bytes)
 }
 

@@ -246,55 +246,13 @@ mod tests {
 
     use super::*;
 
-    /// Pieces of client messages, glued at random (FUZZING.md).
-    const FRAGMENTS: &[&str] = &[
-        "{",
-        "}",
-        "[",
-        "]",
-        ",",
-        ":",
-        "\"",
-        "\\u0000",
-        "\\ud800",
-        "null",
-        "1.5",
-        "1e999",
-        "18446744073709551616",
-        "\"jsonrpc\":\"2.0\"",
-        "\"id\":",
-        "\"id\":1",
-        "\"method\":\"tools/call\"",
-        "\"method\":\"initialize\"",
-        "\"params\":",
-        "\"name\":\"t\"",
-        "\"arguments\":",
-        "\"cursor\":",
-        "\"_meta\":",
-        "\"progressToken\":",
-        "\"io.modelcontextprotocol/protocolVersion\":",
-        "\"2026-07-28\"",
-        "\"task\":{\"ttl\":",
-        "\"taskId\":",
-        "\"inputResponses\":",
-        "\"requestState\":",
-        "\"result\":",
-        "\"error\":",
-        "\"capabilities\":",
-        "\"extensions\":",
-        " ",
-        "\n",
-        "\u{feff}",
-    ];
-
+    /// Client messages: MCP fragments glued at random, or any bytes (FUZZING.md).
     fn message() -> impl Strategy<Value = Vec<u8>> {
-        let pieces = prop::collection::vec(prop::sample::select(FRAGMENTS), 0..48).prop_map(|parts| parts.concat().into_bytes());
-        prop_oneof![pieces, prop::collection::vec(any::<u8>(), 0..512)]
+        crate::mcp::fuzzing::glued_or_any_bytes(crate::mcp::fuzzing::MCP, 48)
     }
 
     proptest! {
-        // PROPTEST_CASES sets the campaign's length, as for `crate::fuzz`.
-        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(crate::mcp::fuzzing::campaign())]
 
         /// Whatever a client sends, the endpoint classifies it or names why not, never panics;
         /// a request's params and a 2026 client's capabilities are read the same way.

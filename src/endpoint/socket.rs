@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
@@ -27,7 +27,7 @@ use super::{Admission, ChangeWatch, Endpoint, Origin, View, reply};
 use crate::door::model::{Identity, UnixPeer};
 use crate::door::observe::{SessionLife, Throttle, Wire, session_life};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_INITIALIZE, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST_CHANGED};
-use crate::mcp::lines::{self, Line};
+use crate::mcp::lines::{Line, Lines};
 use crate::mcp::modern::METHOD_LISTEN;
 
 /// A toolhost notification a client sends first to be served one profile (`toolhost mcp
@@ -138,8 +138,7 @@ impl Connection {
         let (out, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
         let mut writer = tokio::spawn(write_loop(write, out_rx));
         let mut tasks = Tasks { calls: JoinSet::new(), streams: JoinSet::new() };
-        let mut reader = BufReader::new(read);
-        let mut buf = Vec::with_capacity(4096);
+        let mut lines = Lines::new(read, MAX_MESSAGE_BYTES);
         let mut reading = true;
         while reading || !tasks.calls.is_empty() {
             tokio::select! {
@@ -156,9 +155,9 @@ impl Connection {
                         self.in_flight.remove(&id);
                     }
                 }
-                line = lines::read_line(&mut reader, &mut buf, MAX_MESSAGE_BYTES), if reading => match line {
-                    Ok(Line::Complete) if buf.iter().all(u8::is_ascii_whitespace) => {}
-                    Ok(Line::Complete) => {
+                line = lines.next(), if reading => match line {
+                    Ok(Line::Complete(buf)) if buf.iter().all(u8::is_ascii_whitespace) => {}
+                    Ok(Line::Complete(mut buf)) => {
                         if !self.on_line(&mut buf, &out, &mut tasks).await {
                             break;
                         }
@@ -171,7 +170,7 @@ impl Connection {
                     }
                     // Gone altogether: what it asked is cancelled. Only stopped sending: it still
                     // reads, so its calls finish and are answered; subscriptions end now.
-                    Ok(Line::Eof) if still_reading(reader.get_ref()).await => {
+                    Ok(Line::Eof) if still_reading(lines.get_ref()).await => {
                         reading = false;
                         tasks.streams.abort_all();
                     }

@@ -135,7 +135,7 @@ pub fn load_or_make_key(path: &Path, make: bool) -> Result<SigningKey, String> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && !make => Err(format!("no audit signing key at {shown}")),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let seed = crate::secrets::random_bytes::<32>().ok_or_else(|| "cannot read the system's random source".to_owned())?;
-            let text: String = seed.iter().map(|byte| format!("{byte:02x}")).collect();
+            let text = hex::encode(seed);
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
             let mut file = std::fs::OpenOptions::new()
@@ -155,25 +155,16 @@ fn parse_key(hex: &str) -> Option<SigningKey> {
     Some(SigningKey::from_bytes(&decode_hex::<32>(hex)?))
 }
 
-fn decode_hex<const N: usize>(hex: &str) -> Option<[u8; N]> {
-    if hex.len() != N * 2 {
-        return None;
-    }
+fn decode_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let mut bytes = [0u8; N];
-    for (idx, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(idx * 2..idx * 2 + 2)?, 16).ok()?;
-    }
+    hex::decode_to_slice(text, &mut bytes).ok()?;
     Some(bytes)
-}
-
-fn encode_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// A public key as `toolhost audit key` prints it (hex), or read back from such text.
 #[must_use]
 pub fn public_key_text(key: &SigningKey) -> String {
-    encode_hex(key.verifying_key().as_bytes())
+    hex::encode(key.verifying_key().as_bytes())
 }
 
 /// A public key from its hex text.
@@ -185,7 +176,7 @@ pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
 /// A checkpoint's row, signed.
 pub(super) fn sign(key: &SigningKey, record_id: i64, head_hash: &str, records: i64, signed_at_ms: i64, anchor: &str) -> (String, String) {
     let signature = key.sign(checkpoint_message(record_id, head_hash, records, signed_at_ms, Some(anchor)).as_bytes());
-    (public_key_text(key), encode_hex(&signature.to_bytes()))
+    (public_key_text(key), hex::encode(signature.to_bytes()))
 }
 
 /// What [`verify`] found.

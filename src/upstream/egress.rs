@@ -27,6 +27,8 @@ use crate::telemetry::throttle::Throttle;
 
 /// The request head a client sends the proxy, at most.
 const MAX_HEAD: usize = 8 << 10;
+/// Headers in that head, at most (hyper's own bound).
+const MAX_HEADERS: usize = 100;
 /// Tunnels open at once per server, at most.
 const MAX_TUNNELS: usize = 64;
 /// How long a client may take to send its request, the name to resolve and the host to answer.
@@ -298,14 +300,14 @@ async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Re
 }
 
 /// What a request head asks for: a tunnel, a plain HTTP request to forward, or nothing this
-/// proxy takes (another scheme, a malformed line).
+/// proxy takes (another scheme, a malformed head: httparse's word, HTTP/1.x only).
 fn ask_of(head: &str) -> Option<Ask> {
-    let (line, rest) = head.split_once('\n')?;
-    let mut words = line.trim_end_matches('\r').split(' ');
-    let (method, uri, version) = (words.next()?, words.next()?, words.next()?);
-    if words.next().is_some() || !version.starts_with("HTTP/1.") {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    if !request.parse(head.as_bytes()).ok()?.is_complete() {
         return None;
     }
+    let (method, uri, version) = (request.method?, request.path?, request.version?);
     if method.eq_ignore_ascii_case("CONNECT") {
         let (host, port) = authority(uri, None)?;
         return Some(Ask::Tunnel { host, port });
@@ -321,12 +323,11 @@ fn ask_of(head: &str) -> Option<Ask> {
     let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
     let (host, port) = authority(authority_part, Some(80))?;
     // The headers as sent, less the proxy's own and the connection's: one request, then close.
-    let mut forwarded = format!("{method} {path} {version}\r\n");
-    for header in rest.lines().map(|line| line.trim_end_matches('\r')).filter(|line| !line.is_empty()) {
-        let name = header.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let mut forwarded = format!("{method} {path} HTTP/1.{version}\r\n");
+    for header in request.headers.iter() {
+        let name = header.name.to_ascii_lowercase();
         if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
-            forwarded.push_str(header);
-            forwarded.push_str("\r\n");
+            forwarded.push_str(&format!("{}: {}\r\n", header.name, std::str::from_utf8(header.value).ok()?));
         }
     }
     forwarded.push_str("Connection: close\r\n\r\n");
@@ -458,13 +459,11 @@ mod tests {
     ];
 
     fn head() -> impl Strategy<Value = String> {
-        let pieces = prop::collection::vec(prop::sample::select(HEAD_FRAGMENTS), 0..40).prop_map(|parts| parts.concat());
-        prop_oneof![pieces, any::<String>()]
+        crate::mcp::fuzzing::glued_or_any(HEAD_FRAGMENTS, 40)
     }
 
     proptest! {
-        // PROPTEST_CASES sets the campaign's length, as for `crate::fuzz`.
-        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(crate::mcp::fuzzing::campaign())]
 
         /// Whatever a server's client writes, the proxy reads a tunnel, one request to forward
         /// or nothing; never a target with user info or without a host, and a forwarded head
@@ -515,6 +514,9 @@ mod tests {
             "CONNECT :443 HTTP/1.1\r\n\r\n",
             "CONNECT x.com:443\r\n\r\n",
             "CONNECT x.com:443 HTTP/2 extra\r\n\r\n",
+            // A bare `\r` inside a header would reach the host as a line break of its own.
+            "GET http://x.com/ HTTP/1.1\r\nX: a\rHost: evil\r\n\r\n",
+            "GET  http://x.com/ HTTP/1.1\r\n\r\n",
         ] {
             assert_eq!(ask_of(head), None, "{head}");
         }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::upstream::queue::Slot as CallSlot;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_PROGRESS, METHOD_TOOLS_LIST_CHANGED};
-use crate::mcp::lines::{self, Line};
+use crate::mcp::lines::{Line, Lines};
 use crate::telemetry::mcp::{Operation, Side, Wire};
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::UpstreamError;
@@ -732,12 +732,11 @@ async fn expire_abandoned(shared: Arc<Shared>) {
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, output: R, max_message_bytes: usize) {
-    let mut reader = BufReader::with_capacity(64 * 1024, output);
-    let mut buf = Vec::with_capacity(4096);
+    let mut lines = Lines::with_capacity(output, max_message_bytes, 64 * 1024);
     loop {
-        match lines::read_line(&mut reader, &mut buf, max_message_bytes).await {
-            Ok(Line::Complete) if buf.iter().all(u8::is_ascii_whitespace) => {}
-            Ok(Line::Complete) => shared.route(&buf),
+        match lines.next().await {
+            Ok(Line::Complete(line)) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(Line::Complete(line)) => shared.route(&line),
             Ok(Line::Oversized(len)) => {
                 shared.stats.num_oversized_lines.fetch_add(1, Ordering::Relaxed);
                 if let Some(suppressed) = shared.diagnostics.admit() {

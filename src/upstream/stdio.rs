@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::config::StdioSpec;
-use crate::mcp::lines::{self, Line};
+use crate::mcp::lines::{Line, Lines};
 use crate::sandbox::Report;
 use crate::telemetry::throttle::Throttle;
 use crate::upstream::confinement::{self, SandboxError};
@@ -205,12 +205,11 @@ fn warn_unconfined(server: &Arc<str>) {
 
 /// Reads the helper's reports until it exits; the last one that is not `ready` is the news.
 async fn read_reports(receiver: tokio::net::unix::pipe::Receiver) -> Option<Report> {
-    let mut reader = BufReader::new(receiver);
-    let mut buf = Vec::new();
+    let mut lines = Lines::new(receiver, Report::MAX_LINE);
     let mut news = None;
     loop {
-        match lines::read_line(&mut reader, &mut buf, Report::MAX_LINE).await {
-            Ok(Line::Complete) => match Report::parse(&String::from_utf8_lossy(&buf)) {
+        match lines.next().await {
+            Ok(Line::Complete(line)) => match Report::parse(&String::from_utf8_lossy(&line)) {
                 Some(Report::Ready) | None => {}
                 Some(report) => news = Some(report),
             },
@@ -332,13 +331,12 @@ impl WriteHints {
 }
 
 async fn pump_stderr<R: AsyncRead + Unpin>(server: Arc<str>, stderr: R, quiet: Arc<AtomicBool>, tail: Arc<StderrTail>) {
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
+    let mut lines = Lines::new(stderr, STDERR_LINE_BYTES);
     let throttle = Throttle::new(STDERR_LINES_PER_SECOND);
     let mut hints = WriteHints::default();
     loop {
-        let line = match lines::read_line(&mut reader, &mut buf, STDERR_LINE_BYTES).await {
-            Ok(Line::Complete) => String::from_utf8_lossy(&buf).into_owned(),
+        let line = match lines.next().await {
+            Ok(Line::Complete(line)) => String::from_utf8_lossy(&line).into_owned(),
             Ok(Line::Oversized(len)) => format!("<a line of {len} bytes, over the {STDERR_LINE_BYTES}-byte limit>"),
             Ok(Line::Eof) | Err(_) => break,
         };

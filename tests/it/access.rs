@@ -54,8 +54,7 @@ admin = true
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_local_user_sees_and_calls_exactly_what_its_entry_allows_and_the_audit_shows_it() {
-    if !is_root() {
-        skipped("SKIPPED each_local_user_sees_and_calls_exactly_what_its_entry_allows: needs root to switch users");
+    if !requires_root("to switch users") {
         return;
     }
     let dir = TestDir::new();
@@ -310,8 +309,7 @@ fn off_loopback_the_api_needs_tls() {
 /// through its supplementary group: the user database says what `/proc` does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_admitted_by_its_group_gets_in_where_proc_hides_it() {
-    if !is_root() {
-        skipped("SKIPPED an_agent_admitted_by_its_group_gets_in_where_proc_hides_it: needs root for a mount namespace");
+    if !requires_root("for a mount namespace") {
         return;
     }
     let dir = TestDir::new();

@@ -226,7 +226,7 @@ fn check_config_warns_about_a_private_file_a_server_may_replace_the_view_of() {
     assert!(said.contains("files: sandbox: network only to registry.npmjs.org:443 (through toolhost's proxy)"), "{said}");
     assert!(!said.contains("warning"), "{said}");
     // A root daemon's servers run as their own id: a write grant only root may write is said.
-    if is_root() {
+    if requires_root("for a grant only root may write") {
         let root_only = dir.path("root-only");
         std::fs::create_dir_all(&root_only).unwrap();
         std::fs::set_permissions(&root_only, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();

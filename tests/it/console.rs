@@ -365,8 +365,8 @@ async fn the_console_on_a_unix_socket_knows_its_caller_from_the_kernel() {
 /// signed-in session stays, the operator signs in and loads every page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_flooding_the_console_takes_only_its_own_share() {
-    if !is_root() {
-        return skipped("skipped: a stranger of another uid needs root to start");
+    if !requires_root("to start a stranger of another uid") {
+        return;
     }
     let dir = TestDir::new();
     let (app, base) = console_daemon(&dir).await;

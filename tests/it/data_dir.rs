@@ -215,7 +215,7 @@ fn check_config(dir: &TestDir) -> (Option<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_directory_is_never_taken_over_and_check_config_says_what_each_start_does() {
     use std::os::unix::fs::PermissionsExt;
-    if !requires("root (a directory of somebody else's the daemon could take)", is_root()) {
+    if !requires_root("for a directory of somebody else's the daemon could take") {
         return;
     }
     let dir = TestDir::new();

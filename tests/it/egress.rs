@@ -194,8 +194,9 @@ pub(crate) fn this_machines_address() -> Option<std::net::Ipv4Addr> {
 /// `localhost` does: a tunnel there reaches any service listening on `0.0.0.0`. The name here
 /// is the address's 32-bit decimal form, which the allow-list takes for a name (no address
 /// parses from it) and the resolver for that address (`inet_aton`), as a DNS name pointing
-/// here would be. And a refused name a server wrote with ESC and CR in it reaches the daemon's
-/// log escaped, never as a terminal's control or a forged line.
+/// here would be. And a refused name a server wrote with terminal controls in it (C1's CSI and
+/// NEL, a bidi override: what HTTP lets through) reaches the daemon's log escaped, never as a
+/// terminal's control or a forged line; one with ESC or CR is no HTTP request at all (400).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_for_this_machines_own_address_is_refused_and_a_refused_name_is_logged_escaped() {
     let Some(own) = this_machines_address() else {
@@ -239,17 +240,22 @@ async fn a_name_for_this_machines_own_address_is_refused_and_a_refused_name_is_l
     .await;
 
     // The first refusal is logged (a server's refusals are paced, a line a second).
-    let hostile = "evil\u{1b}[2J\u{1b}]8;;http://x\u{7}\rforged.allowed.test:443";
+    let hostile = "evil\u{9b}2J\u{202e}x\u{85}forged.allowed.test:443";
     let said = reach(&mut grpc, &hostile.replace(".allowed.test:443", ".elsewhere.test:443"), false).await;
     assert!(said.starts_with("HTTP/1.1 403 Forbidden"), "{said}");
     let logged = eventually("the refusal is logged", async || {
         let text = log();
-        text.lines().find(|line| line.contains("refused a connection")).map(str::to_owned).ok_or_else(|| text.clone())
+        text.lines()
+            .find(|line| line.contains("refused a connection") && line.contains("forged"))
+            .map(str::to_owned)
+            .ok_or_else(|| text.clone())
     })
     .await;
-    assert!(logged.contains(r"evil\u{1b}[2J\u{1b}]8;;http://x\u{7}\u{d}forged.elsewhere.test:443"), "{logged}");
+    assert!(logged.contains(r"evil\u{9b}2J\u{202e}x\u{85}forged.elsewhere.test:443"), "{logged}");
+    let said = reach(&mut grpc, "evil\u{1b}[2J\u{1b}]8;;http://x\u{7}\rforged.allowed.test:443", false).await;
+    assert!(said.starts_with("HTTP/1.1 400 Bad Request"), "{said}");
     let text = log();
-    assert!(!text.contains(['\u{1b}', '\r', '\u{7}']), "a control character reached the log raw: {text:?}");
+    assert!(!text.contains(['\u{1b}', '\r', '\u{7}', '\u{9b}', '\u{202e}', '\u{85}']), "a control character reached the log raw: {text:?}");
 
     // The name of the machine's own address: refused, and said why.
     let said = reach(&mut grpc, &format!("{name}:{port}"), false).await;

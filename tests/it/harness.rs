@@ -253,19 +253,40 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Says on stderr (which the test harness shows) why a test did not run, and adds the line to
-/// the file `.ci/test` counts skipped tests in (`TOOLHOST_TEST_SKIPS`), so that a run says how
-/// many of its tests did nothing.
-#[allow(clippy::print_stderr)]
+/// Says why a test did not run, past the test harness's capture (a passing test's output is
+/// otherwise never shown), with how many tests skipped so far, and adds the line to the file
+/// `.ci/test` counts skipped tests in (`TOOLHOST_TEST_SKIPS`), so that a run says how many of
+/// its tests did nothing.
 pub fn skipped(why: &str) {
-    eprintln!("{why}");
+    use std::io::Write;
+    static SKIPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let count = SKIPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let _ = writeln!(std::io::stderr(), "{why} [{count} skipped so far]");
     if let Some(file) = std::env::var_os("TOOLHOST_TEST_SKIPS") {
-        use std::io::Write;
         // One write of the whole line: appends from tests running at once never interleave.
         if let Ok(mut skips) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
             let _ = skips.write_all(format!("{}\n", why.replace('\n', " ")).as_bytes());
         }
     }
+}
+
+/// Whether a test that needs root may run: as root, yes. Otherwise the test is skipped loudly
+/// (a `SKIPPED` line naming it, counted), or fails where a skip is not allowed: under the test
+/// command (`bash .ci/test` sets `TOOLHOST_TESTS_REQUIRE_ROOT=1`), a suite that passes has run
+/// every one of them. `why`: what it needs root for.
+pub fn requires_root(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let required = std::env::var("TOOLHOST_TESTS_REQUIRE_ROOT").is_ok_and(|value| value != "0");
+    assert!(
+        !required,
+        "{test} needs root ({why}) and TOOLHOST_TESTS_REQUIRE_ROOT is set: run the suite as root, or with \
+         TOOLHOST_TESTS_REQUIRE_ROOT=0 to skip the root tests (counted)"
+    );
+    skipped(&format!("SKIPPED {test}: needs root ({why})"));
+    false
 }
 
 /// Whether a test may run: `present` says whether what it needs (PostgreSQL, Chromium) is

@@ -126,7 +126,7 @@ async fn npx_and_uvx_servers_run_in_the_sandbox_from_a_one_line_entry() {
     // The same entries under a daemon's user that is not root, through the daemon's own start
     // path (`check-config --probe`): its servers run as that user, with homes of their own in
     // its state directory, fetched afresh there.
-    if !is_root() {
+    if !requires_root("to run the daemon as another user") {
         return;
     }
     const NOBODY: u32 = 65534;

@@ -302,8 +302,8 @@ async fn a_kernel_that_cannot_sandbox_fails_the_server_closed_and_says_why() {
 /// capability, and the hostile server reaches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
-    if !is_root() {
-        return skipped("skipped: switching to an unprivileged user needs root");
+    if !requires_root("to switch to an unprivileged user") {
+        return;
     }
     const NOBODY: u32 = 65534;
     let dir = TestDir::new();
@@ -403,8 +403,8 @@ async fn an_unprivileged_daemon_sandboxes_its_servers_all_the_same() {
 /// served over the same addresses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unprivileged_daemons_networked_server_is_never_a_caller_on_any_loopback_address() {
-    if !is_root() {
-        return skipped("skipped: switching to an unprivileged user needs root");
+    if !requires_root("to switch to an unprivileged user") {
+        return;
     }
     const NOBODY: u32 = 65534;
     let dir = TestDir::new();

@@ -76,8 +76,7 @@ async fn python_and_node_grpc_clients_connect_with_no_options() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_socket_admits_its_group_and_refuses_other_users_by_name() {
-    if !is_root() {
-        skipped("SKIPPED the_socket_admits_its_group_and_refuses_other_users_by_name: needs root to switch users");
+    if !requires_root("to switch users") {
         return;
     }
     let dir = TestDir::new();

@@ -372,6 +372,72 @@ mod tests {
         assert!(fence.check("https://198.51.100.1/token").await.is_ok(), "another public address");
     }
 
+    /// Pieces of RFC 9728 and RFC 8414 metadata documents, glued at random (FUZZING.md).
+    const METADATA: &[&str] = &[
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "\"",
+        "null",
+        "true",
+        "1e999",
+        "\"resource\":",
+        "\"authorization_servers\":",
+        "\"scopes_supported\":",
+        "\"issuer\":",
+        "\"authorization_endpoint\":",
+        "\"token_endpoint\":",
+        "\"registration_endpoint\":",
+        "\"revocation_endpoint\":",
+        "\"code_challenge_methods_supported\":",
+        "\"token_endpoint_auth_methods_supported\":",
+        "\"client_id_metadata_document_supported\":",
+        "\"https://as.example\"",
+        "\"http://as.example/token\"",
+        "\"https://127.0.0.1/token\"",
+        "\"http://[::1]:8/t\"",
+        "\"https://mcp.example/mcp\"",
+        "\"https://mcp.example/\"",
+        "\"S256\"",
+        "\"read write\"",
+        "\"\\u0000\"",
+        "\"é\"",
+        " ",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(crate::mcp::fuzzing::campaign())]
+
+        /// An authorization server's metadata and a resource's are the remote side's text:
+        /// read without panicking, and endpoints passed as fit only when each is HTTPS or this
+        /// machine's; a resource covers only its own origin's paths.
+        #[test]
+        fn authorization_metadata_is_read_and_checked_without_panicking(
+            document in crate::mcp::fuzzing::glued_or_any(METADATA, 32),
+            declared in crate::mcp::fuzzing::glued_or_any(METADATA, 4),
+        ) {
+            if let Ok(metadata) = serde_json::from_str::<ServerMetadata>(&document) && check_endpoints(&metadata).is_ok() {
+                proptest::prop_assert!(is_secure(&metadata.token_endpoint));
+                for url in [&metadata.authorization_endpoint, &metadata.registration_endpoint, &metadata.revocation_endpoint].into_iter().flatten() {
+                    proptest::prop_assert!(is_secure(url), "{url}");
+                }
+            }
+            if let Ok(resource) = serde_json::from_str::<ResourceMetadata>(&document)
+                && let Some(declared) = resource.resource
+            {
+                let canonical = canonical_resource("https://mcp.example/mcp");
+                if resource_covers(&declared, &canonical) {
+                    proptest::prop_assert!(declared.starts_with("https://mcp.example"), "{declared}");
+                }
+            }
+            let _ = resource_covers(&declared, &canonical_resource(&document));
+            let _ = scope_union(Some(&declared), Some(&document));
+        }
+    }
+
     #[test]
     fn metadata_for_another_resource_is_refused() {
         assert!(resource_covers("https://mcp.example/mcp", "https://mcp.example/mcp"));

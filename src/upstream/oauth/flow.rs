@@ -183,6 +183,16 @@ pub async fn token(web: &Web, metadata: &ServerMetadata, form: Vec<(&str, String
     if !answer.status.is_success() {
         return Err(refusal("the token request", &answer));
     }
+    granted(&answer.body)
+}
+
+/// What a token endpoint's answer grants (its body is the authorization server's text): a Bearer
+/// token that is safe in a header, its lifetime read leniently and bounded.
+///
+/// # Errors
+/// [`FlowError::Required`] for another token type, [`FlowError::Unavailable`] for an answer that
+/// is not one.
+pub fn granted(body: &[u8]) -> Result<Granted, FlowError> {
     #[derive(Deserialize)]
     struct TokenAnswer {
         access_token: String,
@@ -192,7 +202,7 @@ pub async fn token(web: &Web, metadata: &ServerMetadata, form: Vec<(&str, String
         scope: Option<String>,
     }
     let granted: TokenAnswer =
-        serde_json::from_slice(&answer.body).map_err(|err| FlowError::Unavailable(format!("the token answer is not valid: {err}")))?;
+        serde_json::from_slice(body).map_err(|err| FlowError::Unavailable(format!("the token answer is not valid: {err}")))?;
     if !granted.token_type.eq_ignore_ascii_case("bearer") {
         return Err(FlowError::Required(format!("the token type is {:?}; toolhost sends Bearer tokens only", granted.token_type)));
     }
