@@ -23,7 +23,7 @@ impl Worker {
     pub(crate) async fn commit(&self, listing: Listing, reason: EnumerationReason, clock: PassClock, stats: PassStats) -> bool {
         // The refresh span: a stale-tool race on this generation will link to it.
         let refresh_context = span_context(&tracing::Span::current());
-        let span = trace::commit(&self.name);
+        let span = trace::commit(&self.seed.name);
         self.commit_in(listing, reason, clock, stats, refresh_context).instrument(span).await
     }
 
@@ -38,24 +38,25 @@ impl Worker {
         let span = tracing::Span::current();
         if let Some(first) = listing.diagnostics.first() {
             // One line per listing, however many entries were skipped; the record keeps the first few.
-            tracing::warn!(server = %self.name, skipped = listing.skipped, first = %first, "tools/list entries skipped");
+            tracing::warn!(server = %self.seed.name, skipped = listing.skipped, first = %first, "tools/list entries skipped");
         }
         let record = self.record(reason, EnumerationOutcome::Committed, None, clock, stats, listing.diagnostics.clone());
-        let Some(shared) = self.registry.server(&self.name).map(|view| view.shared().clone()) else { return false };
+        let Some(shared) = self.seed.registry.server(&self.seed.name).map(|view| view.shared().clone()) else { return false };
         // The integrity lock: an operator's approval cannot interleave with this evaluation.
         let mut approvals = shared.approvals.lock().await;
-        let Some(current) = self.registry.server(&self.name) else { return false };
+        let Some(current) = self.seed.registry.server(&self.seed.name) else { return false };
         let previous = current.generation().cloned();
-        let evaluation = integrity::evaluate(&self.spec.integrity, &listing.tools, &approvals, |name| {
+        let evaluation = integrity::evaluate(&self.seed.spec.integrity, &listing.tools, &approvals, |name| {
             let before = previous.as_ref()?.tool(name)?;
             listing.tools.iter().find(|tool| tool.name == name).filter(|tool| tool.hash != before.hash)?;
             Some(before.fields().description.clone())
         });
-        let private_to = stats.private.then(|| self.spec.credential_fingerprint(&self.name));
+        let private_to = stats.private.then(|| self.seed.spec.credential_fingerprint(&self.seed.name));
         let committed = self
+            .seed
             .store
             .generations()
-            .commit_accepting(&self.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted, private_to.as_deref())
+            .commit_accepting(&self.seed.name, listing, record.clone(), previous.as_deref(), &evaluation.accepted, private_to.as_deref())
             .await;
         let outcome = match committed {
             Ok(CommitOutcome::Committed { generation, diff }) => {
@@ -75,7 +76,7 @@ impl Worker {
                 self.report_holds(&generation, previous.as_deref(), &states, &span);
                 let states = integrity_states(&generation.tools, states);
                 tracing::info!(
-                    server = %self.name, generation = generation.number, tools = generation.tools.len(),
+                    server = %self.seed.name, generation = generation.number, tools = generation.tools.len(),
                     added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
                     "published a new tool generation"
                 );
@@ -85,24 +86,24 @@ impl Worker {
                 let number = generation.number;
                 span.set_attribute("toolhost.generation", number as i64);
                 if let Some(context) = refresh_context
-                    && let Some(view) = self.registry.server(&self.name)
+                    && let Some(view) = self.seed.registry.server(&self.seed.name)
                 {
                     view.shared().remember_generation_span(number, context);
                 }
-                self.registry.update(&self.name, |view| view.published(generation, states, record));
+                self.seed.registry.update(&self.seed.name, |view| view.published(generation, states, record));
                 EnumerationOutcome::Committed
             }
             Ok(CommitOutcome::Unchanged { generation }) => {
-                tracing::debug!(server = %self.name, generation, reason = reason.as_str(), "tool set unchanged");
+                tracing::debug!(server = %self.seed.name, generation, reason = reason.as_str(), "tool set unchanged");
                 span.set_attribute("toolhost.generation", generation as i64);
                 // A stored generation held back at boot (private to another credential) is this
                 // credential's now: publish it.
                 if previous.is_none()
                     && let Some(unpublished) = self.unpublished_generation(&mut approvals).await
                 {
-                    self.registry.update(&self.name, |view| view.stored_generation_released(unpublished.0, unpublished.1));
+                    self.seed.registry.update(&self.seed.name, |view| view.stored_generation_released(unpublished.0, unpublished.1));
                 }
-                self.registry.update(&self.name, |view| {
+                self.seed.registry.update(&self.seed.name, |view| {
                     view.verified(EnumerationRecord { outcome: EnumerationOutcome::Unchanged, generation, ..record });
                 });
                 EnumerationOutcome::Unchanged
@@ -110,18 +111,21 @@ impl Worker {
             Err(error) => {
                 // Nothing was published: the registry keeps the last durable generation. The
                 // server shows the fault until a later pass commits (the worker retries).
-                tracing::error!(server = %self.name, %error, "cannot commit the tool generation");
+                tracing::error!(server = %self.seed.name, %error, "cannot commit the tool generation");
                 span.set_attribute("error.type", "store");
-                self.metrics.record_enumeration(&self.name, reason.as_str(), "store_failed", clock.elapsed());
+                self.seed.metrics.record_enumeration(&self.seed.name, reason.as_str(), "store_failed", clock.elapsed());
                 let message = format!("the new tool generation could not be stored, so it was not published: {error}");
                 // The attempt is shown even though the store could not record it.
-                self.registry.update(&self.name, |view| view.commit_failed(message, record));
+                self.seed.registry.update(&self.seed.name, |view| view.commit_failed(message, record));
                 return false;
             }
         };
         span.set_attribute("toolhost.enumeration.outcome", outcome.as_str());
-        span.add_event("watchers notified", vec![KeyValue::new("toolhost.catalog.revision", self.registry.snapshot().revision as i64)]);
-        self.metrics.record_enumeration(&self.name, reason.as_str(), outcome.as_str(), clock.elapsed());
+        span.add_event(
+            "watchers notified",
+            vec![KeyValue::new("toolhost.catalog.revision", self.seed.registry.snapshot().revision as i64)],
+        );
+        self.seed.metrics.record_enumeration(&self.seed.name, reason.as_str(), outcome.as_str(), clock.elapsed());
         true
     }
 
@@ -131,12 +135,20 @@ impl Worker {
         &self,
         approvals: &mut std::collections::HashMap<String, Approval>,
     ) -> Option<(std::sync::Arc<Generation>, std::sync::Arc<[ToolIntegrity]>)> {
-        let stored = self.store.generations().load_current(&self.name).await.ok()??;
-        let previous = self.store.generations().previous_definitions(Some(&self.name)).await.ok()?.remove(&*self.name).unwrap_or_default();
+        let stored = self.seed.store.generations().load_current(&self.seed.name).await.ok()??;
+        let previous = self
+            .seed
+            .store
+            .generations()
+            .previous_definitions(Some(&self.seed.name))
+            .await
+            .ok()?
+            .remove(&*self.seed.name)
+            .unwrap_or_default();
         let (states, updated) = crate::supervisor::integrity::evaluate_stored(
-            &self.store,
-            &self.name,
-            &self.spec.integrity,
+            &self.seed.store,
+            &self.seed.name,
+            &self.seed.spec.integrity,
             &stored.generation,
             approvals.clone(),
             &previous,
@@ -171,11 +183,11 @@ impl Worker {
             // not a problem: an INFO that says so.
             match state.held {
                 Some(_) => tracing::warn!(
-                    server = %self.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash, changes = %summary,
+                    server = %self.seed.name, tool = %tool.name, hold, flags = %flags, offered = %tool.hash, changes = %summary,
                     approved = state.approved(&tool.hash).unwrap_or("none"), "tool definition held until an operator approves it"
                 ),
                 None => tracing::info!(
-                    server = %self.name, tool = %tool.name, flags = %flags, hash = %tool.hash, changes = %summary,
+                    server = %self.seed.name, tool = %tool.name, flags = %flags, hash = %tool.hash, changes = %summary,
                     "tool definition flagged, and accepted by the server's policy"
                 ),
             }
@@ -202,10 +214,10 @@ impl Worker {
         stats: PassStats,
     ) {
         let record = self.record(reason, outcome, error, clock, stats, Vec::new());
-        if let Err(store_error) = self.store.generations().record_enumeration(&self.name, record.clone()).await {
-            tracing::error!(server = %self.name, error = %store_error, "cannot record the enumeration");
+        if let Err(store_error) = self.seed.store.generations().record_enumeration(&self.seed.name, record.clone()).await {
+            tracing::error!(server = %self.seed.name, error = %store_error, "cannot record the enumeration");
         }
-        self.registry.update(&self.name, |view| view.enumerated(record));
+        self.seed.registry.update(&self.seed.name, |view| view.enumerated(record));
     }
 
     fn record(

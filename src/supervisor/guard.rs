@@ -4,54 +4,15 @@
 //! the panic drops the `Connection`, whose child process is killed with its group.
 
 use std::any::Any;
-use std::sync::{Arc, PoisonError};
+use std::sync::PoisonError;
 
-use tokio::sync::{Semaphore, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
-use crate::config::ServerSpec;
-use crate::mcp::lifecycle::Era;
-use crate::registry::Registry;
-use crate::store::Store;
 use crate::supervisor::session_state::WorkerCommand;
-use crate::supervisor::worker::Worker;
-use crate::supervisor::{Senders, WORKER_QUEUE, lifecycle};
-use crate::telemetry::metrics::Metrics;
-use crate::upstream::reaper::Reaper;
-
-/// Everything a server's worker is built from, kept so that it can be built again.
-pub(crate) struct WorkerSeed {
-    pub(crate) name: Arc<str>,
-    pub(crate) spec: ServerSpec,
-    pub(crate) store: Store,
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) reaper: Arc<Reaper>,
-    pub(crate) start_permits: Arc<Semaphore>,
-    pub(crate) metrics: Metrics,
-    pub(crate) era: Option<Era>,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) senders: Senders,
-}
-
-impl WorkerSeed {
-    fn worker(&self, commands: mpsc::Receiver<WorkerCommand>) -> Worker {
-        Worker {
-            name: self.name.clone(),
-            spec: self.spec.clone(),
-            store: self.store.clone(),
-            registry: self.registry.clone(),
-            reaper: self.reaper.clone(),
-            start_permits: self.start_permits.clone(),
-            metrics: self.metrics.clone(),
-            era: self.era,
-            commands,
-            cancel: self.cancel.clone(),
-            listings: Default::default(),
-        }
-    }
-}
+use crate::supervisor::worker::{Worker, WorkerSeed};
+use crate::supervisor::{WORKER_QUEUE, lifecycle};
 
 /// Runs the server's worker until it stops, restarting it after each panic. `commands` is the
 /// first worker's queue; a restarted worker gets a new one, published in `senders`.
@@ -60,7 +21,7 @@ pub(crate) async fn guard(seed: WorkerSeed, mut commands: mpsc::Receiver<WorkerC
     loop {
         let span = tracing::info_span!("server", server = %seed.name);
         // Aborted with the guard: the worker never outlives its owner.
-        let task = AbortOnDropHandle::new(tokio::spawn(seed.worker(commands).run().instrument(span)));
+        let task = AbortOnDropHandle::new(tokio::spawn(Worker::new(seed.clone(), commands).run().instrument(span)));
         let error = match task.await {
             Ok(()) => return,
             Err(error) if error.is_panic() => error,

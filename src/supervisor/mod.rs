@@ -309,7 +309,7 @@ impl Supervisor {
     fn spawn_worker(&mut self, name: Arc<str>, spec: ServerSpec) {
         let (commands_tx, commands_rx) = mpsc::channel(WORKER_QUEUE);
         let cancel = self.cancel.child_token();
-        let seed = guard::WorkerSeed {
+        let seed = worker::WorkerSeed {
             name: name.clone(),
             spec,
             store: self.store.clone(),

@@ -55,7 +55,10 @@ enum SessionEnd {
     Restart,
 }
 
-pub(crate) struct Worker {
+/// Everything a server's worker is built from: the one description of a worker's settings and
+/// handles. Its guard keeps a copy, so that a worker that panicked is built again from it.
+#[derive(Clone)]
+pub(crate) struct WorkerSeed {
     pub(crate) name: Arc<str>,
     pub(crate) spec: ServerSpec,
     pub(crate) store: Store,
@@ -64,10 +67,19 @@ pub(crate) struct Worker {
     /// Shared by all workers: bounds how many sessions start (connect and first enumeration) at once.
     pub(crate) start_permits: Arc<Semaphore>,
     pub(crate) metrics: Metrics,
-    /// The era this server was last found to speak; `None` until known.
+    /// The era this server was last found to speak, as stored; `None` until known.
+    pub(crate) era: Option<Era>,
+    pub(crate) cancel: CancellationToken,
+    /// Where a rebuilt worker's command queue is published.
+    pub(crate) senders: super::Senders,
+}
+
+/// A running worker: its seed, and what it learns and receives while it runs.
+pub(crate) struct Worker {
+    pub(crate) seed: WorkerSeed,
+    /// The era this server was last found to speak; `None` until known (or after a failed start).
     pub(crate) era: Option<Era>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
-    pub(crate) cancel: CancellationToken,
     /// What the worker remembers of its listings (the empty-listing hold, ttlMs, pacing).
     pub(crate) listings: ListingMemory,
 }
@@ -75,44 +87,49 @@ pub(crate) struct Worker {
 // === impl Worker ===
 
 impl Worker {
+    pub(crate) fn new(seed: WorkerSeed, commands: mpsc::Receiver<WorkerCommand>) -> Worker {
+        Worker { era: seed.era, seed, commands, listings: ListingMemory::default() }
+    }
+
     pub(crate) async fn run(mut self) {
         let settings = SessionSettings {
-            request_timeout: self.spec.request_timeout,
-            max_message_bytes: self.spec.max_message_bytes,
-            shutdown_grace: self.spec.shutdown_grace,
-            reaper: self.reaper.clone(),
-            authorizer: match upstream::authorizer_for(&self.name, &self.spec, Interaction::None, Some(self.metrics.clone())) {
+            request_timeout: self.seed.spec.request_timeout,
+            max_message_bytes: self.seed.spec.max_message_bytes,
+            shutdown_grace: self.seed.spec.shutdown_grace,
+            reaper: self.seed.reaper.clone(),
+            authorizer: match upstream::authorizer_for(&self.seed.name, &self.seed.spec, Interaction::None, Some(self.seed.metrics.clone()))
+            {
                 Ok(authorizer) => authorizer,
                 Err(error) => {
                     let text = error.to_string();
-                    tracing::error!(server = %self.name, error = %text, "cannot set up the server's authorization");
+                    tracing::error!(server = %self.seed.name, error = %text, "cannot set up the server's authorization");
                     self.set_state(ServerState::AuthRequired, Some(text));
-                    self.cancel.cancelled().await;
+                    self.seed.cancel.cancelled().await;
                     self.set_state(ServerState::Stopped, None);
                     return;
                 }
             },
-            operations: self.metrics.client_operation_duration.clone(),
-            egress: self.registry.server(&self.name).map(|view| view.shared().egress.clone()).unwrap_or_default(),
+            operations: self.seed.metrics.client_operation_duration.clone(),
+            egress: self.seed.registry.server(&self.seed.name).map(|view| view.shared().egress.clone()).unwrap_or_default(),
         };
         let authorizer = settings.authorizer.clone();
-        self.registry.update(&self.name, |view| view.authorized_by(authorizer));
-        let mut life = Lifecycle::new(self.spec.restart.clone());
+        self.seed.registry.update(&self.seed.name, |view| view.authorized_by(authorizer));
+        let mut life = Lifecycle::new(self.seed.spec.restart.clone());
         loop {
             self.set_state(life.attempt_state(), None);
             // Only so many servers start at once: a boot with a thousand servers must not starve
             // the API (which is already serving the stored catalog) or the machine.
             let permit = tokio::select! {
-                () = self.cancel.cancelled() => break,
-                permit = self.start_permits.clone().acquire_owned() => permit.ok(),
+                () = self.seed.cancel.cancelled() => break,
+                permit = self.seed.start_permits.clone().acquire_owned() => permit.ok(),
             };
             let connected = tokio::select! {
-                () = self.cancel.cancelled() => break,
-                connected = upstream::connect(&self.name, &self.spec, &settings, self.era) => connected,
+                () = self.seed.cancel.cancelled() => break,
+                connected = upstream::connect(&self.seed.name, &self.seed.spec, &settings, self.era) => connected,
             };
             let event = match connected {
                 Ok(connection) => {
-                    if crate::faults::fire("worker.panic", &self.name) {
+                    if crate::faults::fire("worker.panic", &self.seed.name) {
                         panic!("injected fault: worker.panic");
                     }
                     let started = Instant::now();
@@ -127,7 +144,7 @@ impl Worker {
                     // Its text may hold a server's words (an answer it refused with): escaped, as
                     // every stderr line already is, before the log or its status gets it.
                     let text = upstream::printable(&crate::secrets::redact_owned(error.to_string())).into_owned();
-                    tracing::warn!(server = %self.name, error = %text, "cannot start a session");
+                    tracing::warn!(server = %self.seed.name, error = %text, "cannot start a session");
                     // A remembered era may be out of date: probe again next time.
                     self.era = None;
                     let refused = match error.root() {
@@ -139,27 +156,27 @@ impl Worker {
                         | UpstreamError::Sandbox(_) => Some(ServerState::Failed),
                         _ => None,
                     };
-                    self.registry.update(&self.name, |view| view.fault(text));
+                    self.seed.registry.update(&self.seed.name, |view| view.fault(text));
                     Event::StartFailed { refused }
                 }
             };
-            self.metrics.record_restart(&self.name);
+            self.seed.metrics.record_restart(&self.seed.name);
             let (state, delay) = match life.on(event) {
                 // Asked for, not a failure: no backoff.
                 Next::Reconnect => (ServerState::Reconnecting, None),
                 Next::Wait { state, delay, failures } => {
-                    tracing::info!(server = %self.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
+                    tracing::info!(server = %self.seed.name, failures, delay_ms = delay.as_millis() as u64, "restarting after a delay");
                     (state, Some(delay))
                 }
             };
-            self.registry.update(&self.name, |view| view.restarting(state));
+            self.seed.registry.update(&self.seed.name, |view| view.restarting(state));
             let Some(delay) = delay else { continue };
             tokio::select! {
-                () = self.cancel.cancelled() => break,
+                () = self.seed.cancel.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}
                 // An operator's restart, or a login, cuts the wait short.
                 Some(WorkerCommand::Restart | WorkerCommand::Authorized) = self.commands.recv() => {
-                    tracing::info!(server = %self.name, "restart or new authorization: not waiting out the backoff");
+                    tracing::info!(server = %self.seed.name, "restart or new authorization: not waiting out the backoff");
                 }
             }
         }
@@ -184,21 +201,23 @@ impl Worker {
         };
         tokio::pin!(keep_fresh);
         let hello = connection.hello().clone();
-        tracing::info!(server = %self.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
+        tracing::info!(server = %self.seed.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
         let mut changes = handle.list_changed();
-        self.registry.update(&self.name, |view| view.session_started(hello.clone(), handle.clone()));
+        self.seed.registry.update(&self.seed.name, |view| view.session_started(hello.clone(), handle.clone()));
         if self.era != Some(hello.era) {
             self.era = Some(hello.era);
-            if let Err(error) = self.store.generations().remember_era(&self.name, hello.era.as_str(), &hello.protocol_version).await {
-                tracing::warn!(server = %self.name, %error, "cannot remember the server's protocol era");
+            if let Err(error) =
+                self.seed.store.generations().remember_era(&self.seed.name, hello.era.as_str(), &hello.protocol_version).await
+            {
+                tracing::warn!(server = %self.seed.name, %error, "cannot remember the server's protocol era");
             }
         }
-        let session_span = trace::session(&self.name, &hello, &self.spec.transport);
+        let session_span = trace::session(&self.seed.name, &hello, &self.seed.spec.transport);
         let session_context = span_context(&session_span);
         // A 2026-07-28 server has no session to measure: only a 2025 one's life is recorded.
         let life = (hello.era == Era::Legacy).then(|| {
-            SessionLife::start(&self.metrics.client_session_duration, &hello.protocol_version, handle.wire(), Side::Client)
-                .with(opentelemetry::KeyValue::new("toolhost.server", self.name.to_string()))
+            SessionLife::start(&self.seed.metrics.client_session_duration, &hello.protocol_version, handle.wire(), Side::Client)
+                .with(opentelemetry::KeyValue::new("toolhost.server", self.seed.name.to_string()))
         });
         // Modern servers announce changes only on a subscriptions/listen stream.
         let listen_params = modern::listen_params();
@@ -210,14 +229,14 @@ impl Worker {
         self.listings.new_session();
         let end = loop {
             if let Some((reason, cause)) = schedule.take_due() {
-                let span = trace::refresh(&self.name, reason, session_context.clone(), cause);
+                let span = trace::refresh(&self.seed.name, reason, session_context.clone(), cause);
                 match self.refresh(&connection, &hello, reason, &mut changes).instrument(span).await {
                     Ok(true) => {
                         if let Some(propagation) = schedule.settled(self.listings.ttl.take()) {
-                            self.metrics.record_propagation(&self.name, propagation);
+                            self.seed.metrics.record_propagation(&self.seed.name, propagation);
                         }
                     }
-                    Ok(false) => schedule.failed(lifecycle::backoff(&self.spec.restart, lifecycle::REFRESH_FAILED)),
+                    Ok(false) => schedule.failed(lifecycle::backoff(&self.seed.spec.restart, lifecycle::REFRESH_FAILED)),
                     Err(end) => break end,
                 }
             }
@@ -225,7 +244,7 @@ impl Worker {
             drop(start_permit.take());
             let (retry_at, ttl_at, open_at, ack_by) = (schedule.retry_at(), schedule.ttl_at(), listen.open_at(), listen.ack_by());
             let wake = tokio::select! {
-                () = self.cancel.cancelled() => Wake::Cancelled,
+                () = self.seed.cancel.cancelled() => Wake::Cancelled,
                 () = handle.closed() => Wake::Closed,
                 lost = &mut keep_fresh => Wake::AuthorizationLost(lost.to_string()),
                 Ok(()) = changes.changed() => Wake::ListChanged,
@@ -241,14 +260,14 @@ impl Worker {
                 Wake::Cancelled => break SessionEnd::Cancelled,
                 Wake::Closed => break SessionEnd::Closed { refused: None },
                 Wake::AuthorizationLost(lost) => {
-                    self.registry.update(&self.name, |view| view.fault(format!("authorization required: {lost}")));
+                    self.seed.registry.update(&self.seed.name, |view| view.fault(format!("authorization required: {lost}")));
                     authorization_lost = true;
                     break SessionEnd::Closed { refused: None };
                 }
                 Wake::ListChanged if hello.has_tools => schedule.changed(),
                 Wake::ListChanged => {
                     if let Some(suppressed) = stray_changes.admit() {
-                        tracing::warn!(server = %self.name, suppressed, "ignored tools/list_changed from a server that does not offer tools");
+                        tracing::warn!(server = %self.seed.name, suppressed, "ignored tools/list_changed from a server that does not offer tools");
                     }
                     changes.borrow_and_update();
                 }
@@ -259,10 +278,10 @@ impl Worker {
                 // ttlMs is a freshness hint: the listing has gone stale, so look again (jittered,
                 // never sooner than the floor in ttl_delay).
                 Wake::TtlDue => schedule.ttl_due(),
-                Wake::OpenListen => listen.open(Box::pin(handle.listen(&listen_params, ack_tx.clone())), self.spec.request_timeout),
+                Wake::OpenListen => listen.open(Box::pin(handle.listen(&listen_params, ack_tx.clone())), self.seed.spec.request_timeout),
                 Wake::ListenEnded(result) => {
-                    tracing::info!(server = %self.name, ?result, "the subscriptions/listen stream ended; re-opening it");
-                    listen.close(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_ENDED));
+                    tracing::info!(server = %self.seed.name, ?result, "the subscriptions/listen stream ended; re-opening it");
+                    listen.close(lifecycle::backoff(&self.seed.spec.restart, lifecycle::LISTEN_ENDED));
                 }
                 // Notifications may have been missed while no stream was open.
                 Wake::ListenAcknowledged => {
@@ -270,8 +289,8 @@ impl Worker {
                     schedule.ask(EnumerationReason::ListChanged);
                 }
                 Wake::ListenOverdue => {
-                    tracing::warn!(server = %self.name, "subscriptions/listen was not acknowledged in time; re-opening it");
-                    listen.close(lifecycle::backoff(&self.spec.restart, lifecycle::LISTEN_UNACKNOWLEDGED));
+                    tracing::warn!(server = %self.seed.name, "subscriptions/listen was not acknowledged in time; re-opening it");
+                    listen.close(lifecycle::backoff(&self.seed.spec.restart, lifecycle::LISTEN_UNACKNOWLEDGED));
                 }
             }
         };
@@ -292,14 +311,14 @@ impl Worker {
         session_span: &tracing::Span,
     ) -> SessionEnd {
         if !hello.tools_list_changed && connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            tracing::warn!(server = %self.name, "the server sent tools/list_changed without advertising tools.listChanged");
+            tracing::warn!(server = %self.seed.name, "the server sent tools/list_changed without advertising tools.listChanged");
         }
         let ended_by_server = connection.ended_by_server();
         let needs_authorization = authorization_lost || connection.needs_authorization();
         // Said at once, not after the shutdown below (which may wait out a grace period): a
         // server with no session is never shown "ready".
         let reconnecting = !matches!(end, SessionEnd::Cancelled);
-        self.registry.update(&self.name, |view| view.session_ended(reconnecting, ended_by_server));
+        self.seed.registry.update(&self.seed.name, |view| view.session_ended(reconnecting, ended_by_server));
         let ended = connection.shutdown().await;
         if let Some(life) = life {
             let error_type = match (&ended.sandbox, &end) {
@@ -310,7 +329,7 @@ impl Worker {
             life.end(error_type);
         }
         let exit = ended.status.map_or_else(|| "unknown".to_owned(), |status| status.to_string());
-        tracing::info!(server = %self.name, %exit, "session ended");
+        tracing::info!(server = %self.seed.name, %exit, "session ended");
         session_span.add_event("session ended", vec![opentelemetry::KeyValue::new("toolhost.exit", exit)]);
         if let Some(report) = &ended.sandbox {
             let text = report.describe();
@@ -319,8 +338,8 @@ impl Worker {
                 _ => None,
             };
             let hit = limit.map_or("", |kind| kind.label());
-            tracing::warn!(server = %self.name, error = %text, hit, "the server's sandbox stopped it");
-            self.registry.update(&self.name, |view| view.stopped_by_sandbox(text, limit));
+            tracing::warn!(server = %self.seed.name, error = %text, hit, "the server's sandbox stopped it");
+            self.seed.registry.update(&self.seed.name, |view| view.stopped_by_sandbox(text, limit));
         }
         let SessionEnd::Closed { .. } = end else { return end };
         if ended.sandbox.is_some() {
@@ -332,8 +351,8 @@ impl Worker {
         // A server that went away by itself says how and why, at WARN and in its last error:
         // "the session is closed" alone tells an operator nothing.
         let why = upstream::printable(&format!("the server {}", ended.explain())).into_owned();
-        tracing::warn!(server = %self.name, error = %why, "the server ended its session");
-        self.registry.update(&self.name, |view| view.fault_unless_said(why));
+        tracing::warn!(server = %self.seed.name, error = %why, "the server ended its session");
+        self.seed.registry.update(&self.seed.name, |view| view.fault_unless_said(why));
         SessionEnd::Closed { refused: None }
     }
 
@@ -357,7 +376,7 @@ impl Worker {
             let received = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
             span.add_event("notification received", vec![opentelemetry::KeyValue::new("toolhost.notifications.total", received as i64)]);
             if !is_isolated(connection.handle().last_change_gap()) {
-                tracing::debug!(server = %self.name, "tools/list_changed burst; waiting for quiet");
+                tracing::debug!(server = %self.seed.name, "tools/list_changed burst; waiting for quiet");
                 self.wait_for_quiet(changes).await?;
                 let now = connection.handle().stats().num_list_changed.load(std::sync::atomic::Ordering::Relaxed);
                 span.add_event(
@@ -382,16 +401,16 @@ impl Worker {
         changes: &mut watch::Receiver<u64>,
     ) -> Result<bool, SessionEnd> {
         let settings = PassSettings {
-            limits: &self.spec.limits,
-            request_timeout: self.spec.request_timeout,
-            enumeration_timeout: self.spec.enumeration_timeout,
+            limits: &self.seed.spec.limits,
+            request_timeout: self.seed.spec.request_timeout,
+            enumeration_timeout: self.seed.spec.enumeration_timeout,
         };
         loop {
             let clock = PassClock::start();
             let mut stats = PassStats::default();
-            let pass_span = trace::pass(&self.name, reason);
+            let pass_span = trace::pass(&self.seed.name, reason);
             let pass = tokio::select! {
-                () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
+                () = self.seed.cancel.cancelled() => return Err(SessionEnd::Cancelled),
                 pass = enumerate::enumerate(connection.handle(), &settings, changes, &mut stats).instrument(pass_span.clone()) => pass,
             };
             let (outcome, error) = match &pass {
@@ -403,13 +422,13 @@ impl Worker {
             drop(pass_span);
             self.listings.last_pass = Some((Instant::now(), clock.elapsed()));
             if outcome != "complete" {
-                self.metrics.record_enumeration(&self.name, reason.as_str(), outcome, clock.elapsed());
+                self.seed.metrics.record_enumeration(&self.seed.name, reason.as_str(), outcome, clock.elapsed());
             }
             match pass {
                 Ok(listing) => {
-                    let current = self.registry.server(&self.name).and_then(|view| view.generation().cloned());
+                    let current = self.seed.registry.server(&self.seed.name).and_then(|view| view.generation().cloned());
                     if let Some(error) = self.listings.suspicious_empty(&listing, current.as_deref()) {
-                        tracing::warn!(server = %self.name, %error, "not committed; confirming with another listing");
+                        tracing::warn!(server = %self.seed.name, %error, "not committed; confirming with another listing");
                         self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;
                         self.set_state(ServerState::Failed, Some(error));
                         return Ok(false);
@@ -420,13 +439,13 @@ impl Worker {
                     return Ok(committed);
                 }
                 Err(PassEnd::Superseded) => {
-                    tracing::debug!(server = %self.name, "enumeration superseded by tools/list_changed");
+                    tracing::debug!(server = %self.seed.name, "enumeration superseded by tools/list_changed");
                     self.record_failure(reason, EnumerationOutcome::Superseded, None, clock, stats).await;
                     self.wait_for_quiet(changes).await?;
                     reason = EnumerationReason::ListChanged;
                 }
                 Err(PassEnd::Failed(error)) => {
-                    tracing::warn!(server = %self.name, %error, "enumeration failed; the current generation stays");
+                    tracing::warn!(server = %self.seed.name, %error, "enumeration failed; the current generation stays");
                     self.record_failure(reason, EnumerationOutcome::Failed, Some(error.clone()), clock, stats).await;
                     self.set_state(ServerState::Failed, Some(error));
                     return Ok(false);
@@ -444,7 +463,7 @@ impl Worker {
         loop {
             let quiet_until = deadline::after(QUIET_PERIOD).max(idle_until.unwrap_or_else(Instant::now));
             tokio::select! {
-                () = self.cancel.cancelled() => return Err(SessionEnd::Cancelled),
+                () = self.seed.cancel.cancelled() => return Err(SessionEnd::Cancelled),
                 () = tokio::time::sleep_until(quiet_until) => return Ok(()),
                 () = tokio::time::sleep_until(give_up) => return Ok(()),
                 changed = changes.changed() => {
@@ -457,7 +476,7 @@ impl Worker {
         }
     }
     fn set_state(&self, state: ServerState, error: Option<String>) {
-        self.registry.update(&self.name, |view| view.enter(state, error));
+        self.seed.registry.update(&self.seed.name, |view| view.enter(state, error));
     }
 }
 
