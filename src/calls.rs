@@ -180,6 +180,19 @@ pub struct CallResult {
     pub continuation: Option<(String, i64)>,
 }
 
+/// A call on its way: what its answer is read against.
+struct Sent<'a> {
+    view: &'a ServerView,
+    tool: &'a ToolDef,
+    generation: u64,
+    timeout: Duration,
+    deadline: tokio::time::Instant,
+    /// Sent as a task upstream: a task handle is followed to its end.
+    as_task: bool,
+    upstream_task: Option<UpstreamTask>,
+    upstream_span: tracing::Span,
+}
+
 /// Routes calls. Cheap to clone.
 #[derive(Clone)]
 pub struct Calls {
@@ -241,23 +254,7 @@ impl Calls {
             span.set_attribute("toolhost.definition_hash", tool.hash.clone());
             span.set_attribute("toolhost.catalog.revision", snapshot.revision as i64);
         }
-        // A continuation answers one call of one tool: the same server and name, and the same
-        // definition (a tool that changed in between is a stale-tool race like any other).
-        let mut expected_hash = request.expected_hash;
-        if let Some(pending) = resumed {
-            if *pending.server != **view.name() || pending.tool != tool.name {
-                return Err(ContinuationError::OtherTool { server: pending.server.to_string(), tool: pending.tool.clone() }.into());
-            }
-            span.set_attribute("toolhost.mrtr.resumed_generation", pending.generation as i64);
-            expected_hash = Some(&pending.definition_hash);
-        }
-        self.check_preconditions(&view, tool, generation.number, expected_hash, request.expected_revision)?;
-        if let Some(refused) = refusal(&view, idx) {
-            if let CallError::DefinitionHeld { hold, .. } = &refused {
-                span.set_attribute("toolhost.hold", hold.as_str());
-            }
-            return Err(refused);
-        }
+        self.callable_as_asked(&view, idx, &generation, &request, resumed)?;
         let server_tasks = view.hello().is_some_and(|hello| hello.tasks);
         let arguments = check_arguments(request.arguments)?;
         let responses = match request.answer {
@@ -291,7 +288,7 @@ impl Calls {
         let progress = request.progress.map(|sink| session.route_progress(sink));
         let modern = view.hello().is_some_and(|hello| hello.era == crate::mcp::lifecycle::Era::Modern);
         // As a task upstream: asked for (and the server runs tasks), or the only way the tool runs.
-        let mut upstream_task = request.upstream_task;
+        let upstream_task = request.upstream_task;
         let as_task = server_tasks && (tool.fields().task_required || upstream_task.is_some());
         let task_ttl = match &upstream_task {
             Some(asked) => asked.ttl,
@@ -314,22 +311,71 @@ impl Calls {
         // The slot stays taken until the server answers, even if the caller gives up first.
         let result = session.request_holding(METHOD_TOOLS_CALL, Some(&params), remaining, permit).instrument(upstream_span.clone()).await;
         crate::upstream::session::judge(&mut operation, &result);
+        let sent = Sent { view: &view, tool, generation: generation.number, timeout, deadline, as_task, upstream_task, upstream_span };
+        self.answered(sent, operation, result).await
+    }
+
+    /// What is checked of the tool before the call waits for a slot: a continued round answers
+    /// the same server, tool and definition (a tool changed in between is a stale-tool race like
+    /// any other), the caller's expectations hold, and the server can take the call now.
+    fn callable_as_asked(
+        &self,
+        view: &ServerView,
+        idx: usize,
+        generation: &crate::catalog::model::Generation,
+        request: &CallRequest<'_>,
+        resumed: Option<&Pending>,
+    ) -> Result<(), CallError> {
+        let tool = &generation.tools[idx];
+        let span = tracing::Span::current();
+        // A continuation answers one call of one tool: the same server and name, and the same
+        // definition (a tool that changed in between is a stale-tool race like any other).
+        let mut expected_hash = request.expected_hash;
+        if let Some(pending) = resumed {
+            if *pending.server != **view.name() || pending.tool != tool.name {
+                return Err(ContinuationError::OtherTool { server: pending.server.to_string(), tool: pending.tool.clone() }.into());
+            }
+            span.set_attribute("toolhost.mrtr.resumed_generation", pending.generation as i64);
+            expected_hash = Some(&pending.definition_hash);
+        }
+        self.check_preconditions(view, tool, generation.number, expected_hash, request.expected_revision)?;
+        if let Some(refused) = refusal(view, idx) {
+            if let CallError::DefinitionHeld { hold, .. } = &refused {
+                span.set_attribute("toolhost.hold", hold.as_str());
+            }
+            return Err(refused);
+        }
+        Ok(())
+    }
+
+    /// The server's answer to a sent call, as its caller gets it: a task handle followed to its
+    /// end, a result read, a failure typed (a tool the server does not know is a stale-tool race:
+    /// counted, and the server's tools listed again at once).
+    async fn answered(
+        &self,
+        mut sent: Sent<'_>,
+        mut operation: crate::telemetry::mcp::Operation,
+        result: Result<Box<RawValue>, UpstreamError>,
+    ) -> Result<CallResult, CallError> {
         // A task handle instead of a result: followed to its end within the deadline.
         let result = match result {
-            Ok(answer) if as_task => match crate::mcp::tasks::created(&answer) {
+            Ok(answer) if sent.as_task => match crate::mcp::tasks::created(&answer) {
                 Some(created) => {
-                    if let Some(started) = upstream_task.as_mut().and_then(|asked| asked.started.take()) {
+                    if let Some(started) = sent.upstream_task.as_mut().and_then(|asked| asked.started.take()) {
                         let _ = started.send(created.id.clone());
                     }
-                    upstream_span.set_attribute("toolhost.upstream_task", created.id.clone());
+                    sent.upstream_span.set_attribute("toolhost.upstream_task", created.id.clone());
                     let follow = upstream_task::Follow {
                         registry: &self.registry,
-                        server: view.name(),
-                        tool: &tool.name,
-                        generation: generation.number,
-                        timeout,
+                        server: sent.view.name(),
+                        tool: &sent.tool.name,
+                        generation: sent.generation,
+                        timeout: sent.timeout,
                     };
-                    return follow.to_end(created, deadline).await.and_then(|raw| self.finish(&view, tool, generation.number, raw));
+                    return follow
+                        .to_end(created, sent.deadline)
+                        .await
+                        .and_then(|raw| self.finish(sent.view, sent.tool, sent.generation, raw));
                 }
                 None => Ok(answer),
             },
@@ -337,32 +383,32 @@ impl Calls {
         };
         let error = match result {
             Ok(result) => {
-                let done = self.finish(&view, tool, generation.number, result)?;
+                let done = self.finish(sent.view, sent.tool, sent.generation, result)?;
                 if done.outcome.is_error {
                     operation.tool_error();
                 }
                 if done.outcome.input_required.is_some() {
-                    upstream_span.set_attribute("mcp.result_type", "input_required");
+                    sent.upstream_span.set_attribute("mcp.result_type", "input_required");
                 }
                 return Ok(done);
             }
             Err(error) => error,
         };
-        let failure = Failure::of(error, &tool.name);
+        let failure = Failure::of(error, &sent.tool.name);
         if matches!(failure, Failure::UnknownTool { .. }) {
-            view.shared().races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
-            self.race_event(&view, RaceKind::UpstreamUnknownTool, &tool.name, generation.number, None);
-            upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
+            sent.view.shared().races.upstream_unknown_tool.fetch_add(1, Ordering::Relaxed);
+            self.race_event(sent.view, RaceKind::UpstreamUnknownTool, &sent.tool.name, sent.generation, None);
+            sent.upstream_span.set_attribute("toolhost.race.kind", RaceKind::UpstreamUnknownTool.as_str());
             // The server knows better than the catalog: look again, at once. The enumeration
             // that follows links back to this call.
             self.refresher.refresh_linked(
-                view.name(),
+                sent.view.name(),
                 EnumerationReason::StaleTool,
                 crate::telemetry::span_context(&tracing::Span::current()),
             );
-            tracing::warn!(server = %view.name(), tool = %tool.name, generation = generation.number, "stale tool: the server does not know a listed tool");
+            tracing::warn!(server = %sent.view.name(), tool = %sent.tool.name, generation = sent.generation, "stale tool: the server does not know a listed tool");
         }
-        Err(failure.into_error(&view, tool, generation.number, timeout))
+        Err(failure.into_error(sent.view, sent.tool, sent.generation, sent.timeout))
     }
 
     /// A server's answer to a call, read.

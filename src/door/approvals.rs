@@ -66,9 +66,9 @@ pub(super) struct Asked<'a> {
     /// How long the caller waits for a decision.
     pub(super) wait: Duration,
     pub(super) progress: Option<&'a tokio::sync::mpsc::Sender<Box<serde_json::value::RawValue>>>,
-    /// A task's call: told which request it waits for (kept, so that a restart follows it), and
-    /// the request it follows by id after a restart.
-    pub(super) following: Option<&'a super::tasks::Following>,
+    /// The request a task's call follows by id after a restart (the caller that asked is not
+    /// there to be matched again).
+    pub(super) followed: Option<&'a str>,
 }
 
 /// A call's arguments as RFC 8785 canonical JSON, and its SHA-256.
@@ -92,37 +92,38 @@ impl Approvals {
         Approvals { inner: Arc::new(Inner { store, settings, decided: watch::Sender::new(0), requested }) }
     }
 
-    /// Asks for `asked`'s approval (or follows the request the same call made before), waits
-    /// for a decision within its wait, and on approval checks the policy and the definition
-    /// again and uses the approval. `requested` is told a new request's id (for the trail).
+    /// The request `asked`'s call waits for: the one a task follows after a restart, the live
+    /// request of the same call asked before, else a new one (told to `requested`, for the
+    /// trail); `None` when there is no such tool to approve.
     ///
     /// # Errors
-    /// [`CallError::Approval`] (pending past the wait, denied, expired, stale, too many),
-    /// [`CallError::Store`].
-    pub(super) async fn gate(
+    /// [`CallError::Approval`] (expired, too many), [`CallError::Store`].
+    pub(super) async fn request(
         &self,
-        asked: Asked<'_>,
+        asked: &Asked<'_>,
         registry: &Registry,
         requested: impl FnOnce(&ApprovalRecord),
-    ) -> Result<Option<Approved>, CallError> {
+    ) -> Result<Option<ApprovalRecord>, CallError> {
+        let stored = |error: StoreError| CallError::Store(error.to_string());
+        match asked.followed {
+            // The request a task waited for before a restart: its own (the task checked), for
+            // this tool, and judged as any other, whatever the catalog is at start.
+            Some(id) => match self.inner.store.call_approvals().get(id).await.map_err(stored)? {
+                Some(record) if record.qualified_name == *asked.tool.qualified() => Ok(Some(record)),
+                _ => Err(ApprovalError::Expired { id: id.to_owned() }.into()),
+            },
+            None => self.request_for(asked, registry, requested).await,
+        }
+    }
+
+    /// Waits for a decision on `record` within `asked`'s wait, and on approval checks the policy
+    /// and the definition again and uses the approval.
+    ///
+    /// # Errors
+    /// [`CallError::Approval`] (pending past the wait, denied, expired, stale), [`CallError::Store`].
+    pub(super) async fn decision(&self, asked: &Asked<'_>, mut record: ApprovalRecord, registry: &Registry) -> Result<Approved, CallError> {
         let store = &self.inner.store;
         let stored = |error: StoreError| CallError::Store(error.to_string());
-        let followed = asked.following.and_then(|following| following.request.as_deref());
-        let mut record = match followed {
-            // The request a task waited for before a restart: its own (the task checked), for
-            // this tool, and judged below as any other, whatever the catalog is at start.
-            Some(id) => match store.call_approvals().get(id).await.map_err(stored)? {
-                Some(record) if record.qualified_name == *asked.tool.qualified() => record,
-                _ => return Err(ApprovalError::Expired { id: id.to_owned() }.into()),
-            },
-            None => match self.request_for(&asked, registry, requested).await? {
-                Some(record) => record,
-                None => return Ok(None),
-            },
-        };
-        if let Some(following) = asked.following {
-            following.waiting(&record.id).await;
-        }
         if let Some(progress) = asked.progress {
             let message = format!("waiting for approval by an operator (request {})", record.id);
             tell(progress, &message);
@@ -188,7 +189,7 @@ impl Approvals {
         if let Some(progress) = asked.progress {
             tell(progress, &format!("approved by {}; running", record.decided_by.as_deref().unwrap_or("an operator")));
         }
-        Ok(Some(Approved { record }))
+        Ok(Approved { record })
     }
 
     /// The live request of `asked`'s call (the same call asked before), else a new one (told to

@@ -1,12 +1,13 @@
 //! The one face of the front doors (the gRPC API, the MCP endpoint, the console): they name
 //! nothing below it (`.ci/door-face`). [`Door`] is the agent side: around a tool call, the
 //! access decision, the refusal that looks exactly like absence, the request's fields
-//! normalised, the call itself through [`Calls`] and the audit record; search and every read of
+//! normalised, the call itself and its audit record ([`call`]: one file per step); search and every read of
 //! the catalog under the caller's policy. [`operator::Operator`] is the operator side. The doors
 //! speak [`model`]'s nouns, fail with [`error::DoorError`] and build their spans with
 //! [`observe::DoorSpan`]. One implementation, so that the doors cannot drift apart.
 
 pub mod approvals;
+mod call;
 pub mod changes;
 pub mod error;
 pub mod limits;
@@ -20,22 +21,16 @@ pub mod tasks;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::access::{Access, Caller, Identity, Limited, Refusal};
-use crate::audit::{AuditRecord, Auditor};
-use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, Calls, ContinuationError, Continuations, Pending, ToolRef};
+use crate::access::{Access, Caller, Identity, Refusal};
+use crate::audit::Auditor;
+use crate::calls::{CallError, Calls, Continuations, ToolRef};
 use crate::catalog::integrity::Hold;
 use crate::catalog::names::{self, ToolName};
-use crate::config::AuditArguments;
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::store::Store;
 
 /// Search hits fetched beyond the limit, for those the caller's policy then hides.
 const SEARCH_OVERFETCH: usize = 4;
-/// How long a call waits for a person's approval when neither it nor its server sets a deadline.
-const DEFAULT_APPROVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-/// Longest tool name and server name an audit record keeps of what a caller sent.
-const AUDIT_NAME_BYTES: usize = 256;
-const AUDIT_SERVER_BYTES: usize = 64;
 
 /// The call gate shared by every front door. Cheap to clone.
 #[derive(Clone)]
@@ -135,7 +130,7 @@ impl Door {
         let record = self.approvals.decide(operator, id, approve, reason).await?;
         let decision = if approve { "approved" } else { "denied" };
         self.metrics().record_approval_decision(names::server_of(&record.qualified_name).unwrap_or_default(), decision);
-        self.audit_event(operator, &record.qualified_name, format!("approval_decided:{}:{decision}", record.id), started);
+        call::record::event(self, operator, &record.qualified_name, format!("approval_decided:{}:{decision}", record.id), started);
         Ok(record)
     }
 
@@ -161,28 +156,8 @@ impl Door {
         };
         let task = self.tasks.start(self, caller, call).await?;
         // The start in the trail (the call's end follows when it ends, as any call's does).
-        self.audit_event(caller, &task.qualified_name, format!("task_started:{}", task.id), started);
+        call::record::event(self, caller, &task.qualified_name, format!("task_started:{}", task.id), started);
         Ok(task)
-    }
-
-    /// What `caller` did about a call of `qualified` that is not the call itself (a task's start
-    /// or cancellation, an approval's request or decision), in the trail.
-    fn audit_event(&self, caller: &Caller, qualified: &str, outcome: String, started: (i64, Instant)) {
-        let server = names::server_of(qualified).unwrap_or_default().to_owned();
-        self.auditor.record(AuditRecord {
-            at_ms: started.0,
-            agent: caller.agent.name.clone(),
-            caller: caller.identity.describe(),
-            transport: caller.identity.transport,
-            qualified_name: truncate(qualified.to_owned(), AUDIT_NAME_BYTES),
-            server: truncate(server, AUDIT_SERVER_BYTES),
-            tool: String::new(),
-            generation: 0,
-            definition_hash: String::new(),
-            outcome,
-            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
-            arguments: None,
-        });
     }
 
     /// Cancels `caller`'s working task, and the task its server runs for it, if any.
@@ -192,7 +167,7 @@ impl Door {
     pub async fn cancel_task(&self, caller: &Caller, id: &str) -> Result<tasks::Task, tasks::TaskError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.cancel(caller, id).await?;
-        self.audit_event(caller, &task.qualified_name, format!("task_cancelled:{}", task.id), started);
+        call::record::event(self, caller, &task.qualified_name, format!("task_cancelled:{}", task.id), started);
         if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
             self.calls.cancel_upstream_task(server, upstream).await;
         }
@@ -207,7 +182,7 @@ impl Door {
         let started = (crate::catalog::record::now_ms(), Instant::now());
         let task = self.tasks.cancel_as_operator(caller, id).await?;
         // Whose task it was is in the record's tool and the task's own; who cancelled is the caller.
-        self.audit_event(caller, &task.qualified_name, format!("task_cancelled:{}:{}", task.id, task.agent), started);
+        call::record::event(self, caller, &task.qualified_name, format!("task_cancelled:{}:{}", task.id, task.agent), started);
         if let (Some(upstream), Some(server)) = (&task.upstream, names::server_of(&task.qualified_name)) {
             self.calls.cancel_upstream_task(server, upstream).await;
         }
@@ -225,35 +200,6 @@ impl Door {
 
     pub fn calls(&self) -> &Calls {
         &self.calls
-    }
-
-    /// What a call of `tool` would be refused for before anything is sent: the caller's policy
-    /// (a tool it may not use answers like one that does not exist), the arguments, an unknown,
-    /// removed, changed or held tool. A refusal is audited as the call's would be.
-    async fn preflight(
-        &self,
-        caller: &Caller,
-        tool: &ToolRef,
-        expected_hash: Option<&str>,
-        expected_revision: Option<u64>,
-        arguments: Option<&str>,
-    ) -> Result<(), CallError> {
-        let started = (crate::catalog::record::now_ms(), Instant::now());
-        let denied = !may_use(caller, &self.registry.snapshot(), tool);
-        let checked = if denied {
-            Err(refused_tool(caller, &self.registry.snapshot(), tool))
-        } else {
-            match crate::calls::check_arguments(arguments) {
-                Ok(_) => self.calls.preflight(tool, expected_hash, expected_revision).await,
-                Err(error) => Err(error),
-            }
-        };
-        if let Err(error) = checked {
-            let refused = Err(error);
-            self.audit_call(caller, tool, arguments.unwrap_or("{}"), started, &refused, denied);
-            return refused.map(|_: CallResult| ());
-        }
-        Ok(())
     }
 
     /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all
@@ -429,348 +375,11 @@ impl Door {
         // A server's process knocking is an attack, or a server misconfigured to call back:
         // either way the operator reads it in the audit trail.
         if let Err(Refusal::ServerProcess { identity }) = &admitted {
-            self.auditor.record(AuditRecord {
-                at_ms: crate::catalog::record::now_ms(),
-                agent: Arc::from("(a server's process)"),
-                caller: identity.clone(),
-                transport,
-                qualified_name: String::new(),
-                server: String::new(),
-                tool: String::new(),
-                generation: 0,
-                definition_hash: String::new(),
-                outcome: "server_process".to_owned(),
-                duration_us: 0,
-                arguments: None,
-            });
+            call::record::server_process(self, identity, transport);
         }
         admitted
     }
 
-    /// A call refused at one of its agent entry's limits: audited and counted.
-    fn limited(
-        &self,
-        caller: &Caller,
-        target: &ToolRef,
-        arguments: &str,
-        started: (i64, Instant),
-        refused: &Result<CallResult, CallError>,
-    ) {
-        if let Err(error @ (CallError::CallerBusy { .. } | CallError::RateLimited { .. } | CallError::QuotaExhausted { .. })) = refused {
-            self.calls.metrics().record_limited(&caller.agent.name, error.kind());
-        }
-        self.audit_call(caller, target, arguments, started, refused, false);
-    }
-
-    /// Counts the call against every quota of the caller's entry that covers the tool, in the
-    /// store; fails closed when the count cannot be written.
-    async fn take_quotas(&self, caller: &Caller, target: &ToolRef) -> Result<(), CallError> {
-        if caller.agent.quotas.is_empty() {
-            return Ok(());
-        }
-        let qualified = target.qualified();
-        let snapshot = self.registry.snapshot();
-        let applies: Vec<_> = judge(&snapshot, target, |tool| caller.agent.quotas.iter().filter(|quota| quota.applies_to(tool)).collect());
-        for quota in applies {
-            let taken = quota.take(&self.store, &caller.agent.name, crate::catalog::record::now_ms()).await.map_err(|error| {
-                CallError::Store(format!("cannot count the call against agent {:?}'s quota: {error}", caller.agent.name))
-            })?;
-            if let Some(retry_after) = taken {
-                return Err(CallError::QuotaExhausted {
-                    agent: caller.agent.name.to_string(),
-                    tool: qualified.into_owned(),
-                    calls: quota.calls,
-                    per: quota.per,
-                    retry_after,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Calls a tool for `caller`: refused (and audited as refused) when its policy excludes the
-    /// tool, else routed through [`Calls`] and audited with its outcome.
-    ///
-    /// # Errors
-    /// [`CallError`]; a refusal is the error a missing tool would give (operators get the truth).
-    pub async fn call(&self, caller: &Caller, request: CallRequest<'_>) -> Result<CallResult, CallError> {
-        self.call_following(caller, request, None).await
-    }
-
-    /// [`Door::call`] for a task's call, which `following` tells where the call is (each step
-    /// kept in the task first) and which follows the approval request it names.
-    async fn call_following(
-        &self,
-        caller: &Caller,
-        request: CallRequest<'_>,
-        following: Option<&tasks::Following>,
-    ) -> Result<CallResult, CallError> {
-        let started = (crate::catalog::record::now_ms(), Instant::now());
-        let request = normalise(request);
-        let target = request.tool.clone();
-        let arguments = request.arguments.unwrap_or("{}");
-        // Every decision of the policy is made on one snapshot: a tool it did not hold is called
-        // only if the call finds it unchanged there (else a stale-tool race), so that nothing
-        // published meanwhile runs undecided.
-        let snapshot = self.registry.snapshot();
-        let (allowed, needs_approval) = judge(&snapshot, &target, |tool| (caller.agent.may_use(tool), caller.agent.needs_approval(tool)));
-        // The same decision as listing: a tool this agent may not use answers like one that does not exist.
-        if !allowed {
-            let refused = Err(refused_tool(caller, &self.registry.snapshot(), &target));
-            self.audit_call(caller, &target, arguments, started, &refused, true);
-            return refused;
-        }
-        // A call a person approves first: it waits here, holding no slot, and runs (once, with
-        // exactly the approved arguments and definition) only once approved.
-        let mut request = shorten(request);
-        if matches!(target, ToolRef::Qualified(_)) && crate::calls::locate(&snapshot.servers, &target).is_none() {
-            request.expected_revision = Some(snapshot.revision);
-        }
-        let approved = self.approval_for(caller, &request, arguments, following, needs_approval, started).await?;
-        if let Some(approved) = &approved {
-            request.arguments = Some(&approved.record.arguments);
-            request.expected_hash = Some(&approved.record.definition_hash);
-        }
-        // One agent's flood waits behind no one but itself.
-        let _in_flight = match caller.agent.begin_call() {
-            Ok(in_flight) => in_flight,
-            Err(limited) => {
-                let agent = caller.agent.name.to_string();
-                let refused = Err(match limited {
-                    Limited::Concurrency { limit } => CallError::CallerBusy { agent, limit },
-                    Limited::Rate { calls, per, retry_after } => CallError::RateLimited { agent, calls, per, retry_after },
-                });
-                self.limited(caller, &target, arguments, started, &refused);
-                return refused;
-            }
-        };
-        if let Err(exhausted) = self.take_quotas(caller, &target).await {
-            let refused = Err(exhausted);
-            self.limited(caller, &target, arguments, started, &refused);
-            return refused;
-        }
-        let answer = request.answer;
-        let resumed = match self.ready_to_send(caller, answer.as_ref(), following, &target).await {
-            Ok(resumed) => resumed,
-            Err(error) => {
-                let refused = Err(error);
-                self.audit_call(caller, &target, arguments, started, &refused, false);
-                return refused;
-            }
-        };
-        let mut result = self.calls.call(request, resumed.as_ref()).await;
-        match (&mut result, resumed) {
-            (Ok(done), _) if done.outcome.input_required.is_some() => {
-                if let Err(error) = self.keep_continuation(caller, done) {
-                    result = Err(error.into());
-                }
-            }
-            // The retry never reached the server: the caller may send the same answers again.
-            (Err(CallError::Unavailable { .. } | CallError::Overloaded { .. } | CallError::DefinitionHeld { .. }), Some(pending)) => {
-                if let Some(answer) = answer {
-                    self.continuations.restore(answer.token, pending);
-                }
-            }
-            _ => {}
-        }
-        self.audit_call(caller, &target, arguments, started, &result, false);
-        result
-    }
-
-    /// The last steps before a call is sent: the pending round a 2026 client's answers continue
-    /// (bad answers do not use up the token: the caller may correct them), and for a task, its
-    /// call kept as sent (and to which generation) before it is, so that a restart knows whether
-    /// it may have run.
-    async fn ready_to_send(
-        &self,
-        caller: &Caller,
-        answer: Option<&crate::calls::Answer<'_>>,
-        following: Option<&tasks::Following>,
-        target: &ToolRef,
-    ) -> Result<Option<Pending>, CallError> {
-        let resumed = match answer {
-            Some(answer) => {
-                crate::calls::continuation::check_responses(answer.responses)?;
-                Some(self.continuations.take(caller, answer.token)?)
-            }
-            None => None,
-        };
-        if let Some(following) = following {
-            let generation =
-                crate::calls::locate(&self.registry.snapshot().servers, target).map_or(0, |(view, _)| view.generation_number());
-            following.sending(generation).await?;
-        }
-        Ok(resumed)
-    }
-
-    /// The approval a call needs, once given: `None` when it needs none. A task following a
-    /// request after a restart waits for it whatever the policy is now. A call that does not
-    /// run for want of one is audited here.
-    async fn approval_for(
-        &self,
-        caller: &Caller,
-        request: &CallRequest<'_>,
-        arguments: &str,
-        following: Option<&tasks::Following>,
-        needed: bool,
-        started: (i64, Instant),
-    ) -> Result<Option<approvals::Approved>, CallError> {
-        if !needed && following.is_none_or(|following| following.request.is_none()) {
-            return Ok(None);
-        }
-        match self.await_approval(caller, request, arguments, following, started).await {
-            Ok(found) => Ok(found),
-            Err(error) => {
-                let refused = Err(error);
-                self.audit_call(caller, &request.tool, arguments, started, &refused, false);
-                refused.map(|_: CallResult| None)
-            }
-        }
-    }
-
-    /// Waits, holding no slot, for a person's decision on a call that needs one (or on the
-    /// request a task follows): a task until its deadline, a plain call for `answer_after` at
-    /// most, and always a little before the caller's deadline. A plain call that stops waiting
-    /// leaves a task following its request, named in the error with the commands that approve
-    /// it and print its result, so the person at the terminal learns at once that something
-    /// waits for them and a caller that can follow a task loses nothing.
-    async fn await_approval(
-        &self,
-        caller: &Caller,
-        request: &CallRequest<'_>,
-        arguments: &str,
-        following: Option<&tasks::Following>,
-        started: (i64, Instant),
-    ) -> Result<Option<approvals::Approved>, CallError> {
-        let target = &request.tool;
-        let deadline = request.timeout.unwrap_or_else(|| {
-            target
-                .server()
-                .and_then(|server| self.registry.server(server))
-                .map_or(DEFAULT_APPROVAL_WAIT, |view| view.shared().request_timeout)
-        });
-        // Stop waiting a little before the caller's deadline, so that the answer naming the
-        // request (and the task that follows it) reaches the caller before its own timer.
-        let mut wait = deadline.saturating_sub((deadline / 4).min(std::time::Duration::from_secs(2)));
-        if following.is_none() && request.upstream_task.is_none() {
-            wait = wait.min(self.approvals.answer_after());
-        }
-        let asked = approvals::Asked { caller, tool: target, arguments, wait, progress: request.progress.as_ref(), following };
-        let requested = |record: &crate::store::call_approvals::ApprovalRecord| {
-            self.audit_event(caller, &record.qualified_name, format!("approval_requested:{}", record.id), started);
-        };
-        let gated = self.approvals.gate(asked, &self.registry, requested).await;
-        let ended = match &gated {
-            Ok(Some(_)) => Some("approved"),
-            Ok(None) => None,
-            Err(CallError::Approval(refusal)) => Some(approvals::outcome(refusal)),
-            Err(_) => Some("error"),
-        };
-        if let Some(ended) = ended {
-            let server = target.server().unwrap_or_default();
-            self.metrics().record_approval_wait(server, ended, started.1.elapsed());
-            tracing::info!(agent = %caller.agent.name, tool = %target.qualified(), outcome = ended, "toolhost.approval");
-        }
-        match gated {
-            Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })) if request.upstream_task.is_none() => {
-                let task = self.follow_approval(caller, target, arguments, &id).await;
-                Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task }))
-            }
-            other => other,
-        }
-    }
-
-    /// The task that follows approval request `id` for `caller`'s plain call of `tool`: the one
-    /// already following it while it works, else a new one (its call finds the same request and
-    /// waits for it). `None` when no task can be started (the caller's task limits).
-    async fn follow_approval(&self, caller: &Caller, tool: &ToolRef, arguments: &str, id: &str) -> Option<String> {
-        let record = self.approvals.get(id).await.ok()??;
-        if let Some(follower) = &record.task_id
-            && self.tasks.get(caller, follower).await.is_ok_and(|task| !task.status.is_terminal())
-        {
-            return Some(follower.clone());
-        }
-        let call = tasks::TaskCall {
-            tool: tool.clone(),
-            arguments: Some(arguments.to_owned()),
-            expected_hash: None,
-            expected_revision: None,
-            ttl: None,
-        };
-        let task = self.start_task(caller, call).await.ok()?;
-        match self.approvals.follow(id, record.task_id.as_deref(), &task.id).await {
-            Ok(true) => Some(task.id),
-            // Another call of the same request made its own follower first: that one is followed.
-            _ => {
-                let _ = self.cancel_task(caller, &task.id).await;
-                self.approvals.get(id).await.ok()?.and_then(|record| record.task_id)
-            }
-        }
-    }
-
-    /// Keeps the server's `requestState` of an `input_required` outcome for `caller`, and hands
-    /// the caller a token for it instead.
-    fn keep_continuation(&self, caller: &Caller, result: &mut CallResult) -> Result<(), ContinuationError> {
-        let Some(input) = result.outcome.input_required.as_mut() else { return Ok(()) };
-        let pending = Pending::new(
-            result.server.clone(),
-            result.name.clone(),
-            result.generation,
-            result.definition_hash.clone(),
-            input.request_state.take(),
-        );
-        let (token, expires) = self.continuations.issue(caller, pending)?;
-        let left = expires.saturating_duration_since(Instant::now());
-        let expires_at_ms = crate::catalog::record::now_ms().saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX));
-        result.continuation = Some((token, expires_at_ms));
-        Ok(())
-    }
-
-    /// Records a finished (or refused) call in the audit trail.
-    fn audit_call(
-        &self,
-        caller: &Caller,
-        target: &ToolRef,
-        arguments: &str,
-        started: (i64, Instant),
-        outcome: &Result<CallResult, CallError>,
-        denied: bool,
-    ) {
-        let (qualified, server, tool) = match target {
-            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
-            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
-        };
-        let (generation, definition_hash, outcome_text) = match outcome {
-            Ok(result) => (result.generation, result.definition_hash.clone(), result.outcome.label().to_owned()),
-            Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
-            Err(_) if denied => (0, String::new(), "denied".to_owned()),
-            Err(error) => (0, String::new(), error.kind().to_owned()),
-        };
-        let tool = match outcome {
-            Ok(result) => result.name.clone(),
-            Err(_) => tool,
-        };
-        let audit_arguments = self.registry.server(&server).map_or(AuditArguments::None, |view| view.shared().audit_arguments);
-        let arguments = match audit_arguments {
-            AuditArguments::None => None,
-            AuditArguments::Hash => Some(format!("sha256:{}", crate::catalog::model::sha256_hex(arguments.as_bytes()))),
-            AuditArguments::Full => Some(crate::secrets::redact_owned(arguments.to_owned())),
-        };
-        self.auditor.record(AuditRecord {
-            at_ms: started.0,
-            agent: caller.agent.name.clone(),
-            caller: caller.identity.describe(),
-            transport: caller.identity.transport,
-            qualified_name: truncate(qualified, AUDIT_NAME_BYTES),
-            server: truncate(server, AUDIT_SERVER_BYTES),
-            tool: truncate(tool, AUDIT_NAME_BYTES),
-            generation,
-            definition_hash,
-            outcome: outcome_text,
-            duration_us: u64::try_from(started.1.elapsed().as_micros()).unwrap_or(u64::MAX),
-            arguments,
-        });
-    }
 }
 
 /// How a door presents tools: with their state (the gRPC API marks a tool held), or as the
@@ -877,23 +486,8 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-/// The one normalisation of what a caller sent, whichever door it came through: an empty or
-/// blank string, a zero revision and an absent field all mean "not given". (A zero timeout is
-/// a deadline already spent, not an absent one.)
-fn normalise(mut request: CallRequest<'_>) -> CallRequest<'_> {
-    request.arguments = given(request.arguments);
-    request.expected_hash = given(request.expected_hash);
-    request.expected_revision = request.expected_revision.filter(|revision| *revision > 0);
-    request
-}
-
 /// `text` if it says anything.
 fn given(text: Option<&str>) -> Option<&str> {
     text.map(str::trim).filter(|text| !text.is_empty())
 }
 
-/// A call request borrowed for less long: what the door substitutes (an approval's arguments)
-/// lives only as long as the call.
-fn shorten<'short, 'long: 'short>(request: CallRequest<'long>) -> CallRequest<'short> {
-    request
-}

@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 pub mod overview;
 
 use super::Door;
+use super::call::gate::{Following, Stage};
 use crate::access::{Caller, Identity};
 use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
 use crate::catalog::names::SEPARATOR;
@@ -355,13 +356,25 @@ impl Tasks {
         Ok(true)
     }
 
+    /// Starts a task of `caller`'s that follows the approval request its plain call of `tool`
+    /// (with `arguments`) waits for: its call finds the same request and waits for it. The
+    /// call's gate starts it; it runs the call's steps, never [`Door::call`].
+    ///
+    /// # Errors
+    /// As [`Tasks::start`].
+    pub(super) async fn start_follower(&self, door: &Door, caller: &Caller, tool: ToolRef, arguments: String) -> Result<Task, TaskError> {
+        let call = TaskCall { tool, arguments: Some(arguments), expected_hash: None, expected_revision: None, ttl: None };
+        self.start(door, caller, call).await
+    }
+
     /// Starts `call` as a task of `caller`'s, after the checks a call gets before anything is
     /// sent (refused, it is no task at all), within the limits.
     pub(super) async fn start(&self, door: &Door, caller: &Caller, call: TaskCall) -> Result<Task, TaskError> {
         if self.inner.stopping.is_cancelled() {
             return Err(TaskError::ShuttingDown);
         }
-        door.preflight(caller, &call.tool, call.expected_hash.as_deref(), call.expected_revision, call.arguments.as_deref()).await?;
+        let (expected_hash, arguments) = (call.expected_hash.as_deref(), call.arguments.as_deref());
+        super::call::preflight(door, caller, &call.tool, expected_hash, call.expected_revision, arguments).await?;
         let settings = &self.inner.settings;
         let ttl = call.ttl.unwrap_or(settings.default_ttl).clamp(Duration::from_secs(1), settings.max_ttl);
         // The id is the task's only handle: unguessable, from the kernel's CSPRNG.
@@ -432,8 +445,8 @@ struct Run {
 }
 
 impl Run {
-    /// Boxed: a task's call goes through [`Door::call`], which may start a task itself (one
-    /// following an approval request); the box ends that cycle of future types.
+    /// Boxed: a task's call runs the call's steps ([`super::call::run`]), whose gate may start a
+    /// task itself (one following an approval request); the box ends that cycle of future types.
     fn run(self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         Box::pin(self.call())
     }
@@ -455,14 +468,9 @@ impl Run {
             // that a restarted toolhost follows it instead of losing it.
             upstream_task: Some(UpstreamTask { ttl: self.timeout, started: Some(started) }),
         };
-        let following = Following {
-            store: self.tasks.inner.store.clone(),
-            task: self.id.clone(),
-            request: self.follow.clone(),
-            // A request followed again is already kept in the task's row.
-            stage: Mutex::new(if self.follow.is_some() { Stage::Waiting } else { Stage::Before }),
-        };
-        let call = self.door.call_following(&self.caller, request, Some(&following));
+        // A request followed again is already kept in the task's row.
+        let following = Following::new(self.tasks.inner.store.clone(), self.id.clone(), self.follow.clone());
+        let call = super::call::run(&self.door, &self.caller, request, Some(&following));
         tokio::pin!(call);
         let (mut upstream, mut told_once) = (false, false);
         let mut last_progress: Option<tokio::time::Instant> = None;
@@ -500,60 +508,6 @@ impl Run {
             Stage::Before => Left::NotSent,
         };
         finish(&self.tasks, &self.id, &self.call.tool.qualified(), result, left).await;
-    }
-}
-
-/// Where a task's call is, as far as the next start needs to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Nothing sent, nothing to follow.
-    Before,
-    /// Waiting for the approval request kept in the task's row: nothing sent.
-    Waiting,
-    /// Handed to this generation of its server: it may run from here.
-    Sent(u64),
-}
-
-/// What the door tells a task's call as it goes, each step kept in the task's row first, and
-/// the approval request it follows (after a restart: by id, as the caller that asked is not
-/// there to be matched again).
-pub(super) struct Following {
-    store: Store,
-    task: String,
-    pub(super) request: Option<String>,
-    stage: Mutex<Stage>,
-}
-
-impl Following {
-    /// The call waits for approval request `id`: kept, so that the next start follows it again.
-    pub(super) async fn waiting(&self, id: &str) {
-        match self.store.tasks().set_approval(&self.task, id).await {
-            Ok(()) => self.set(Stage::Waiting),
-            Err(error) => {
-                tracing::warn!(task = %self.task, %error, "cannot keep the approval request a task waits for: a restart will not follow it");
-            }
-        }
-    }
-
-    /// The call is handed to `generation` of its server. Kept first, or it is not sent: the
-    /// next start must never take a call that may have run for one that did not.
-    ///
-    /// # Errors
-    /// [`CallError::Store`]: not kept, not sent.
-    pub(super) async fn sending(&self, generation: u64) -> Result<(), CallError> {
-        self.store.tasks().set_sent(&self.task, generation).await.map_err(|error| {
-            CallError::Store(format!("cannot record that task {} sends its call, so it was not sent: {error}", self.task))
-        })?;
-        self.set(Stage::Sent(generation));
-        Ok(())
-    }
-
-    fn set(&self, stage: Stage) {
-        *self.stage.lock().unwrap_or_else(PoisonError::into_inner) = stage;
-    }
-
-    fn stage(&self) -> Stage {
-        *self.stage.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -427,3 +427,67 @@ async fn an_entry_never_approves_its_own_request_with_another_of_its_tokens() {
     client(&app).await.decide_approval(approve(&id)).await.unwrap();
     app.shutdown().await;
 }
+
+/// Every exit of a call leaves exactly one audit record, with its outcome, written by the
+/// call's one record step: a call refused by its policy (`denied`), a stale one, one waiting
+/// for approval (`approval_pending`, beside the request's and its follower task's events), one
+/// past its entry's rate, and one that ran. Read from the store, behind a marker call of the
+/// operator's (the trail is written in order, so once the marker is stored all before it are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exit_of_a_call_leaves_exactly_one_audit_record_with_its_outcome() {
+    let dir = TestDir::new();
+    std::fs::write(dir.path("bot.token"), BOT_TOKEN).unwrap();
+    let script = dir.script("demo", json!({}));
+    let uid = std::fs::metadata(dir.path("")).unwrap().uid();
+    let sections = format!(
+        "[approvals]\nanswer_after = \"1s\"\n\
+         [access]\n[[access.agents]]\nname = \"bot\"\ntokens = [\"${{file:{}}}\"]\nallow = [\"demo__echo\", \"demo__add\"]\n\
+         approve = [\"demo__add\"]\nrate = {{ calls = 2, per = \"1h\", burst = 2 }}\n\
+         [[access.agents]]\nname = \"operator\"\nuids = [{uid}]\nallow = [\"*\"]\nadmin = true\n",
+        dir.path("bot.token").display()
+    );
+    let app = start(dir.config_with(&sections, &server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
+    let mut bot = agent_client(&app, BOT_TOKEN).await;
+
+    bot.call_tool(echo("ran")).await.expect("a call within the rate runs");
+    let denied = pb::CallToolRequest { qualified_name: "demo__sleep".into(), ..Default::default() };
+    assert_eq!(error_info(&bot.call_tool(denied).await.unwrap_err()).0, "UNKNOWN_TOOL", "refused as missing");
+    let stale = pb::CallToolRequest { expected_definition_hash: "0".repeat(64), ..echo("stale") };
+    assert_eq!(error_info(&bot.call_tool(stale).await.unwrap_err()).0, "STALE_TOOL_CHANGED");
+    let add = pb::CallToolRequest { qualified_name: "demo__add".into(), arguments_json: r#"{"a":1,"b":2}"#.into(), ..Default::default() };
+    let pending = bot.call_tool(with_timeout(add, Duration::from_secs(60))).await.unwrap_err();
+    let (reason, details) = error_info(&pending);
+    assert_eq!(reason, "APPROVAL_PENDING", "{pending:?}");
+    assert_eq!(error_info(&bot.call_tool(echo("limited")).await.unwrap_err()).0, "RATE_LIMITED");
+    client(&app).await.call_tool(echo("marker")).await.expect("the operator's marker call");
+
+    let mut operator = client(&app).await;
+    let records = eventually("the marker call's record", async || {
+        let request = pb::QueryAuditRequest { limit: 100, ..Default::default() };
+        let records = operator.query_audit(request).await.unwrap().into_inner().records;
+        if records.iter().any(|record| record.agent == "operator" && record.qualified_name == "demo__echo") {
+            Ok(records)
+        } else {
+            Err(format!("{records:#?}"))
+        }
+    })
+    .await;
+    let of = |name: &str| {
+        let mut outcomes: Vec<String> = records
+            .iter()
+            .filter(|record| record.agent == "bot" && record.qualified_name == name)
+            .map(|record| record.outcome.clone())
+            .collect();
+        outcomes.sort();
+        outcomes
+    };
+    assert_eq!(of("demo__echo"), ["ok", "rate_limited", "stale_tool:changed_since_listed"], "{records:#?}");
+    assert_eq!(of("demo__sleep"), ["denied"], "{records:#?}");
+    let (id, task) = (&details["approval_id"], &details["task_id"]);
+    let mut expected = vec!["approval_pending".to_owned(), format!("approval_requested:{id}"), format!("task_started:{task}")];
+    expected.sort();
+    assert_eq!(of("demo__add"), expected, "one record of the call, one of each event: {records:#?}");
+    assert_eq!(records.iter().filter(|record| record.agent == "bot").count(), 7, "{records:#?}");
+    app.shutdown().await;
+}
