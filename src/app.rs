@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod listening;
+#[cfg(test)]
+mod owned_tasks;
 
 use crate::access::Access;
 use crate::api::{self, ApiParts, ApiStartError};
@@ -95,6 +97,61 @@ pub struct App {
     _fleet_gauges: Option<crate::fleet::gauges::FleetGauges>,
 }
 
+/// Every front's listeners, bound before the store opens or a server starts: a taken port
+/// fails the start at once. In the order they start serving.
+async fn bind_fronts(config: &Config) -> Result<Vec<(Front, Vec<BoundAddr>, listening::Bound)>, StartError> {
+    let (grpc_addrs, grpc) = api::bind(&config.grpc.listen).await?;
+    let (mcp_addrs, mcp) = endpoint::bind(&config.mcp.listen).await?;
+    let (console_addrs, console) = console::bind(&config.console.listen).await?;
+    Ok(vec![
+        (Front::Grpc, grpc_addrs, listening::Bound::Grpc(grpc)),
+        (Front::Console, console_addrs, listening::Bound::Console(console)),
+        (Front::Mcp, mcp_addrs, listening::Bound::Mcp(mcp)),
+    ])
+}
+
+/// Serves what [`bind_fronts`] bound, each listener under its configuration.
+fn serve_fronts(fronts: &mut listening::Fronts, config: &Config, bound: Vec<(Front, Vec<BoundAddr>, listening::Bound)>) {
+    for (front, addrs, listeners) in bound {
+        let (configs, what) = match front {
+            Front::Grpc => (&config.grpc.listen, "serving the gRPC API"),
+            Front::Console => (&config.console.listen, "serving the operator console"),
+            Front::Mcp => (&config.mcp.listen, "serving the MCP endpoint"),
+        };
+        for addr in &addrs {
+            tracing::info!(?addr, "{what}");
+        }
+        fronts.serve_bound(front, configs, addrs, listeners);
+    }
+}
+
+/// How much of the catalog the store gave back, and how long that took.
+fn log_stored_catalog(registry: &Registry, started: std::time::Instant) {
+    let snapshot = registry.snapshot();
+    let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation()).map(|g| g.tools.len()).sum();
+    tracing::info!(
+        servers = snapshot.servers.len(),
+        tools = stored_tools,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "stored catalog loaded"
+    );
+}
+
+/// The fleet store's link, when configured: it runs beside everything else, never in front of
+/// it (serving does not wait for PostgreSQL, now or ever).
+fn start_fleet(
+    config: &Config,
+    parts: FleetParts,
+    background: &TaskTracker,
+    cancel: &CancellationToken,
+) -> (Option<Fleet>, Option<crate::fleet::gauges::FleetGauges>) {
+    let Some(fleet_config) = config.fleet.clone() else { return (None, None) };
+    let fleet = Fleet::new(fleet_config, &config.servers);
+    let gauges = crate::fleet::gauges::register(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone());
+    background.spawn(fleet.clone().run(parts, cancel.clone()));
+    (Some(fleet), Some(gauges))
+}
+
 // === impl App ===
 
 impl App {
@@ -117,9 +174,7 @@ impl App {
         let started = std::time::Instant::now();
         // Before anything is bound or spawned: a second daemon on this store stops here.
         let instance = InstanceLock::acquire(&config.store.path)?;
-        let (grpc_addrs, listeners) = api::bind(&config.grpc.listen).await?;
-        let (mcp_addrs, mcp_listeners) = endpoint::bind(&config.mcp.listen).await?;
-        let (console_addrs, console_listeners) = console::bind(&config.console.listen).await?;
+        let bound = bind_fronts(&config).await?;
         let store = Store::open(&config.store.path, config.store.history_generations).await?;
         let reaper = Arc::new(match &options.reaper_program {
             Some(program) => Reaper::spawn(program).map_err(StartError::Reaper)?,
@@ -130,14 +185,7 @@ impl App {
         let gauges = crate::supervisor::gauges::register(&opentelemetry::global::meter(crate::telemetry::SCOPE), registry.clone());
         let store_gauge = metrics::register_store_gauge(&opentelemetry::global::meter(crate::telemetry::SCOPE), store.watch_degraded());
         let mut supervisor = Supervisor::load(&config.servers, store.clone(), registry.clone(), reaper.clone(), metrics.clone()).await?;
-        let snapshot = registry.snapshot();
-        let stored_tools: usize = snapshot.servers.values().filter_map(|v| v.generation()).map(|g| g.tools.len()).sum();
-        tracing::info!(
-            servers = snapshot.servers.len(),
-            tools = stored_tools,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "stored catalog loaded"
-        );
+        log_stored_catalog(&registry, started);
         let calls = Calls::new(registry.clone(), store.clone(), supervisor.refresher(), metrics.clone());
         let access = Arc::new(Access::new(&config.access));
         let background = TaskTracker::new();
@@ -155,16 +203,8 @@ impl App {
         if let Err(error) = door.recover_tasks().await {
             tracing::warn!(%error, "cannot settle the tasks a previous daemon left running");
         }
-        // The fleet store's link runs beside everything else, never in front of it: serving
-        // does not wait for PostgreSQL, now or ever.
-        let fleet = config.fleet.clone().map(|fleet_config| Fleet::new(fleet_config, &config.servers));
-        let fleet_gauges = fleet
-            .as_ref()
-            .map(|fleet| crate::fleet::gauges::register(&opentelemetry::global::meter(crate::telemetry::SCOPE), fleet.clone()));
-        if let Some(fleet) = &fleet {
-            let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
-            background.spawn(fleet.clone().run(parts, background_cancel.clone()));
-        }
+        let parts = FleetParts { store: store.clone(), registry: registry.clone(), approver: supervisor.approver() };
+        let (fleet, fleet_gauges) = start_fleet(&config, parts, &background, &background_cancel);
         let (reload_tx, reload_asks) = tokio::sync::mpsc::channel(RELOAD_ASKS);
         let operator = Operator::new(
             registry.clone(),
@@ -189,18 +229,7 @@ impl App {
             mcp: Default::default(),
             consoles: Default::default(),
         };
-        for addr in &grpc_addrs {
-            tracing::info!(?addr, "serving the gRPC API");
-        }
-        fronts.serve_bound(Front::Grpc, &config.grpc.listen, grpc_addrs, listening::Bound::Grpc(listeners));
-        for addr in &console_addrs {
-            tracing::info!(?addr, "serving the operator console");
-        }
-        fronts.serve_bound(Front::Console, &config.console.listen, console_addrs, listening::Bound::Console(console_listeners));
-        for addr in &mcp_addrs {
-            tracing::info!(?addr, "serving the MCP endpoint");
-        }
-        fronts.serve_bound(Front::Mcp, &config.mcp.listen, mcp_addrs, listening::Bound::Mcp(mcp_listeners));
+        serve_fronts(&mut fronts, &config, bound);
         let notifier = Arc::new(options.notifier);
         background.spawn(report_status(registry, notifier.clone(), background_cancel.clone()));
         if let Some(interval) = systemd::watchdog_interval() {

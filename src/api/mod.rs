@@ -46,7 +46,7 @@ pub enum ApiStartError {
     #[error("cannot build the reflection service: {0}")]
     Reflection(String),
     #[error("TLS for {addr}: {problem}")]
-    Tls { addr: String, problem: String },
+    Tls { addr: String, problem: tls::TlsError },
 }
 
 enum Bound {

@@ -6,12 +6,13 @@
 //! a client that stalls its handshake holds up nobody else.
 
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,6 +22,27 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::door::model::{TlsFiles, TlsPeerInfo};
+
+/// Why a listener's TLS configuration could not be made from its files; each names its file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read certificates from {}: {source}", path.display())]
+    ReadCertificates { path: PathBuf, source: pem::Error },
+    #[error("cannot read a private key from {}: {source}", path.display())]
+    ReadKey { path: PathBuf, source: pem::Error },
+    #[error("TLS setup failed: {0}")]
+    Setup(rustls::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: pem::Error },
+    #[error("bad certificate in {}: {source}", path.display())]
+    BadCertificate { path: PathBuf, source: pem::Error },
+    #[error("unusable certificate in {}: {source}", path.display())]
+    Unusable { path: PathBuf, source: rustls::Error },
+    #[error("cannot use {} as the client CA: {source}", path.display())]
+    ClientCa { path: PathBuf, source: rustls::server::VerifierBuilderError },
+    #[error("{}: {source}", path.display())]
+    Certificate { path: PathBuf, source: rustls::Error },
+}
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HANDSHAKES: usize = 256;
@@ -35,32 +57,31 @@ pub(crate) struct TlsConnection {
 ///
 /// # Errors
 /// A message naming the file that could not be used.
-pub(crate) fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, String> {
+pub(crate) fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .and_then(Iterator::collect)
-        .map_err(|err| format!("cannot read certificates from {}: {err}", files.cert.display()))?;
-    let key =
-        PrivateKeyDer::from_pem_file(&files.key).map_err(|err| format!("cannot read a private key from {}: {err}", files.key.display()))?;
+        .map_err(|source| TlsError::ReadCertificates { path: files.cert.clone(), source })?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| TlsError::ReadKey { path: files.key.clone(), source })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|err| format!("TLS setup failed: {err}"))?;
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(TlsError::Setup)?;
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(path).map_err(|err| format!("cannot read {}: {err}", path.display()))? {
-                let cert = cert.map_err(|err| format!("bad certificate in {}: {err}", path.display()))?;
-                roots.add(cert).map_err(|err| format!("unusable certificate in {}: {err}", path.display()))?;
+            let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read { path: path.clone(), source })?;
+            for cert in certs {
+                let cert = cert.map_err(|source| TlsError::BadCertificate { path: path.clone(), source })?;
+                roots.add(cert).map_err(|source| TlsError::Unusable { path: path.clone(), source })?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
-                .map_err(|err| format!("cannot use {} as the client CA: {err}", path.display()))?;
+                .map_err(|source| TlsError::ClientCa { path: path.clone(), source })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder.with_single_cert(certs, key).map_err(|err| format!("{}: {err}", files.cert.display()))?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|source| TlsError::Certificate { path: files.cert.clone(), source })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

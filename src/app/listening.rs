@@ -238,15 +238,26 @@ impl Bound {
     }
 }
 
+/// Why a reload could not open a listener.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OpenError {
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiStartError),
+    #[error(transparent)]
+    Bind(#[from] crate::listen::BindError),
+    #[error("nothing was bound")]
+    Nothing,
+}
+
 /// Binds one listener for `front`.
-async fn bind(front: Front, listener: &Listener) -> Result<(BoundAddr, Bound), String> {
+async fn bind(front: Front, listener: &Listener) -> Result<(BoundAddr, Bound), OpenError> {
     let one = std::slice::from_ref(listener);
     let (addrs, bound) = match front {
-        Front::Grpc => crate::api::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Grpc(bound))).map_err(|e| e.to_string())?,
-        Front::Mcp => endpoint::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Mcp(bound))).map_err(|e| e.to_string())?,
-        Front::Console => console::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Console(bound))).map_err(|e| e.to_string())?,
+        Front::Grpc => crate::api::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Grpc(bound)))?,
+        Front::Mcp => endpoint::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Mcp(bound)))?,
+        Front::Console => console::bind(one).await.map(|(addrs, bound)| (addrs, Bound::Console(bound)))?,
     };
-    let addr = addrs.into_iter().next().ok_or_else(|| "nothing was bound".to_owned())?;
+    let addr = addrs.into_iter().next().ok_or(OpenError::Nothing)?;
     Ok((addr, bound))
 }
 

@@ -35,6 +35,31 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The longest a connection, a write or an export may take before the sink counts as failed.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a batch did not reach its sink (it waits in the store for the next try).
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("no progress within {:?}", EXCHANGE_TIMEOUT)]
+    Stalled,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls_client::TlsError),
+    #[error("{0:?} is not a name TLS can check")]
+    NotATlsName(String),
+    #[error("{0}")]
+    Endpoint(tonic::transport::Error),
+    /// The collector cannot be reached: the error and its causes.
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("the collector answered {:?}: {}", .0.code(), .0.message())]
+    Rejected(Box<tonic::Status>),
+    /// A sink and a payload or connection of another kind (a bug, said rather than panicked).
+    #[error("{0}")]
+    Mismatch(&'static str),
+}
+
 /// Follows the trail into `sink` until `cancel`, counting what it sent and what it lost.
 pub async fn run(store: Store, sink: AuditExport, metrics: Metrics, cancel: CancellationToken) {
     let cursor_key = format!("audit.export.{}", sink.name());
@@ -45,7 +70,7 @@ pub async fn run(store: Store, sink: AuditExport, metrics: Metrics, cancel: Canc
         let sent = tokio::select! {
             () = cancel.cancelled() => return,
             sent = tokio::time::timeout(EXCHANGE_TIMEOUT, send_some(&store, &sink, &cursor_key, &mut connection, &metrics)) => {
-                sent.unwrap_or_else(|_| Err(format!("no progress within {EXCHANGE_TIMEOUT:?}")))
+                sent.unwrap_or(Err(ExportError::Stalled))
             }
         };
         let wait = match sent {
@@ -85,23 +110,22 @@ enum Payload {
 }
 
 impl Connection {
-    async fn send(&mut self, payload: Payload) -> Result<(), String> {
-        let io = |error: std::io::Error| error.to_string();
+    async fn send(&mut self, payload: Payload) -> Result<(), ExportError> {
         match (self, payload) {
             (Connection::Unix(stream), Payload::Bytes(bytes)) => {
-                stream.write_all(&bytes).await.map_err(io)?;
-                stream.flush().await.map_err(io)
+                stream.write_all(&bytes).await?;
+                Ok(stream.flush().await?)
             }
             (Connection::Tcp(stream), Payload::Bytes(bytes)) => {
-                stream.write_all(&bytes).await.map_err(io)?;
-                stream.flush().await.map_err(io)
+                stream.write_all(&bytes).await?;
+                Ok(stream.flush().await?)
             }
             (Connection::Tls(stream), Payload::Bytes(bytes)) => {
-                stream.write_all(&bytes).await.map_err(io)?;
-                stream.flush().await.map_err(io)
+                stream.write_all(&bytes).await?;
+                Ok(stream.flush().await?)
             }
             (Connection::Otlp(client), Payload::Logs(request)) => otlp::export(client, request).await,
-            _ => Err("a sink was given a payload of another kind".to_owned()),
+            _ => Err(ExportError::Mismatch("a sink was given a payload of another kind")),
         }
     }
 }
@@ -113,9 +137,9 @@ async fn send_some(
     cursor_key: &str,
     connection: &mut Option<Connection>,
     metrics: &Metrics,
-) -> Result<usize, String> {
-    let cursor = store.fleet().cursor(cursor_key).await.map_err(|error| error.to_string())?;
-    let rows = store.audit().chained_after(cursor, BATCH).await.map_err(|error| error.to_string())?;
+) -> Result<usize, ExportError> {
+    let cursor = store.fleet().cursor(cursor_key).await?;
+    let rows = store.audit().chained_after(cursor, BATCH).await?;
     let Some((first, ..)) = rows.first() else { return Ok(0) };
     let lost = if cursor > 0 { first.saturating_sub(cursor.saturating_add(1)) } else { 0 };
     if lost > 0 {
@@ -124,10 +148,10 @@ async fn send_some(
     let payload = encode(sink, &rows);
     match sink {
         AuditExport::File(path) => {
-            let Payload::Bytes(bytes) = payload else { return Err("a file takes lines".to_owned()) };
-            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(path).await.map_err(|error| error.to_string())?;
-            file.write_all(&bytes).await.map_err(|error| error.to_string())?;
-            file.sync_data().await.map_err(|error| error.to_string())?;
+            let Payload::Bytes(bytes) = payload else { return Err(ExportError::Mismatch("a file takes lines")) };
+            let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(path).await?;
+            file.write_all(&bytes).await?;
+            file.sync_data().await?;
         }
         AuditExport::Unix(_) | AuditExport::Syslog { .. } | AuditExport::Otlp(_) => {
             let stream = match connection {
@@ -138,7 +162,7 @@ async fn send_some(
         }
     }
     let last = rows.last().map_or(cursor, |(id, ..)| *id);
-    store.fleet().set_cursor(cursor_key, last).await.map_err(|error| error.to_string())?;
+    store.fleet().set_cursor(cursor_key, last).await?;
     metrics.record_audit_export(&sink.name(), u64::try_from(rows.len()).unwrap_or(u64::MAX), u64::try_from(lost).unwrap_or(0));
     Ok(rows.len())
 }
@@ -167,22 +191,20 @@ fn encode(sink: &AuditExport, rows: &[Row]) -> Payload {
     Payload::Bytes(text.into_bytes())
 }
 
-async fn connect(sink: &AuditExport) -> Result<Connection, String> {
-    let io = |error: std::io::Error| error.to_string();
+async fn connect(sink: &AuditExport) -> Result<Connection, ExportError> {
     match sink {
-        AuditExport::Unix(path) => Ok(Connection::Unix(tokio::net::UnixStream::connect(path).await.map_err(io)?)),
-        AuditExport::Syslog { addr, tls: None } => Ok(Connection::Tcp(tokio::net::TcpStream::connect(addr.as_str()).await.map_err(io)?)),
+        AuditExport::Unix(path) => Ok(Connection::Unix(tokio::net::UnixStream::connect(path).await?)),
+        AuditExport::Syslog { addr, tls: None } => Ok(Connection::Tcp(tokio::net::TcpStream::connect(addr.as_str()).await?)),
         AuditExport::Syslog { addr, tls: Some(tls) } => {
             let config = crate::tls_client::client_config(tls.ca.as_deref())?;
             let host = addr.rsplit_once(':').map_or(addr.as_str(), |(host, _)| host).trim_start_matches('[').trim_end_matches(']');
-            let name =
-                rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| format!("{host:?} is not a name TLS can check"))?;
-            let stream = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(io)?;
-            let stream = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(io)?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| ExportError::NotATlsName(host.to_owned()))?;
+            let stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
+            let stream = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await?;
             Ok(Connection::Tls(Box::new(stream)))
         }
         AuditExport::Otlp(endpoint) => Ok(Connection::Otlp(otlp::connect(endpoint).await?)),
-        AuditExport::File(_) => Err("a file is not connected to".to_owned()),
+        AuditExport::File(_) => Err(ExportError::Mismatch("a file is not connected to")),
     }
 }
 

@@ -89,18 +89,29 @@ pub fn record(id: i64, record: &AuditRecord, prev_hash: Option<&str>, hash: Opti
     })
 }
 
+/// Why an exported line is not a record the chain covers: the field missing or mistyped.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("no {0}")]
+    NoText(&'static str),
+    #[error("no extensions.{}.{}", EXTENSION, .0)]
+    NoNumber(&'static str),
+    #[error("{0} is neither a string nor null")]
+    NotTextOrNull(&'static str),
+}
+
 /// An exported line read back as the chain sees it, or why it cannot be.
 ///
 /// # Errors
 /// A field the chain covers is missing or of the wrong type.
-pub fn parse(line: &Value) -> Result<ChainRecord, String> {
+pub fn parse(line: &Value) -> Result<ChainRecord, RecordError> {
     let ours = &line["extensions"][EXTENSION];
-    let text = |value: &Value, name: &str| value[name].as_str().map(str::to_owned).ok_or_else(|| format!("no {name}"));
-    let number = |name: &str| ours[name].as_i64().ok_or_else(|| format!("no extensions.{EXTENSION}.{name}"));
-    let optional = |value: &Value, name: &str| match &value[name] {
+    let text = |value: &Value, name: &'static str| value[name].as_str().map(str::to_owned).ok_or(RecordError::NoText(name));
+    let number = |name: &'static str| ours[name].as_i64().ok_or(RecordError::NoNumber(name));
+    let optional = |value: &Value, name: &'static str| match &value[name] {
         Value::Null => Ok(None),
         Value::String(text) => Ok(Some(text.clone())),
-        _ => Err(format!("{name} is neither a string nor null")),
+        _ => Err(RecordError::NotTextOrNull(name)),
     };
     Ok(ChainRecord {
         id: number("record_id")?,

@@ -446,35 +446,7 @@ impl Server {
         }
         match name.as_str() {
             "crash" => std::process::exit(3),
-            "sleep" => {
-                let millis = arguments.get("ms").and_then(Value::as_u64).unwrap_or(1000);
-                let out = self.out.clone();
-                let calls_file = self.script.calls_file.clone();
-                // With a progress token, one progress notification halfway through.
-                let progress_token = params.pointer("/_meta/progressToken").cloned();
-                let until = arguments.get("until").and_then(Value::as_str).map(str::to_owned);
-                append(calls_file.as_deref(), &format!("start {id}"));
-                // When to tell the progress, and what (a test may make it hostile).
-                let halfway = arguments.get("progress_after_ms").and_then(Value::as_u64).unwrap_or(millis / 2).min(millis);
-                let message = arguments.get("message").and_then(Value::as_str).unwrap_or("halfway").to_owned();
-                std::thread::spawn(move || {
-                    if let Some(until) = &until {
-                        // Until the test says so: opening a named pipe for reading blocks until
-                        // its writer opens it (the test's event), no clock involved.
-                        let _ = std::fs::File::open(until);
-                    } else if let Some(token) = progress_token {
-                        std::thread::sleep(Duration::from_millis(halfway));
-                        let params = json!({"progressToken": token, "progress": 1, "total": 2, "message": message});
-                        write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
-                        std::thread::sleep(Duration::from_millis(millis - halfway));
-                    } else {
-                        std::thread::sleep(Duration::from_millis(millis));
-                    }
-                    append(calls_file.as_deref(), &format!("end {id}"));
-                    let result = json!({"content": [{"type": "text", "text": format!("slept {millis} ms")}]});
-                    write_line(&out, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
-                });
-            }
+            "sleep" => self.sleep(id, params, &arguments),
             "fail" => self.respond(id, Ok(json!({"content": [{"type": "text", "text": "the tool failed, as asked"}], "isError": true}))),
             // Writes `content` to `path`; a refusal is a tool error in the OS's words, as a
             // filesystem server says it.
@@ -504,26 +476,7 @@ impl Server {
                 let name = arguments.get("name").and_then(Value::as_str).unwrap_or("there");
                 self.respond(id, Ok(json!({"content": [{"type": "text", "text": format!("Hello, {name}!")}]})));
             }
-            "slow_compute" | "failing_job" | "protocol_error_job" => {
-                let millis = match name.as_str() {
-                    "slow_compute" => arguments.get("seconds").and_then(Value::as_f64).map_or(1000, |s| (s.max(0.0) * 1000.0) as u64),
-                    _ => 1000,
-                };
-                let out = self.out.clone();
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(millis));
-                    let line = match name.as_str() {
-                        "slow_compute" => {
-                            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": format!("computed in {millis} ms")}]}})
-                        }
-                        "failing_job" => {
-                            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "the job failed"}], "isError": true}})
-                        }
-                        _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "the job broke"}}),
-                    };
-                    write_line(&out, &line.to_string());
-                });
-            }
+            "slow_compute" | "failing_job" | "protocol_error_job" => self.job(id, &name, &arguments),
             "test_tool_with_progress" => {
                 if let Some(token) = params.pointer("/_meta/progressToken") {
                     for progress in [0, 50, 100] {
@@ -544,6 +497,61 @@ impl Server {
                 self.respond(id, Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": arguments})));
             }
         }
+    }
+
+    /// `sleep`: answers after `ms` (or once the pipe `until` opens), from a thread, so that
+    /// other calls are answered meanwhile; with a progress token, one progress notification
+    /// halfway through.
+    fn sleep(&self, id: Value, params: &Value, arguments: &Value) {
+        let millis = arguments.get("ms").and_then(Value::as_u64).unwrap_or(1000);
+        let out = self.out.clone();
+        let calls_file = self.script.calls_file.clone();
+        // With a progress token, one progress notification halfway through.
+        let progress_token = params.pointer("/_meta/progressToken").cloned();
+        let until = arguments.get("until").and_then(Value::as_str).map(str::to_owned);
+        append(calls_file.as_deref(), &format!("start {id}"));
+        // When to tell the progress, and what (a test may make it hostile).
+        let halfway = arguments.get("progress_after_ms").and_then(Value::as_u64).unwrap_or(millis / 2).min(millis);
+        let message = arguments.get("message").and_then(Value::as_str).unwrap_or("halfway").to_owned();
+        std::thread::spawn(move || {
+            if let Some(until) = &until {
+                // Until the test says so: opening a named pipe for reading blocks until
+                // its writer opens it (the test's event), no clock involved.
+                let _ = std::fs::File::open(until);
+            } else if let Some(token) = progress_token {
+                std::thread::sleep(Duration::from_millis(halfway));
+                let params = json!({"progressToken": token, "progress": 1, "total": 2, "message": message});
+                write_line(&out, &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
+                std::thread::sleep(Duration::from_millis(millis - halfway));
+            } else {
+                std::thread::sleep(Duration::from_millis(millis));
+            }
+            append(calls_file.as_deref(), &format!("end {id}"));
+            let result = json!({"content": [{"type": "text", "text": format!("slept {millis} ms")}]});
+            write_line(&out, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+        });
+    }
+
+    /// The conformance suite's slow jobs: answered from a thread after a while.
+    fn job(&self, id: Value, name: &str, arguments: &Value) {
+        let millis = match name {
+            "slow_compute" => arguments.get("seconds").and_then(Value::as_f64).map_or(1000, |s| (s.max(0.0) * 1000.0) as u64),
+            _ => 1000,
+        };
+        let (out, name) = (self.out.clone(), name.to_owned());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(millis));
+            let line = match name.as_str() {
+                "slow_compute" => {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": format!("computed in {millis} ms")}]}})
+                }
+                "failing_job" => {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "the job failed"}], "isError": true}})
+                }
+                _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "the job broke"}}),
+            };
+            write_line(&out, &line.to_string());
+        });
     }
 
     fn respond(&self, id: Value, reply: Result<Value, (i64, String)>) {

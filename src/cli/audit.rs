@@ -49,6 +49,50 @@ pub enum AuditAction {
     },
 }
 
+/// Why `toolhost audit` gave no verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditCliError {
+    #[error("{flag}: {text:?} is before 1970")]
+    Before1970 { flag: &'static str, text: String },
+    #[error("{flag}: {text:?} is neither a time (2026-12-01T00:00:00Z) nor a time ago (24h): {source}")]
+    NotATime { flag: &'static str, text: String, source: crate::config::DurationError },
+    #[error("--from is after --to")]
+    FromAfterTo,
+    #[error("name the daemon's --config (or the --store file)")]
+    NoStore,
+    #[error("name the daemon's --config: its [fleet] names the fleet store")]
+    NoFleetConfig,
+    #[error("the configuration has no [fleet]")]
+    NoFleet,
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("no audit key at {} (the daemon makes it at its first start; or name one with --public-key)", .0.display())]
+    NoKey(PathBuf),
+    #[error(transparent)]
+    Key(#[from] audit_chain::KeyError),
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {}: {source}", path.display())]
+    Store { path: PathBuf, source: sqlx::Error },
+    #[error("{} does not hold a public key (64 hex digits)", .0.display())]
+    NotAPublicKey(PathBuf),
+    #[error("{} line {line}: not JSON: {source}", path.display())]
+    NotJson { path: PathBuf, line: usize, source: serde_json::Error },
+    #[error("{} line {line}: {source}", path.display())]
+    NotARecord { path: PathBuf, line: usize, source: crate::audit::format::RecordError },
+    #[error("{0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
+    #[error(transparent)]
+    Daemon(#[from] super::ClientError),
+}
+
+/// A runtime for the work that needs one (the store, the fleet store, the daemon).
+fn runtime() -> Result<tokio::runtime::Runtime, AuditCliError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(AuditCliError::Runtime)
+}
+
 /// Runs `action`, printing to stdout; the exit code.
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 pub fn run(action: AuditAction) -> ExitCode {
@@ -78,50 +122,51 @@ pub fn run(action: AuditAction) -> ExitCode {
 }
 
 /// `--from` and `--to` as a span of record times.
-fn span(from: Option<&str>, to: Option<&str>) -> Result<Span, String> {
-    let at = |flag: &str, text: &str| -> Result<i64, String> {
+fn span(from: Option<&str>, to: Option<&str>) -> Result<Span, AuditCliError> {
+    let at = |flag: &'static str, text: &str| -> Result<i64, AuditCliError> {
         if let Ok(time) = humantime::parse_rfc3339_weak(text) {
-            let since_epoch = time.duration_since(std::time::UNIX_EPOCH).map_err(|_| format!("{flag}: {text:?} is before 1970"))?;
+            let since_epoch =
+                time.duration_since(std::time::UNIX_EPOCH).map_err(|_| AuditCliError::Before1970 { flag, text: text.to_owned() })?;
             return Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX));
         }
         let ago = crate::config::parse_duration(text, std::time::Duration::from_secs(3650 * 24 * 3600))
-            .map_err(|problem| format!("{flag}: {text:?} is neither a time (2026-12-01T00:00:00Z) nor a time ago (24h): {problem}"))?;
+            .map_err(|source| AuditCliError::NotATime { flag, text: text.to_owned(), source })?;
         Ok(crate::catalog::record::now_ms().saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
     };
     let span = Span { from_ms: from.map(|text| at("--from", text)).transpose()?, to_ms: to.map(|text| at("--to", text)).transpose()? };
     if let (Some(from), Some(to)) = (span.from_ms, span.to_ms)
         && from > to
     {
-        return Err("--from is after --to".to_owned());
+        return Err(AuditCliError::FromAfterTo);
     }
     Ok(span)
 }
 
 /// The configuration (unless `--store` names the file alone) and the store's path.
-fn load(config: Option<&Path>, store: Option<PathBuf>) -> Result<(Option<crate::config::Config>, PathBuf), String> {
+fn load(config: Option<&Path>, store: Option<PathBuf>) -> Result<(Option<crate::config::Config>, PathBuf), AuditCliError> {
     if let Some(store) = store {
         return Ok((None, store));
     }
-    let path = config.ok_or("name the daemon's --config (or the --store file)")?;
-    let config = crate::config::Config::load(path).map_err(|error| error.to_string())?;
+    let path = config.ok_or(AuditCliError::NoStore)?;
+    let config = crate::config::Config::load(path)?;
     let store = config.store.path.clone();
     Ok((Some(config), store))
 }
 
 /// The signing key as the configuration places it (else beside the store); never made here: a
 /// key that is not there yet is the daemon's to make.
-fn signing_key(config: Option<&crate::config::Config>, store: &Path) -> Result<ed25519_dalek::SigningKey, String> {
+fn signing_key(config: Option<&crate::config::Config>, store: &Path) -> Result<ed25519_dalek::SigningKey, AuditCliError> {
     let path = match config {
         Some(config) => config.audit.key_place(store).path,
         None => store.parent().unwrap_or(Path::new(".")).join("audit.key"),
     };
     if !path.exists() {
-        return Err(format!("no audit key at {} (the daemon makes it at its first start; or name one with --public-key)", path.display()));
+        return Err(AuditCliError::NoKey(path));
     }
-    audit_chain::load_or_make_key(&path, false)
+    Ok(audit_chain::load_or_make_key(&path, false)?)
 }
 
-fn key(config: Option<&Path>, store: Option<PathBuf>) -> Result<(String, ExitCode), String> {
+fn key(config: Option<&Path>, store: Option<PathBuf>) -> Result<(String, ExitCode), AuditCliError> {
     let (config, store) = load(config, store)?;
     Ok((audit_chain::public_key_text(&signing_key(config.as_ref(), &store)?), ExitCode::SUCCESS))
 }
@@ -135,41 +180,40 @@ struct Found {
     fleet_problem: Option<String>,
 }
 
-fn verify(config: Option<&Path>, store: Option<PathBuf>, public_key: Option<&Path>, span: Span) -> Result<Found, String> {
+fn verify(config: Option<&Path>, store: Option<PathBuf>, public_key: Option<&Path>, span: Span) -> Result<Found, AuditCliError> {
     let (loaded, store) = load(config, store)?;
     let key = match public_key {
         Some(path) => read_public_key(path)?,
         None => signing_key(loaded.as_ref(), &store)?.verifying_key(),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         // This host's checkpoints as the fleet store kept them, when it ships its audit there.
         let fleet = loaded.as_ref().and_then(|config| config.fleet.as_ref()).filter(|fleet| fleet.share_audit);
         let (kept, fleet_problem) = match fleet {
             Some(fleet) => match fleet_checkpoints(fleet).await {
                 Ok(kept) => (Some(kept), None),
-                Err(problem) => (None, Some(problem)),
+                Err(problem) => (None, Some(problem.to_string())),
             },
             None => (None, None),
         };
         let verdict = audit_chain::verify(&store, &key, span, kept.as_deref().unwrap_or_default())
             .await
-            .map_err(|error| format!("cannot read {}: {error}", store.display()))?;
+            .map_err(|source| AuditCliError::Store { path: store.clone(), source })?;
         let kept_by_fleet = kept.map(|kept| u64::try_from(kept.len()).unwrap_or(u64::MAX));
         Ok(Found { host_id: None, verdict, kept_by_fleet, fleet_problem })
     })
 }
 
-async fn fleet_checkpoints(fleet: &crate::config::FleetConfig) -> Result<Vec<audit_chain::CheckpointRecord>, String> {
-    let pool = crate::fleet::schema::connect(fleet).await.map_err(|error| error.to_string())?;
-    let kept = crate::fleet::verify::checkpoints_of(&pool, &fleet.host_id).await.map_err(|error| error.to_string());
+async fn fleet_checkpoints(fleet: &crate::config::FleetConfig) -> Result<Vec<audit_chain::CheckpointRecord>, crate::fleet::FleetError> {
+    let pool = crate::fleet::schema::connect(fleet).await?;
+    let kept = crate::fleet::verify::checkpoints_of(&pool, &fleet.host_id).await;
     pool.close().await;
     kept
 }
 
-fn read_public_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    audit_chain::parse_public_key(&text).ok_or_else(|| format!("{} does not hold a public key (64 hex digits)", path.display()))
+fn read_public_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, AuditCliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| AuditCliError::Read { path: path.to_path_buf(), source })?;
+    audit_chain::parse_public_key(&text).ok_or_else(|| AuditCliError::NotAPublicKey(path.to_path_buf()))
 }
 
 /// The verdicts in words (or JSON), and exit 1 when any is broken.
@@ -244,32 +288,36 @@ fn as_json(found: &Found) -> serde_json::Value {
 
 /// `--export`: an exported trail, line by line; its first record's link is taken as given (the
 /// sink may have joined after the chain began), and checkpoints are not exported.
-fn verify_export(path: &Path) -> Result<Found, String> {
+fn verify_export(path: &Path) -> Result<Found, AuditCliError> {
     use std::io::BufRead;
-    let file = std::fs::File::open(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let read = |source| AuditCliError::Read { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(read)?;
     let mut records = Vec::new();
     for (idx, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let line = line.map_err(read)?;
         if line.trim().is_empty() {
             continue;
         }
         let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|error| format!("{} line {}: not JSON: {error}", path.display(), idx + 1))?;
-        records.push(crate::audit::format::parse(&value).map_err(|problem| format!("{} line {}: {problem}", path.display(), idx + 1))?);
+            serde_json::from_str(&line).map_err(|source| AuditCliError::NotJson { path: path.to_path_buf(), line: idx + 1, source })?;
+        let record = crate::audit::format::parse(&value).map_err(|source| AuditCliError::NotARecord {
+            path: path.to_path_buf(),
+            line: idx + 1,
+            source,
+        })?;
+        records.push(record);
     }
     let verdict = audit_chain::check(audit_chain::Chain { anchor: None, records: &records, to_head: false }, &[], None);
     Ok(Found { host_id: None, verdict, kept_by_fleet: None, fleet_problem: None })
 }
 
 /// `--fleet`: every host's shipped chain.
-fn fleet_hosts(config: Option<&Path>) -> Result<Vec<Found>, String> {
-    let config = crate::config::Config::load(config.ok_or("name the daemon's --config: its [fleet] names the fleet store")?)
-        .map_err(|error| error.to_string())?;
-    let fleet = config.fleet.ok_or("the configuration has no [fleet]")?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
-    let verdicts = runtime.block_on(async {
-        let pool = crate::fleet::schema::connect(&fleet).await.map_err(|error| error.to_string())?;
-        let verdicts = crate::fleet::verify::every_host(&pool).await.map_err(|error| error.to_string());
+fn fleet_hosts(config: Option<&Path>) -> Result<Vec<Found>, AuditCliError> {
+    let config = crate::config::Config::load(config.ok_or(AuditCliError::NoFleetConfig)?)?;
+    let fleet = config.fleet.ok_or(AuditCliError::NoFleet)?;
+    let verdicts = runtime()?.block_on(async {
+        let pool = crate::fleet::schema::connect(&fleet).await?;
+        let verdicts = crate::fleet::verify::every_host(&pool).await;
         pool.close().await;
         verdicts
     })?;
@@ -280,9 +328,8 @@ fn fleet_hosts(config: Option<&Path>) -> Result<Vec<Found>, String> {
 }
 
 /// `--daemon`: the daemon checks its own store (and the fleet's copy of its checkpoints).
-fn through_daemon(options: &super::ClientOptions, span: Span) -> Result<Found, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
-    let response = runtime.block_on(super::verify_audit(options, span)).map_err(|error| error.to_string())?;
+fn through_daemon(options: &super::ClientOptions, span: Span) -> Result<Found, AuditCliError> {
+    let response = runtime()?.block_on(super::verify_audit(options, span))?;
     let verdict = match response.intact {
         true => Verdict::Intact {
             records: response.records,

@@ -92,60 +92,10 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
             );
         }
         // (A program found nowhere is said once, above: its sandbox cannot be planned either.)
-        if let crate::config::Transport::Stdio(stdio) = &spec.transport
+        if let Transport::Stdio(stdio) = &spec.transport
             && program_found
         {
-            match crate::upstream::sandbox_check(stdio) {
-                Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
-                Ok(line) | Err(line) => report.warn(Some(name), line),
-            }
-            if let Some(reach) = crate::upstream::reach_summary(stdio) {
-                report.note(Some(name), reach);
-            }
-            if let Some(hint) = crate::upstream::launcher_warning(stdio) {
-                report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
-            }
-            // A grant of a path that is not there shows nothing: most likely a typo.
-            if stdio.sandbox.enabled {
-                let grants =
-                    stdio.sandbox.read.iter().map(|path| ("read", path)).chain(stdio.sandbox.write.iter().map(|path| ("write", path)));
-                for (key, path) in grants.filter(|(_, path)| !path.exists()) {
-                    report.warn(Some(name), format!("{key} grant {} does not exist: the sandbox shows nothing there", path.display()));
-                }
-            }
-            for (key, shown) in crate::upstream::wide_grants(stdio) {
-                report.warn(
-                    Some(name),
-                    format!(
-                        "{key} {} shows the server all of that directory (a top-level directory, a home or one of its \
-                         dot-directories: other programs' files and credentials); grant the directory it needs",
-                        shown.display()
-                    ),
-                );
-            }
-            for (grant, fix) in crate::upstream::unwritable_write_grants(stdio) {
-                report.warn(
-                    Some(name),
-                    format!(
-                        "write grant {} is not writable by the sandbox's user (uid {}: a root daemon never runs a server as \
-                         root), so every write there is refused: {fix}",
-                        grant.display(),
-                        crate::sandbox::SANDBOX_ID
-                    ),
-                );
-            }
-            if stdio.sandbox.enabled {
-                for file in crate::upstream::private_files_in_write_grants(stdio) {
-                    report.warn(
-                        Some(name),
-                        format!(
-                            "{} is toolhost's and lies in a directory this server may write: it is masked, but once it is replaced \
-                             by rename (an editor, a rotation) a running server sees the new one; keep it out of write grants",
-                            file.display()
-                        ),
-                    );
-                }
-            }
+            sandbox_findings(name, stdio, &mut report);
         }
     }
     policy_findings(&config, &mut report);
@@ -158,28 +108,88 @@ pub async fn check(path: &Path, probe: bool) -> Result<Report, crate::config::Co
         served_policy_findings(&config, &served, &mut report);
     }
     if let Some(fleet) = &config.fleet {
-        // The fleet store is checked too: the connection, the credentials, the schema version.
-        let checked = async {
-            let pool = crate::fleet::schema::connect(fleet).await?;
-            let schema = crate::fleet::schema::check(&pool).await;
-            pool.close().await;
-            schema
-        };
-        match checked.await {
-            Ok(schema @ (Schema::Current | Schema::Empty)) => {
-                report.note(None, format!("fleet store: reachable, schema {}", schema_text(&schema)))
-            }
-            Ok(schema) => {
-                report.ok = false;
-                report.warn(None, format!("fleet store: reachable, schema {}", schema_text(&schema)));
-            }
-            Err(error) => {
-                report.ok = false;
-                report.warn(None, format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"));
-            }
-        }
+        fleet_findings(fleet, &mut report).await;
     }
     Ok(report)
+}
+
+/// What a stdio server's sandbox will show it and refuse it: its plan, its reach, grants that
+/// are missing, too wide, unwritable or hold toolhost's own files.
+fn sandbox_findings(name: &str, stdio: &crate::config::StdioSpec, report: &mut Report) {
+    match crate::upstream::sandbox_check(stdio) {
+        Ok(line) if stdio.sandbox.enabled => report.note(Some(name), line),
+        Ok(line) => report.warn(Some(name), line),
+        Err(problem) => report.warn(Some(name), problem.to_string()),
+    }
+    if let Some(reach) = crate::upstream::reach_summary(stdio) {
+        report.note(Some(name), reach);
+    }
+    if let Some(hint) = crate::upstream::launcher_warning(stdio) {
+        report.warn(Some(name), hint.trim_start_matches("hint: ").to_owned());
+    }
+    // A grant of a path that is not there shows nothing: most likely a typo.
+    if stdio.sandbox.enabled {
+        let grants = stdio.sandbox.read.iter().map(|path| ("read", path)).chain(stdio.sandbox.write.iter().map(|path| ("write", path)));
+        for (key, path) in grants.filter(|(_, path)| !path.exists()) {
+            report.warn(Some(name), format!("{key} grant {} does not exist: the sandbox shows nothing there", path.display()));
+        }
+    }
+    for (key, shown) in crate::upstream::wide_grants(stdio) {
+        report.warn(
+            Some(name),
+            format!(
+                "{key} {} shows the server all of that directory (a top-level directory, a home or one of its \
+                 dot-directories: other programs' files and credentials); grant the directory it needs",
+                shown.display()
+            ),
+        );
+    }
+    for (grant, fix) in crate::upstream::unwritable_write_grants(stdio) {
+        report.warn(
+            Some(name),
+            format!(
+                "write grant {} is not writable by the sandbox's user (uid {}: a root daemon never runs a server as \
+                 root), so every write there is refused: {fix}",
+                grant.display(),
+                crate::sandbox::SANDBOX_ID
+            ),
+        );
+    }
+    if stdio.sandbox.enabled {
+        for file in crate::upstream::private_files_in_write_grants(stdio) {
+            report.warn(
+                Some(name),
+                format!(
+                    "{} is toolhost's and lies in a directory this server may write: it is masked, but once it is replaced \
+                     by rename (an editor, a rotation) a running server sees the new one; keep it out of write grants",
+                    file.display()
+                ),
+            );
+        }
+    }
+}
+
+/// The fleet store is checked too: the connection, the credentials, the schema version.
+async fn fleet_findings(fleet: &crate::config::FleetConfig, report: &mut Report) {
+    let checked = async {
+        let pool = crate::fleet::schema::connect(fleet).await?;
+        let schema = crate::fleet::schema::check(&pool).await;
+        pool.close().await;
+        schema
+    };
+    match checked.await {
+        Ok(schema @ (Schema::Current | Schema::Empty)) => {
+            report.note(None, format!("fleet store: reachable, schema {}", schema_text(&schema)))
+        }
+        Ok(schema) => {
+            report.ok = false;
+            report.warn(None, format!("fleet store: reachable, schema {}", schema_text(&schema)));
+        }
+        Err(error) => {
+            report.ok = false;
+            report.warn(None, format!("fleet store: {error} (the daemon would serve from its own store meanwhile)"));
+        }
+    }
 }
 
 /// What an entry says that the daemon will take literally and the operator may not mean: a

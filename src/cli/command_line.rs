@@ -124,7 +124,7 @@ pub fn main() -> ExitCode {
             };
             return match runtime.block_on(crate::cli::conformance::run(&url)) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error) => fail(&error, 1),
+                Err(error) => fail(&error.to_string(), 1),
             };
         }
         Command::Mcp { socket, config, profile } => return bridge(socket, config.as_deref(), profile.as_deref()),
@@ -192,7 +192,11 @@ fn serve(config_path: &std::path::Path, log_format: LogFormat) -> ExitCode {
 
 /// A login or logout through the daemon; without a reachable daemon, `here` does it in this
 /// process (`doing` says which, for the operator).
-fn through_daemon(command: ClientCommand, doing: &str, here: impl std::future::Future<Output = Result<String, String>>) -> ExitCode {
+fn through_daemon(
+    command: ClientCommand,
+    doing: &str,
+    here: impl std::future::Future<Output = Result<String, crate::cli::login::LoginError>>,
+) -> ExitCode {
     use std::io::Write;
     match with_runtime(crate::cli::run(command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
@@ -203,18 +207,19 @@ fn through_daemon(command: ClientCommand, doing: &str, here: impl std::future::F
                     let _ = writeln!(std::io::stdout(), "{done}");
                     ExitCode::SUCCESS
                 }
-                Ok(Err(error)) | Err(error) => fail(&error, 1),
+                Ok(Err(error)) => fail(&error.to_string(), 1),
+                Err(error) => fail(&error.to_string(), 1),
             }
         }
         Ok(Err(error)) => fail(&error.to_string(), error.exit_code()),
-        Err(error) => fail(&error, 1),
+        Err(error) => fail(&error.to_string(), 1),
     }
 }
 
 fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Option<&str>) -> ExitCode {
     let socket = match crate::cli::bridge::socket_path(socket, config) {
         Ok(socket) => socket,
-        Err(error) => return fail(&error, EXIT_CONFIG),
+        Err(error) => return fail(&error.to_string(), EXIT_CONFIG),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -223,7 +228,7 @@ fn bridge(socket: Option<PathBuf>, config: Option<&std::path::Path>, profile: Op
     match runtime.block_on(crate::cli::bridge::run(&socket, profile)) {
         Ok(()) => ExitCode::SUCCESS,
         // The daemon could not be reached or went away: the same code as any client command's.
-        Err(error) => fail(&error, crate::cli::EXIT_RPC_ERROR),
+        Err(error) => fail(&error.to_string(), crate::cli::EXIT_RPC_ERROR),
     }
 }
 
@@ -233,7 +238,7 @@ fn check_config(config: &std::path::Path, json: bool, probe: bool) -> ExitCode {
         Ok(Ok(report)) => report,
         Ok(Err(error)) if json => return fail_json(&format!("invalid configuration: {error}"), "config", EXIT_CONFIG),
         Ok(Err(error)) => return fail(&format!("invalid configuration: {error}"), EXIT_CONFIG),
-        Err(error) => return fail(&error, 1),
+        Err(error) => return fail(&error.to_string(), 1),
     };
     let _ = match json {
         true => writeln!(std::io::stdout(), "{}", report.json()),
@@ -269,16 +274,18 @@ fn fleet_migrate(config: &std::path::Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Err(error)) => fail(&format!("fleet store: {error}"), EXIT_CONFIG),
-        Err(error) => fail(&error, 1),
+        Err(error) => fail(&error.to_string(), 1),
     }
 }
 
+/// The async runtime could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the async runtime: {0}")]
+struct RuntimeError(std::io::Error);
+
 /// Runs `work` on a single-threaded runtime (the offline commands that talk to PostgreSQL).
-fn with_runtime<T>(work: impl std::future::Future<Output = T>) -> Result<T, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+fn with_runtime<T>(work: impl std::future::Future<Output = T>) -> Result<T, RuntimeError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(RuntimeError)?;
     Ok(runtime.block_on(work))
 }
 

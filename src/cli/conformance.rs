@@ -16,12 +16,25 @@ use crate::upstream::oauth::authorizer::Interaction;
 use crate::upstream::reaper::Reaper;
 use crate::upstream::{self, SessionSettings};
 
+/// Why a conformance run stopped: its configuration, the session, a page or a call's JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum ConformanceError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamError),
+    #[error(transparent)]
+    Page(#[from] crate::mcp::tools::ResultError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// Connects as toolhost connects to any upstream, enumerates every page, and calls what the
 /// scenario expects a client to call.
 ///
 /// # Errors
 /// What went wrong, for the suite's log.
-pub async fn run(url: &str) -> Result<(), String> {
+pub async fn run(url: &str) -> Result<(), ConformanceError> {
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     // A 2026-07-28 run says so; the 2025 scenarios test the legacy handshake (no era probe).
     let modern = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").is_ok_and(|v| v.as_str() >= crate::mcp::modern::VERSION);
@@ -30,10 +43,10 @@ pub async fn run(url: &str) -> Result<(), String> {
     if scenario.starts_with("auth/") {
         text.push_str(&auth_table(&scenario, &context()));
     }
-    let config = Config::parse(Path::new("/conformance/toolhost.toml"), &text).map_err(|err| err.to_string())?;
+    let config = Config::parse(Path::new("/conformance/toolhost.toml"), &text)?;
     let spec = &config.servers["conformance"];
     let name: Arc<str> = "conformance".into();
-    let authorizer = upstream::authorizer_for(&name, spec, Interaction::FollowRedirect, None).map_err(|err| err.to_string())?;
+    let authorizer = upstream::authorizer_for(&name, spec, Interaction::FollowRedirect, None)?;
     let settings = SessionSettings {
         request_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,
@@ -43,16 +56,15 @@ pub async fn run(url: &str) -> Result<(), String> {
         operations: crate::telemetry::metrics::Metrics::global().client_operation_duration,
         egress: Arc::default(),
     };
-    let connection = upstream::connect(&name, spec, &settings, None).await.map_err(|err| err.to_string())?;
+    let connection = upstream::connect(&name, spec, &settings, None).await?;
     let session = connection.handle().clone();
     let mut cursor: Option<String> = None;
     let mut tools = Vec::new();
     if connection.hello().has_tools {
         loop {
             let params = list_params(cursor.as_deref());
-            let result =
-                session.request("tools/list", params.as_deref(), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
-            let page = parse_list_page(&result).map_err(|err| err.to_string())?;
+            let result = session.request("tools/list", params.as_deref(), settings.request_timeout, true).await?;
+            let page = parse_list_page(&result)?;
             // As the catalog defines them: a tool it would leave out is never called.
             tools.extend(define_entries(page.tools).into_iter().filter_map(Result::ok));
             match page.next_cursor {
@@ -80,9 +92,9 @@ pub async fn run(url: &str) -> Result<(), String> {
         _ => {}
     }
     for (name, arguments) in calls.into_iter().filter(|(name, _)| tools.iter().any(|t| t.name == *name)) {
-        let name = serde_json::to_string(&name).map_err(|err| err.to_string())?;
-        let params = RawValue::from_string(format!(r#"{{"name":{name},"arguments":{arguments}}}"#)).map_err(|err| err.to_string())?;
-        session.request("tools/call", Some(&params), settings.request_timeout, true).await.map_err(|err| err.to_string())?;
+        let name = serde_json::to_string(&name)?;
+        let params = RawValue::from_string(format!(r#"{{"name":{name},"arguments":{arguments}}}"#))?;
+        session.request("tools/call", Some(&params), settings.request_timeout, true).await?;
     }
     connection.shutdown().await;
     if let Some(authorizer) = &settings.authorizer {

@@ -407,22 +407,13 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             }
         }
         ClientCommand::Tools { servers, name_contains, .. } => {
-            let mut request = pb::ListToolsRequest {
+            let request = pb::ListToolsRequest {
                 servers,
                 name_contains: name_contains.unwrap_or_default(),
                 with_definitions: options.json,
                 ..Default::default()
             };
-            let mut tools = Vec::new();
-            loop {
-                let response = client.list_tools(request.clone()).await?.into_inner();
-                tools.extend(response.tools);
-                if response.next_page_token.is_empty() {
-                    break;
-                }
-                request.page_token = response.next_page_token;
-            }
-            out.tools(&tools)?;
+            out.tools(&all_tools(&mut client, request).await?)?;
         }
         ClientCommand::Call { name, args, hash, task: true, ttl, .. } => {
             tasks::start(&mut client, &mut out, &name, args, hash, ttl.as_deref()).await?;
@@ -433,64 +424,14 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
         ClientCommand::Cancel { id, .. } => tasks::cancel(&mut client, &mut out, &id).await?,
         ClientCommand::Call { name, args, hash, timeout_ms, continuation, responses, .. } => {
             let wanted = name.clone();
-            let mut request = tonic::Request::new(pb::CallToolRequest {
+            let request = pb::CallToolRequest {
                 continuation_token: continuation.unwrap_or_default(),
                 input_responses_json: responses.unwrap_or_default(),
                 ..tool_call(name, args, hash)?
-            });
-            if let Some(ms) = timeout_ms {
-                request.set_timeout(std::time::Duration::from_millis(ms));
-            }
-            let result = match client.call_tool(request).await {
-                Ok(result) => result.into_inner(),
-                // Waiting for a person: said at once, then the result once approved (within
-                // --timeout-ms, if given: past it, the answer that names the request).
-                Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-                    let Some(task) = approvals::waiting_task(&status) else { return Err(status.into()) };
-                    let follow = tasks::show(&mut client, &mut out, &task, true);
-                    return match timeout_ms {
-                        Some(ms) => tokio::time::timeout(std::time::Duration::from_millis(ms), follow).await.unwrap_or(Err(status.into())),
-                        None => follow.await,
-                    };
-                }
-                Err(status) if status.code() == tonic::Code::NotFound => {
-                    // Did you mean: the names this caller may see that are closest to the one asked for.
-                    let mut names = Vec::new();
-                    let mut request = pb::ListToolsRequest { page_size: 5000, ..Default::default() };
-                    while let Ok(page) = client.list_tools(request.clone()).await.map(tonic::Response::into_inner) {
-                        names.extend(page.tools.into_iter().map(|tool| tool.qualified_name));
-                        if page.next_page_token.is_empty() {
-                            break;
-                        }
-                        request.page_token = page.next_page_token;
-                    }
-                    let near = closest(&wanted.replace('/', "__"), names.iter().map(String::as_str));
-                    return Err(match near.is_empty() {
-                        true => ClientError::Rpc(status),
-                        false => ClientError::Hinted { status: Box::new(status), hint: format!("did you mean {}?", near.join(", ")) },
-                    });
-                }
-                Err(status) => return Err(status.into()),
             };
-            out.call(&result)?;
-            if result.is_error {
-                return Err(ClientError::ToolError);
-            }
+            call(&mut client, &mut out, &wanted, request, timeout_ms).await?;
         }
-        ClientCommand::Watch { mut from_revision, servers, .. } => {
-            if from_revision == 0 {
-                // How things stand first, then every change after exactly that revision.
-                let now = client.list_servers(pb::ListServersRequest::default()).await?.into_inner();
-                let shown: Vec<pb::Server> =
-                    now.servers.into_iter().filter(|server| servers.is_empty() || servers.contains(&server.name)).collect();
-                out.current(now.catalog_revision, &shown)?;
-                from_revision = now.catalog_revision;
-            }
-            let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision, servers }).await?.into_inner();
-            while let Some(event) = stream.message().await? {
-                out.event(&event)?;
-            }
-        }
+        ClientCommand::Watch { from_revision, servers, .. } => watch(&mut client, &mut out, from_revision, servers).await?,
         ClientCommand::History { server, limit, .. } => {
             let response = client.history(pb::HistoryRequest { server, limit }).await?.into_inner();
             out.history(&response)?;
@@ -511,16 +452,7 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             let done = client.logout(pb::LogoutRequest { server: server.clone() }).await?.into_inner();
             out.done(&format!("logged out of {server}: {}; {} deleted", done.outcome, done.token_file))?;
         }
-        ClientCommand::Login { server, scope, paste, .. } => {
-            let redirect = login::Redirect::prepare(paste).await;
-            let redirect_port = redirect.port().map_or(0, u32::from);
-            let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default(), redirect_port };
-            let started = client.begin_login(request).await?.into_inner();
-            let redirect_query = redirect.wait(&started.authorization_url).await.map_err(ClientError::Login)?;
-            let request = pb::CompleteLoginRequest { server: server.clone(), login_id: started.login_id, redirect_query };
-            let done = client.complete_login(request).await?.into_inner();
-            out.done(&format!("logged in: the daemon keeps {server}'s tokens in {} and reconnects it", done.token_file))?;
-        }
+        ClientCommand::Login { server, scope, paste, .. } => login(&mut client, &mut out, server, scope, paste).await?,
         ClientCommand::Approve { server, tools, all, hash, .. } => {
             let request = pb::ApproveToolsRequest { server: server.clone(), tools, all, hash: hash.unwrap_or_default() };
             let response = client.approve_tools(request).await?.into_inner();
@@ -543,20 +475,122 @@ async fn execute(command: ClientCommand, options: &ClientOptions, addr: &ListenA
             out.fleet(&response)?;
         }
         ClientCommand::Audit { since, agent, limit, fleet, .. } => {
-            let since_unix_ms = match since {
-                Some(text) => {
-                    let window = crate::config::parse_duration(&text, std::time::Duration::from_secs(3650 * 24 * 3600))
-                        .map_err(|problem| ClientError::Usage(format!("--since: {problem}")))?;
-                    crate::catalog::record::now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-                }
-                None => 0,
-            };
-            let request = pb::QueryAuditRequest { since_unix_ms, agent: agent.unwrap_or_default(), limit, fleet };
+            let request =
+                pb::QueryAuditRequest { since_unix_ms: since_unix_ms(since.as_deref())?, agent: agent.unwrap_or_default(), limit, fleet };
             let response = client.query_audit(request).await?.into_inner();
             out.audit(&response.records)?;
         }
     }
     Ok(())
+}
+
+/// Every page of the tools `request` asks for.
+async fn all_tools(client: &mut Client, mut request: pb::ListToolsRequest) -> Result<Vec<pb::Tool>, ClientError> {
+    let mut tools = Vec::new();
+    loop {
+        let response = client.list_tools(request.clone()).await?.into_inner();
+        tools.extend(response.tools);
+        if response.next_page_token.is_empty() {
+            return Ok(tools);
+        }
+        request.page_token = response.next_page_token;
+    }
+}
+
+/// `toolhost call`: the result, a call waiting for a person followed, or "did you mean".
+async fn call(
+    client: &mut Client,
+    out: &mut output::Printer,
+    wanted: &str,
+    request: pb::CallToolRequest,
+    timeout_ms: Option<u64>,
+) -> Result<(), ClientError> {
+    let mut request = tonic::Request::new(request);
+    if let Some(ms) = timeout_ms {
+        request.set_timeout(std::time::Duration::from_millis(ms));
+    }
+    let result = match client.call_tool(request).await {
+        Ok(result) => result.into_inner(),
+        // Waiting for a person: said at once, then the result once approved (within
+        // --timeout-ms, if given: past it, the answer that names the request).
+        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+            let Some(task) = approvals::waiting_task(&status) else { return Err(status.into()) };
+            let follow = tasks::show(client, out, &task, true);
+            return match timeout_ms {
+                Some(ms) => tokio::time::timeout(std::time::Duration::from_millis(ms), follow).await.unwrap_or(Err(status.into())),
+                None => follow.await,
+            };
+        }
+        Err(status) if status.code() == tonic::Code::NotFound => return Err(did_you_mean(client, wanted, status).await),
+        Err(status) => return Err(status.into()),
+    };
+    out.call(&result)?;
+    if result.is_error {
+        return Err(ClientError::ToolError);
+    }
+    Ok(())
+}
+
+/// A tool not found, with the names this caller may see that are closest to the one asked for.
+async fn did_you_mean(client: &mut Client, wanted: &str, status: tonic::Status) -> ClientError {
+    let mut names = Vec::new();
+    let mut request = pb::ListToolsRequest { page_size: 5000, ..Default::default() };
+    while let Ok(page) = client.list_tools(request.clone()).await.map(tonic::Response::into_inner) {
+        names.extend(page.tools.into_iter().map(|tool| tool.qualified_name));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = page.next_page_token;
+    }
+    let near = closest(&wanted.replace('/', "__"), names.iter().map(String::as_str));
+    match near.is_empty() {
+        true => ClientError::Rpc(status),
+        false => ClientError::Hinted { status: Box::new(status), hint: format!("did you mean {}?", near.join(", ")) },
+    }
+}
+
+/// `toolhost watch`: how things stand first (unless a revision is given), then every change
+/// after exactly that revision.
+async fn watch(client: &mut Client, out: &mut output::Printer, mut from_revision: u64, servers: Vec<String>) -> Result<(), ClientError> {
+    if from_revision == 0 {
+        let now = client.list_servers(pb::ListServersRequest::default()).await?.into_inner();
+        let shown: Vec<pb::Server> =
+            now.servers.into_iter().filter(|server| servers.is_empty() || servers.contains(&server.name)).collect();
+        out.current(now.catalog_revision, &shown)?;
+        from_revision = now.catalog_revision;
+    }
+    let mut stream = client.watch_catalog(pb::WatchCatalogRequest { from_revision, servers }).await?.into_inner();
+    while let Some(event) = stream.message().await? {
+        out.event(&event)?;
+    }
+    Ok(())
+}
+
+/// `toolhost login` through the daemon: it keeps the tokens, this side catches the redirect.
+async fn login(
+    client: &mut Client,
+    out: &mut output::Printer,
+    server: String,
+    scope: Option<String>,
+    paste: bool,
+) -> Result<(), ClientError> {
+    let redirect = login::Redirect::prepare(paste).await;
+    let redirect_port = redirect.port().map_or(0, u32::from);
+    let request = pb::BeginLoginRequest { server: server.clone(), scope: scope.unwrap_or_default(), redirect_port };
+    let started = client.begin_login(request).await?.into_inner();
+    let redirect_query = redirect.wait(&started.authorization_url).await.map_err(ClientError::Login)?;
+    let request = pb::CompleteLoginRequest { server: server.clone(), login_id: started.login_id, redirect_query };
+    let done = client.complete_login(request).await?.into_inner();
+    out.done(&format!("logged in: the daemon keeps {server}'s tokens in {} and reconnects it", done.token_file))?;
+    Ok(())
+}
+
+/// `--since 1h` as the Unix time in milliseconds it names; none is 0 (everything).
+fn since_unix_ms(since: Option<&str>) -> Result<i64, ClientError> {
+    let Some(text) = since else { return Ok(0) };
+    let window = crate::config::parse_duration(text, std::time::Duration::from_secs(3650 * 24 * 3600))
+        .map_err(|problem| ClientError::Usage(format!("--since: {problem}")))?;
+    Ok(crate::catalog::record::now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX)))
 }
 
 /// `--addr`, else the configuration's gRPC address (a Unix socket, which identifies this user,

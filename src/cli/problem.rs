@@ -25,8 +25,8 @@ pub enum ClientError {
     Hinted { status: Box<tonic::Status>, hint: String },
     #[error("the tool reported an error")]
     ToolError,
-    #[error("{0}")]
-    Login(String),
+    #[error(transparent)]
+    Login(#[from] super::login::LoginError),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }

@@ -20,7 +20,7 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
     };
     let audit_retention = match raw.audit_retention.as_deref() {
         None => 30 * DAY,
-        Some(text) => parse_duration(text, 3650 * DAY).map_err(|problem| ("audit_retention".to_owned(), problem))?,
+        Some(text) => parse_duration(text, 3650 * DAY).map_err(|problem| ("audit_retention".to_owned(), problem.to_string()))?,
     };
     let audit_max_records = match raw.audit_max_records {
         None => 1_000_000,

@@ -40,7 +40,9 @@ impl Default for ApprovalsConfig {
 
 pub(super) fn validate(raw: &RawApprovals) -> Result<ApprovalsConfig, KeyProblem> {
     let defaults = ApprovalsConfig::default();
-    let at = |key: &'static str| move |problem: String| (key.to_owned(), problem);
+    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
+        move |problem| (key.to_owned(), problem.to_string())
+    }
     let approvals = ApprovalsConfig {
         ttl: optional_duration(raw.ttl.as_deref(), defaults.ttl, Duration::from_secs(7 * 24 * 3600)).map_err(at("ttl"))?,
         answer_after: optional_duration(raw.answer_after.as_deref(), defaults.answer_after, MAX_ANSWER_AFTER)

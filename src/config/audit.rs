@@ -92,7 +92,7 @@ pub(super) fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
         exports,
         checkpoint_records: positive(raw.checkpoint_records, 1000).map_err(|problem| ("checkpoint_records".to_owned(), problem))?,
         checkpoint_every: optional_duration(raw.checkpoint_every.as_deref(), Duration::from_secs(60), DAY)
-            .map_err(|problem| ("checkpoint_every".to_owned(), problem))?,
+            .map_err(|problem| ("checkpoint_every".to_owned(), problem.to_string()))?,
         key: match &raw.key {
             Some(path) if Path::new(path).is_absolute() => Some(PathBuf::from(path)),
             Some(_) => return Err(("key".to_owned(), "give an absolute path to the signing key's file".to_owned())),

@@ -17,6 +17,6 @@ pub(super) fn validate(base: &Path, raw: RawConsole) -> Result<ConsoleConfig, Ke
     )?;
     let allowed_origins = super::listeners::origins(&raw.allowed_origins)?;
     let session_ttl = super::optional_duration(raw.session_ttl.as_deref(), DEFAULT_SESSION_TTL, HOUR.saturating_mul(7 * 24))
-        .map_err(|problem| ("session_ttl".to_owned(), problem))?;
+        .map_err(|problem| ("session_ttl".to_owned(), problem.to_string()))?;
     Ok(ConsoleConfig { listen, allowed_origins, session_ttl })
 }

@@ -41,7 +41,7 @@ pub(super) fn validate(raw: Option<RawFleet>) -> Result<Option<FleetConfig>, Key
         }
     }
     let connect_timeout = optional_duration(raw.connect_timeout.as_deref(), Duration::from_secs(5), MINUTE)
-        .map_err(|problem| ("connect_timeout".to_owned(), problem))?;
+        .map_err(|problem| ("connect_timeout".to_owned(), problem.to_string()))?;
     Ok(Some(FleetConfig {
         url,
         host_id,

@@ -629,7 +629,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     let watch_backlog = positive(raw.grpc.watch_backlog, 4096).map_err(|p| error("grpc.watch_backlog".into(), p))?;
     let watch_backlog = usize::try_from(watch_backlog).unwrap_or(usize::MAX);
     let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20), HOUR)
-        .map_err(|p| error("daemon.shutdown_timeout".into(), p))?;
+        .map_err(|p| error("daemon.shutdown_timeout".into(), p.to_string()))?;
 
     let telemetry = TelemetryConfig {
         otlp_endpoint: match raw.telemetry.otlp_endpoint {
@@ -642,9 +642,9 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         traces: raw.telemetry.traces.unwrap_or(true),
         metrics: raw.telemetry.metrics.unwrap_or(true),
         metrics_interval: optional_duration(raw.telemetry.metrics_interval.as_deref(), Duration::from_secs(15), HOUR)
-            .map_err(|p| error("telemetry.metrics_interval".into(), p))?,
+            .map_err(|p| error("telemetry.metrics_interval".into(), p.to_string()))?,
         export_timeout: optional_duration(raw.telemetry.export_timeout.as_deref(), Duration::from_secs(3), 10 * MINUTE)
-            .map_err(|p| error("telemetry.export_timeout".into(), p))?,
+            .map_err(|p| error("telemetry.export_timeout".into(), p.to_string()))?,
     };
 
     let mut servers = BTreeMap::new();
@@ -948,7 +948,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
-fn optional_duration(text: Option<&str>, default: Duration, max: Duration) -> Result<Duration, String> {
+fn optional_duration(text: Option<&str>, default: Duration, max: Duration) -> Result<Duration, DurationError> {
     match text {
         None => Ok(default),
         Some(text) => parse_duration(text, max),
@@ -960,15 +960,25 @@ fn optional_duration(text: Option<&str>, default: Duration, max: Duration) -> Re
 ///
 /// # Errors
 /// A message saying what is accepted, or the limit that was exceeded.
-pub fn parse_duration(text: &str, max: Duration) -> Result<Duration, String> {
+pub fn parse_duration(text: &str, max: Duration) -> Result<Duration, DurationError> {
     let text = text.trim();
-    let duration = humantime::parse_duration(text)
-        .map_err(|err| format!("{text:?} is not a duration like \"250ms\", \"30s\", \"5m\" or \"1h\" ({err})"))?;
+    let duration = humantime::parse_duration(text).map_err(|source| DurationError::NotADuration { text: text.to_owned(), source })?;
     if duration.is_zero() {
-        return Err("must be greater than 0".into());
+        return Err(DurationError::Zero);
     }
     if duration > max {
-        return Err(format!("{text:?} is longer than the limit of {}", humantime::format_duration(max)));
+        return Err(DurationError::TooLong { text: text.to_owned(), max });
     }
     Ok(duration)
+}
+
+/// Why a duration was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{text:?} is not a duration like \"250ms\", \"30s\", \"5m\" or \"1h\" ({source})")]
+    NotADuration { text: String, source: humantime::DurationError },
+    #[error("must be greater than 0")]
+    Zero,
+    #[error("{text:?} is longer than the limit of {}", humantime::format_duration(*max))]
+    TooLong { text: String, max: Duration },
 }

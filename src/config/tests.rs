@@ -108,7 +108,7 @@ fn durations_take_a_unit() {
     assert!(parse_duration("10", DAY).is_err());
     assert!(parse_duration("0s", DAY).is_err());
     assert!(parse_duration("-1s", DAY).is_err());
-    assert!(parse_duration("25h", DAY).unwrap_err().contains("limit of 1day"));
+    assert!(parse_duration("25h", DAY).unwrap_err().to_string().contains("limit of 1day"));
 }
 
 #[test]

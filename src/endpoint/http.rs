@@ -208,7 +208,7 @@ impl Front {
             // Notifications need no answer (cancellation is closing the stream in this era).
             return empty(StatusCode::ACCEPTED);
         };
-        if let Err(line) = params.check_modern(request.id) {
+        if let Err(message::Refused(line)) = params.check_modern(request.id) {
             return json(StatusCode::BAD_REQUEST, line);
         }
         let meta_version = params.meta.as_ref().and_then(|meta| meta.protocol_version.as_deref());

@@ -30,6 +30,17 @@ type Entries = Arc<[Box<str>]>;
 /// A server and whether its tools show under their original names.
 type Key = (Arc<str>, bool);
 
+/// Why a cursor cannot continue a listing (-32602): the client lists again from the start.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CursorError {
+    #[error("the cursor is not one toolhost issued; list again without a cursor")]
+    Malformed,
+    #[error("the cursor was issued to another caller or for another profile; list again without a cursor")]
+    OtherCaller,
+    #[error("the cursor has expired (the catalog changed too often since); list again without a cursor")]
+    Expired,
+}
+
 /// Rendered tool entries, per server and naming (qualified or original), with the generation
 /// they were rendered from.
 #[derive(Default)]
@@ -51,21 +62,19 @@ impl Cache {
         cursor: Option<&str>,
         page_size: usize,
         era: Era,
-    ) -> Result<String, String> {
+    ) -> Result<String, CursorError> {
         // Cursors are bound to the caller and its profile: useless to anyone else.
         let binding = cursor_binding(view);
         let start = match cursor {
             None => Position::start(current),
             Some(cursor) => parse_cursor(cursor, &binding).map_err(|error| match error {
-                TokenError::Malformed => "the cursor is not one toolhost issued; list again without a cursor",
-                TokenError::OtherCaller => "the cursor was issued to another caller or for another profile; list again without a cursor",
+                TokenError::Malformed => CursorError::Malformed,
+                TokenError::OtherCaller => CursorError::OtherCaller,
             })?,
         };
         let snapshot = match start.revision == current.revision {
             true => current.clone(),
-            false => door
-                .snapshot_at(start.revision)
-                .ok_or("the cursor has expired (the catalog changed too often since); list again without a cursor")?,
+            false => door.snapshot_at(start.revision).ok_or(CursorError::Expired)?,
         };
         let original = view.original_names();
         let mut out = String::with_capacity(page_size.min(1000) * 512);

@@ -189,14 +189,18 @@ pub(super) fn listens_for_tools(params: Option<&RawValue>) -> bool {
     params.and_then(|p| serde_json::from_str::<ListenParams>(p.get()).ok()).is_some_and(|p| p.notifications.tools_list_changed)
 }
 
+/// A request refused before it is served: the JSON-RPC error line that answers it.
+#[derive(Debug)]
+pub(super) struct Refused(pub(super) String);
+
 impl<'a> Params<'a> {
     /// The params of a request (absent params read as empty).
     ///
     /// # Errors
     /// What is wrong with them.
-    pub(super) fn read(params: Option<&'a RawValue>) -> Result<Params<'a>, String> {
+    pub(super) fn read(params: Option<&'a RawValue>) -> Result<Params<'a>, serde_json::Error> {
         let Some(params) = params else { return Ok(Params::default()) };
-        let mut read: Params<'a> = serde_json::from_str(params.get()).map_err(|err| err.to_string())?;
+        let mut read: Params<'a> = serde_json::from_str(params.get())?;
         if let Some(meta) = &mut read.meta {
             read.progress_token = meta.progress_token.filter(|token| {
                 let text = token.get();
@@ -220,15 +224,16 @@ impl<'a> Params<'a> {
     ///
     /// # Errors
     /// The response line: -32022 with the supported versions, or -32602.
-    pub(super) fn check_modern(&self, id: &RawValue) -> Result<(), String> {
+    pub(super) fn check_modern(&self, id: &RawValue) -> Result<(), Refused> {
         let meta = self.meta.as_ref();
         let version = meta.and_then(|meta| meta.protocol_version.as_deref()).unwrap_or_default();
         if version != modern::VERSION {
             let data = serde_json::json!({ "supported": [modern::VERSION], "requested": reply::clip(version) }).to_string();
-            return Err(reply::error(id, UNSUPPORTED_VERSION, "Unsupported protocol version", RawValue::from_string(data).ok().as_deref()));
+            let data = RawValue::from_string(data).ok();
+            return Err(Refused(reply::error(id, UNSUPPORTED_VERSION, "Unsupported protocol version", data.as_deref())));
         }
         if meta.and_then(|meta| meta.client_capabilities).is_none() {
-            return Err(reply::error(id, INVALID_PARAMS, "_meta needs io.modelcontextprotocol/clientCapabilities", None));
+            return Err(Refused(reply::error(id, INVALID_PARAMS, "_meta needs io.modelcontextprotocol/clientCapabilities", None)));
         }
         Ok(())
     }
@@ -300,12 +305,12 @@ mod tests {
         assert_eq!(params.era(), Era::Modern);
         assert!(params.meta.as_ref().unwrap().definition_hash.is_none(), "moved out");
         let id = RawValue::from_string("1".into()).unwrap();
-        assert!(params.check_modern(&id).unwrap_err().contains("clientCapabilities"));
+        assert!(params.check_modern(&id).unwrap_err().0.contains("clientCapabilities"));
         let old = RawValue::from_string(
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}"#.into(),
         )
         .unwrap();
-        let line = Params::read(Some(&old)).unwrap().check_modern(&id).unwrap_err();
+        let Refused(line) = Params::read(Some(&old)).unwrap().check_modern(&id).unwrap_err();
         assert!(line.contains("-32022") && line.contains(r#""requested":"1900-01-01""#), "{line}");
         let object_token = RawValue::from_string(r#"{"_meta":{"progressToken":{"x":1}}}"#.into()).unwrap();
         assert!(Params::read(Some(&object_token)).unwrap().progress_token.is_none());

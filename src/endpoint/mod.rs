@@ -237,7 +237,7 @@ impl Endpoint {
         let id = request.id;
         let era = params.era();
         if era == Era::Modern
-            && let Err(line) = params.check_modern(id)
+            && let Err(message::Refused(line)) = params.check_modern(id)
         {
             return line;
         }
@@ -261,7 +261,7 @@ impl Endpoint {
         let snapshot = self.door.snapshot();
         match self.listing.page(&snapshot, &self.door, view, params.cursor.as_deref(), settings.page_size, era) {
             Ok(page) => reply::result(id, &page),
-            Err(problem) => reply::error(id, INVALID_PARAMS, &problem, Some(&reply::reason_data("CURSOR_EXPIRED", &[]))),
+            Err(problem) => reply::error(id, INVALID_PARAMS, &problem.to_string(), Some(&reply::reason_data("CURSOR_EXPIRED", &[]))),
         }
     }
 

@@ -19,7 +19,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use super::asking::ClientLink;
 use super::message::{self, Message, Request};
@@ -136,7 +136,8 @@ impl Connection {
     async fn run(mut self, stream: UnixStream, cancel: CancellationToken) {
         let (read, write) = stream.into_split();
         let (out, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
-        let mut writer = tokio::spawn(write_loop(write, out_rx));
+        // Owned here: a connection task aborted (at shutdown's deadline) takes its writer along.
+        let mut writer = AbortOnDropHandle::new(tokio::spawn(write_loop(write, out_rx)));
         let mut tasks = Tasks { calls: JoinSet::new(), streams: JoinSet::new() };
         let mut lines = Lines::new(read, MAX_MESSAGE_BYTES);
         let mut reading = true;
@@ -294,7 +295,7 @@ async fn call_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mpsc
 /// subscription each time the caller's view changes, until the client cancels it.
 async fn listen_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mpsc::Sender<String>, key: Box<str>) -> Option<Box<str>> {
     let Ok(Message::Request(request)) = message::read(&line) else { return Some(key) };
-    if let Err(answer) = check_listen(&request) {
+    if let Err(message::Refused(answer)) = check_listen(&request) {
         let _ = out.send(answer).await;
         return Some(key);
     }
@@ -308,8 +309,9 @@ async fn listen_task(endpoint: Arc<Endpoint>, view: View, line: Vec<u8>, out: mp
 }
 
 /// The 2026 rules apply to a listen request too.
-fn check_listen(request: &Request<'_>) -> Result<(), String> {
-    let params = message::Params::read(request.params).map_err(|problem| reply::error(request.id, -32602, &problem, None))?;
+fn check_listen(request: &Request<'_>) -> Result<(), message::Refused> {
+    let params = message::Params::read(request.params)
+        .map_err(|problem| message::Refused(reply::error(request.id, -32602, &problem.to_string(), None)))?;
     params.check_modern(request.id)
 }
 

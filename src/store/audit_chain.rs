@@ -123,31 +123,39 @@ fn checkpoint_message(record_id: i64, head_hash: &str, records: i64, signed_at_m
     }
 }
 
+/// Why the audit signing key could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{} does not hold an audit signing key (64 hex digits)", .0.display())]
+    NotAKey(std::path::PathBuf),
+    #[error("no audit signing key at {}", .0.display())]
+    Missing(std::path::PathBuf),
+    #[error("cannot read the system's random source")]
+    NoRandom,
+    #[error("cannot {doing} {}: {source}", path.display())]
+    File { doing: &'static str, path: std::path::PathBuf, source: std::io::Error },
+}
+
 /// The daemon's audit signing key: 32 random bytes, hex, in a file only its user reads; made on
 /// first use when `make` (the place beside the store; a key the operator provides is never made).
 ///
 /// # Errors
 /// The file cannot be read or made, or does not hold a key.
-pub fn load_or_make_key(path: &Path, make: bool) -> Result<SigningKey, String> {
-    let shown = path.display();
+pub fn load_or_make_key(path: &Path, make: bool) -> Result<SigningKey, KeyError> {
+    let file_error = |doing| move |source| KeyError::File { doing, path: path.to_path_buf(), source };
     match std::fs::read_to_string(path) {
-        Ok(text) => parse_key(text.trim()).ok_or_else(|| format!("{shown} does not hold an audit signing key (64 hex digits)")),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !make => Err(format!("no audit signing key at {shown}")),
+        Ok(text) => parse_key(text.trim()).ok_or_else(|| KeyError::NotAKey(path.to_path_buf())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !make => Err(KeyError::Missing(path.to_path_buf())),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let seed = crate::secrets::random_bytes::<32>().ok_or_else(|| "cannot read the system's random source".to_owned())?;
+            let seed = crate::secrets::random_bytes::<32>().ok_or(KeyError::NoRandom)?;
             let text = hex::encode(seed);
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|error| format!("cannot make {shown}: {error}"))?;
-            file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(|error| format!("cannot write {shown}: {error}"))?;
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(file_error("make"))?;
+            file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(file_error("write"))?;
             Ok(SigningKey::from_bytes(&seed))
         }
-        Err(error) => Err(format!("cannot read {shown}: {error}")),
+        Err(error) => Err(file_error("read")(error)),
     }
 }
 

@@ -192,26 +192,11 @@ impl Worker {
         authorizer: Option<&Authorizer>,
     ) -> SessionEnd {
         let handle = connection.handle().clone();
-        // An idle server's token is refreshed too: a refresh token unused for weeks may expire.
-        let keep_fresh = async {
-            match authorizer {
-                Some(authorizer) => authorizer.keep_fresh().await,
-                None => std::future::pending().await,
-            }
-        };
+        let keep_fresh = keep_fresh(authorizer);
         tokio::pin!(keep_fresh);
         let hello = connection.hello().clone();
-        tracing::info!(server = %self.seed.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
         let mut changes = handle.list_changed();
-        self.seed.registry.update(&self.seed.name, |view| view.session_started(hello.clone(), handle.clone()));
-        if self.era != Some(hello.era) {
-            self.era = Some(hello.era);
-            if let Err(error) =
-                self.seed.store.generations().remember_era(&self.seed.name, hello.era.as_str(), &hello.protocol_version).await
-            {
-                tracing::warn!(server = %self.seed.name, %error, "cannot remember the server's protocol era");
-            }
-        }
+        self.session_started(&hello, &handle).await;
         let session_span = trace::session(&self.seed.name, &hello, &self.seed.spec.transport);
         let session_context = span_context(&session_span);
         // A 2026-07-28 server has no session to measure: only a 2025 one's life is recorded.
@@ -296,6 +281,21 @@ impl Worker {
         };
         drop(listen);
         self.end_session(connection, &hello, end, authorization_lost, life, &session_span).await
+    }
+
+    /// Says a session started: in the log, in the registry, and its era in the store (once it
+    /// changes).
+    async fn session_started(&mut self, hello: &ServerHello, handle: &upstream::SessionHandle) {
+        tracing::info!(server = %self.seed.name, mcp.protocol.version = %hello.protocol_version, tools = hello.has_tools, "session started");
+        self.seed.registry.update(&self.seed.name, |view| view.session_started(hello.clone(), handle.clone()));
+        if self.era != Some(hello.era) {
+            self.era = Some(hello.era);
+            if let Err(error) =
+                self.seed.store.generations().remember_era(&self.seed.name, hello.era.as_str(), &hello.protocol_version).await
+            {
+                tracing::warn!(server = %self.seed.name, %error, "cannot remember the server's protocol era");
+            }
+        }
     }
 
     /// Takes a session down after its loop ended: says at once that the server is not
@@ -489,6 +489,15 @@ fn is_isolated(gap_before: Option<Duration>) -> bool {
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ends when the server's authorization is lost for good. An idle server's token is refreshed
+/// too: a refresh token unused for weeks may expire. Without an authorizer, never ends.
+async fn keep_fresh(authorizer: Option<&Authorizer>) -> crate::upstream::oauth::authorizer::AuthError {
+    match authorizer {
+        Some(authorizer) => authorizer.keep_fresh().await,
         None => std::future::pending().await,
     }
 }

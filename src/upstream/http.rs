@@ -333,7 +333,7 @@ impl State {
     /// A `401` or `403` answered a request sent with `sent`. `Ok(true)`: OAuth got what the
     /// server asked for, send it again; `Ok(false)`: the session is over; `Err`: only this
     /// request fails (the authorization server is unavailable).
-    async fn challenged(&self, status: StatusCode, headers: &http::HeaderMap, sent: Option<&HeaderValue>) -> Result<bool, String> {
+    async fn challenged(&self, status: StatusCode, headers: &http::HeaderMap, sent: Option<&HeaderValue>) -> Result<bool, NoToken> {
         let Some(authorizer) = &self.authorizer else {
             self.end(Failure::Auth(status.as_u16()));
             return Ok(false);
@@ -341,7 +341,7 @@ impl State {
         let challenge = headers.get_all(WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).find_map(Challenge::parse);
         match authorizer.challenged(status, challenge, sent).await {
             Ok(()) => Ok(true),
-            Err(AuthError::Unavailable(message)) => Err(format!("cannot get an access token: {message}")),
+            Err(AuthError::Unavailable(message)) => Err(NoToken(message)),
             Err(AuthError::Required(message)) => {
                 self.end(Failure::AuthRequired(message));
                 Ok(false)
@@ -366,6 +366,11 @@ impl State {
         self.core.close();
     }
 }
+
+/// No token for now: the authorization server is unavailable (only this request fails).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot get an access token: {0}")]
+struct NoToken(String);
 
 /// The headers of one request besides the configured ones.
 #[derive(Clone, Copy, Default)]
@@ -531,7 +536,8 @@ async fn exchange(
         }
         challenges += 1;
         // A refused request was not processed: whatever stands in the way, it did not run.
-        if !state.challenged(status, response.headers(), bearer.as_ref()).await.map_err(ExchangeFailure::NotSent)? {
+        let challenged = state.challenged(status, response.headers(), bearer.as_ref()).await;
+        if !challenged.map_err(|error| ExchangeFailure::NotSent(error.to_string()))? {
             return Ok(());
         }
     };

@@ -101,20 +101,31 @@ impl UpstreamError {
     }
 }
 
+/// Why a stdio server would not start, as `check-config` says it.
+#[derive(Debug, thiserror::Error)]
+pub enum WouldNotStart {
+    #[error("this kernel cannot sandbox it ({0}): it will not start")]
+    Kernel(crate::sandbox::KernelGap),
+    #[error("sandbox: {0}: it will not start")]
+    Plan(PlanError),
+    #[error("{0}: it will not start")]
+    Data(SandboxError),
+}
+
 /// What `check-config` says of a stdio server's sandbox: `Ok` with what it will see, or `Err`
 /// with why the server would not start. A server with its sandbox off gets `Ok` with a warning.
 ///
 /// # Errors
 /// The kernel cannot build the sandbox, or the plan cannot be made (see `confinement`).
-pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, String> {
+pub fn sandbox_check(spec: &crate::config::StdioSpec) -> Result<String, WouldNotStart> {
     let sandbox = &spec.sandbox;
     if !sandbox.enabled {
         let off = "sandbox = \"off\": this server can reach everything toolhost's user can; its processes are told apart from \
                    callers only while it runs (one it leaves behind after it exits may act as toolhost's user on its sockets)";
         return Ok(data_summary(spec)?.map_or_else(|| off.to_owned(), |data| format!("{off}; {data}")));
     }
-    crate::sandbox::kernel_support().map_err(|missing| format!("this kernel cannot sandbox it ({missing}): it will not start"))?;
-    let plan = confinement::plan_for(spec).map_err(|problem| format!("sandbox: {problem}: it will not start"))?;
+    crate::sandbox::kernel_support().map_err(WouldNotStart::Kernel)?;
+    let plan = confinement::plan_for(spec).map_err(WouldNotStart::Plan)?;
     let home = sandbox.home.as_ref().map_or_else(String::new, |home| format!("; its home (HOME, XDG directories) is {}", home.display()));
     let home = match data_summary(spec)? {
         Some(data) => format!("{home}; {data}"),
@@ -171,9 +182,9 @@ pub fn sandbox_given(spec: &crate::config::StdioSpec) -> Vec<std::path::PathBuf>
 ///
 /// # Errors
 /// Why its start would refuse it (the one rule `make_data` follows), ending "it will not start".
-pub fn data_summary(spec: &crate::config::StdioSpec) -> Result<Option<String>, String> {
+pub fn data_summary(spec: &crate::config::StdioSpec) -> Result<Option<String>, WouldNotStart> {
     let Some(data) = spec.sandbox.data.as_ref() else { return Ok(None) };
-    let found = confinement::find_data(spec).map_err(|refused| format!("{refused}: it will not start"))?;
+    let found = confinement::find_data(spec).map_err(WouldNotStart::Data)?;
     let Some((real, found)) = found else { return Ok(None) };
     let made = if data.beside_homes { "data = true, beside its home" } else { "data" };
     let now = match found {

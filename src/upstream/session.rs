@@ -15,8 +15,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::upstream::queue::Slot as CallSlot;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::mcp::jsonrpc::{self, Incoming, RequestId, RpcError};
 use crate::mcp::lifecycle::{METHOD_CANCELLED, METHOD_PING, METHOD_PROGRESS, METHOD_TOOLS_LIST_CHANGED};
@@ -151,13 +151,14 @@ pub struct Observed {
     pub operations: opentelemetry::metrics::Histogram<f64>,
 }
 
-/// The owning side of a session: its I/O tasks.
+/// The owning side of a session: its I/O tasks, ended by [`SessionTasks::join`] or, dropped
+/// without it (its owner panicked or was aborted), at once.
 pub(crate) struct SessionTasks {
     /// Tells the writer to flush what is queued and close the server's input.
     close_input: CancellationToken,
-    reader: JoinHandle<()>,
-    writer: JoinHandle<()>,
-    janitor: JoinHandle<()>,
+    reader: AbortOnDropHandle<()>,
+    writer: AbortOnDropHandle<()>,
+    janitor: AbortOnDropHandle<()>,
 }
 
 /// Starts the reader and writer tasks over `output` (what the server writes) and `input`.
@@ -175,9 +176,9 @@ where
     let (handle, core, outgoing_rx) = start_core(server, observed);
     let shared = core.shared;
     let close_input = CancellationToken::new();
-    let reader = tokio::spawn(read_loop(shared.clone(), output, max_message_bytes));
-    let writer = tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone()));
-    let janitor = tokio::spawn(expire_abandoned(shared.clone()));
+    let reader = AbortOnDropHandle::new(tokio::spawn(read_loop(shared.clone(), output, max_message_bytes)));
+    let writer = AbortOnDropHandle::new(tokio::spawn(write_loop(shared.clone(), input, outgoing_rx, close_input.clone())));
+    let janitor = AbortOnDropHandle::new(tokio::spawn(expire_abandoned(shared.clone())));
     let tasks = SessionTasks { close_input, reader, writer, janitor };
     (handle, tasks)
 }
@@ -478,18 +479,12 @@ impl SessionTasks {
     pub(crate) async fn join(self, deadline: Duration) {
         self.close_input.cancel();
         let SessionTasks { reader, writer, janitor, .. } = self;
-        let reader_abort = reader.abort_handle();
-        let writer_abort = writer.abort_handle();
-        if tokio::time::timeout(deadline, async {
+        // Past the deadline, the handles are dropped with the wait: both tasks are aborted.
+        let _ = tokio::time::timeout(deadline, async {
             let _ = reader.await;
             let _ = writer.await;
         })
-        .await
-        .is_err()
-        {
-            reader_abort.abort();
-            writer_abort.abort();
-        }
+        .await;
         // The janitor ends when the session closes; one that never closed is over now anyway.
         janitor.abort();
         let _ = janitor.await;

@@ -10,7 +10,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::StdioSpec;
 use crate::mcp::lines::{Line, Lines};
@@ -26,18 +26,19 @@ const STDERR_LINE_BYTES: usize = 4096;
 /// stderr lines logged per second per server; the rest are counted and summarised.
 const STDERR_LINES_PER_SECOND: u32 = 50;
 
-/// A running stdio server process and the task that drains its stderr.
+/// A running stdio server process and the tasks that serve it (its stderr, its sandbox's
+/// reports, its proxy), each ended when this value is dropped.
 pub(crate) struct ChildProcess {
     child: Child,
     /// The process group id, which is the leader's pid (`process_group(0)`).
     pgid: Option<Pid>,
     /// When the leader started: once it is reaped, its number may name another process's group.
     leader_started: Option<u64>,
-    stderr_pump: JoinHandle<()>,
+    stderr_pump: AbortOnDropHandle<()>,
     /// The sandbox helper's reports (none without a sandbox).
-    reports: Option<JoinHandle<Option<Report>>>,
+    reports: Option<AbortOnDropHandle<Option<Report>>>,
     /// A proxied sandbox's way out (`upstream::egress`), for as long as the process runs.
-    egress: Option<JoinHandle<()>>,
+    egress: Option<AbortOnDropHandle<()>>,
     /// While set, the server's stderr goes to DEBUG: what a legacy server writes about the
     /// era probe (`server/discover`, a method it does not know) is not news to an operator.
     stderr_quiet: Arc<AtomicBool>,
@@ -128,13 +129,13 @@ pub(crate) fn spawn(
     let mut child = command.spawn().map_err(|source| UpstreamError::Spawn { command: spec.command.display().to_string(), source })?;
     let reports = report_pipe.map(|pipe| {
         drop(pipe.sender);
-        tokio::spawn(read_reports(pipe.receiver))
+        AbortOnDropHandle::new(tokio::spawn(read_reports(pipe.receiver)))
     });
     // The proxy runs as long as this process: aborted when it is shut down or dropped.
     let egress = egress_channel.map(|(ours, theirs)| {
         drop(theirs);
         let route = confinement::egress(spec);
-        tokio::spawn(super::egress::run(server.clone(), ours, Arc::new(route), egress_stats))
+        AbortOnDropHandle::new(tokio::spawn(super::egress::run(server.clone(), ours, Arc::new(route), egress_stats)))
     });
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
     if let Some(pgid) = pgid {
@@ -145,7 +146,7 @@ pub(crate) fn spawn(
     };
     let stderr_quiet = Arc::new(AtomicBool::new(false));
     let stderr_tail = Arc::new(StderrTail::default());
-    let stderr_pump = tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone()));
+    let stderr_pump = AbortOnDropHandle::new(tokio::spawn(pump_stderr(server.clone(), stderr, stderr_quiet.clone(), stderr_tail.clone())));
     let wake = pgid.filter(|_| spec.sandbox.enabled).map(|helper| SandboxWake { reaper: reaper.clone(), helper, last: None });
     let input = ServerInput { stdin, wake };
     let leader_started = pgid.and_then(|pgid| crate::sandbox::servers::start_time(pgid.as_raw()));
@@ -243,21 +244,16 @@ impl ChildProcess {
             self.reaper.unregister(pgid);
         }
         self.reaped = true;
-        if let Some(egress) = self.egress.take() {
-            egress.abort();
-        }
-        let abort = self.stderr_pump.abort_handle();
+        drop(self.egress.take());
         if tokio::time::timeout(Duration::from_millis(500), &mut self.stderr_pump).await.is_err() {
-            abort.abort();
+            self.stderr_pump.abort();
         }
         // The helper is gone, so its report pipe is at its end (or its init is about to be).
         let report = match self.reports.take() {
+            // Past the wait, dropping the handle ends the reader.
             Some(mut reports) => match tokio::time::timeout(Duration::from_millis(500), &mut reports).await {
                 Ok(Ok(report)) => report,
-                _ => {
-                    reports.abort();
-                    None
-                }
+                _ => None,
             },
             None => None,
         };
@@ -282,19 +278,13 @@ impl ChildProcess {
 
 impl Drop for ChildProcess {
     /// A process dropped without its shutdown sequence (its owner panicked or was aborted) takes
-    /// its whole group with it; tokio reaps the leader (`kill_on_drop`).
+    /// its whole group with it; tokio reaps the leader (`kill_on_drop`); its tasks end as their
+    /// handles drop.
     fn drop(&mut self) {
         if !self.reaped {
             self.signal_group(Signal::SIGKILL);
             if let Some(pgid) = self.pgid {
                 self.reaper.unregister(pgid);
-            }
-            self.stderr_pump.abort();
-            if let Some(reports) = &self.reports {
-                reports.abort();
-            }
-            if let Some(egress) = &self.egress {
-                egress.abort();
             }
         }
     }

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, Key
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::Row;
+use super::{ExportError, Row};
 use crate::audit::format;
 use crate::telemetry::mcp;
 
@@ -19,14 +19,14 @@ use crate::telemetry::mcp;
 const EVENT_NAME: &str = "toolhost.audit";
 
 /// A client of the collector at `endpoint` (`http://host:port`).
-pub(super) async fn connect(endpoint: &str) -> Result<LogsServiceClient<tonic::transport::Channel>, String> {
+pub(super) async fn connect(endpoint: &str) -> Result<LogsServiceClient<tonic::transport::Channel>, ExportError> {
     let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-        .map_err(|error| error.to_string())?
+        .map_err(ExportError::Endpoint)?
         .connect_timeout(Duration::from_secs(5))
         .timeout(super::EXCHANGE_TIMEOUT)
         .connect()
         .await
-        .map_err(|error| crate::upstream::web::error_chain(&error))?;
+        .map_err(|error| ExportError::Unreachable(crate::upstream::web::error_chain(&error)))?;
     Ok(LogsServiceClient::new(channel))
 }
 
@@ -34,9 +34,8 @@ pub(super) async fn connect(endpoint: &str) -> Result<LogsServiceClient<tonic::t
 pub(super) async fn export(
     client: &mut LogsServiceClient<tonic::transport::Channel>,
     request: ExportLogsServiceRequest,
-) -> Result<(), String> {
-    let response =
-        client.export(request).await.map_err(|status| format!("the collector answered {:?}: {}", status.code(), status.message()))?;
+) -> Result<(), ExportError> {
+    let response = client.export(request).await.map_err(|status| ExportError::Rejected(Box::new(status)))?;
     if let Some(partial) = response.into_inner().partial_success
         && partial.rejected_log_records > 0
     {

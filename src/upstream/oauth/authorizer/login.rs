@@ -165,7 +165,7 @@ impl Authorizer {
         let query = match &self.interaction {
             Interaction::None => return Err(self.login_required("it needs a new authorization")),
             Interaction::FollowRedirect => self.web.follow_authorization(&url).await?,
-            Interaction::Operator(visit) => visit(url).await.map_err(AuthError::Required)?,
+            Interaction::Operator(visit) => visit(url).await.map_err(|error| AuthError::Required(error.to_string()))?,
         };
         self.finish_authorization(inner, authorization, &query).await
     }

@@ -63,8 +63,11 @@ impl From<FlowError> for AuthError {
     }
 }
 
-/// Opens the authorization URL and returns the query of the redirect back to toolhost.
-pub type Visit = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+/// Opens the authorization URL and returns the query of the redirect back to toolhost, or why
+/// there is none (the caller's own error: the operator's command line is above this layer).
+pub type Visit = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, VisitError>> + Send>> + Send + Sync>;
+/// Why a [`Visit`] brought no redirect back.
+pub type VisitError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Who can approve an authorization request.
 pub enum Interaction {
