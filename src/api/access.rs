@@ -6,8 +6,8 @@ use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
+use crate::door::Presentation;
 use crate::door::model::{AuditRecord, Caller, Identity, Span, Verdict};
-use crate::door::{Presentation, shows_tool};
 
 impl ToolHostService {
     /// The caller of `request`, or the status that turns it away.
@@ -26,16 +26,15 @@ impl ToolHostService {
         let caller = self.admit(request)?;
         let snapshot = self.door.snapshot();
         let (mut visible_tools, mut callable_tools, mut visible_servers) = (0u32, 0u32, 0u32);
-        for view in snapshot.servers.values() {
-            let Some(generation) = view.generation() else { continue };
+        for view in snapshot.servers() {
             let count = |presentation| {
-                let shown = (0..generation.tools.len()).filter(|idx| shows_tool(&caller, view, *idx, presentation)).count();
+                let shown = view.tools().filter(|tool| tool.shown_to(&caller, presentation)).count();
                 u32::try_from(shown).unwrap_or(u32::MAX)
             };
             let visible = count(Presentation::WithState);
             visible_servers += u32::from(visible > 0);
             visible_tools = visible_tools.saturating_add(visible);
-            if view.is_available() {
+            if view.available() {
                 callable_tools = callable_tools.saturating_add(count(Presentation::Callable));
             }
         }

@@ -1,71 +1,70 @@
 //! Conversions from domain types to protobuf messages. The only place that builds them.
 
-use std::sync::atomic::Ordering;
-
 use crate::api::pb;
-use crate::door::model::{
-    CatalogChange, CatalogEvent, ConfigChange, EnumerationRecord, GenerationSummary, ServerState, ServerView, ToolDef, ToolIntegrity,
-    redact,
-};
+use crate::door::model::{Approval, CatalogChange, CatalogEvent, ConfigChange, EnumerationRecord, GenerationSummary, ServerState, redact};
+use crate::door::view::{Server, Shown};
 
-pub(crate) fn server(view: &ServerView) -> pb::Server {
+pub(crate) fn server(view: Server<'_>) -> pb::Server {
     let hello = view.hello();
-    let races = &view.shared().races;
+    let races = view.races();
+    let queue = view.queue();
     pb::Server {
-        name: view.name().to_string(),
+        name: view.name().to_owned(),
         state: state(view.state()) as i32,
-        available: view.is_available(),
+        available: view.available(),
         transport: view.transport().to_owned(),
         protocol_version: hello.map(|h| h.protocol_version.clone()).unwrap_or_default(),
         server_info_json: hello.and_then(|h| h.server_info.clone()).unwrap_or_default(),
-        generation: view.generation_number(),
-        tool_count: view.generation().map_or(0, |g| u32::try_from(g.tools.len()).unwrap_or(u32::MAX)),
+        generation: view.generation(),
+        tool_count: u32::try_from(view.tool_count()).unwrap_or(u32::MAX),
         revalidating: view.revalidating(),
         last_verified_unix_ms: view.last_verified_at_ms().unwrap_or(0),
         last_enumeration: view.last_enumeration().map(enumeration),
         last_error: view.last_error().map(|error| redact(error).into_owned()).unwrap_or_default(),
-        restarts: view.num_restarts(),
-        worker_panics: view.num_worker_panics(),
+        restarts: view.restarts(),
+        worker_panics: view.worker_panics(),
         era: hello.map(|h| h.era.as_str().to_owned()).unwrap_or_default(),
         stale_tool_races: Some(pb::StaleToolRaces {
-            removed_before_call: races.removed_before_call.load(Ordering::Relaxed),
-            changed_since_listed: races.changed_since_listed.load(Ordering::Relaxed),
-            upstream_unknown_tool: races.upstream_unknown_tool.load(Ordering::Relaxed),
+            removed_before_call: races.removed_before_call,
+            changed_since_listed: races.changed_since_listed,
+            upstream_unknown_tool: races.upstream_unknown_tool,
         }),
-        calls_in_flight: u32::try_from(view.shared().call_queue.in_use()).unwrap_or(u32::MAX),
-        calls_waiting: u32::try_from(view.shared().call_queue.waiting()).unwrap_or(u32::MAX),
-        sandbox: view.sandbox().map(|sandbox| pb::Sandbox {
-            enabled: sandbox.enabled,
-            network: sandbox.network.label().to_owned(),
-            memory_bytes: sandbox.limits.memory_bytes,
-            processes: sandbox.limits.processes,
-            open_files: sandbox.limits.open_files,
-            cpu_seconds: sandbox.limits.cpu_seconds,
-            last_limit: sandbox.last_limit.map(|kind| kind.label().to_owned()).unwrap_or_default(),
-            tmp_bytes: sandbox.limits.tmp_bytes,
-            enforcement: if sandbox.enabled { sandbox.enforcement.label().to_owned() } else { String::new() },
-            enforcement_detail: if sandbox.enabled { sandbox.enforcement.describe() } else { String::new() },
-            read: sandbox.read.iter().map(|path| path.display().to_string()).collect(),
-            write: sandbox.write.iter().map(|path| path.display().to_string()).collect(),
-            home: sandbox.home.as_ref().map(|home| home.display().to_string()).unwrap_or_default(),
-            data: sandbox.data.as_ref().map(|data| data.display().to_string()).unwrap_or_default(),
-            allow: sandbox.allow.clone(),
-            egress_tunnels: view.shared().egress.tunnels.load(Ordering::Relaxed),
-            egress_denied: view.shared().egress.denied.load(Ordering::Relaxed),
-            last_denied: view.shared().egress.last_denied().unwrap_or_default(),
-            reaches: sandbox.reaches.iter().map(|(host, why)| pb::Reach { host: host.clone(), why: why.clone() }).collect(),
-            last_denied_fix: view.shared().egress.last_fix().unwrap_or_default(),
+        calls_in_flight: u32::try_from(queue.running).unwrap_or(u32::MAX),
+        calls_waiting: u32::try_from(queue.waiting).unwrap_or(u32::MAX),
+        sandbox: view.sandbox().map(|sandbox| {
+            let limits = sandbox.limits();
+            let egress = view.egress();
+            pb::Sandbox {
+                enabled: sandbox.enabled(),
+                network: sandbox.network().to_owned(),
+                memory_bytes: limits.memory_bytes,
+                processes: limits.processes,
+                open_files: limits.open_files,
+                cpu_seconds: limits.cpu_seconds,
+                last_limit: sandbox.last_limit().unwrap_or_default().to_owned(),
+                tmp_bytes: limits.tmp_bytes,
+                enforcement: if sandbox.enabled() { sandbox.enforcement().to_owned() } else { String::new() },
+                enforcement_detail: if sandbox.enabled() { sandbox.enforcement_detail() } else { String::new() },
+                read: sandbox.read().iter().map(|path| path.display().to_string()).collect(),
+                write: sandbox.write().iter().map(|path| path.display().to_string()).collect(),
+                home: sandbox.home().map(|home| home.display().to_string()).unwrap_or_default(),
+                data: sandbox.data().map(|data| data.display().to_string()).unwrap_or_default(),
+                allow: sandbox.allow().to_vec(),
+                egress_tunnels: egress.tunnels,
+                egress_denied: egress.denied,
+                last_denied: egress.last_denied.unwrap_or_default(),
+                reaches: sandbox.reaches().iter().map(|(host, why)| pb::Reach { host: host.clone(), why: why.clone() }).collect(),
+                last_denied_fix: egress.last_fix.unwrap_or_default(),
+            }
         }),
         history: Vec::new(),
     }
 }
 
 /// A server with what happened to it, newest first, for a view of that server alone.
-pub(crate) fn server_with_history(view: &ServerView) -> pb::Server {
+pub(crate) fn server_with_history(view: Server<'_>) -> pb::Server {
     let history = view
-        .shared()
-        .history
-        .newest_first()
+        .history()
         .into_iter()
         .map(|happening| pb::ServerEvent {
             at_unix_ms: happening.at_ms,
@@ -107,21 +106,15 @@ pub(crate) fn enumeration(record: &EnumerationRecord) -> pb::Enumeration {
     }
 }
 
-/// A tool as the API shows it. `integrity` is its state in the current generation (`None`:
-/// callable as offered, or a past generation's tool).
-pub(crate) fn tool(
-    view: &ServerView,
-    qualified_name: &str,
-    tool: &ToolDef,
-    generation: u64,
-    with_definition: bool,
-    integrity: Option<&ToolIntegrity>,
-) -> pb::Tool {
+/// A tool as the API shows it, with its definition when `with_definition`.
+pub(crate) fn tool(shown: &Shown<'_>, with_definition: bool) -> pb::Tool {
+    let tool = &*shown.def;
     let fields = tool.fields();
-    let held = integrity.and_then(|state| state.held);
+    let integrity = shown.integrity;
+    let held = shown.held();
     pb::Tool {
-        qualified_name: qualified_name.to_owned(),
-        server: view.name().to_string(),
+        qualified_name: shown.qualified.clone().into_owned(),
+        server: shown.server.name().to_owned(),
         name: tool.name.clone(),
         title: fields.title.clone(),
         description: fields.description.clone(),
@@ -129,10 +122,8 @@ pub(crate) fn tool(
         output_schema_json: fields.output_schema.clone(),
         annotations_json: fields.annotations.clone(),
         definition_hash: tool.hash.clone(),
-        generation,
-        // A tool its server runs only as a task is callable when the server runs tasks (toolhost
-        // then runs it as one there, for any caller).
-        available: view.is_available() && (!fields.task_required || view.hello().is_some_and(|hello| hello.tasks)) && held.is_none(),
+        generation: shown.generation,
+        available: shown.available(),
         definition_json: if with_definition { tool.definition.to_string() } else { String::new() },
         state: if held.is_some() { "held" } else { "ok" }.to_owned(),
         hold_reason: held.map(|hold| hold.as_str().to_owned()).unwrap_or_default(),
@@ -143,6 +134,11 @@ pub(crate) fn tool(
         },
         flags: integrity.map(|state| state.flags.names().into_iter().map(str::to_owned).collect()).unwrap_or_default(),
     }
+}
+
+/// A definition approval of tool `name`, as a server's history shows it.
+pub(crate) fn approval((name, approval): (String, Approval)) -> pb::Approval {
+    pb::Approval { name, hash: approval.hash, approved_by: approval.approved_by, approved_unix_ms: approval.approved_at_ms }
 }
 
 pub(crate) fn generation_change(summary: GenerationSummary) -> pb::GenerationChange {

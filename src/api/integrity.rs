@@ -38,18 +38,4 @@ impl ToolHostService {
             flags: diff.integrity.map(|state| state.flags.names().into_iter().map(str::to_owned).collect()).unwrap_or_default(),
         })
     }
-
-    /// The approval history shown with a server's history.
-    pub(crate) async fn approvals_of(&self, server: &str, visible: impl Fn(&str) -> bool) -> Result<Vec<pb::Approval>, Status> {
-        let history = self.door.approval_history(server, 50, visible).await?;
-        Ok(history
-            .into_iter()
-            .map(|(name, approval)| pb::Approval {
-                name,
-                hash: approval.hash,
-                approved_by: approval.approved_by,
-                approved_unix_ms: approval.approved_at_ms,
-            })
-            .collect())
-    }
 }

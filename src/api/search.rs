@@ -19,22 +19,11 @@ impl ToolHostService {
             n => n.min(MAX_LIMIT),
         };
         let (snapshot, hits) =
-            self.door.search(&caller, &request.query, &request.servers, limit as usize, Presentation::WithState, |_, _| true).await?;
+            self.door.search(&caller, &request.query, &request.servers, limit as usize, Presentation::WithState, |_| true).await?;
         let results = hits
             .iter()
-            .filter_map(|hit| {
-                let generation = hit.view.generation()?;
-                let tool = convert::tool(
-                    &hit.view,
-                    hit.view.qualified().name(hit.idx),
-                    &generation.tools[hit.idx],
-                    generation.number,
-                    false,
-                    hit.view.integrity_at(hit.idx),
-                );
-                Some(pb::SearchResult { tool: Some(tool), score: hit.score })
-            })
+            .filter_map(|hit| Some(pb::SearchResult { tool: Some(convert::tool(&hit.tool()?.shown(), false)), score: hit.score }))
             .collect();
-        Ok(pb::SearchToolsResponse { results, catalog_revision: snapshot.revision })
+        Ok(pb::SearchToolsResponse { results, catalog_revision: snapshot.revision() })
     }
 }

@@ -10,19 +10,20 @@ use tonic::{Request, Response, Status};
 use crate::api::{convert, pb, watch};
 use crate::door::changes::Changes;
 use crate::door::error::DoorError;
-use crate::door::model::{
-    Answer, CallError, CallRequest, Caller, CatalogSnapshot, ContinuationError, ServerAction, ServerView, ToolRef, locate, names,
-};
+use crate::door::model::{Answer, CallError, CallRequest, Caller, ContinuationError, ServerAction, ToolRef};
 use crate::door::observe::{DoorSpan, Front, Wire};
 use crate::door::operator::Operator;
 use crate::door::paging::{self, Binding, Position, TokenError};
-use crate::door::{Door, Presentation, refused_tool, server_visible, shows_name, shows_tool};
+use crate::door::view::{Catalog, Server, Tool};
+use crate::door::{Door, Presentation};
 use crate::mcp::lifecycle::METHOD_TOOLS_CALL;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
 const DEFAULT_PAGE_SIZE: u32 = 500;
 const MAX_PAGE_SIZE: u32 = 5000;
+/// Definition approvals a server's history shows.
+const APPROVALS_SHOWN: u32 = 50;
 /// A call's upstream timeout ends this much before the caller's deadline, so that the caller
 /// gets toolhost's DEADLINE_EXCEEDED (with details) rather than a bare transport cancellation.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
@@ -41,10 +42,10 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let caller = self.admit(&request)?;
         let snapshot = self.door.snapshot();
         let servers = match request.get_ref().name.as_str() {
-            "" => snapshot.servers.values().filter(|view| server_visible(&caller, view)).map(|view| convert::server(view)).collect(),
+            "" => snapshot.visible_servers(&caller).map(convert::server).collect(),
             name => {
                 // A server the caller may not see answers as one that does not exist.
-                let view = snapshot.servers.get(name).filter(|view| server_visible(&caller, view));
+                let view = snapshot.visible_server(&caller, name);
                 let view = view.ok_or_else(|| Status::from(DoorError::unknown_server(name)))?;
                 vec![convert::server_with_history(view)]
             }
@@ -54,7 +55,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             degraded: degraded.is_some(),
             reason: degraded.filter(|_| caller.agent.admin).map(|why| why.to_string()).unwrap_or_default(),
         };
-        Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision, store: Some(store) }))
+        Ok(Response::new(pb::ListServersResponse { servers, catalog_revision: snapshot.revision(), store: Some(store) }))
     }
 
     async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Result<Response<pb::ListToolsResponse>, Status> {
@@ -82,64 +83,35 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
             }
         };
         for server in &request.servers {
-            if !snapshot.servers.get(server.as_str()).is_some_and(|view| server_visible(&caller, view)) {
+            if snapshot.visible_server(&caller, server).is_none() {
                 return Err(DoorError::unknown_server(server).into());
             }
         }
         let (tools, next) = collect_page(&snapshot, &request, start, page_size, &caller);
         let next_page_token = next.map(|position| binding.token(position)).unwrap_or_default();
-        Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision, next_page_token }))
+        Ok(Response::new(pb::ListToolsResponse { tools, catalog_revision: snapshot.revision(), next_page_token }))
     }
 
     async fn get_tool(&self, request: Request<pb::GetToolRequest>) -> Result<Response<pb::GetToolResponse>, Status> {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
+        let tool = ToolRef::from_parts(&request.qualified_name, &request.server, &request.name)
+            .ok_or_else(|| DoorError::invalid("name the tool by qualified_name, or by server and name"))?;
         let snapshot = self.door.snapshot();
-        let (target, server, name) = self.tool_target(&request.qualified_name, &request.server, &request.name)?;
-        // A tool held now is hidden from agents in every generation, as it is from every listing.
-        if !crate::door::may_use(&caller, &snapshot, &target)
-            || !shows_name(&caller, &snapshot, &names::qualify(&server, &name), Presentation::WithState)
-        {
-            return Err(refused_tool(&caller, &snapshot, &target).into());
-        }
-        let view = snapshot.servers.get(server.as_str()).ok_or_else(|| DoorError::unknown_server(&server))?;
-        let not_found = || DoorError::unknown_tool(&server, &name);
-        let current = view.generation();
-        let tool = match (request.generation, current) {
-            (0, Some(generation)) => generation.tool(&name).cloned().map(|tool| (tool, generation.number)),
-            (0, None) => None,
-            (wanted, Some(generation)) if wanted == generation.number => generation.tool(&name).cloned().map(|tool| (tool, wanted)),
-            (wanted, _) => self.door.tools_at(&server, wanted).await?.into_iter().find(|t| t.name == name).map(|tool| (tool, wanted)),
-        };
-        let (tool, generation) = tool.ok_or_else(not_found)?;
-        let qualified = names::qualify(&server, &tool.name);
-        let integrity = (Some(generation) == current.map(|g| g.number)).then(|| current.and_then(|g| g.position(&tool.name))).flatten();
-        let tool = convert::tool(view, &qualified, &tool, generation, true, integrity.and_then(|idx| view.integrity_at(idx)));
-        Ok(Response::new(pb::GetToolResponse { tool: Some(tool), catalog_revision: snapshot.revision }))
+        let shown = self.door.tool_at(&caller, &snapshot, &tool, request.generation).await?;
+        Ok(Response::new(pb::GetToolResponse { tool: Some(convert::tool(&shown, true)), catalog_revision: snapshot.revision() }))
     }
 
     async fn history(&self, request: Request<pb::HistoryRequest>) -> Result<Response<pb::HistoryResponse>, Status> {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
         let limit = if request.limit == 0 { 20 } else { request.limit.min(1000) };
-        let history = self.door.server_history(&caller, &request.server, limit, 20).await?;
-        let (mut generations, mut enumerations) = history.ok_or_else(|| DoorError::unknown_server(&request.server))?;
-        // Names the agent may not see are left out; diagnostics (which quote entries) are for operators.
-        let snapshot = self.door.snapshot();
-        let visible = |name: &str| shows_name(&caller, &snapshot, &names::qualify(&request.server, name), Presentation::WithState);
-        for generation in &mut generations {
-            generation.added.retain(|name| visible(name));
-            generation.removed.retain(|name| visible(name));
-            generation.changed.retain(|name| visible(name));
-        }
-        if !caller.agent.admin {
-            enumerations.iter_mut().for_each(|record| record.diagnostics.clear());
-        }
-        let approvals = self.approvals_of(&request.server, visible).await?;
+        let history = self.door.server_history(&caller, &request.server, limit, 20, APPROVALS_SHOWN).await?;
+        let history = history.ok_or_else(|| DoorError::unknown_server(&request.server))?;
         Ok(Response::new(pb::HistoryResponse {
-            generations: generations.into_iter().map(convert::generation_change).collect(),
-            enumerations: enumerations.iter().map(convert::enumeration).collect(),
-            approvals,
+            generations: history.generations.into_iter().map(convert::generation_change).collect(),
+            enumerations: history.enumerations.iter().map(convert::enumeration).collect(),
+            approvals: history.approvals.into_iter().map(convert::approval).collect(),
         }))
     }
 
@@ -149,7 +121,7 @@ impl pb::tool_host_server::ToolHost for ToolHostService {
         let caller = self.admit(&request)?;
         let request = request.into_inner();
         for server in &request.servers {
-            if !self.door.server(server).is_some_and(|view| server_visible(&caller, &view)) {
+            if self.door.snapshot().visible_server(&caller, server).is_none() {
                 return Err(DoorError::unknown_server(server).into());
             }
         }
@@ -362,61 +334,27 @@ impl ToolHostService {
             definition_hash: result.definition_hash,
         }))
     }
-
-    /// The server and the tool's own name a GetTool request means: a qualified name is looked
-    /// up in the current generations; a server and name are taken as given (the tool may be in
-    /// an older generation).
-    fn tool_target(&self, qualified: &str, server: &str, name: &str) -> Result<(ToolRef, String, String), DoorError> {
-        let tool = ToolRef::from_parts(qualified, server, name)
-            .ok_or_else(|| DoorError::invalid("name the tool by qualified_name, or by server and name"))?;
-        let ToolRef::Qualified(qualified) = &tool else { return Ok((tool, server.to_owned(), name.to_owned())) };
-        let snapshot = self.door.snapshot();
-        let unknown = || DoorError::unknown_tool(tool.server().unwrap_or_default(), qualified);
-        match tool.server() {
-            Some(server) if !snapshot.servers.contains_key(server) => return Err(DoorError::unknown_server(server)),
-            None => return Err(unknown()),
-            Some(_) => {}
-        }
-        let (view, idx) = locate(&snapshot, &tool).ok_or_else(unknown)?;
-        let generation = view.generation().ok_or_else(unknown)?;
-        let name = generation.tools[idx].name.clone();
-        Ok((tool, view.name().to_string(), name))
-    }
 }
 
 /// One page of `snapshot` from `start` as the caller may see it, and where the next one starts.
 fn collect_page(
-    snapshot: &CatalogSnapshot,
+    snapshot: &Catalog,
     request: &pb::ListToolsRequest,
     start: Position,
     page_size: u32,
     caller: &Caller,
 ) -> (Vec<pb::Tool>, Option<Position>) {
     let mut tools = Vec::new();
-    let servers = |view: &ServerView| {
-        (request.servers.is_empty() || request.servers.iter().any(|s| **s == **view.name()))
-            && (!request.available_only || view.is_available())
+    let servers = |view: Server<'_>| {
+        (request.servers.is_empty() || request.servers.iter().any(|s| **s == *view.name())) && (!request.available_only || view.available())
     };
-    let include = |view: &ServerView, idx: usize| {
-        let Some(generation) = view.generation() else { return false };
-        shows_tool(caller, view, idx, Presentation::WithState)
+    let include = |tool: Tool<'_>| {
+        tool.shown_to(caller, Presentation::WithState)
             && (request.name_contains.is_empty()
-                || contains_ignore_case(view.qualified().name(idx), &request.name_contains)
-                || contains_ignore_case(&generation.tools[idx].name, &request.name_contains))
+                || contains_ignore_case(tool.qualified(), &request.name_contains)
+                || contains_ignore_case(tool.name(), &request.name_contains))
     };
-    let emit = |view: &ServerView, idx: usize| {
-        if let Some(generation) = view.generation() {
-            let tool = &generation.tools[idx];
-            tools.push(convert::tool(
-                view,
-                view.qualified().name(idx),
-                tool,
-                generation.number,
-                request.with_definitions,
-                view.integrity_at(idx),
-            ));
-        }
-    };
+    let emit = |tool: Tool<'_>| tools.push(convert::tool(&tool.shown(), request.with_definitions));
     let next = paging::walk(snapshot, start, page_size as usize, servers, include, emit);
     (tools, next)
 }

@@ -9,8 +9,8 @@ use super::error::ConsoleError;
 use super::html::{Ctx, Tab, has_marks, marked, page, short_hash};
 use super::servers::urlencode;
 use crate::door::error::DoorError;
-use crate::door::model::ServerView;
-use crate::door::{Door, Presentation, server_visible, shows_tool};
+use crate::door::view::{Catalog, Tool};
+use crate::door::{Door, Presentation};
 
 /// Rows a page shows at most (a search keeps its best).
 const MAX_ROWS: usize = 500;
@@ -29,38 +29,28 @@ pub(super) struct Query {
 }
 
 pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Markup, ConsoleError> {
-    let state_passes = |view: &ServerView, idx: usize| match query.state.as_str() {
-        "held" => view.held(idx).is_some(),
-        "ok" => view.held(idx).is_none() && view.is_available(),
-        "unavailable" => !view.is_available(),
+    let state_passes = |tool: Tool<'_>| match query.state.as_str() {
+        "held" => tool.held().is_some(),
+        "ok" => tool.held().is_none() && tool.server().available(),
+        "unavailable" => !tool.server().available(),
         _ => true,
     };
     let servers: Vec<String> = if query.server.is_empty() { Vec::new() } else { vec![query.server.clone()] };
-    let mut rows: Vec<(std::sync::Arc<ServerView>, usize)> = Vec::new();
-    let snapshot = if query.q.trim().is_empty() {
+    let (snapshot, hits) = if query.q.trim().is_empty() {
         let snapshot = door.snapshot();
-        if !servers.is_empty() && !snapshot.servers.get(query.server.as_str()).is_some_and(|view| server_visible(ctx.caller, view)) {
+        if !servers.is_empty() && snapshot.visible_server(ctx.caller, &query.server).is_none() {
             return Err(DoorError::unknown_server(&query.server).into());
         }
-        'servers: for view in snapshot.servers.values().filter(|view| servers.is_empty() || **view.name() == *query.server) {
-            let Some(generation) = view.generation() else { continue };
-            for idx in 0..generation.tools.len() {
-                if shows_tool(ctx.caller, view, idx, Presentation::WithState) && state_passes(view, idx) {
-                    rows.push((view.clone(), idx));
-                    if rows.len() == MAX_ROWS {
-                        break 'servers;
-                    }
-                }
-            }
-        }
-        snapshot
+        (snapshot, None)
     } else {
         let (snapshot, hits) = door.search(ctx.caller, &query.q, &servers, MAX_ROWS, Presentation::WithState, state_passes).await?;
-        rows.extend(hits.into_iter().map(|hit| (hit.view, hit.idx)));
-        snapshot
+        (snapshot, Some(hits))
     };
-    let server_names: Vec<&str> =
-        snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).map(|view| &**view.name()).collect();
+    let rows: Vec<Tool<'_>> = match &hits {
+        Some(hits) => hits.iter().filter_map(|hit| hit.tool()).collect(),
+        None => listed(ctx, &snapshot, query, state_passes),
+    };
+    let server_names: Vec<&str> = snapshot.visible_servers(ctx.caller).map(|view| view.name()).collect();
     let controls = html! {
         form.filters method="get" action="/catalog" {
             input type="search" name="q" value=(query.q) placeholder="Search names, titles, descriptions, arguments" maxlength="200";
@@ -81,36 +71,47 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, query: &Query) -> Result<Ma
         table.tools {
             thead { tr { th { "tool" } th { "description" } th { "state" } th { "hash" } th { "generation" } } }
             tbody {
-                @for (view, idx) in &rows { (row(view, *idx)) }
+                @for tool in &rows { (row(*tool)) }
             }
         }
     };
     Ok(page(ctx, Tab::Catalog, "Catalog", controls, live))
 }
 
-fn row(view: &ServerView, idx: usize) -> Markup {
-    let Some(generation) = view.generation() else { return html! {} };
-    let tool = &generation.tools[idx];
-    let fields = tool.fields();
-    let integrity = view.integrity_at(idx);
+/// The tools of `query`'s server (or every one) the caller sees that pass `state_passes`, in
+/// catalog order, at most [`MAX_ROWS`].
+fn listed<'a>(ctx: &Ctx<'_>, snapshot: &'a Catalog, query: &Query, state_passes: impl Fn(Tool<'_>) -> bool) -> Vec<Tool<'a>> {
+    snapshot
+        .servers()
+        .filter(|view| query.server.is_empty() || view.name() == query.server)
+        .flat_map(|view| view.tools())
+        .filter(|tool| tool.shown_to(ctx.caller, Presentation::WithState) && state_passes(*tool))
+        .take(MAX_ROWS)
+        .collect()
+}
+
+fn row(tool: Tool<'_>) -> Markup {
+    let def = tool.def();
+    let fields = def.fields();
+    let integrity = tool.integrity();
     let description: String = fields.description.chars().take(DESCRIPTION_CHARS).collect();
     html! {
-        tr data-tool=(view.qualified().name(idx)) {
-            td { a href=(tool_href(view.name(), &tool.name)) { (marked(view.qualified().name(idx))) }
+        tr data-tool=(tool.qualified()) {
+            td { a href=(tool_href(tool.server().name(), tool.name())) { (marked(tool.qualified())) }
                 @if !fields.title.is_empty() { br; small { (marked(&fields.title)) } } }
             td { (marked(&description)) @if description.len() < fields.description.len() { "…" } }
-            td { (state(view, idx)) @if let Some(integrity) = integrity { @for flag in integrity.flags.names() { " " span.badge.flag { (flag) } } } }
-            td { code title=(tool.hash) { (short_hash(&tool.hash)) } }
-            td { (generation.number) }
+            td { (state(tool)) @if let Some(integrity) = integrity { @for flag in integrity.flags.names() { " " span.badge.flag { (flag) } } } }
+            td { code title=(def.hash) { (short_hash(&def.hash)) } }
+            td { (tool.generation()) }
         }
     }
 }
 
-fn state(view: &ServerView, idx: usize) -> Markup {
-    match view.held(idx) {
+fn state(tool: Tool<'_>) -> Markup {
+    match tool.held() {
         Some(hold) => html! { span.state.bad { "held" } " " small { (hold.as_str()) } },
-        None if view.is_available() => html! { span.state.good { "callable" } },
-        None => html! { span.state.neutral { "server " (view.state().name()) } },
+        None if tool.server().available() => html! { span.state.good { "callable" } },
+        None => html! { span.state.neutral { "server " (tool.server().state().name()) } },
     }
 }
 
@@ -122,26 +123,25 @@ pub(super) fn tool_href(server: &str, name: &str) -> String {
 pub(super) async fn tool(ctx: &Ctx<'_>, door: &Door, server: &str, name: &str) -> Result<Markup, ConsoleError> {
     let snapshot = door.snapshot();
     let unknown = || ConsoleError::from(DoorError::unknown_tool(server, name));
-    let view = snapshot.servers.get(server).filter(|view| server_visible(ctx.caller, view)).ok_or_else(unknown)?;
-    let generation = view.generation().ok_or_else(unknown)?;
-    let idx = generation.position(name).filter(|idx| shows_tool(ctx.caller, view, *idx, Presentation::WithState)).ok_or_else(unknown)?;
-    let tool = &generation.tools[idx];
-    let integrity = view.integrity_at(idx);
+    let view = snapshot.visible_server(ctx.caller, server).ok_or_else(unknown)?;
+    let tool = view.tool_named(name).filter(|tool| tool.shown_to(ctx.caller, Presentation::WithState)).ok_or_else(unknown)?;
+    let integrity = tool.integrity();
     let history = door.tool_history(server, name, HISTORY).await?;
-    let definition = pretty(&tool.definition);
+    let def = tool.def();
+    let definition = pretty(&def.definition);
     let live = html! {
         dl.facts {
-            dt { "qualified name" } dd { code { (view.qualified().name(idx)) } }
-            dt { "state" } dd { (state(view, idx))
-                @if view.held(idx).is_some() && ctx.caller.agent.admin { " " a href="/review" { "review it" } } }
-            dt { "definition hash" } dd { code { (tool.hash) } }
+            dt { "qualified name" } dd { code { (tool.qualified()) } }
+            dt { "state" } dd { (state(tool))
+                @if tool.held().is_some() && ctx.caller.agent.admin { " " a href="/review" { "review it" } } }
+            dt { "definition hash" } dd { code { (def.hash) } }
             @if let Some(approved) = integrity.and_then(|state| state.approved_hash.as_deref()) {
                 dt { "approved hash" } dd { code { (approved) } }
             }
             @if let Some(integrity) = integrity.filter(|state| state.flags.any()) {
                 dt { "flags" } dd { @for flag in integrity.flags.names() { span.badge.flag { (flag) } " " } }
             }
-            dt { "generation" } dd { (generation.number) }
+            dt { "generation" } dd { (tool.generation()) }
         }
         h2 { "Definition" }
         @if has_marks(&definition) { p.error { "This definition holds characters a reader could miss; they are marked." } }

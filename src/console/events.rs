@@ -27,7 +27,7 @@ pub(super) const STREAMS_PER_AGENT: usize = 16;
 pub(super) fn stream(door: &Door, identity: Identity, stop: CancellationToken, permit: (OwnedSemaphorePermit, Share)) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<String>(4);
     let mut changes = Changes::new(door, identity, 0, Vec::new());
-    let revision = door.snapshot().revision;
+    let revision = door.snapshot().revision();
     let feeder = async move {
         let _permit = permit;
         if tx.send(revision.to_string()).await.is_err() {

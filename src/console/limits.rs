@@ -9,13 +9,13 @@ use maud::{Markup, html};
 
 use super::error::ConsoleError;
 use super::html::{Ctx, Tab, page, when};
+use crate::door::Door;
 use crate::door::limits::{AgentLimits, RECENT, Recent};
-use crate::door::{Door, server_visible};
 
 pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, now_ms: i64) -> Result<Markup, ConsoleError> {
     let agents = door.limits_overview(ctx.caller, now_ms).await?;
     let snapshot = door.snapshot();
-    let servers: Vec<_> = snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).collect();
+    let servers: Vec<_> = snapshot.visible_servers(ctx.caller).map(|view| (view.name(), view.queue())).collect();
     let live = html! {
         h2 { "Agents" }
         table.limits {
@@ -31,11 +31,11 @@ pub(super) async fn view(ctx: &Ctx<'_>, door: &Door, now_ms: i64) -> Result<Mark
             table.limits {
                 thead { tr { th { "server" } th { "running" } th { "waiting in line" } } }
                 tbody {
-                    @for view in &servers {
-                        tr data-server=(view.name()) {
-                            td { (view.name()) }
-                            td.running { (view.shared().call_queue.in_use()) }
-                            td.waiting { (view.shared().call_queue.waiting()) }
+                    @for (name, queue) in &servers {
+                        tr data-server=(name) {
+                            td { (name) }
+                            td.running { (queue.running) }
+                            td.waiting { (queue.waiting) }
                         }
                     }
                 }

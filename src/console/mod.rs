@@ -204,7 +204,7 @@ impl Console {
             csrf: &session.csrf,
             signed_in: session.token.is_some(),
             fragment,
-            revision: snapshot.revision,
+            revision: snapshot.revision(),
             poll_ms,
         };
         let params = Form::parse(query.as_bytes());
@@ -247,7 +247,7 @@ impl Console {
             _ => return Err(ConsoleError::NotFound),
         };
         let mut response = html_response(StatusCode::OK, page);
-        if let Ok(revision) = HeaderValue::from_str(&snapshot.revision.to_string()) {
+        if let Ok(revision) = HeaderValue::from_str(&snapshot.revision().to_string()) {
             response.headers_mut().insert("x-catalog-revision", revision);
         }
         Ok(response)

@@ -7,11 +7,11 @@
 use maud::{Markup, html};
 
 use super::html::{Ctx, Tab, csrf_field, marked, page, when};
-use crate::door::model::{CatalogSnapshot, ServerState, ServerView, ToolDef, redact};
-use crate::door::server_visible;
+use crate::door::model::{ServerState, redact};
+use crate::door::view::{Catalog, Server};
 
-pub(super) fn view(ctx: &Ctx, snapshot: &CatalogSnapshot, store_degraded: Option<String>, flash: Option<&str>) -> Markup {
-    let servers: Vec<&ServerView> = snapshot.servers.values().filter(|view| server_visible(ctx.caller, view)).map(|v| &**v).collect();
+pub(super) fn view(ctx: &Ctx, snapshot: &Catalog, store_degraded: Option<String>, flash: Option<&str>) -> Markup {
+    let servers: Vec<Server<'_>> = snapshot.visible_servers(ctx.caller).collect();
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
         @if let Some(reason) = store_degraded.filter(|_| ctx.caller.agent.admin) {
@@ -21,7 +21,7 @@ pub(super) fn view(ctx: &Ctx, snapshot: &CatalogSnapshot, store_degraded: Option
         table.servers {
             (head(ctx))
             tbody {
-                @for view in &servers { (row(ctx, view)) }
+                @for view in &servers { (row(ctx, *view)) }
             }
         }
     };
@@ -38,34 +38,36 @@ fn head(ctx: &Ctx) -> Markup {
     }
 }
 
-fn row(ctx: &Ctx, view: &ServerView) -> Markup {
+fn row(ctx: &Ctx, view: Server<'_>) -> Markup {
     let hello = view.hello();
-    let tools = view.generation().map_or(0, |generation| generation.tools.len());
-    let held = (0..tools).filter(|idx| view.held(*idx).is_some()).count();
+    let tools = view.tool_count();
+    let held = view.tools().filter(|tool| tool.held().is_some()).count();
     let error = view.last_error().map(redact);
+    let queue = view.queue();
+    let name = view.name();
     html! {
-        tr data-server=(view.name()) {
-            td { a href=(format!("/server?name={}", urlencode(view.name()))) { strong { (view.name()) } }
-                br; small { a href=(format!("/catalog?server={}", urlencode(view.name()))) { "tools" } } }
+        tr data-server=(name) {
+            td { a href=(format!("/server?name={}", urlencode(name))) { strong { (name) } }
+                br; small { a href=(format!("/catalog?server={}", urlencode(name))) { "tools" } } }
             td { span class=(format!("state {}", state_class(view.state()))) { (view.state().name()) }
                 @if view.revalidating() { " " span.badge title="Serving the stored catalog until the server lists again" { "revalidating" } } }
             td { (hello.map_or_else(|| "–".to_owned(), protocol_shown)) " · " (view.transport())
                 @if let Some(hello) = hello { br; small { (hello.protocol_version) } } }
-            td { (view.generation_number()) br; small title="Last verified" { (when(view.last_verified_at_ms().unwrap_or(0))) } }
+            td { (view.generation()) br; small title="Last verified" { (when(view.last_verified_at_ms().unwrap_or(0))) } }
             td { (tools) @if held > 0 { " " a.badge.held href="/review" { (held) " held" } } }
-            td { (view.shared().call_queue.in_use()) " running" @if view.shared().call_queue.waiting() > 0 { ", " (view.shared().call_queue.waiting()) " waiting" } }
-            td { (view.num_restarts()) @if view.num_worker_panics() > 0 { br; small.error { (view.num_worker_panics()) " worker panics" } } }
+            td { (queue.running) " running" @if queue.waiting > 0 { ", " (queue.waiting) " waiting" } }
+            td { (view.restarts()) @if view.worker_panics() > 0 { br; small.error { (view.worker_panics()) " worker panics" } } }
             td { (sandbox(view)) }
             td.error-text { @if let Some(error) = &error { (marked(error)) } }
             @if ctx.caller.agent.admin {
                 td.actions {
                     @if view.state() != ServerState::Disabled {
                         form method="post" action="/servers/refresh" {
-                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name());
+                            (csrf_field(ctx)) input type="hidden" name="server" value=(name);
                             button type="submit" { "Refresh" }
                         }
                         form method="post" action="/servers/restart" {
-                            (csrf_field(ctx)) input type="hidden" name="server" value=(view.name());
+                            (csrf_field(ctx)) input type="hidden" name="server" value=(name);
                             button type="submit" { "Restart" }
                         }
                     }
@@ -77,11 +79,10 @@ fn row(ctx: &Ctx, view: &ServerView) -> Markup {
 
 /// One server's page: everything the row says, and what it leaves out: the last error whole
 /// (with the server's exit and stderr lines), the last listing, the grants and home, the tools.
-pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: Option<&str>) -> Option<Markup> {
-    let view = snapshot.servers.get(name).filter(|view| server_visible(ctx.caller, view))?;
+pub(super) fn server(ctx: &Ctx, snapshot: &Catalog, name: &str, flash: Option<&str>) -> Option<Markup> {
+    let view = snapshot.visible_server(ctx.caller, name)?;
     let hello = view.hello();
-    let tools: Vec<(usize, &ToolDef)> =
-        view.generation().map(|generation| generation.tools.iter().enumerate().collect()).unwrap_or_default();
+    let tools: Vec<_> = view.tools().collect();
     let error = view.last_error().map(redact);
     let live = html! {
         @if let Some(flash) = flash { p.flash { (flash) } }
@@ -95,7 +96,7 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         table.history {
             thead { tr { th { "when" } th { "state after" } th { "what" } } }
             tbody {
-                @for happening in view.shared().history.newest_first() {
+                @for happening in view.history() {
                     tr { td { (when(happening.at_ms)) } td { span class=(format!("state {}", state_class(happening.state))) { (happening.state.name()) } }
                         td.error-text[state_class(happening.state) == "bad"] { (marked(&happening.what)) } }
                 }
@@ -114,17 +115,17 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
         p { (hello.map_or_else(|| "not connected".to_owned(), protocol_shown)) " · " (view.transport()) }
         @if let Some(sandbox) = view.sandbox() {
             p { (self::sandbox(view)) }
-            @if let Some(home) = &sandbox.home { p { "Home (HOME, its caches): " code { (home.display().to_string()) } } }
-            @if !sandbox.read.is_empty() { p { "Reads (beside the system): " @for path in &sandbox.read { code { (path.display().to_string()) } " " } } }
-            @if !sandbox.write.is_empty() { p { "Writes: " @for path in &sandbox.write { code { (path.display().to_string()) } " " } } }
+            @if let Some(home) = sandbox.home() { p { "Home (HOME, its caches): " code { (home.display().to_string()) } } }
+            @if !sandbox.read().is_empty() { p { "Reads (beside the system): " @for path in sandbox.read() { code { (path.display().to_string()) } " " } } }
+            @if !sandbox.write().is_empty() { p { "Writes: " @for path in sandbox.write() { code { (path.display().to_string()) } " " } } }
         }
         h2 { "Its tools" }
         @if tools.is_empty() { p { "None listed." } }
         ul {
-            @for (idx, tool) in &tools {
+            @for tool in &tools {
                 li {
-                    a href=(format!("/tool?server={}&name={}", urlencode(view.name()), urlencode(&tool.name))) { (marked(&tool.name)) }
-                    @if view.held(*idx).is_some() { " " span.badge.held { "held" } }
+                    a href=(format!("/tool?server={}&name={}", urlencode(view.name()), urlencode(tool.name()))) { (marked(tool.name())) }
+                    @if tool.held().is_some() { " " span.badge.held { "held" } }
                 }
             }
         }
@@ -132,23 +133,23 @@ pub(super) fn server(ctx: &Ctx, snapshot: &CatalogSnapshot, name: &str, flash: O
     Some(page(ctx, Tab::Servers, &format!("Server {name}"), html! {}, live))
 }
 
-fn sandbox(view: &ServerView) -> Markup {
+fn sandbox(view: Server<'_>) -> Markup {
     let Some(sandbox) = view.sandbox() else { return html! { "–" } };
-    let limits = &sandbox.limits;
+    let limits = sandbox.limits();
+    let egress = view.egress();
     html! {
-        @if sandbox.enabled { "sandboxed" } @else { span.error { "not sandboxed" } }
-        ", network " (sandbox.network.label())
+        @if sandbox.enabled() { "sandboxed" } @else { span.error { "not sandboxed" } }
+        ", network " (sandbox.network())
         br;
-        small title=[sandbox.enabled.then(|| sandbox.enforcement.describe())] {
+        small title=[sandbox.enabled().then(|| sandbox.enforcement_detail())] {
             (limits.memory_bytes / (1024 * 1024)) " MiB · " (limits.processes) " processes · " (limits.open_files) " files · "
             (limits.cpu_seconds) " s CPU · " (limits.tmp_bytes / (1024 * 1024)) " MiB /tmp"
-            @if sandbox.enabled { " · limits " (sandbox.enforcement.label()) }
+            @if sandbox.enabled() { " · limits " (sandbox.enforcement()) }
         }
-        @if let Some(kind) = sandbox.last_limit { br; small.error { "last hit: " (kind.label()) } }
-        @if !sandbox.allow.is_empty() { br; small { "reaches " (sandbox.allow.join(", ")) } }
-        @let denied = view.shared().egress.denied.load(std::sync::atomic::Ordering::Relaxed);
-        @if denied > 0 {
-            br; small.error { (denied) " refused, last: " (view.shared().egress.last_denied().unwrap_or_default()) }
+        @if let Some(kind) = sandbox.last_limit() { br; small.error { "last hit: " (kind) } }
+        @if !sandbox.allow().is_empty() { br; small { "reaches " (sandbox.allow().join(", ")) } }
+        @if egress.denied > 0 {
+            br; small.error { (egress.denied) " refused, last: " (egress.last_denied.unwrap_or_default()) }
         }
     }
 }

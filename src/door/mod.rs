@@ -3,7 +3,8 @@
 //! access decision, the refusal that looks exactly like absence, the request's fields
 //! normalised, the call itself and its audit record ([`call`]: one file per step); search and every read of
 //! the catalog under the caller's policy. [`operator::Operator`] is the operator side. The doors
-//! speak [`model`]'s nouns, fail with [`error::DoorError`] and build their spans with
+//! read the catalog through [`view`]'s types ([`reads`]: search, one tool, history), speak
+//! [`model`]'s nouns, fail with [`error::DoorError`] and build their spans with
 //! [`observe::DoorSpan`]. One implementation, so that the doors cannot drift apart.
 
 pub mod approvals;
@@ -15,8 +16,12 @@ pub mod model;
 pub mod observe;
 pub mod operator;
 pub mod paging;
+pub mod reads;
 pub mod reload;
 pub mod tasks;
+pub mod view;
+
+pub use reads::{Hit, SearchError, ServerHistory};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,9 +33,6 @@ use crate::catalog::integrity::Hold;
 use crate::catalog::names::{self, ToolName};
 use crate::registry::{CatalogSnapshot, Registry, ServerView};
 use crate::store::Store;
-
-/// Search hits fetched beyond the limit, for those the caller's policy then hides.
-const SEARCH_OVERFETCH: usize = 4;
 
 /// The call gate shared by every front door. Cheap to clone.
 #[derive(Clone)]
@@ -46,22 +48,6 @@ pub struct Door {
     tasks: tasks::Tasks,
     /// Calls waiting for, or bound by, a person's approval; in the store.
     approvals: approvals::Approvals,
-}
-
-/// One search hit: a tool of one server in the searched snapshot, and its score (higher first).
-pub struct Hit {
-    pub view: Arc<ServerView>,
-    pub idx: usize,
-    pub score: f64,
-}
-
-/// Why a search was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum SearchError {
-    #[error("no server named {0:?}")]
-    UnknownServer(String),
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
 }
 
 impl Door {
@@ -202,83 +188,10 @@ impl Door {
         &self.calls
     }
 
-    /// Full-text search over exactly the generations one snapshot publishes, in `servers` (all
-    /// when empty), keeping at most `limit` hits that the caller sees ([`shows_tool`]) and that
-    /// `also` (a profile) lets through. A server the caller may not know of is an unknown server.
-    ///
-    /// # Errors
-    /// [`SearchError`].
-    pub async fn search(
-        &self,
-        caller: &Caller,
-        query: &str,
-        servers: &[String],
-        limit: usize,
-        presentation: Presentation,
-        also: impl Fn(&ServerView, usize) -> bool,
-    ) -> Result<(Arc<CatalogSnapshot>, Vec<Hit>), SearchError> {
-        let snapshot = self.registry.snapshot();
-        for server in servers {
-            if !snapshot.servers.get(server.as_str()).is_some_and(|view| server_visible(caller, view)) {
-                return Err(SearchError::UnknownServer(server.clone()));
-            }
-        }
-        // The generation of each server in this snapshot: the index answers for exactly those.
-        let generations: Vec<(&str, u64)> = snapshot
-            .servers
-            .values()
-            .filter(|view| servers.is_empty() || servers.iter().any(|s| **s == **view.name()))
-            .filter_map(|view| view.generation().map(|generation| (&**view.name(), generation.number)))
-            .collect();
-        let fetch = u32::try_from(limit.saturating_mul(SEARCH_OVERFETCH)).unwrap_or(u32::MAX);
-        let found = self.store.generations().search_words(query, &generations, fetch).await?;
-        let mut hits = Vec::with_capacity(limit);
-        for (server, name, score) in found {
-            let Some(view) = snapshot.servers.get(server.as_str()) else { continue };
-            let Some(idx) = view.generation().and_then(|generation| generation.position(&name)) else { continue };
-            if !shows_tool(caller, view, idx, presentation) || !also(view, idx) {
-                continue;
-            }
-            hits.push(Hit { view: view.clone(), idx, score });
-            if hits.len() == limit {
-                break;
-            }
-        }
-        Ok((snapshot, hits))
-    }
-
-    /// The catalog now.
-    pub fn snapshot(&self) -> Arc<CatalogSnapshot> {
-        self.registry.snapshot()
-    }
-
     /// Whether the tool `tool` names supports running as a task, as its current definition says
     /// (`execution.taskSupport`): a 2026 door then answers with a task's handle at once.
     pub fn runs_as_task(&self, tool: &ToolRef) -> bool {
         self.with_current_definition(tool, |definition| definition.fields().task_supporting).unwrap_or(false)
-    }
-
-    /// One server's view now.
-    pub fn server(&self, name: &str) -> Option<Arc<ServerView>> {
-        self.registry.server(name)
-    }
-
-    /// The tools `server` offered in `generation`, from the store (a past generation's).
-    ///
-    /// # Errors
-    /// The store.
-    pub async fn tools_at(&self, server: &str, generation: u64) -> Result<Vec<crate::catalog::model::ToolDef>, error::DoorError> {
-        Ok(self.store.generations().tools_at(server, generation).await?)
-    }
-
-    /// The catalog as it was at `revision`, while it is kept (page tokens refer to one).
-    pub fn snapshot_at(&self, revision: u64) -> Option<Arc<CatalogSnapshot>> {
-        self.registry.snapshot_at(revision)
-    }
-
-    /// The catalog's revision, as it changes.
-    pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.registry.subscribe()
     }
 
     /// The access policy now: a reload replaces it for the next request.
@@ -289,51 +202,6 @@ impl Door {
     /// Whether the catalog store cannot be written now, and why (the daemon serves on).
     pub fn degraded(&self) -> Option<Arc<str>> {
         self.store.degraded()
-    }
-
-    /// `server`'s generations, newest first, and its latest enumerations, if `caller` may see
-    /// the server (else `None`: it answers as one that does not exist).
-    ///
-    /// # Errors
-    /// The store.
-    pub async fn server_history(
-        &self,
-        caller: &Caller,
-        server: &str,
-        generations: u32,
-        enumerations: u32,
-    ) -> Result<Option<(Vec<crate::catalog::record::GenerationSummary>, Vec<crate::catalog::record::EnumerationRecord>)>, error::DoorError>
-    {
-        if !self.registry.server(server).is_some_and(|view| server_visible(caller, &view)) {
-            return Ok(None);
-        }
-        Ok(Some((
-            self.store.generations().history(server, generations).await?,
-            self.store.generations().enumerations(server, enumerations).await?,
-        )))
-    }
-
-    /// The definitions `server` offered as tool `name`: `(first generation, last generation if
-    /// it is gone, hash)`, newest first. The caller has seen the tool.
-    ///
-    /// # Errors
-    /// The store.
-    pub async fn tool_history(&self, server: &str, name: &str, limit: u32) -> Result<Vec<(u64, Option<u64>, String)>, error::DoorError> {
-        Ok(self.store.generations().tool_history(server, name, limit).await?)
-    }
-
-    /// The definition approvals of `server`'s tools, newest first, those `visible` lets through.
-    ///
-    /// # Errors
-    /// The store.
-    pub async fn approval_history(
-        &self,
-        server: &str,
-        limit: u32,
-        visible: impl Fn(&str) -> bool,
-    ) -> Result<Vec<(String, crate::catalog::integrity::Approval)>, error::DoorError> {
-        let history = self.store.approvals().history(server, limit).await?;
-        Ok(history.into_iter().filter(|(name, _)| visible(name)).collect())
     }
 
     /// `caller`'s own limits now (in flight, rate, quotas).
@@ -379,7 +247,6 @@ impl Door {
         }
         admitted
     }
-
 }
 
 /// How a door presents tools: with their state (the gRPC API marks a tool held), or as the
@@ -450,7 +317,6 @@ pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
         return true;
     }
     view.generation()
-        .as_ref()
         .is_some_and(|generation| (0..generation.tools.len()).any(|idx| shows_tool(caller, view, idx, Presentation::WithState)))
 }
 
@@ -490,4 +356,3 @@ pub fn truncate(mut text: String, max: usize) -> String {
 fn given(text: Option<&str>) -> Option<&str> {
     text.map(str::trim).filter(|text| !text.is_empty())
 }
-

@@ -1,29 +1,29 @@
 //! The nouns the front doors speak, named once: who is calling, what a call is and how it came
-//! out, what the catalog holds, what a task and an approval are, and the doors' own settings.
+//! out, the catalog's records, what a task and an approval are, and the doors' own settings.
 //! The verbs are [`Door`](super::Door)'s (the agent side) and [`Operator`](super::operator::Operator)'s
-//! (the operator side); a front door names nothing below `door` but through here, which
-//! `.ci/door-face` checks. The types are the lower layers' own, not copies: a door converts
-//! them to its wire once, and a change below shows up here as a change of the door's face.
+//! (the operator side); what a door shows of the live catalog is [`view`](super::view)'s, not
+//! the registry's. A front door names nothing below `door` but through here, which
+//! `.ci/door-face` checks. Only plain data is re-exported (values a door reads and converts to
+//! its wire, never a handle to live state), each group for the reason its comment gives.
 
-use std::sync::Arc;
-
-// Who is calling, as the kernel, a token or a certificate says, and what the policy made of it.
+// Admission: the caller a door admits, the identity it reads off its connection, the refusal.
 pub use crate::access::{Caller, Identity, PeerInfo, Policy, Refusal, TlsPeerInfo, UnixPeer};
 
-// A call, its answer to a server's questions, its result and every way it fails.
-pub use crate::calls::{Answer, ApprovalError, CallError, CallRequest, CallResult, ContinuationError, RaceKind, StaleTool, ToolRef};
+// The call's vocabulary, shared by every door so that a call is judged and named alike.
+pub use crate::calls::{Answer, CallError, CallRequest, CallResult, ContinuationError, RaceKind, StaleTool, ToolRef};
 /// How many progress updates of one call may wait for the door to pass them on.
 pub use crate::upstream::session::PROGRESS_QUEUE;
 
-// The catalog: the servers' views, their tools and their history.
-pub use crate::catalog::integrity::{Approval, Hold, ToolIntegrity, confusable, is_invisible};
+// Catalog records a door prints as they are: definitions, names, holds, history, change events.
+pub use crate::catalog::integrity::{Approval, Hold, confusable, is_invisible};
 pub use crate::catalog::model::ToolDef;
 pub use crate::catalog::names;
-pub use crate::catalog::record::{AuditRecord, EnumerationRecord, GenerationSummary};
-pub use crate::registry::{CatalogChange, CatalogEvent, CatalogSnapshot, ConfigChange, ServerState, ServerView};
+pub use crate::catalog::record::{EnumerationRecord, GenerationSummary};
+pub use crate::registry::{CatalogChange, CatalogEvent, ConfigChange, ServerState};
 
-// Tasks, approvals, the audit trail.
+// Tasks, approvals, the audit trail: the records and filters the operator side answers with.
 pub use crate::audit::{is_call, refused};
+pub use crate::catalog::record::AuditRecord;
 pub use crate::store::audit::AuditFilter;
 pub use crate::store::audit_chain::{Span, Verdict};
 pub use crate::store::call_approvals::{ApprovalRecord, ApprovalStatus};
@@ -32,14 +32,8 @@ pub use crate::store::tasks::{TaskFilter, TaskStatus};
 pub use crate::supervisor::ServerAction;
 pub use crate::supervisor::integrity::DefinitionDiff;
 
-// The doors' own settings.
+// The doors' own settings, as the configuration gives them.
 pub use crate::config::{ConsoleConfig, ListenAddr, Listener, McpConfig, TlsFiles};
-
-/// The server and the index of the tool `tool` names in `snapshot`'s current generations: the
-/// one way a name becomes a tool, for calls and for reads.
-pub fn locate(snapshot: &CatalogSnapshot, tool: &ToolRef) -> Option<(Arc<ServerView>, usize)> {
-    crate::calls::locate(&snapshot.servers, tool)
-}
 
 /// Milliseconds since the Unix epoch, as every record says time.
 pub fn now_ms() -> i64 {

@@ -3,8 +3,8 @@
 //! token that carries the position, bound to who asked and how ([`Binding`]): a gRPC page token
 //! or an MCP cursor is useless to another caller, or to the same caller with other filters.
 
+use super::view::{Catalog, Server, Tool};
 use crate::digest::sha256_hex;
-use crate::registry::{CatalogSnapshot, ServerView};
 
 /// Where a page starts: the catalog revision it was cut from, a server's index in that
 /// snapshot and a tool's in its generation.
@@ -16,9 +16,9 @@ pub struct Position {
 }
 
 impl Position {
-    /// The first page of `snapshot`.
-    pub fn start(snapshot: &CatalogSnapshot) -> Position {
-        Position { revision: snapshot.revision, server: 0, tool: 0 }
+    /// The first page of `catalog`.
+    pub fn start(catalog: &Catalog) -> Position {
+        Position { revision: catalog.revision(), server: 0, tool: 0 }
     }
 
     /// `revision.server.tool`, what both doors' tokens carry after their own prefix.
@@ -82,33 +82,33 @@ pub enum TokenError {
     OtherCaller,
 }
 
-/// Walks `snapshot` (which `start` must come from) from `start`: of the servers `server` lets
+/// Walks `catalog` (which `start` must come from) from `start`: of the servers `server` lets
 /// through, every tool `include` accepts goes to `emit`, until `page_size` have; returns where
 /// the next page starts, if anything is left. Cost is proportional to the tools walked, never
 /// to the offset.
 pub fn walk(
-    snapshot: &CatalogSnapshot,
+    catalog: &Catalog,
     start: Position,
     page_size: usize,
-    mut server: impl FnMut(&ServerView) -> bool,
-    mut include: impl FnMut(&ServerView, usize) -> bool,
-    mut emit: impl FnMut(&ServerView, usize),
+    mut server: impl FnMut(Server<'_>) -> bool,
+    mut include: impl FnMut(Tool<'_>) -> bool,
+    mut emit: impl FnMut(Tool<'_>),
 ) -> Option<Position> {
     let mut taken = 0usize;
-    for (ordinal, view) in snapshot.servers.values().enumerate().skip(start.server) {
+    for (ordinal, view) in catalog.servers().enumerate().skip(start.server) {
         if !server(view) {
             continue;
         }
-        let Some(generation) = view.generation() else { continue };
         let first = if ordinal == start.server { start.tool } else { 0 };
-        for idx in first..generation.tools.len() {
-            if !include(view, idx) {
+        // By index from `first`: a resumed page costs the tools it walks, never the offset.
+        for tool in (first..view.tool_count()).filter_map(|idx| view.tool(idx)) {
+            if !include(tool) {
                 continue;
             }
             if taken == page_size {
-                return Some(Position { revision: snapshot.revision, server: ordinal, tool: idx });
+                return Some(Position { revision: catalog.revision(), server: ordinal, tool: tool.idx() });
             }
-            emit(view, idx);
+            emit(tool);
             taken += 1;
         }
     }

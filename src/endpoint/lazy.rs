@@ -11,7 +11,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{Era, View, reply};
-use crate::door::model::{CallError, ServerView, ToolRef};
+use crate::door::model::{CallError, ToolRef};
+use crate::door::view::Tool;
 use crate::door::{Door, Presentation};
 use crate::mcp::jsonrpc::code::INVALID_PARAMS;
 
@@ -94,21 +95,22 @@ pub(super) async fn target<'a>(
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("find_tools arguments: {error}"), None)),
             };
             let limit = args.limit.unwrap_or(DEFAULT_FOUND).clamp(1, MAX_FOUND);
-            let also = |server: &ServerView, idx: usize| server.is_available() && in_scope(&crate::door::tool_name(server, idx));
+            let also = |tool: Tool<'_>| tool.server().available() && in_scope(&tool.policy_name());
             match door.search(&view.caller, &args.query, &[], limit, Presentation::Callable, also).await {
                 Ok((_, hits)) => {
                     let found: Vec<Value> = hits
                         .iter()
                         .filter_map(|hit| {
-                            let tool = &hit.view.generation()?.tools[hit.idx];
+                            let found = hit.tool()?;
+                            let tool = found.def();
                             let fields = tool.fields();
                             Some(json!({
-                                "name": hit.view.qualified().name(hit.idx),
+                                "name": found.qualified(),
                                 "title": fields.title,
                                 "description": fields.description,
                                 "inputSchema": serde_json::from_str::<Value>(&fields.input_schema).unwrap_or(json!({"type": "object"})),
                                 "definitionHash": tool.hash,
-                                "server": hit.view.name(),
+                                "server": found.server().name(),
                             }))
                         })
                         .collect();
@@ -128,7 +130,7 @@ pub(super) async fn target<'a>(
                 Err(error) => return Target::Answered(reply::error(id, INVALID_PARAMS, &format!("call_tool arguments: {error}"), None)),
             };
             let tool = ToolRef::Qualified(args.name.to_string());
-            if !crate::door::judge(&door.snapshot(), &tool, in_scope) {
+            if !door.snapshot().judge(&tool, in_scope) {
                 let error = CallError::UnknownTool { server: None, tool: args.name.into_owned() };
                 return Target::Answered(reply::call_error(id, &error));
             }

@@ -13,8 +13,9 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Era, LIST_TTL_MS, META_GENERATION, META_HASH, META_NAME, META_SERVER, View};
 use crate::door::Door;
-use crate::door::model::{CatalogSnapshot, ServerView, ToolDef};
+use crate::door::model::ToolDef;
 use crate::door::paging::{self, Binding, Position, TokenError};
+use crate::door::view::{Catalog, Server};
 
 /// Servers (per naming) whose rendered tools are kept.
 const RENDERED_KEPT: usize = 8192;
@@ -56,7 +57,7 @@ impl Cache {
     /// longer kept: the client starts its listing again.
     pub(super) fn page(
         &self,
-        current: &Arc<CatalogSnapshot>,
+        current: &Catalog,
         door: &Door,
         view: &View,
         cursor: Option<&str>,
@@ -72,7 +73,7 @@ impl Cache {
                 TokenError::OtherCaller => CursorError::OtherCaller,
             })?,
         };
-        let snapshot = match start.revision == current.revision {
+        let snapshot = match start.revision == current.revision() {
             true => current.clone(),
             false => door.snapshot_at(start.revision).ok_or(CursorError::Expired)?,
         };
@@ -95,15 +96,16 @@ impl Cache {
             &snapshot,
             start,
             page_size,
-            |server| server.is_available() && self.in_view(view, server),
+            |server| server.available() && self.in_view(view, server),
             // A held tool cannot be called, and an MCP client cannot see a state: not listed.
-            |server, idx| view.shows(server, idx),
-            |server, idx| {
+            |tool| view.shows(tool),
+            |tool| {
                 // The server's rendered entries, fetched once per server the page touches.
-                if rendered.as_ref().is_none_or(|(name, _)| !Arc::ptr_eq(name, server.name())) {
-                    rendered = Some((server.name().clone(), self.rendered(server, original)));
+                let server = tool.server();
+                if rendered.as_ref().is_none_or(|(name, _)| !Arc::ptr_eq(name, server.shared_name())) {
+                    rendered = Some((server.shared_name().clone(), self.rendered(server, original)));
                 }
-                let Some(entry) = rendered.as_ref().and_then(|(_, entries)| entries.get(idx)) else { return };
+                let Some(entry) = rendered.as_ref().and_then(|(_, entries)| entries.get(tool.idx())) else { return };
                 if written {
                     out.push(',');
                 }
@@ -124,29 +126,27 @@ impl Cache {
     }
 
     /// A profile with original names shows one server only.
-    fn in_view(&self, view: &View, server: &ServerView) -> bool {
+    fn in_view(&self, view: &View, server: Server<'_>) -> bool {
         match view.profile.as_ref().and_then(|profile| profile.original.as_deref()) {
-            Some(only) => **server.name() == *only,
+            Some(only) => server.name() == only,
             None => true,
         }
     }
 
     /// The server's current tools as MCP tool objects, rendered once per generation.
-    fn rendered(&self, server: &ServerView, original: bool) -> Entries {
-        let Some(generation) = server.generation() else { return Arc::new([]) };
-        let key = (server.name().clone(), original);
+    fn rendered(&self, server: Server<'_>, original: bool) -> Entries {
+        let generation = server.generation();
+        let key = (server.shared_name().clone(), original);
         if let Some((number, entries)) = self.rendered.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
-            && *number == generation.number
+            && *number == generation
         {
             return entries.clone();
         }
-        let entries: Entries = generation
-            .tools
-            .iter()
-            .enumerate()
-            .map(|(idx, tool)| {
-                let shown = if original { tool.name.as_str() } else { server.qualified().name(idx) };
-                render(server.name(), generation.number, tool, shown)
+        let entries: Entries = server
+            .tools()
+            .map(|tool| {
+                let shown = if original { tool.name() } else { tool.qualified() };
+                render(server.name(), generation, tool.def(), shown)
             })
             .collect();
         let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
@@ -154,9 +154,9 @@ impl Cache {
         if rendered.len() >= RENDERED_KEPT && !rendered.contains_key(&key) {
             rendered.clear();
         }
-        let keep = rendered.get(&key).is_none_or(|(number, _)| *number < generation.number);
+        let keep = rendered.get(&key).is_none_or(|(number, _)| *number < generation);
         if keep {
-            rendered.insert(key, (generation.number, entries.clone()));
+            rendered.insert(key, (generation, entries.clone()));
         }
         entries
     }
@@ -195,16 +195,12 @@ fn parse_cursor(cursor: &str, binding: &Binding) -> Result<Position, TokenError>
 
 /// What `view` sees of `snapshot`, as one number: the names and definition hashes of the tools
 /// it would list. Equal numbers, same listing.
-fn fingerprint(snapshot: &CatalogSnapshot, view: &View) -> u64 {
+fn fingerprint(snapshot: &Catalog, view: &View) -> u64 {
     let mut hasher = DefaultHasher::new();
-    for server in snapshot.servers.values().filter(|server| server.is_available()) {
-        let Some(generation) = server.generation() else { continue };
-        for (idx, tool) in generation.tools.iter().enumerate() {
-            let name = server.qualified().name(idx);
-            if view.shows(server, idx) {
-                name.hash(&mut hasher);
-                tool.hash.hash(&mut hasher);
-            }
+    for tool in snapshot.servers().filter(|server| server.available()).flat_map(|server| server.tools()) {
+        if view.shows(tool) {
+            tool.qualified().hash(&mut hasher);
+            tool.def().hash.hash(&mut hasher);
         }
     }
     hasher.finish()

@@ -31,10 +31,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::door::Door;
 use crate::door::model::{
-    Answer, CallError, CallRequest, CallResult, Caller, CatalogSnapshot, ContinuationError, Identity, Listener, McpConfig, PROGRESS_QUEUE,
-    Policy, Refusal, ServerView, ToolRef, names,
+    Answer, CallError, CallRequest, CallResult, Caller, ContinuationError, Identity, Listener, McpConfig, PROGRESS_QUEUE, Policy, Refusal,
+    ToolRef, names,
 };
 use crate::door::observe::{DoorSpan, Front, REQUEST_ID, Throttle, Wire};
+use crate::door::view::{Catalog, Tool};
 use crate::listen::{self, BindError, Bound, BoundAddr, Origins};
 use crate::mcp::jsonrpc::code::{INVALID_PARAMS, METHOD_NOT_FOUND};
 use crate::mcp::lifecycle::{LEGACY_VERSIONS, METHOD_INITIALIZE, METHOD_PING, METHOD_TOOLS_CALL, METHOD_TOOLS_LIST};
@@ -438,20 +439,20 @@ impl Profile {
 }
 
 impl View {
-    /// Whether this caller, through this profile, sees tool `idx` of `server`: the doors' one
-    /// rule ([`crate::door::shows_tool`]: nothing held) and the profile's globs.
-    pub fn shows(&self, server: &ServerView, idx: usize) -> bool {
-        crate::door::shows_tool(&self.caller, server, idx, crate::door::Presentation::Callable)
-            && self.profile.as_ref().is_none_or(|profile| profile.shows(&crate::door::tool_name(server, idx)))
+    /// Whether this caller, through this profile, sees `tool`: the doors' one rule
+    /// ([`crate::door::shows_tool`]: nothing held) and the profile's globs.
+    pub fn shows(&self, tool: Tool<'_>) -> bool {
+        tool.shown_to(&self.caller, crate::door::Presentation::Callable)
+            && self.profile.as_ref().is_none_or(|profile| profile.shows(&tool.policy_name()))
     }
 
     /// The tool a listed name means here, or `None` if this view cannot name it.
-    fn tool_ref(&self, snapshot: &CatalogSnapshot, name: &str) -> Option<ToolRef> {
+    fn tool_ref(&self, snapshot: &Catalog, name: &str) -> Option<ToolRef> {
         let tool = match self.profile.as_ref().and_then(|profile| profile.original.clone()) {
             Some(server) => ToolRef::ServerTool { server: server.to_string(), name: name.to_owned() },
             None => ToolRef::Qualified(name.to_owned()),
         };
-        let shown = self.profile.as_ref().is_none_or(|p| crate::door::judge(snapshot, &tool, |tool| p.shows(tool)));
+        let shown = self.profile.as_ref().is_none_or(|p| snapshot.judge(&tool, |tool| p.shows(tool)));
         shown.then_some(tool)
     }
 
