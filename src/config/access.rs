@@ -4,13 +4,96 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::listeners::resolve_group;
-use super::raw::{RawAccess, RawAgent};
 use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerGlob, ServerSpec, parse_duration};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
-pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, ServerSpec>) -> Result<AccessConfig, KeyProblem> {
+/// `[access]`: who may see and call what.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccess {
+    pub(crate) default: Option<String>,
+    #[serde(default)]
+    pub(crate) agents: Vec<RawAgent>,
+    /// How long audit records are kept, and how many at most.
+    pub(crate) audit_retention: Option<String>,
+    pub(crate) audit_max_records: Option<u64>,
+}
+
+/// One `[[access.agents]]` entry.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgent {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) uids: Vec<u32>,
+    #[serde(default)]
+    pub(crate) gids: Vec<u32>,
+    #[serde(default)]
+    pub(crate) users: Vec<String>,
+    #[serde(default)]
+    pub(crate) groups: Vec<String>,
+    #[serde(default)]
+    pub(crate) units: Vec<String>,
+    #[serde(default)]
+    pub(crate) tokens: Vec<String>,
+    /// Client certificate subjects (RFC 4514, globs), for TLS listeners with a client CA.
+    #[serde(default)]
+    pub(crate) subjects: Vec<String>,
+    #[serde(default)]
+    pub(crate) allow: Vec<String>,
+    #[serde(default)]
+    pub(crate) deny: Vec<String>,
+    #[serde(default)]
+    pub(crate) admin: bool,
+    /// Calls in flight at once across every server (default 1024).
+    pub(crate) concurrency: Option<u32>,
+    /// `{ calls = 10, per = "1s", burst = 20 }`.
+    pub(crate) rate: Option<RawRate>,
+    /// `{ tools = ["billing__*"], calls = 10, per = "1d" }`, or a list of them.
+    pub(crate) quota: Option<RawQuotas>,
+    /// Globs over qualified names whose calls wait for a person's approval.
+    #[serde(default)]
+    pub(crate) approve: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawQuotas {
+    One(RawQuota),
+    Many(Vec<RawQuota>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuota {
+    pub(crate) tools: Vec<String>,
+    pub(crate) calls: u32,
+    pub(crate) per: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRate {
+    pub(crate) calls: u32,
+    pub(crate) per: String,
+    pub(crate) burst: Option<u32>,
+}
+
+/// `[access]` against the servers configured (a glob's server part must name one); `None`:
+/// not written.
+impl TryFrom<(Option<RawAccess>, &BTreeMap<String, ServerSpec>)> for AccessConfig {
+    type Error = KeyProblem;
+
+    fn try_from((raw, servers): (Option<RawAccess>, &BTreeMap<String, ServerSpec>)) -> Result<AccessConfig, KeyProblem> {
+        access(raw, servers)
+    }
+}
+
+fn access(raw: Option<RawAccess>, servers: &BTreeMap<String, ServerSpec>) -> Result<AccessConfig, KeyProblem> {
     let configured = raw.is_some();
     let raw = raw.unwrap_or_default();
     let default_allow = match raw.default.as_deref() {
@@ -37,7 +120,7 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
         if !names.insert(agent.name.clone()) {
             return Err(at("name", format!("{:?} names two entries", agent.name)));
         }
-        agents.push(validate_agent(agent, servers).map_err(|(key, problem)| at(&key, problem))?);
+        agents.push(AgentConfig::try_from((agent, servers)).map_err(|(key, problem)| at(&key, problem))?);
     }
     let approve_everyone = servers
         .iter()
@@ -46,7 +129,16 @@ pub(super) fn validate(raw: Option<RawAccess>, servers: &BTreeMap<String, Server
     Ok(AccessConfig { configured, default_allow, agents, audit_retention, audit_max_records, approve_everyone })
 }
 
-fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentConfig, KeyProblem> {
+/// One `[[access.agents]]` entry; keys are named within the entry.
+impl TryFrom<(RawAgent, &BTreeMap<String, ServerSpec>)> for AgentConfig {
+    type Error = KeyProblem;
+
+    fn try_from((raw, servers): (RawAgent, &BTreeMap<String, ServerSpec>)) -> Result<AgentConfig, KeyProblem> {
+        agent(raw, servers)
+    }
+}
+
+fn agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentConfig, KeyProblem> {
     let mut uids = raw.uids;
     for user in &raw.users {
         match nix::unistd::User::from_name(user) {
@@ -88,44 +180,13 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
         Some(0) => return Err(("concurrency".into(), "must be at least 1".into())),
         Some(limit) => limit,
     };
-    let rate = raw
-        .rate
-        .map(|rate| {
-            let per = humantime::parse_duration(&rate.per).ok().filter(|per| !per.is_zero() && *per <= DAY).ok_or_else(|| {
-                ("rate.per".to_owned(), format!("{:?} is not a duration between 1ms and a day (\"1s\", \"1m\")", rate.per))
-            })?;
-            if rate.calls == 0 {
-                return Err(("rate.calls".to_owned(), "must be at least 1".to_owned()));
-            }
-            let burst = rate.burst.unwrap_or(rate.calls);
-            if burst == 0 {
-                return Err(("rate.burst".to_owned(), "must be at least 1".to_owned()));
-            }
-            Ok(RateLimit { calls: rate.calls, per, burst })
-        })
-        .transpose()?;
+    let rate = raw.rate.map(RateLimit::try_from).transpose()?;
     let raw_quotas = match raw.quota {
         None => Vec::new(),
-        Some(super::raw::RawQuotas::One(quota)) => vec![quota],
-        Some(super::raw::RawQuotas::Many(quotas)) => quotas,
+        Some(RawQuotas::One(quota)) => vec![quota],
+        Some(RawQuotas::Many(quotas)) => quotas,
     };
-    let mut quotas = Vec::with_capacity(raw_quotas.len());
-    for quota in raw_quotas {
-        if quota.tools.is_empty() {
-            return Err(("quota.tools".into(), "name at least one tool glob".into()));
-        }
-        for pattern in &quota.tools {
-            check_tool_pattern(pattern, servers).map_err(|problem| ("quota.tools".to_owned(), problem))?;
-        }
-        if quota.calls == 0 {
-            return Err(("quota.calls".into(), "must be at least 1 (deny the tools instead)".into()));
-        }
-        let per = humantime::parse_duration(&quota.per)
-            .ok()
-            .filter(|per| *per >= Duration::from_secs(1) && *per <= 366 * DAY)
-            .ok_or_else(|| ("quota.per".to_owned(), format!("{:?} is not a period between 1s and a year (\"1h\", \"1d\")", quota.per)))?;
-        quotas.push(Quota { tools: quota.tools, calls: quota.calls, per });
-    }
+    let quotas = raw_quotas.into_iter().map(|quota| Quota::try_from((quota, servers))).collect::<Result<Vec<_>, _>>()?;
     Ok(AgentConfig {
         name: raw.name,
         concurrency,
@@ -141,6 +202,48 @@ fn validate_agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Resu
         admin: raw.admin,
         approve: raw.approve,
     })
+}
+
+/// `rate = { calls, per, burst }`; keys are named as in the agent entry.
+impl TryFrom<RawRate> for RateLimit {
+    type Error = KeyProblem;
+
+    fn try_from(rate: RawRate) -> Result<RateLimit, KeyProblem> {
+        let per = humantime::parse_duration(&rate.per)
+            .ok()
+            .filter(|per| !per.is_zero() && *per <= DAY)
+            .ok_or_else(|| ("rate.per".to_owned(), format!("{:?} is not a duration between 1ms and a day (\"1s\", \"1m\")", rate.per)))?;
+        if rate.calls == 0 {
+            return Err(("rate.calls".to_owned(), "must be at least 1".to_owned()));
+        }
+        let burst = rate.burst.unwrap_or(rate.calls);
+        if burst == 0 {
+            return Err(("rate.burst".to_owned(), "must be at least 1".to_owned()));
+        }
+        Ok(RateLimit { calls: rate.calls, per, burst })
+    }
+}
+
+/// One `quota`, its globs against the servers configured.
+impl TryFrom<(RawQuota, &BTreeMap<String, ServerSpec>)> for Quota {
+    type Error = KeyProblem;
+
+    fn try_from((quota, servers): (RawQuota, &BTreeMap<String, ServerSpec>)) -> Result<Quota, KeyProblem> {
+        if quota.tools.is_empty() {
+            return Err(("quota.tools".into(), "name at least one tool glob".into()));
+        }
+        for pattern in &quota.tools {
+            check_tool_pattern(pattern, servers).map_err(|problem| ("quota.tools".to_owned(), problem))?;
+        }
+        if quota.calls == 0 {
+            return Err(("quota.calls".into(), "must be at least 1 (deny the tools instead)".into()));
+        }
+        let per = humantime::parse_duration(&quota.per)
+            .ok()
+            .filter(|per| *per >= Duration::from_secs(1) && *per <= 366 * DAY)
+            .ok_or_else(|| ("quota.per".to_owned(), format!("{:?} is not a period between 1s and a year (\"1h\", \"1d\")", quota.per)))?;
+        Ok(Quota { tools: quota.tools, calls: quota.calls, per })
+    }
 }
 
 /// A glob of letters, digits and `_ - . @ : *  ?`.

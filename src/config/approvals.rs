@@ -38,7 +38,16 @@ impl Default for ApprovalsConfig {
     }
 }
 
-pub(super) fn validate(raw: &RawApprovals) -> Result<ApprovalsConfig, KeyProblem> {
+/// `[approvals]`.
+impl TryFrom<&RawApprovals> for ApprovalsConfig {
+    type Error = KeyProblem;
+
+    fn try_from(raw: &RawApprovals) -> Result<ApprovalsConfig, KeyProblem> {
+        validate(raw)
+    }
+}
+
+fn validate(raw: &RawApprovals) -> Result<ApprovalsConfig, KeyProblem> {
     let defaults = ApprovalsConfig::default();
     fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
         move |problem| (key.to_owned(), problem.to_string())

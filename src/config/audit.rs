@@ -4,8 +4,39 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::raw::RawAudit;
+use serde::Deserialize;
+
 use super::{DAY, KeyProblem, optional_duration, positive};
+
+/// `[audit]`: where the audit trail is sent as it is written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAudit {
+    #[serde(default)]
+    pub(crate) export: Vec<RawExport>,
+    /// Sign the chain's head after this many records…
+    pub(crate) checkpoint_records: Option<u32>,
+    /// …or this long after the last checkpoint when there are new ones.
+    pub(crate) checkpoint_every: Option<String>,
+    /// The signing key's file, instead of `audit.key` beside the store.
+    pub(crate) key: Option<String>,
+}
+
+/// One `[audit] export` sink: `{ file = "/var/log/toolhost/audit.jsonl" }` or `{ unix = "/run/siem.sock" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExport {
+    pub(crate) file: Option<String>,
+    pub(crate) unix: Option<String>,
+    /// `host:port` of a syslog receiver (RFC 5424 over TCP, RFC 6587 octet counting).
+    pub(crate) syslog: Option<String>,
+    /// Syslog over TLS (RFC 5425): `true`, checked against the usual roots or `ca`.
+    pub(crate) tls: Option<bool>,
+    /// A PEM file of the certificate authorities a TLS syslog receiver is checked against.
+    pub(crate) ca: Option<String>,
+    /// `http://host:port` of an OpenTelemetry collector's OTLP/gRPC endpoint: records as logs.
+    pub(crate) otlp: Option<String>,
+}
 
 /// `[audit]`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,10 +114,19 @@ impl AuditExport {
     }
 }
 
-pub(super) fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
+/// `[audit]`.
+impl TryFrom<&RawAudit> for AuditConfig {
+    type Error = KeyProblem;
+
+    fn try_from(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
+        validate(raw)
+    }
+}
+
+fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
     let mut exports = Vec::with_capacity(raw.export.len());
     for (idx, export) in raw.export.iter().enumerate() {
-        exports.push(sink(export).map_err(|problem| (format!("export[{idx}]"), problem))?);
+        exports.push(AuditExport::try_from(export).map_err(|problem| (format!("export[{idx}]"), problem))?);
     }
     Ok(AuditConfig {
         exports,
@@ -101,7 +141,16 @@ pub(super) fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
     })
 }
 
-fn sink(export: &super::raw::RawExport) -> Result<AuditExport, String> {
+/// One `export` sink.
+impl TryFrom<&RawExport> for AuditExport {
+    type Error = String;
+
+    fn try_from(export: &RawExport) -> Result<AuditExport, String> {
+        sink(export)
+    }
+}
+
+fn sink(export: &RawExport) -> Result<AuditExport, String> {
     const GIVE_ONE: &str = "give one of file = \"/absolute/path\", unix = \"/absolute/path\", syslog = \"host:port\" \
                             (with tls = true and ca = \"/absolute/path\" for TLS) or otlp = \"http://host:port\"";
     let absolute = |path: &str| Path::new(path).is_absolute().then(|| PathBuf::from(path));

@@ -4,8 +4,59 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+
 use super::KeyProblem;
-use super::raw::{OneOrMany, RawListen};
+
+/// `listen`: one listener or a list of them.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(RawListen),
+    Many(Vec<RawListen>),
+}
+
+impl OneOrMany {
+    pub(crate) fn into_vec(listen: Option<OneOrMany>) -> Vec<RawListen> {
+        match listen {
+            None => Vec::new(),
+            Some(OneOrMany::One(entry)) => vec![entry],
+            Some(OneOrMany::Many(entries)) => entries,
+        }
+    }
+}
+
+/// A listener as written: an address, or a table with an address and, for a Unix socket, its
+/// access.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawListen {
+    Address(String),
+    Table(RawListenTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub(crate) address: String,
+    /// Octal permission bits of the socket file, e.g. "0660".
+    pub(crate) mode: Option<String>,
+    /// The group that owns the socket file: a name or a numeric id.
+    pub(crate) group: Option<String>,
+    /// TLS for a TCP listener.
+    pub(crate) tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    /// PEM certificate chain and private key of the listener.
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    /// PEM certificates of the CA that signs client certificates; a client that presents one
+    /// is identified by its certificate's subject.
+    pub(crate) client_ca: Option<String>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenAddr {
@@ -62,7 +113,16 @@ impl Default for SocketAccess {
     }
 }
 
-pub(super) fn parse_listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
+/// A listener as written, its relative paths taken against the configuration file's directory.
+impl TryFrom<(&Path, &RawListen)> for Listener {
+    type Error = String;
+
+    fn try_from((base, entry): (&Path, &RawListen)) -> Result<Listener, String> {
+        listener(base, entry)
+    }
+}
+
+fn listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
     let (address, mode, group, tls) = match entry {
         RawListen::Address(address) => (address, None, None, None),
         RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref(), table.tls.as_ref()),
@@ -133,14 +193,10 @@ fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
 /// The listeners of an HTTP front door without TLS (the MCP endpoint, the console): each
 /// address once; `no_tls` says why a `tls` table is refused.
 pub(super) fn http_listeners(base: &Path, raw: Option<OneOrMany>, no_tls: &str) -> Result<Vec<Listener>, KeyProblem> {
-    let entries = match raw {
-        None => Vec::new(),
-        Some(OneOrMany::One(entry)) => vec![entry],
-        Some(OneOrMany::Many(entries)) => entries,
-    };
+    let entries = OneOrMany::into_vec(raw);
     let mut listen: Vec<Listener> = Vec::with_capacity(entries.len());
     for (idx, entry) in entries.iter().enumerate() {
-        let listener = parse_listener(base, entry).map_err(|problem| (format!("listen[{idx}]"), problem))?;
+        let listener = Listener::try_from((base, entry)).map_err(|problem| (format!("listen[{idx}]"), problem))?;
         if listener.tls.is_some() {
             return Err((format!("listen[{idx}]"), no_tls.to_owned()));
         }

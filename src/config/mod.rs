@@ -13,13 +13,13 @@ mod fleet;
 mod listeners;
 pub use approvals::ApprovalsConfig;
 pub use audit::{AuditConfig, AuditExport, KeyPlace, SyslogTls};
-use listeners::parse_listener;
 pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
 pub mod places;
 mod raw;
 pub mod registry;
 pub mod sandbox;
+mod server;
 #[cfg(test)]
 mod tests;
 
@@ -27,7 +27,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use raw::{OneOrMany, RawConfig, RawDesktopFile, RawListen, RawServer};
+use listeners::{OneOrMany, RawListen};
+use raw::{RawConfig, RawDesktopFile};
+use server::{RawServer, ServerEntry};
 
 use crate::secrets::Resolved;
 
@@ -597,67 +599,27 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     let base = file.parent().unwrap_or(Path::new("/")).to_path_buf();
     let error = |key: String, problem: String| ConfigError { file: file.to_path_buf(), key: Some(key), problem };
+    let section = |name: &'static str| move |(key, problem): KeyProblem| error(format!("{name}.{key}"), problem);
 
-    let store_path = match &raw.store.path {
-        Some(path) if path.trim().is_empty() => return Err(error("store.path".into(), "must not be empty".into())),
-        Some(path) => base.join(path),
-        // Not beside the file: a desktop client's folder is not toolhost's.
-        None => places::state_dir().join("toolhost.db"),
-    };
-    let history_generations = raw.store.history_generations.unwrap_or(50);
-    if history_generations == 0 {
-        return Err(error("store.history_generations".into(), "must be at least 1".into()));
-    }
-
+    let store = StoreConfig::try_from((base.as_path(), &raw.store)).map_err(section("store"))?;
     // Nothing said about listeners: the MCP endpoint too listens where its user can reach it.
     let no_listeners = raw.grpc.listen.is_none() && raw.mcp.listen.is_none();
-    let default_socket = |name: &str| RawListen::Address(format!("unix:{}", places::runtime_dir().join(name).display()));
-    let listen = match raw.grpc.listen {
-        None => vec![default_socket(places::GRPC_SOCKET)],
-        Some(OneOrMany::One(addr)) => vec![addr],
-        Some(OneOrMany::Many(addrs)) => addrs,
-    };
-    let mut listen_addrs = Vec::new();
-    for (idx, entry) in listen.iter().enumerate() {
-        let parsed = parse_listener(&base, entry).map_err(|problem| error(format!("grpc.listen[{idx}]"), problem))?;
-        listen_addrs.push(parsed);
-    }
-    if listen_addrs.is_empty() {
-        return Err(error("grpc.listen".into(), "needs at least one address".into()));
-    }
-
-    let watch_backlog = positive(raw.grpc.watch_backlog, 4096).map_err(|p| error("grpc.watch_backlog".into(), p))?;
-    let watch_backlog = usize::try_from(watch_backlog).unwrap_or(usize::MAX);
+    let grpc = GrpcConfig::try_from((base.as_path(), raw.grpc)).map_err(section("grpc"))?;
     let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20), HOUR)
         .map_err(|p| error("daemon.shutdown_timeout".into(), p.to_string()))?;
-
-    let telemetry = TelemetryConfig {
-        otlp_endpoint: match raw.telemetry.otlp_endpoint {
-            Some(endpoint) if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) => {
-                return Err(error("telemetry.otlp_endpoint".into(), format!("{endpoint:?} is not an http:// or https:// URL")));
-            }
-            endpoint => endpoint,
-        },
-        service_name: raw.telemetry.service_name,
-        traces: raw.telemetry.traces.unwrap_or(true),
-        metrics: raw.telemetry.metrics.unwrap_or(true),
-        metrics_interval: optional_duration(raw.telemetry.metrics_interval.as_deref(), Duration::from_secs(15), HOUR)
-            .map_err(|p| error("telemetry.metrics_interval".into(), p.to_string()))?,
-        export_timeout: optional_duration(raw.telemetry.export_timeout.as_deref(), Duration::from_secs(3), 10 * MINUTE)
-            .map_err(|p| error("telemetry.export_timeout".into(), p.to_string()))?,
-    };
+    let telemetry = TelemetryConfig::try_from(raw.telemetry).map_err(section("telemetry"))?;
 
     let mut servers = BTreeMap::new();
     for (name, server) in raw.servers {
-        check_server_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
-        let state_dir = store_path.parent().unwrap_or(Path::new("/"));
-        let spec =
-            validate_server(&base, state_dir, &name, server).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
+        server::check_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
+        let state_dir = store.path.parent().unwrap_or(Path::new("/"));
+        let entry = ServerEntry { base: &base, state_dir, name: &name, raw: server };
+        let spec = ServerSpec::try_from(entry).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
         servers.insert(name, spec);
     }
 
-    let access = access::validate(raw.access, &servers).map_err(|(key, problem)| error(format!("access.{key}"), problem))?;
-    let fleet = fleet::validate(raw.fleet).map_err(|(key, problem)| error(format!("fleet.{key}"), problem))?;
+    let access = AccessConfig::try_from((raw.access, &servers)).map_err(section("access"))?;
+    let fleet = fleet::validate(raw.fleet).map_err(section("fleet"))?;
     let mut raw_mcp = raw.mcp;
     if no_listeners {
         raw_mcp.listen = Some(OneOrMany::One(default_socket(places::MCP_SOCKET)));
@@ -667,17 +629,17 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     // Port 0 picks a fresh port for each listener: no clash.
     let fixed = |addr: &ListenAddr| !matches!(addr, ListenAddr::Tcp(socket) if socket.port() == 0);
     if let Some(shared) =
-        mcp.listen.iter().find(|listener| fixed(&listener.addr) && listen_addrs.iter().any(|grpc| grpc.addr == listener.addr))
+        mcp.listen.iter().find(|listener| fixed(&listener.addr) && grpc.listen.iter().any(|grpc| grpc.addr == listener.addr))
     {
         return Err(error(
             "mcp.listen".into(),
             format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr),
         ));
     }
-    let console = console::validate(&base, raw.console).map_err(|(key, problem)| error(format!("console.{key}"), problem))?;
+    let console = console::validate(&base, raw.console).map_err(section("console"))?;
     if let Some(shared) = console.listen.iter().find(|listener| {
         fixed(&listener.addr)
-            && (listen_addrs.iter().any(|grpc| grpc.addr == listener.addr) || mcp.listen.iter().any(|mcp| mcp.addr == listener.addr))
+            && (grpc.listen.iter().any(|grpc| grpc.addr == listener.addr) || mcp.listen.iter().any(|mcp| mcp.addr == listener.addr))
     }) {
         return Err(error(
             "console.listen".into(),
@@ -686,14 +648,14 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
     Ok(Config {
         source: file.to_path_buf(),
-        store: StoreConfig { path: store_path, history_generations },
-        grpc: GrpcConfig { listen: listen_addrs, watch_backlog },
+        store,
+        grpc,
         mcp,
         daemon: DaemonConfig { shutdown_timeout },
         console,
-        tasks: validate_tasks(&raw.tasks).map_err(|(key, problem)| error(format!("tasks.{key}"), problem))?,
-        approvals: approvals::validate(&raw.approvals).map_err(|(key, problem)| error(format!("approvals.{key}"), problem))?,
-        audit: audit::validate(&raw.audit).map_err(|(key, problem)| error(format!("audit.{key}"), problem))?,
+        tasks: TasksConfig::try_from(&raw.tasks).map_err(section("tasks"))?,
+        approvals: ApprovalsConfig::try_from(&raw.approvals).map_err(section("approvals"))?,
+        audit: AuditConfig::try_from(&raw.audit).map_err(section("audit"))?,
         telemetry,
         servers,
         access,
@@ -702,7 +664,84 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-fn validate_tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
+/// Where a listener goes when the file names none: a Unix socket in the runtime directory.
+fn default_socket(name: &str) -> RawListen {
+    RawListen::Address(format!("unix:{}", places::runtime_dir().join(name).display()))
+}
+
+/// `[store]`; a relative path is taken against the configuration file's directory.
+impl TryFrom<(&Path, &raw::RawStore)> for StoreConfig {
+    type Error = KeyProblem;
+
+    fn try_from((base, raw): (&Path, &raw::RawStore)) -> Result<StoreConfig, KeyProblem> {
+        let path = match &raw.path {
+            Some(path) if path.trim().is_empty() => return Err(("path".into(), "must not be empty".into())),
+            Some(path) => base.join(path),
+            // Not beside the file: a desktop client's folder is not toolhost's.
+            None => places::state_dir().join("toolhost.db"),
+        };
+        let history_generations = raw.history_generations.unwrap_or(50);
+        if history_generations == 0 {
+            return Err(("history_generations".into(), "must be at least 1".into()));
+        }
+        Ok(StoreConfig { path, history_generations })
+    }
+}
+
+/// `[grpc]`; without `listen`, the default socket.
+impl TryFrom<(&Path, raw::RawGrpc)> for GrpcConfig {
+    type Error = KeyProblem;
+
+    fn try_from((base, raw): (&Path, raw::RawGrpc)) -> Result<GrpcConfig, KeyProblem> {
+        let entries = match raw.listen {
+            None => vec![default_socket(places::GRPC_SOCKET)],
+            listen => OneOrMany::into_vec(listen),
+        };
+        let mut listen = Vec::new();
+        for (idx, entry) in entries.iter().enumerate() {
+            listen.push(Listener::try_from((base, entry)).map_err(|problem| (format!("listen[{idx}]"), problem))?);
+        }
+        if listen.is_empty() {
+            return Err(("listen".into(), "needs at least one address".into()));
+        }
+        let watch_backlog = positive(raw.watch_backlog, 4096).map_err(|problem| ("watch_backlog".to_owned(), problem))?;
+        Ok(GrpcConfig { listen, watch_backlog: usize::try_from(watch_backlog).unwrap_or(usize::MAX) })
+    }
+}
+
+/// `[telemetry]`.
+impl TryFrom<raw::RawTelemetry> for TelemetryConfig {
+    type Error = KeyProblem;
+
+    fn try_from(raw: raw::RawTelemetry) -> Result<TelemetryConfig, KeyProblem> {
+        Ok(TelemetryConfig {
+            otlp_endpoint: match raw.otlp_endpoint {
+                Some(endpoint) if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) => {
+                    return Err(("otlp_endpoint".into(), format!("{endpoint:?} is not an http:// or https:// URL")));
+                }
+                endpoint => endpoint,
+            },
+            service_name: raw.service_name,
+            traces: raw.traces.unwrap_or(true),
+            metrics: raw.metrics.unwrap_or(true),
+            metrics_interval: optional_duration(raw.metrics_interval.as_deref(), Duration::from_secs(15), HOUR)
+                .map_err(|p| ("metrics_interval".to_owned(), p.to_string()))?,
+            export_timeout: optional_duration(raw.export_timeout.as_deref(), Duration::from_secs(3), 10 * MINUTE)
+                .map_err(|p| ("export_timeout".to_owned(), p.to_string()))?,
+        })
+    }
+}
+
+/// `[tasks]`.
+impl TryFrom<&raw::RawTasks> for TasksConfig {
+    type Error = KeyProblem;
+
+    fn try_from(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
+        tasks(raw)
+    }
+}
+
+fn tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
     fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
         move |problem| (key.to_owned(), problem.to_string())
     }
@@ -727,214 +766,7 @@ fn validate_tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
     Ok(tasks)
 }
 
-fn check_server_name(name: &str) -> Result<(), String> {
-    let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if name.is_empty() || name.len() > MAX_SERVER_NAME_LEN || !valid_chars {
-        return Err(format!("a server name must be 1 to {MAX_SERVER_NAME_LEN} characters of letters, digits, '_' and '-'"));
-    }
-    // The first "__" in a qualified tool name ends the server part (see catalog::names).
-    if name.contains("__") || name.ends_with('_') {
-        return Err("a server name must not contain \"__\" or end with '_' (it prefixes tool names as SERVER__TOOL)".to_owned());
-    }
-    Ok(())
-}
-
 type KeyProblem = (String, String);
-
-fn validate_server(base: &Path, state_dir: &Path, name: &str, raw: RawServer) -> Result<ServerSpec, KeyProblem> {
-    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
-        move |problem| (key.to_owned(), problem.to_string())
-    }
-    let raw_sandbox = sandbox::RawSandbox {
-        mode: raw.sandbox.as_deref(),
-        read: &raw.read,
-        write: &raw.write,
-        network: raw.network.as_ref(),
-        registry: raw.registry.as_ref(),
-        limits: raw.limits.as_ref(),
-    };
-    let mut sandbox_spec = sandbox::validate(base, &raw_sandbox)?;
-    let has_sandbox_keys = !raw_sandbox.is_empty();
-    sandbox_spec.data = sandbox::data_dir(raw.data.as_ref(), state_dir, name)?.map(Box::new);
-    if sandbox_spec.data.is_some() && raw.command.is_none() {
-        return Err(("data".into(), "a data directory is a stdio server's (command), not a url's".into()));
-    }
-    let transport = match (raw.command, raw.url) {
-        (Some(_), Some(_)) => return Err(("url".into(), "give either command (stdio) or url (HTTP), not both".into())),
-        (None, None) => return Err(("command".into(), "missing: give command (stdio) or url (HTTP)".into())),
-        (Some(command), None) => {
-            if command.trim().is_empty() {
-                return Err(("command".into(), "must not be empty".into()));
-            }
-            if !raw.headers.is_empty() || raw.ca_file.is_some() || raw.auth.is_some() {
-                return Err(("headers".into(), "only HTTP servers (url) take headers, auth and ca_file".into()));
-            }
-            // A bare program name is looked up on PATH; a path is taken relative to the config file.
-            let command = if command.contains('/') { base.join(&command) } else { PathBuf::from(command) };
-            let env = resolve_env(raw.env, sandbox_spec.data.as_deref())?;
-            if let Some((fetcher, _)) = registry::fetcher(&command, &raw.args) {
-                let settings = env.iter().map(|(name, value)| (name.as_str(), value.expose()));
-                registry::registries(fetcher, settings).map_err(|error| (format!("env.{}", error.key()), error.to_string()))?;
-            }
-            for name in &raw.inherit_env {
-                if name.is_empty() || name.contains('=') {
-                    return Err(("inherit_env".into(), format!("{name:?} is not an environment variable name")));
-                }
-            }
-            Transport::Stdio(StdioSpec {
-                command,
-                args: raw.args,
-                env,
-                inherit_env: raw.inherit_env,
-                cwd: raw.cwd.map(|cwd| base.join(cwd)),
-                sandbox: sandbox_spec,
-            })
-        }
-        (None, Some(url)) => {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(("url".into(), format!("{url:?} is not an http:// or https:// URL")));
-            }
-            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() || !raw.inherit_env.is_empty() || has_sandbox_keys {
-                return Err((
-                    "url".into(),
-                    "args, env, inherit_env, cwd and the sandbox (sandbox, read, write, network, registry, limits) apply to stdio servers (command), not to url".into(),
-                ));
-            }
-            let headers = resolve_all(raw.headers, "headers")?;
-            let auth = raw.auth.map(|auth| auth::validate(auth, &url, base, state_dir, name)).transpose()?;
-            if auth.is_some() && headers.keys().any(|header| header.eq_ignore_ascii_case("authorization")) {
-                return Err(("auth".into(), "give either auth or an Authorization header, not both".into()));
-            }
-            Transport::Http(HttpSpec { url, headers, ca_file: raw.ca_file.map(|path| base.join(path)), auth })
-        }
-    };
-    if let Some(kind) = raw.kind.as_deref() {
-        let expected: &[&str] = match transport {
-            Transport::Stdio(_) => &["stdio"],
-            Transport::Http(_) => &["http", "streamable-http", "streamableHttp", "sse"],
-        };
-        if !expected.contains(&kind) {
-            return Err(("type".into(), format!("{kind:?} does not match the server's transport")));
-        }
-    }
-    let limits = EnumerationLimits {
-        max_pages: positive(raw.max_pages, 1_000).map_err(at("max_pages"))?,
-        max_tools: positive(raw.max_tools, 100_000).map_err(at("max_tools"))?,
-        max_bytes: positive(raw.max_listing_bytes, 256 * 1024 * 1024).map_err(at("max_listing_bytes"))?,
-    };
-    let max_message_bytes = positive(raw.max_message_bytes, 16 * 1024 * 1024).map_err(at("max_message_bytes"))?;
-    let restart = RestartPolicy {
-        initial_backoff: optional_duration(raw.restart.initial_backoff.as_deref(), Duration::from_millis(500), HOUR)
-            .map_err(at("restart.initial_backoff"))?,
-        max_backoff: optional_duration(raw.restart.max_backoff.as_deref(), Duration::from_secs(60), DAY)
-            .map_err(at("restart.max_backoff"))?,
-        stable_after: optional_duration(raw.restart.stable_after.as_deref(), Duration::from_secs(60), DAY)
-            .map_err(at("restart.stable_after"))?,
-        crash_loop_after: positive(raw.restart.crash_loop_after, 5).map_err(at("restart.crash_loop_after"))?,
-    };
-    if restart.max_backoff < restart.initial_backoff {
-        return Err(("restart.max_backoff".into(), "must not be shorter than restart.initial_backoff".into()));
-    }
-    Ok(ServerSpec {
-        transport,
-        enabled: raw.enabled.unwrap_or(true),
-        request_timeout: optional_duration(raw.request_timeout.as_deref(), Duration::from_secs(30), DAY).map_err(at("request_timeout"))?,
-        enumeration_timeout: optional_duration(raw.enumeration_timeout.as_deref(), Duration::from_secs(120), DAY)
-            .map_err(at("enumeration_timeout"))?,
-        limits,
-        max_message_bytes: usize::try_from(max_message_bytes).map_err(|_| ("max_message_bytes".to_owned(), "too large".to_owned()))?,
-        shutdown_grace: optional_duration(raw.shutdown_grace.as_deref(), Duration::from_secs(2), 10 * MINUTE)
-            .map_err(at("shutdown_grace"))?,
-        max_concurrent_calls: positive(raw.max_concurrent_calls, 16).map_err(at("max_concurrent_calls"))?,
-        restart,
-        protocol: match raw.protocol.as_deref() {
-            None | Some("auto") => ProtocolChoice::Auto,
-            Some("legacy") => ProtocolChoice::Legacy,
-            Some("modern") => ProtocolChoice::Modern,
-            Some(other) => return Err(("protocol".into(), format!("{other:?} is not one of \"auto\", \"legacy\", \"modern\""))),
-        },
-        audit_arguments: match raw.audit_arguments.as_deref() {
-            None | Some("none") => AuditArguments::None,
-            Some("hash") => AuditArguments::Hash,
-            Some("full") => AuditArguments::Full,
-            Some(other) => {
-                return Err(("audit_arguments".into(), format!("{other:?} is not one of \"none\", \"hash\", \"full\"")));
-            }
-        },
-        integrity: IntegrityPolicy {
-            hold_changes: hold_or_accept(raw.changes.as_deref()).map_err(at("changes"))?,
-            hold_new: hold_or_accept(raw.new_tools.as_deref()).map_err(at("new_tools"))?,
-            pins: raw
-                .pins
-                .into_iter()
-                .map(|(tool, pin)| match pin.strip_prefix("sha256:") {
-                    Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {
-                        Ok((tool, hex.to_owned()))
-                    }
-                    _ => Err((format!("pins.{tool}"), format!("{pin:?} is not \"sha256:\" and 64 lower-case hex digits"))),
-                })
-                .collect::<Result<_, _>>()?,
-        },
-        fleet_identity: match raw.fleet_identity {
-            Some(identity) if identity.trim().is_empty() || identity.len() > 512 => {
-                return Err(("fleet_identity".into(), "must be 1 to 512 characters".into()));
-            }
-            identity => identity,
-        },
-        approve: {
-            for pattern in &raw.approve {
-                access::check_glob(pattern).map_err(at("approve"))?;
-            }
-            raw.approve
-        },
-    })
-}
-
-fn hold_or_accept(value: Option<&str>) -> Result<bool, String> {
-    match value {
-        None | Some("accept") => Ok(false),
-        Some("hold") => Ok(true),
-        Some(other) => Err(format!("{other:?} is not \"accept\" or \"hold\"")),
-    }
-}
-
-/// A stdio server's `env`: [`resolve_all`], with `${data}` its data directory's path (an entry
-/// without `data` that names it is an error, not a variable looked up in the daemon's
-/// environment).
-fn resolve_env(values: BTreeMap<String, String>, data: Option<&sandbox::DataDir>) -> Result<BTreeMap<String, Resolved>, KeyProblem> {
-    // Where the server finds it: its sandbox shows an operator's path where the operator's
-    // links lead (`/srv` → `/data`), not through them.
-    let seen = data.map(|data| if data.beside_homes { data.path.clone() } else { sandbox::real_or_written(&data.path) });
-    let path = seen.as_ref().map(|path| path.to_str().ok_or_else(|| ("data".to_owned(), format!("{} is not UTF-8", path.display()))));
-    let local = match path.transpose()? {
-        Some(path) => vec![("data", path)],
-        None => Vec::new(),
-    };
-    values
-        .into_iter()
-        .map(|(name, value)| {
-            if local.is_empty() && value.contains("${data}") {
-                let why = "${data} is the server's data directory, and this entry has none: add data = true (or data = \"/a/path\")";
-                return Err((format!("env.{name}"), why.to_owned()));
-            }
-            match crate::secrets::resolve_with(&value, &local) {
-                Ok(resolved) => Ok((name, resolved)),
-                Err(problem) => Err((format!("env.{name}"), problem.to_string())),
-            }
-        })
-        .collect()
-}
-
-/// Resolves the `${…}` references of every value, naming the key of one that cannot be.
-fn resolve_all(values: BTreeMap<String, String>, table: &str) -> Result<BTreeMap<String, Resolved>, KeyProblem> {
-    values
-        .into_iter()
-        .map(|(name, value)| match crate::secrets::resolve(&value) {
-            Ok(resolved) => Ok((name, resolved)),
-            Err(problem) => Err((format!("{table}.{name}"), problem.to_string())),
-        })
-        .collect()
-}
 
 fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Result<T, String> {
     match value {

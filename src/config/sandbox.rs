@@ -412,8 +412,16 @@ fn registry_key(raw: Option<&RawRegistry>, network: Option<&RawNetwork>) -> Resu
     }
 }
 
-/// Validates the keys; paths are taken relative to the configuration file's directory.
-pub(crate) fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, String)> {
+/// A stdio server's sandbox keys; paths are taken relative to the configuration file's directory.
+impl TryFrom<(&Path, &RawSandbox<'_>)> for SandboxSpec {
+    type Error = (String, String);
+
+    fn try_from((base, raw): (&Path, &RawSandbox<'_>)) -> Result<SandboxSpec, (String, String)> {
+        validate(base, raw)
+    }
+}
+
+fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, String)> {
     let enabled = match raw.mode {
         None | Some("on") => true,
         Some("off") => false,
@@ -701,7 +709,7 @@ mod tests {
         fn raw(network: Option<&RawNetwork>) -> RawSandbox<'_> {
             RawSandbox { mode: None, read: &[], write: &[], network, registry: None, limits: None }
         }
-        let check = |network: RawNetwork| validate(Path::new("/etc"), &raw(Some(&network)));
+        let check = |network: RawNetwork| SandboxSpec::try_from((Path::new("/etc"), &raw(Some(&network))));
         let allow = |list: &[&str]| RawNetwork::Allow { allow: list.iter().map(|s| (*s).to_owned()).collect() };
         assert_eq!(check(RawNetwork::Mode("wifi".into())).unwrap_err().0, "network");
         assert_eq!(check(RawNetwork::Mode("loopback".into())).unwrap().network, Network::Loopback);
@@ -717,7 +725,7 @@ mod tests {
             assert_eq!(error.0, "network.allow[0]", "{bad}: {error:?}");
         }
         assert_eq!(check(allow(&[])).unwrap_err().0, "network.allow");
-        assert_eq!(validate(Path::new("/etc"), &raw(None)).unwrap(), SandboxSpec::default());
+        assert_eq!(SandboxSpec::try_from((Path::new("/etc"), &raw(None))).unwrap(), SandboxSpec::default());
     }
 
     #[test]
@@ -854,7 +862,7 @@ mod tests {
         let check = |registry: Option<RawRegistry>, network: Option<RawNetwork>| {
             let raw =
                 RawSandbox { mode: None, read: &[], write: &[], network: network.as_ref(), registry: registry.as_ref(), limits: None };
-            validate(Path::new("/etc"), &raw)
+            SandboxSpec::try_from((Path::new("/etc"), &raw))
         };
         let mode = |name: &str| Some(RawNetwork::Mode(name.to_owned()));
         let allow = || Some(RawNetwork::Allow { allow: vec!["api.example.com".to_owned()] });
