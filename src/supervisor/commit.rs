@@ -80,11 +80,8 @@ impl Worker {
                     added = diff.added.len(), removed = diff.removed.len(), changed = diff.changed.len(), reason = reason.as_str(),
                     "published a new tool generation"
                 );
-                span.set_attribute("toolhost.diff.added", diff.added.len() as i64);
-                span.set_attribute("toolhost.diff.removed", diff.removed.len() as i64);
-                span.set_attribute("toolhost.diff.changed", diff.changed.len() as i64);
                 let number = generation.number;
-                span.set_attribute("toolhost.generation", number as i64);
+                diff_attributes(&span, [diff.added.len(), diff.removed.len(), diff.changed.len()], number);
                 if let Some(context) = refresh_context
                     && let Some(view) = self.seed.registry.server(&self.seed.name)
                 {
@@ -242,4 +239,13 @@ impl Worker {
             diagnostics: diagnostics.into_iter().map(crate::secrets::redact_owned).collect(),
         }
     }
+}
+
+/// A published generation's span says its number and how many tools were added, removed and
+/// changed.
+fn diff_attributes(span: &tracing::Span, [added, removed, changed]: [usize; 3], generation: u64) {
+    span.set_attribute("toolhost.diff.added", added as i64);
+    span.set_attribute("toolhost.diff.removed", removed as i64);
+    span.set_attribute("toolhost.diff.changed", changed as i64);
+    span.set_attribute("toolhost.generation", generation as i64);
 }
