@@ -5,6 +5,7 @@ use tonic::{Request, Status};
 
 use crate::api::pb;
 use crate::api::service::ToolHostService;
+use crate::door::error::DoorError;
 use crate::door::model::{ApprovalRecord, ApprovalStatus};
 
 impl ToolHostService {
@@ -14,7 +15,7 @@ impl ToolHostService {
         let status = match wanted.as_str() {
             "" => None,
             text => Some(ApprovalStatus::named(text).ok_or_else(|| {
-                Status::invalid_argument(format!("{text:?} is not one of pending, approved, denied, expired, used, stale"))
+                Status::from(DoorError::invalid(format!("{text:?} is not one of pending, approved, denied, expired, used, stale")))
             })?),
         };
         let records = self.door.list_approvals(&operator, status).await?;

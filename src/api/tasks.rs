@@ -131,8 +131,9 @@ fn task_message(task: &Task) -> pb::Task {
 /// The kept result as CallTool would have answered it.
 fn call_response(task: &Task, raw: &str) -> Result<pb::CallToolResponse, Status> {
     let raw: Box<serde_json::value::RawValue> =
-        serde_json::from_str(raw).map_err(|error| Status::internal(format!("a kept task result is unreadable: {error}")))?;
-    let outcome = crate::mcp::tools::parse_call_result(&raw).map_err(|error| Status::internal(format!("a kept task result: {error}")))?;
+        serde_json::from_str(raw).map_err(|error| DoorError::internal(&format!("a kept task result is unreadable: {error}")))?;
+    let outcome =
+        crate::mcp::tools::parse_call_result(&raw).map_err(|error| DoorError::internal(&format!("a kept task result: {error}")))?;
     let (generation, definition_hash) = task.ran_against.clone().unwrap_or_default();
     Ok(pb::CallToolResponse {
         content_json: outcome.content.get().to_owned(),

@@ -15,7 +15,7 @@ use tonic::Status;
 use crate::api::convert;
 use crate::api::pb;
 use crate::door::changes::{Changes, Seen};
-use crate::door::error::DoorError;
+use crate::door::error::{DoorError, Kind};
 use crate::listen::tables as share;
 
 /// Events buffered per watcher before it counts as slow.
@@ -64,7 +64,7 @@ impl Watchers {
                 () = cancel.cancelled() => {}
                 () = ended.cancelled() => {
                     let reason = "this caller opened more watch streams than its share; its oldest ended";
-                    let _ = tx.try_send(Err(Status::resource_exhausted(reason)));
+                    let _ = tx.try_send(Err(DoorError::new(Kind::ResourceExhausted, "WATCH_SHARE", reason, vec![]).into()));
                 }
                 () = tx.closed() => {}
                 () = forward(changes, &tx) => {}
