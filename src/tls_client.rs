@@ -22,8 +22,11 @@ pub enum TlsError {
     Setup(rustls::Error),
 }
 
-/// The authorities of a PEM file, each certificate usable.
-fn roots_of(path: &Path) -> Result<rustls::RootCertStore, TlsError> {
+/// The authorities of a PEM file, each certificate usable (also a TLS listener's client CA).
+///
+/// # Errors
+/// The file cannot be read, or a certificate in it is bad or unusable; the error names it.
+pub fn roots_of(path: &Path) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read { path: path.to_path_buf(), source })?;
     for cert in certs {

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::door::model::{TlsFiles, TlsPeerInfo};
+use crate::listen::{CaFileError, ca_roots};
 
 /// Why a listener's TLS configuration could not be made from its files; each names its file.
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +33,8 @@ pub enum TlsError {
     ReadKey { path: PathBuf, source: pem::Error },
     #[error("TLS setup failed: {0}")]
     Setup(rustls::Error),
-    #[error("cannot read {}: {source}", path.display())]
-    Read { path: PathBuf, source: pem::Error },
-    #[error("bad certificate in {}: {source}", path.display())]
-    BadCertificate { path: PathBuf, source: pem::Error },
-    #[error("unusable certificate in {}: {source}", path.display())]
-    Unusable { path: PathBuf, source: rustls::Error },
+    #[error(transparent)]
+    ClientCaFile(#[from] CaFileError),
     #[error("cannot use {} as the client CA: {source}", path.display())]
     ClientCa { path: PathBuf, source: rustls::server::VerifierBuilderError },
     #[error("{}: {source}", path.display())]
@@ -68,12 +65,7 @@ pub(crate) fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(path) => {
-            let mut roots = rustls::RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read { path: path.clone(), source })?;
-            for cert in certs {
-                let cert = cert.map_err(|source| TlsError::BadCertificate { path: path.clone(), source })?;
-                roots.add(cert).map_err(|source| TlsError::Unusable { path: path.clone(), source })?;
-            }
+            let roots = ca_roots(path)?;
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()

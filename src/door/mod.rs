@@ -184,7 +184,7 @@ impl Door {
         self.tasks.recover(self).await
     }
 
-    pub fn calls(&self) -> &Calls {
+    pub(in crate::door) fn calls(&self) -> &Calls {
         &self.calls
     }
 
@@ -261,14 +261,14 @@ pub enum Presentation {
 /// history and watch path of both doors: a tool its policy lets it use, and, when the tool is
 /// held, only an operator, only where the door can mark it held. A held definition has not
 /// been reviewed: its description is exactly what must not reach an agent's model.
-pub fn shows_tool(caller: &Caller, view: &ServerView, idx: usize, presentation: Presentation) -> bool {
+pub(in crate::door) fn shows_tool(caller: &Caller, view: &ServerView, idx: usize, presentation: Presentation) -> bool {
     caller.agent.may_use(&tool_name(view, idx))
         && (view.held(idx).is_none() || (presentation == Presentation::WithState && caller.agent.admin))
 }
 
 /// [`shows_tool`] for a qualified name, judged by the current generation of its server in
 /// `snapshot`: names in history and change events, whose tools may have moved since.
-pub fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, presentation: Presentation) -> bool {
+pub(in crate::door) fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, presentation: Presentation) -> bool {
     if !may_use(caller, snapshot, &ToolRef::Qualified(qualified.to_owned())) {
         return false;
     }
@@ -276,12 +276,12 @@ pub fn shows_name(caller: &Caller, snapshot: &CatalogSnapshot, qualified: &str, 
 }
 
 /// Whether `caller`'s policy lets it use `tool`, judged by both its names as `snapshot` holds it.
-pub fn may_use(caller: &Caller, snapshot: &CatalogSnapshot, tool: &ToolRef) -> bool {
+pub(in crate::door) fn may_use(caller: &Caller, snapshot: &CatalogSnapshot, tool: &ToolRef) -> bool {
     judge(snapshot, tool, |name| caller.agent.may_use(name))
 }
 
 /// The names the policy judges tool `idx` of `view` by ([`ToolName`]).
-pub fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
+pub(in crate::door) fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
     let qualified = view.qualified().name(idx);
     match view.generation().and_then(|generation| generation.tools.get(idx)) {
         Some(tool) => ToolName::new(view.name(), &tool.name, qualified),
@@ -291,7 +291,7 @@ pub fn tool_name(view: &ServerView, idx: usize) -> ToolName<'_> {
 
 /// `decide` applied to the names the policy judges `tool` by ([`ToolName`]): its server's, its
 /// own and its qualified name in `snapshot`; a tool `snapshot` does not hold, by the reference.
-pub fn judge<R>(snapshot: &CatalogSnapshot, tool: &ToolRef, decide: impl FnOnce(&ToolName<'_>) -> R) -> R {
+pub(in crate::door) fn judge<R>(snapshot: &CatalogSnapshot, tool: &ToolRef, decide: impl FnOnce(&ToolName<'_>) -> R) -> R {
     if let Some((view, idx)) = crate::calls::locate(&snapshot.servers, tool)
         && let Some(own) = view.generation().and_then(|generation| generation.tools.get(idx))
     {
@@ -305,14 +305,14 @@ pub fn judge<R>(snapshot: &CatalogSnapshot, tool: &ToolRef, decide: impl FnOnce(
 }
 
 /// Why the tool `qualified` is held in its server's current generation in `snapshot`, if it is.
-pub fn held_now(snapshot: &CatalogSnapshot, qualified: &str) -> Option<Hold> {
+pub(in crate::door) fn held_now(snapshot: &CatalogSnapshot, qualified: &str) -> Option<Hold> {
     let view = snapshot.servers.get(names::server_of(qualified)?)?;
     view.held(view.qualified().position(qualified)?)
 }
 
 /// Whether a non-operator may know that this server exists: it shows the agent at least one
 /// tool. Operators see every server.
-pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
+pub(in crate::door) fn server_visible(caller: &Caller, view: &ServerView) -> bool {
     if caller.agent.admin {
         return true;
     }
@@ -322,7 +322,7 @@ pub fn server_visible(caller: &Caller, view: &ServerView) -> bool {
 
 /// The error a caller gets for a tool it may not use: for an operator, the truth; for anyone
 /// else, exactly what a tool (or server) that does not exist would give.
-pub fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> CallError {
+pub(in crate::door) fn refused_tool(caller: &Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> CallError {
     let (server, shown) = match target {
         ToolRef::Qualified(qualified) => (names::server_of(qualified).unwrap_or_default(), qualified.clone()),
         ToolRef::ServerTool { server, name } => (server.as_str(), name.clone()),

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, UnixListener};
 
 use crate::config::{ListenAddr, Listener, SocketAccess};
+/// A TLS listener's client CA file read as the client side reads its authorities: one reader,
+/// one error, for the doors (which name `listen`, not `tls_client`).
+pub use crate::tls_client::{TlsError as CaFileError, roots_of as ca_roots};
 
 /// An address a front door actually listens on (a TCP port 0 resolved to the real port).
 #[derive(Debug, Clone, PartialEq, Eq)]
