@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::listeners::resolve_group;
-use super::{AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerGlob, ServerSpec, parse_duration};
+use super::{
+    AccessConfig, AgentConfig, DEFAULT_CONCURRENCY, KeyProblem, Quota, RateLimit, ServerGlob, ServerSpec, ValueError, parse_duration,
+};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -149,10 +151,10 @@ fn agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentC
     }
     let mut gids = raw.gids;
     for group in &raw.groups {
-        gids.push(resolve_group(group).map_err(|problem| ("groups".to_owned(), problem))?.gid);
+        gids.push(resolve_group(group).map_err(|problem| ("groups".to_owned(), problem.to_string()))?.gid);
     }
     for unit in &raw.units {
-        check_glob(unit).map_err(|problem| ("units".to_owned(), problem))?;
+        check_glob(unit).map_err(|problem| ("units".to_owned(), problem.to_string()))?;
     }
     let mut tokens = Vec::with_capacity(raw.tokens.len());
     for (idx, token) in raw.tokens.iter().enumerate() {
@@ -167,7 +169,7 @@ fn agent(raw: RawAgent, servers: &BTreeMap<String, ServerSpec>) -> Result<AgentC
     }
     for (key, patterns) in [("allow", &raw.allow), ("deny", &raw.deny), ("approve", &raw.approve)] {
         for pattern in patterns {
-            check_tool_pattern(pattern, servers).map_err(|problem| (key.to_owned(), problem))?;
+            check_tool_pattern(pattern, servers).map_err(|problem| (key.to_owned(), problem.to_string()))?;
         }
     }
     for subject in &raw.subjects {
@@ -233,7 +235,7 @@ impl TryFrom<(RawQuota, &BTreeMap<String, ServerSpec>)> for Quota {
             return Err(("quota.tools".into(), "name at least one tool glob".into()));
         }
         for pattern in &quota.tools {
-            check_tool_pattern(pattern, servers).map_err(|problem| ("quota.tools".to_owned(), problem))?;
+            check_tool_pattern(pattern, servers).map_err(|problem| ("quota.tools".to_owned(), problem.to_string()))?;
         }
         if quota.calls == 0 {
             return Err(("quota.calls".into(), "must be at least 1 (deny the tools instead)".into()));
@@ -247,20 +249,20 @@ impl TryFrom<(RawQuota, &BTreeMap<String, ServerSpec>)> for Quota {
 }
 
 /// A glob of letters, digits and `_ - . @ : *  ?`.
-pub(super) fn check_glob(pattern: &str) -> Result<(), String> {
+pub(super) fn check_glob(pattern: &str) -> Result<(), ValueError> {
     let valid = !pattern.is_empty() && pattern.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@:*?".contains(c));
-    if valid { Ok(()) } else { Err(format!("{pattern:?} is not a glob of letters, digits, _ - . @ : * and ?")) }
+    if valid { Ok(()) } else { Err(ValueError::NotAGlob { pattern: pattern.to_owned() }) }
 }
 
 /// A glob over qualified names (`SERVER__TOOL`) whose server part, when it has no wildcard,
 /// names a configured server: a typo must not silently allow or deny nothing.
-pub(super) fn check_tool_pattern(pattern: &str, servers: &BTreeMap<String, ServerSpec>) -> Result<(), String> {
+pub(super) fn check_tool_pattern(pattern: &str, servers: &BTreeMap<String, ServerSpec>) -> Result<(), ValueError> {
     check_glob(pattern)?;
     if let Some((server, _)) = pattern.split_once("__")
         && !server.contains(['*', '?'])
         && !servers.contains_key(server)
     {
-        return Err(format!("{pattern:?} names the server {server:?}, which is not configured"));
+        return Err(ValueError::UnknownServer { pattern: pattern.to_owned(), server: server.to_owned() });
     }
     Ok(())
 }

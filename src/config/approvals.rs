@@ -3,12 +3,25 @@
 
 use std::time::Duration;
 
-use super::raw::RawApprovals;
+use serde::Deserialize;
+
 use super::{KeyProblem, optional_duration, positive};
 
 /// The longest `answer_after`: a caller is never left silent for long (its own deadline, a
 /// little earlier, bounds the wait too).
 const MAX_ANSWER_AFTER: Duration = Duration::from_secs(10 * 60);
+
+/// `[approvals]`: calls a person approves before they run.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApprovals {
+    pub(crate) ttl: Option<String>,
+    /// How long a plain call waits for a decision before it answers with the request.
+    pub(crate) answer_after: Option<String>,
+    pub(crate) separate_approver: Option<bool>,
+    pub(crate) max_pending_per_agent: Option<u32>,
+    pub(crate) max_pending: Option<u32>,
+}
 
 /// `[approvals]`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{DAY, KeyProblem, optional_duration, positive};
+use super::{DAY, KeyProblem, ValueError, optional_duration, positive};
 
 /// `[audit]`: where the audit trail is sent as it is written.
 #[derive(Debug, Deserialize, Default)]
@@ -126,11 +126,12 @@ impl TryFrom<&RawAudit> for AuditConfig {
 fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
     let mut exports = Vec::with_capacity(raw.export.len());
     for (idx, export) in raw.export.iter().enumerate() {
-        exports.push(AuditExport::try_from(export).map_err(|problem| (format!("export[{idx}]"), problem))?);
+        exports.push(AuditExport::try_from(export).map_err(|problem| (format!("export[{idx}]"), problem.to_string()))?);
     }
     Ok(AuditConfig {
         exports,
-        checkpoint_records: positive(raw.checkpoint_records, 1000).map_err(|problem| ("checkpoint_records".to_owned(), problem))?,
+        checkpoint_records: positive(raw.checkpoint_records, 1000)
+            .map_err(|problem| ("checkpoint_records".to_owned(), problem.to_string()))?,
         checkpoint_every: optional_duration(raw.checkpoint_every.as_deref(), Duration::from_secs(60), DAY)
             .map_err(|problem| ("checkpoint_every".to_owned(), problem.to_string()))?,
         key: match &raw.key {
@@ -143,35 +144,33 @@ fn validate(raw: &RawAudit) -> Result<AuditConfig, KeyProblem> {
 
 /// One `export` sink.
 impl TryFrom<&RawExport> for AuditExport {
-    type Error = String;
+    type Error = ValueError;
 
-    fn try_from(export: &RawExport) -> Result<AuditExport, String> {
+    fn try_from(export: &RawExport) -> Result<AuditExport, ValueError> {
         sink(export)
     }
 }
 
-fn sink(export: &RawExport) -> Result<AuditExport, String> {
-    const GIVE_ONE: &str = "give one of file = \"/absolute/path\", unix = \"/absolute/path\", syslog = \"host:port\" \
-                            (with tls = true and ca = \"/absolute/path\" for TLS) or otlp = \"http://host:port\"";
+fn sink(export: &RawExport) -> Result<AuditExport, ValueError> {
     let absolute = |path: &str| Path::new(path).is_absolute().then(|| PathBuf::from(path));
     if (export.tls.is_some() || export.ca.is_some()) && export.syslog.is_none() {
-        return Err("tls and ca apply to a syslog sink only".to_owned());
+        return Err(ValueError::TlsWithoutSyslog);
     }
     match (&export.file, &export.unix, &export.syslog, &export.otlp) {
-        (Some(path), None, None, None) => absolute(path).map(AuditExport::File).ok_or_else(|| GIVE_ONE.to_owned()),
-        (None, Some(path), None, None) => absolute(path).map(AuditExport::Unix).ok_or_else(|| GIVE_ONE.to_owned()),
+        (Some(path), None, None, None) => absolute(path).map(AuditExport::File).ok_or(ValueError::NoSink),
+        (None, Some(path), None, None) => absolute(path).map(AuditExport::Unix).ok_or(ValueError::NoSink),
         (None, None, Some(addr), None) => {
             let valid = addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
             if !valid {
-                return Err(format!("syslog = {addr:?} is not host:port"));
+                return Err(ValueError::NotSyslogAddress { addr: addr.clone() });
             }
             let ca = match &export.ca {
-                Some(path) => Some(absolute(path).ok_or_else(|| format!("ca = {path:?} is not an absolute path"))?),
+                Some(path) => Some(absolute(path).ok_or_else(|| ValueError::CaNotAbsolute { path: path.clone() })?),
                 None => None,
             };
             let tls = match (export.tls, ca) {
                 (Some(true), ca) => Some(SyslogTls { ca }),
-                (None | Some(false), Some(_)) => return Err("ca is for TLS: add tls = true".to_owned()),
+                (None | Some(false), Some(_)) => return Err(ValueError::CaWithoutTls),
                 (None | Some(false), None) => None,
             };
             Ok(AuditExport::Syslog { addr: addr.clone(), tls })
@@ -182,10 +181,10 @@ fn sink(export: &RawExport) -> Result<AuditExport, String> {
                 .and_then(|rest| rest.trim_end_matches('/').rsplit_once(':'))
                 .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
             if !valid {
-                return Err(format!("otlp = {endpoint:?} is not http://host:port (a collector's OTLP/gRPC endpoint)"));
+                return Err(ValueError::NotOtlpEndpoint { endpoint: endpoint.clone() });
             }
             Ok(AuditExport::Otlp(endpoint.trim_end_matches('/').to_owned()))
         }
-        _ => Err(GIVE_ONE.to_owned()),
+        _ => Err(ValueError::NoSink),
     }
 }

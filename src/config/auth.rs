@@ -315,9 +315,9 @@ fn issuer(raw: &RawAuth, client: &Client) -> Result<bool, KeyProblem> {
     Ok(trust_first_issuer)
 }
 
-fn check_header_value(token: &str) -> Result<(), String> {
+fn check_header_value(token: &str) -> Result<(), super::ValueError> {
     match !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) {
         true => Ok(()),
-        false => Err("must be a non-empty token of visible ASCII characters".into()),
+        false => Err(super::ValueError::NotAToken),
     }
 }

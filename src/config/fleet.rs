@@ -4,14 +4,48 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::raw::RawFleet;
-use super::{FleetConfig, KeyProblem, MINUTE, optional_duration};
+use serde::Deserialize;
+
+use super::{KeyProblem, MINUTE, optional_duration};
+use crate::secrets::Resolved;
 
 /// Longest host id (it names the host in every shared row).
 const MAX_HOST_ID_LEN: usize = 64;
 
-pub(super) fn validate(raw: Option<RawFleet>) -> Result<Option<FleetConfig>, KeyProblem> {
-    let Some(raw) = raw else { return Ok(None) };
+/// `[fleet]`: a PostgreSQL store shared by several hosts.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFleet {
+    pub(crate) url: String,
+    pub(crate) host_id: Option<String>,
+    /// What to share: "approvals", "audit", "drift" (all by default).
+    pub(crate) share: Option<Vec<String>>,
+    pub(crate) connect_timeout: Option<String>,
+}
+
+/// `[fleet]`: the PostgreSQL store shared by several hosts (see `fleet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// `postgres://…`; may hold a password (resolved from a `${…}` reference, and never printed).
+    pub url: Resolved,
+    /// This host's name in the fleet (default: the machine id).
+    pub host_id: String,
+    pub share_approvals: bool,
+    pub share_audit: bool,
+    pub share_drift: bool,
+    pub connect_timeout: Duration,
+}
+
+/// `[fleet]`; its URL is never echoed in a problem (it may carry a password).
+impl TryFrom<RawFleet> for FleetConfig {
+    type Error = KeyProblem;
+
+    fn try_from(raw: RawFleet) -> Result<FleetConfig, KeyProblem> {
+        validate(raw)
+    }
+}
+
+fn validate(raw: RawFleet) -> Result<FleetConfig, KeyProblem> {
     let url = crate::secrets::resolve(&raw.url).map_err(|problem| ("url".to_owned(), problem.to_string()))?;
     if !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://")) {
         return Err(("url".into(), "must be a postgres:// or postgresql:// URL".into()));
@@ -42,14 +76,14 @@ pub(super) fn validate(raw: Option<RawFleet>) -> Result<Option<FleetConfig>, Key
     }
     let connect_timeout = optional_duration(raw.connect_timeout.as_deref(), Duration::from_secs(5), MINUTE)
         .map_err(|problem| ("connect_timeout".to_owned(), problem.to_string()))?;
-    Ok(Some(FleetConfig {
+    Ok(FleetConfig {
         url,
         host_id,
         share_approvals: share.iter().any(|s| s == "approvals"),
         share_audit: share.iter().any(|s| s == "audit"),
         share_drift: share.iter().any(|s| s == "drift"),
         connect_timeout,
-    }))
+    })
 }
 
 /// The password part of a URL's user information, percent-decoded as PostgreSQL reads it.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::KeyProblem;
+use super::{KeyProblem, ValueError};
 
 /// `listen`: one listener or a list of them.
 #[derive(Debug, Deserialize)]
@@ -115,14 +115,14 @@ impl Default for SocketAccess {
 
 /// A listener as written, its relative paths taken against the configuration file's directory.
 impl TryFrom<(&Path, &RawListen)> for Listener {
-    type Error = String;
+    type Error = ValueError;
 
-    fn try_from((base, entry): (&Path, &RawListen)) -> Result<Listener, String> {
+    fn try_from((base, entry): (&Path, &RawListen)) -> Result<Listener, ValueError> {
         listener(base, entry)
     }
 }
 
-fn listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
+fn listener(base: &Path, entry: &RawListen) -> Result<Listener, ValueError> {
     let (address, mode, group, tls) = match entry {
         RawListen::Address(address) => (address, None, None, None),
         RawListen::Table(table) => (&table.address, table.mode.as_deref(), table.group.as_deref(), table.tls.as_ref()),
@@ -130,11 +130,11 @@ fn listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
     let addr = parse_listen(base, address)?;
     let tls = match (tls, &addr) {
         (None, _) => None,
-        (Some(_), ListenAddr::Unix(_)) => return Err("tls applies to TCP listeners, not unix: sockets".to_owned()),
+        (Some(_), ListenAddr::Unix(_)) => return Err(ValueError::TlsOnUnix),
         (Some(tls), ListenAddr::Tcp(_)) => {
             let file = |path: &str| {
                 let path = base.join(path);
-                std::fs::metadata(&path).map(|_| path.clone()).map_err(|err| format!("tls: cannot read {}: {err}", path.display()))
+                std::fs::metadata(&path).map(|_| path.clone()).map_err(|source| ValueError::TlsFile { path, source })
             };
             Some(TlsFiles { cert: file(&tls.cert)?, key: file(&tls.key)?, client_ca: tls.client_ca.as_deref().map(file).transpose()? })
         }
@@ -143,22 +143,19 @@ fn listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
         && !socket.ip().is_loopback()
         && tls.is_none()
     {
-        return Err(format!(
-            "{address:?} is not a loopback address: tool calls run with the daemon's privileges, so off loopback the API \
-             needs tls = {{ cert, key, client_ca }} (or use a Unix socket)"
-        ));
+        return Err(ValueError::OffLoopback { address: address.clone() });
     }
     if matches!(addr, ListenAddr::Tcp(_)) && (mode.is_some() || group.is_some()) {
-        return Err("mode and group apply to unix: sockets only".to_owned());
+        return Err(ValueError::ModeOnTcp);
     }
     let mut socket = SocketAccess::default();
     if let Some(mode) = mode {
         socket.mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
             .ok()
             .filter(|mode| *mode <= 0o777)
-            .ok_or_else(|| format!("mode {mode:?} is not octal permission bits like \"0660\""))?;
+            .ok_or_else(|| ValueError::NotAMode { mode: mode.to_owned() })?;
         if socket.mode & 0o200 == 0 {
-            return Err(format!("mode {mode:?} leaves the daemon's own user unable to use its socket"));
+            return Err(ValueError::ModeLocksOutOwner { mode: mode.to_owned() });
         }
     }
     if let Some(group) = group {
@@ -168,26 +165,26 @@ fn listener(base: &Path, entry: &RawListen) -> Result<Listener, String> {
 }
 
 /// A group by name or numeric id, which must exist on this machine.
-pub(super) fn resolve_group(group: &str) -> Result<SocketGroup, String> {
+pub(super) fn resolve_group(group: &str) -> Result<SocketGroup, ValueError> {
     let found = match group.parse::<u32>() {
         Ok(gid) => nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)),
         Err(_) => nix::unistd::Group::from_name(group),
     };
     match found {
         Ok(Some(entry)) => Ok(SocketGroup { name: entry.name, gid: entry.gid.as_raw() }),
-        Ok(None) => Err(format!("there is no group {group:?} on this machine")),
-        Err(err) => Err(format!("cannot look up the group {group:?}: {err}")),
+        Ok(None) => Err(ValueError::NoSuchGroup { group: group.to_owned() }),
+        Err(source) => Err(ValueError::GroupLookup { group: group.to_owned(), source }),
     }
 }
 
-fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, String> {
+fn parse_listen(base: &Path, addr: &str) -> Result<ListenAddr, ValueError> {
     if let Some(path) = addr.strip_prefix("unix:") {
         if path.is_empty() {
-            return Err("a unix: address needs a path".into());
+            return Err(ValueError::UnixWithoutPath);
         }
         return Ok(ListenAddr::Unix(base.join(path)));
     }
-    addr.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| format!("{addr:?} is neither unix:/path nor host:port with a numeric IP"))
+    addr.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| ValueError::NotAnAddress { addr: addr.to_owned() })
 }
 
 /// The listeners of an HTTP front door without TLS (the MCP endpoint, the console): each
@@ -196,7 +193,7 @@ pub(super) fn http_listeners(base: &Path, raw: Option<OneOrMany>, no_tls: &str) 
     let entries = OneOrMany::into_vec(raw);
     let mut listen: Vec<Listener> = Vec::with_capacity(entries.len());
     for (idx, entry) in entries.iter().enumerate() {
-        let listener = Listener::try_from((base, entry)).map_err(|problem| (format!("listen[{idx}]"), problem))?;
+        let listener = Listener::try_from((base, entry)).map_err(|problem| (format!("listen[{idx}]"), problem.to_string()))?;
         if listener.tls.is_some() {
             return Err((format!("listen[{idx}]"), no_tls.to_owned()));
         }

@@ -1,17 +1,76 @@
-//! `[mcp]` validation: the endpoint's listeners, page size, extra allowed origins and profiles.
+//! `[mcp]`: the endpoint's listeners, page size, extra allowed origins and profiles, as written
+//! and as validated.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::listeners::{http_listeners, origins};
-use super::raw::{RawMcp, RawProfile};
-use super::{KeyProblem, McpConfig, ProfileConfig, ServerSpec};
+use serde::Deserialize;
+
+use super::listeners::{Listener, OneOrMany, http_listeners, origins};
+use super::{KeyProblem, ServerSpec};
 
 const DEFAULT_PAGE_SIZE: u32 = 500;
 const MAX_PAGE_SIZE: u32 = 10_000;
 const MAX_PROFILE_NAME_LEN: usize = 64;
 
-pub(super) fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, ServerSpec>) -> Result<McpConfig, KeyProblem> {
+/// `[mcp]`: the MCP endpoint agents connect to.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcp {
+    pub(crate) listen: Option<OneOrMany>,
+    pub(crate) page_size: Option<u32>,
+    #[serde(default)]
+    pub(crate) allowed_origins: Vec<String>,
+    #[serde(default)]
+    pub(crate) profiles: BTreeMap<String, RawProfile>,
+}
+
+/// `[mcp.profiles.NAME]`: a subset of the catalog served at `/mcp/NAME`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProfile {
+    #[serde(default)]
+    pub(crate) tools: Vec<String>,
+    pub(crate) names: Option<String>,
+    /// Lazy exposure: the model sees `tools` plus `find_tools` and `call_tool`.
+    pub(crate) lazy: Option<bool>,
+    /// What `find_tools` and `call_tool` reach (globs over qualified names; default everything).
+    pub(crate) find: Option<Vec<String>>,
+}
+
+/// `[mcp]`: the MCP endpoint (off when it listens nowhere).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct McpConfig {
+    /// TCP listeners serve Streamable HTTP at `/mcp`; Unix sockets speak newline-delimited JSON-RPC.
+    pub listen: Vec<Listener>,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// Browser origins allowed besides loopback ones (lower case, no trailing slash).
+    pub allowed_origins: Vec<String>,
+    pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// `[mcp.profiles.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileConfig {
+    /// Globs over qualified names.
+    pub tools: Vec<String>,
+    /// `names = "original"`: the one server whose own tool names the profile exposes.
+    pub original_names: Option<String>,
+    /// `lazy = true`: the globs `find_tools` and `call_tool` reach (`find`, default everything).
+    pub lazy: Option<Vec<String>>,
+}
+
+/// `[mcp]`, its listeners taken against `base` and its profiles' globs against the servers.
+impl TryFrom<(&Path, RawMcp, &BTreeMap<String, ServerSpec>)> for McpConfig {
+    type Error = KeyProblem;
+
+    fn try_from((base, raw, servers): (&Path, RawMcp, &BTreeMap<String, ServerSpec>)) -> Result<McpConfig, KeyProblem> {
+        validate(base, raw, servers)
+    }
+}
+
+fn validate(base: &Path, raw: RawMcp, servers: &BTreeMap<String, ServerSpec>) -> Result<McpConfig, KeyProblem> {
     let listen = http_listeners(base, raw.listen, "the MCP endpoint does not serve TLS yet: use a loopback address or a unix: socket")?;
     let page_size = match raw.page_size {
         None => DEFAULT_PAGE_SIZE,
@@ -45,10 +104,10 @@ fn validate_profile(name: &str, raw: RawProfile, servers: &BTreeMap<String, Serv
     }
     let find = raw.find.unwrap_or_else(|| vec!["*".to_owned()]);
     for pattern in &find {
-        super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("find".to_owned(), problem))?;
+        super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("find".to_owned(), problem.to_string()))?;
     }
     for pattern in &raw.tools {
-        super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("tools".to_owned(), problem))?;
+        super::access::check_tool_pattern(pattern, servers).map_err(|problem| ("tools".to_owned(), problem.to_string()))?;
     }
     let original_names = match raw.names.as_deref() {
         None | Some("qualified") => None,

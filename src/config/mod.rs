@@ -9,17 +9,26 @@ mod approvals;
 mod audit;
 pub mod auth;
 mod console;
+mod daemon;
 mod fleet;
 mod listeners;
-pub use approvals::ApprovalsConfig;
-pub use audit::{AuditConfig, AuditExport, KeyPlace, SyslogTls};
-pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
 mod mcp;
 pub mod places;
 mod raw;
 pub mod registry;
 pub mod sandbox;
 mod server;
+mod tasks;
+mod value;
+pub use approvals::ApprovalsConfig;
+pub use audit::{AuditConfig, AuditExport, KeyPlace, SyslogTls};
+pub use console::ConsoleConfig;
+pub use daemon::{DaemonConfig, GrpcConfig, StoreConfig, TelemetryConfig};
+pub use fleet::FleetConfig;
+pub use listeners::{ListenAddr, Listener, SocketAccess, SocketGroup, TlsFiles};
+pub use mcp::{McpConfig, ProfileConfig};
+pub use tasks::TasksConfig;
+pub use value::ValueError;
 #[cfg(test)]
 mod tests;
 
@@ -54,19 +63,6 @@ pub struct Config {
     /// The daemon's private places (its directories, the store, the sockets, this file, every
     /// secret file it names): no sandboxed server sees them.
     pub private: Vec<PathBuf>,
-}
-
-/// `[fleet]`: the PostgreSQL store shared by several hosts (see `fleet`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FleetConfig {
-    /// `postgres://…`; may hold a password (resolved from a `${…}` reference, and never printed).
-    pub url: Resolved,
-    /// This host's name in the fleet (default: the machine id).
-    pub host_id: String,
-    pub share_approvals: bool,
-    pub share_audit: bool,
-    pub share_drift: bool,
-    pub connect_timeout: Duration,
 }
 
 /// Who may see and call what (`[access]`); see `access` for how it is applied.
@@ -165,108 +161,6 @@ pub enum AuditArguments {
     Hash,
     /// The arguments themselves (secrets scrubbed).
     Full,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoreConfig {
-    /// The SQLite file (absolute).
-    pub path: PathBuf,
-    /// How many generations of history to keep per server.
-    pub history_generations: u32,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GrpcConfig {
-    pub listen: Vec<Listener>,
-    /// Catalog events kept for watchers that fall behind; older ones get a resync.
-    pub watch_backlog: usize,
-}
-
-/// `[mcp]`: the MCP endpoint (off when it listens nowhere).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct McpConfig {
-    /// TCP listeners serve Streamable HTTP at `/mcp`; Unix sockets speak newline-delimited JSON-RPC.
-    pub listen: Vec<Listener>,
-    /// Tools per `tools/list` page.
-    pub page_size: usize,
-    /// Browser origins allowed besides loopback ones (lower case, no trailing slash).
-    pub allowed_origins: Vec<String>,
-    pub profiles: BTreeMap<String, ProfileConfig>,
-}
-
-/// `[console]`: the operator console in the browser (off when it listens nowhere).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ConsoleConfig {
-    /// Loopback TCP addresses or Unix sockets; pages at `/`.
-    pub listen: Vec<Listener>,
-    /// Browser origins allowed besides loopback ones (a TLS proxy's), lower case, no trailing slash.
-    pub allowed_origins: Vec<String>,
-    /// How long a browser session lasts from its sign-in.
-    pub session_ttl: Duration,
-}
-
-/// `[mcp.profiles.NAME]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProfileConfig {
-    /// Globs over qualified names.
-    pub tools: Vec<String>,
-    /// `names = "original"`: the one server whose own tool names the profile exposes.
-    pub original_names: Option<String>,
-    /// `lazy = true`: the globs `find_tools` and `call_tool` reach (`find`, default everything).
-    pub lazy: Option<Vec<String>>,
-}
-
-/// OpenTelemetry export. Off unless an endpoint is set here or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TelemetryConfig {
-    /// The collector's OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`.
-    pub otlp_endpoint: Option<String>,
-    /// `service.name`; else `OTEL_SERVICE_NAME`, else "toolhost".
-    pub service_name: Option<String>,
-    pub traces: bool,
-    pub metrics: bool,
-    pub metrics_interval: Duration,
-    pub export_timeout: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DaemonConfig {
-    /// How long a graceful stop may take before toolhost stops waiting.
-    pub shutdown_timeout: Duration,
-}
-
-/// `[tasks]`: tool calls an agent asked to run as tasks. A task's call runs at most its TTL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TasksConfig {
-    /// Tasks one agent entry may have working at once, and everyone together.
-    pub max_open_per_agent: u32,
-    pub max_open: u32,
-    /// The largest result a task keeps (a larger one fails the task, saying so).
-    pub max_result_bytes: u64,
-    /// Result bytes kept for one agent entry's tasks, and for everyone's.
-    pub max_stored_bytes_per_agent: u64,
-    pub max_stored_bytes: u64,
-    /// How long a task is kept from its creation when the caller does not say, and at most.
-    pub default_ttl: Duration,
-    pub max_ttl: Duration,
-    /// How long a 2026 call of a tool its server does not run as a task may take before the
-    /// MCP endpoint hands back a task instead of the result (`answer_within`).
-    pub answer_within: Duration,
-}
-
-impl Default for TasksConfig {
-    fn default() -> TasksConfig {
-        TasksConfig {
-            max_open_per_agent: 16,
-            max_open: 256,
-            max_result_bytes: 4 << 20,
-            max_stored_bytes_per_agent: 64 << 20,
-            max_stored_bytes: 512 << 20,
-            default_ttl: HOUR,
-            max_ttl: 7 * DAY,
-            answer_within: Duration::from_millis(250),
-        }
-    }
 }
 
 /// One MCP server and toolhost's settings for it.
@@ -605,13 +499,12 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     // Nothing said about listeners: the MCP endpoint too listens where its user can reach it.
     let no_listeners = raw.grpc.listen.is_none() && raw.mcp.listen.is_none();
     let grpc = GrpcConfig::try_from((base.as_path(), raw.grpc)).map_err(section("grpc"))?;
-    let shutdown_timeout = optional_duration(raw.daemon.shutdown_timeout.as_deref(), Duration::from_secs(20), HOUR)
-        .map_err(|p| error("daemon.shutdown_timeout".into(), p.to_string()))?;
+    let daemon = DaemonConfig::try_from(&raw.daemon).map_err(section("daemon"))?;
     let telemetry = TelemetryConfig::try_from(raw.telemetry).map_err(section("telemetry"))?;
 
     let mut servers = BTreeMap::new();
     for (name, server) in raw.servers {
-        server::check_name(&name).map_err(|problem| error(format!("servers.{name}"), problem))?;
+        server::check_name(&name).map_err(|problem| error(format!("servers.{name}"), problem.to_string()))?;
         let state_dir = store.path.parent().unwrap_or(Path::new("/"));
         let entry = ServerEntry { base: &base, state_dir, name: &name, raw: server };
         let spec = ServerSpec::try_from(entry).map_err(|(key, problem)| error(format!("servers.{name}.{key}"), problem))?;
@@ -619,12 +512,12 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
     }
 
     let access = AccessConfig::try_from((raw.access, &servers)).map_err(section("access"))?;
-    let fleet = fleet::validate(raw.fleet).map_err(section("fleet"))?;
+    let fleet = raw.fleet.map(FleetConfig::try_from).transpose().map_err(section("fleet"))?;
     let mut raw_mcp = raw.mcp;
     if no_listeners {
         raw_mcp.listen = Some(OneOrMany::One(default_socket(places::MCP_SOCKET)));
     }
-    let mcp = mcp::validate(&base, raw_mcp, &servers)
+    let mcp = McpConfig::try_from((base.as_path(), raw_mcp, &servers))
         .map_err(|(key, problem)| error(format!("mcp.{key}").trim_end_matches('.').to_owned(), problem))?;
     // Port 0 picks a fresh port for each listener: no clash.
     let fixed = |addr: &ListenAddr| !matches!(addr, ListenAddr::Tcp(socket) if socket.port() == 0);
@@ -636,7 +529,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
             format!("{:?} is also a [grpc] listener; give the MCP endpoint its own address", shared.addr),
         ));
     }
-    let console = console::validate(&base, raw.console).map_err(section("console"))?;
+    let console = ConsoleConfig::try_from((base.as_path(), raw.console)).map_err(section("console"))?;
     if let Some(shared) = console.listen.iter().find(|listener| {
         fixed(&listener.addr)
             && (grpc.listen.iter().any(|grpc| grpc.addr == listener.addr) || mcp.listen.iter().any(|mcp| mcp.addr == listener.addr))
@@ -651,7 +544,7 @@ fn validate(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
         store,
         grpc,
         mcp,
-        daemon: DaemonConfig { shutdown_timeout },
+        daemon,
         console,
         tasks: TasksConfig::try_from(&raw.tasks).map_err(section("tasks"))?,
         approvals: ApprovalsConfig::try_from(&raw.approvals).map_err(section("approvals"))?,
@@ -669,108 +562,11 @@ fn default_socket(name: &str) -> RawListen {
     RawListen::Address(format!("unix:{}", places::runtime_dir().join(name).display()))
 }
 
-/// `[store]`; a relative path is taken against the configuration file's directory.
-impl TryFrom<(&Path, &raw::RawStore)> for StoreConfig {
-    type Error = KeyProblem;
-
-    fn try_from((base, raw): (&Path, &raw::RawStore)) -> Result<StoreConfig, KeyProblem> {
-        let path = match &raw.path {
-            Some(path) if path.trim().is_empty() => return Err(("path".into(), "must not be empty".into())),
-            Some(path) => base.join(path),
-            // Not beside the file: a desktop client's folder is not toolhost's.
-            None => places::state_dir().join("toolhost.db"),
-        };
-        let history_generations = raw.history_generations.unwrap_or(50);
-        if history_generations == 0 {
-            return Err(("history_generations".into(), "must be at least 1".into()));
-        }
-        Ok(StoreConfig { path, history_generations })
-    }
-}
-
-/// `[grpc]`; without `listen`, the default socket.
-impl TryFrom<(&Path, raw::RawGrpc)> for GrpcConfig {
-    type Error = KeyProblem;
-
-    fn try_from((base, raw): (&Path, raw::RawGrpc)) -> Result<GrpcConfig, KeyProblem> {
-        let entries = match raw.listen {
-            None => vec![default_socket(places::GRPC_SOCKET)],
-            listen => OneOrMany::into_vec(listen),
-        };
-        let mut listen = Vec::new();
-        for (idx, entry) in entries.iter().enumerate() {
-            listen.push(Listener::try_from((base, entry)).map_err(|problem| (format!("listen[{idx}]"), problem))?);
-        }
-        if listen.is_empty() {
-            return Err(("listen".into(), "needs at least one address".into()));
-        }
-        let watch_backlog = positive(raw.watch_backlog, 4096).map_err(|problem| ("watch_backlog".to_owned(), problem))?;
-        Ok(GrpcConfig { listen, watch_backlog: usize::try_from(watch_backlog).unwrap_or(usize::MAX) })
-    }
-}
-
-/// `[telemetry]`.
-impl TryFrom<raw::RawTelemetry> for TelemetryConfig {
-    type Error = KeyProblem;
-
-    fn try_from(raw: raw::RawTelemetry) -> Result<TelemetryConfig, KeyProblem> {
-        Ok(TelemetryConfig {
-            otlp_endpoint: match raw.otlp_endpoint {
-                Some(endpoint) if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) => {
-                    return Err(("otlp_endpoint".into(), format!("{endpoint:?} is not an http:// or https:// URL")));
-                }
-                endpoint => endpoint,
-            },
-            service_name: raw.service_name,
-            traces: raw.traces.unwrap_or(true),
-            metrics: raw.metrics.unwrap_or(true),
-            metrics_interval: optional_duration(raw.metrics_interval.as_deref(), Duration::from_secs(15), HOUR)
-                .map_err(|p| ("metrics_interval".to_owned(), p.to_string()))?,
-            export_timeout: optional_duration(raw.export_timeout.as_deref(), Duration::from_secs(3), 10 * MINUTE)
-                .map_err(|p| ("export_timeout".to_owned(), p.to_string()))?,
-        })
-    }
-}
-
-/// `[tasks]`.
-impl TryFrom<&raw::RawTasks> for TasksConfig {
-    type Error = KeyProblem;
-
-    fn try_from(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
-        tasks(raw)
-    }
-}
-
-fn tasks(raw: &raw::RawTasks) -> Result<TasksConfig, KeyProblem> {
-    fn at<E: ToString>(key: &'static str) -> impl Fn(E) -> KeyProblem {
-        move |problem| (key.to_owned(), problem.to_string())
-    }
-    let defaults = TasksConfig::default();
-    let max_ttl = optional_duration(raw.max_ttl.as_deref(), defaults.max_ttl, 30 * DAY).map_err(at("max_ttl"))?;
-    let tasks = TasksConfig {
-        max_open_per_agent: positive(raw.max_open_per_agent, defaults.max_open_per_agent).map_err(at("max_open_per_agent"))?,
-        max_open: positive(raw.max_open, defaults.max_open).map_err(at("max_open"))?,
-        max_result_bytes: positive(raw.max_result_bytes, defaults.max_result_bytes).map_err(at("max_result_bytes"))?,
-        max_stored_bytes_per_agent: positive(raw.max_stored_bytes_per_agent, defaults.max_stored_bytes_per_agent)
-            .map_err(at("max_stored_bytes_per_agent"))?,
-        max_stored_bytes: positive(raw.max_stored_bytes, defaults.max_stored_bytes).map_err(at("max_stored_bytes"))?,
-        default_ttl: optional_duration(raw.default_ttl.as_deref(), defaults.default_ttl.min(max_ttl), max_ttl)
-            .map_err(at("default_ttl"))?,
-        max_ttl,
-        answer_within: optional_duration(raw.answer_within.as_deref(), defaults.answer_within, Duration::from_secs(60))
-            .map_err(at("answer_within"))?,
-    };
-    if tasks.max_result_bytes > tasks.max_stored_bytes_per_agent {
-        return Err(("max_result_bytes".into(), "must not be larger than max_stored_bytes_per_agent".into()));
-    }
-    Ok(tasks)
-}
-
 type KeyProblem = (String, String);
 
-fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Result<T, String> {
+fn positive<T: PartialEq + From<u8> + Copy>(value: Option<T>, default: T) -> Result<T, ValueError> {
     match value {
-        Some(v) if v == T::from(0) => Err("must be greater than 0".into()),
+        Some(v) if v == T::from(0) => Err(ValueError::Zero),
         Some(v) => Ok(v),
         None => Ok(default),
     }

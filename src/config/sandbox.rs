@@ -444,7 +444,7 @@ fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, S
             let patterns = allow
                 .iter()
                 .enumerate()
-                .map(|(idx, text)| HostPattern::parse(text).map_err(|problem| (format!("network.allow[{idx}]"), problem)))
+                .map(|(idx, text)| HostPattern::parse(text).map_err(|problem| (format!("network.allow[{idx}]"), problem.to_string())))
                 .collect::<Result<Vec<_>, _>>()?;
             if patterns.is_empty() || patterns.len() > MAX_ALLOWED {
                 return Err(("network.allow".into(), format!("give between 1 and {MAX_ALLOWED} hosts (for none, network = \"none\")")));
@@ -467,9 +467,11 @@ fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, S
     let limits = match raw.limits {
         None => defaults,
         Some(limits) => Limits {
-            memory_bytes: size(limits.memory.as_deref(), defaults.memory_bytes, 16 << 20).map_err(|p| ("limits.memory".to_owned(), p))?,
-            processes: at_least(limits.processes, defaults.processes, 2).map_err(|p| ("limits.processes".to_owned(), p))?,
-            open_files: at_least(limits.open_files, defaults.open_files, 16).map_err(|p| ("limits.open_files".to_owned(), p))?,
+            memory_bytes: size(limits.memory.as_deref(), defaults.memory_bytes, 16 << 20)
+                .map_err(|p| ("limits.memory".to_owned(), p.to_string()))?,
+            processes: at_least(limits.processes, defaults.processes, 2).map_err(|p| ("limits.processes".to_owned(), p.to_string()))?,
+            open_files: at_least(limits.open_files, defaults.open_files, 16)
+                .map_err(|p| ("limits.open_files".to_owned(), p.to_string()))?,
             cpu_seconds: match limits.cpu_time.as_deref() {
                 None => defaults.cpu_seconds,
                 Some(text) => humantime::parse_duration(text)
@@ -478,7 +480,7 @@ fn validate(base: &Path, raw: &RawSandbox<'_>) -> Result<SandboxSpec, (String, S
                     .map(|time| time.as_secs())
                     .ok_or_else(|| ("limits.cpu_time".to_owned(), format!("{text:?} is not a duration of at least 1s (\"1h\")")))?,
             },
-            tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p))?,
+            tmp_bytes: size(limits.tmp.as_deref(), defaults.tmp_bytes, 1 << 20).map_err(|p| ("limits.tmp".to_owned(), p.to_string()))?,
         },
     };
     Ok(SandboxSpec {
@@ -522,9 +524,9 @@ impl HostPattern {
     ///
     /// # Errors
     /// What is wrong with it, for the key's error.
-    pub fn parse(text: &str) -> Result<HostPattern, String> {
+    pub fn parse(text: &str) -> Result<HostPattern, super::ValueError> {
         let text = text.trim();
-        let explain = || format!("{text:?} is not host[:port] (\"api.github.com:443\", \"*.example.com\", \"10.0.0.5:8080\")");
+        let explain = || super::ValueError::NotAHost { text: text.to_owned() };
         let (host, port) = match text.strip_prefix('[') {
             Some(rest) => {
                 let (address, after) = rest.split_once(']').ok_or_else(explain)?;
@@ -601,17 +603,18 @@ fn expand_home(path: &str) -> PathBuf {
     }
 }
 
-fn at_least(value: Option<u32>, default: u32, floor: u32) -> Result<u32, String> {
+fn at_least(value: Option<u32>, default: u32, floor: u32) -> Result<u32, super::ValueError> {
     match value {
         None => Ok(default),
         Some(value) if value >= floor => Ok(value),
-        Some(value) => Err(format!("{value} is below the smallest useful value, {floor}")),
+        Some(value) => Err(super::ValueError::BelowFloor { value, floor }),
     }
 }
 
 /// `"512MiB"`, `"2GiB"`, `"64M"`, or a number of bytes.
-fn size(text: Option<&str>, default: u64, floor: u64) -> Result<u64, String> {
+fn size(text: Option<&str>, default: u64, floor: u64) -> Result<u64, super::ValueError> {
     let Some(text) = text else { return Ok(default) };
+    let not_a_size = || super::ValueError::NotASize { text: text.to_owned() };
     let trimmed = text.trim();
     let digits = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(digits);
@@ -620,15 +623,11 @@ fn size(text: Option<&str>, default: u64, floor: u64) -> Result<u64, String> {
         "K" | "KiB" | "k" => 10,
         "M" | "MiB" => 20,
         "G" | "GiB" => 30,
-        _ => return Err(format!("{text:?} is not a size (\"512MiB\", \"2GiB\")")),
+        _ => return Err(not_a_size()),
     };
-    let bytes = number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1u64 << shift))
-        .ok_or_else(|| format!("{text:?} is not a size (\"512MiB\", \"2GiB\")"))?;
+    let bytes = number.parse::<u64>().ok().and_then(|n| n.checked_mul(1u64 << shift)).ok_or_else(not_a_size)?;
     if bytes < floor {
-        return Err(format!("{text:?} is below the smallest useful size, {} MiB", floor >> 20));
+        return Err(super::ValueError::SizeBelowFloor { text: text.to_owned(), floor });
     }
     Ok(bytes)
 }
@@ -690,12 +689,12 @@ mod tests {
 
     #[test]
     fn sizes_take_binary_units() {
-        assert_eq!(size(Some("512MiB"), 0, 0), Ok(512 << 20));
-        assert_eq!(size(Some("2G"), 0, 0), Ok(2 << 30));
-        assert_eq!(size(None, 7, 0), Ok(7));
+        assert_eq!(size(Some("512MiB"), 0, 0).ok(), Some(512 << 20));
+        assert_eq!(size(Some("2G"), 0, 0).ok(), Some(2 << 30));
+        assert_eq!(size(None, 7, 0).ok(), Some(7));
         assert!(size(Some("lots"), 0, 0).is_err());
         assert!(size(Some("99999999999999999999G"), 0, 0).is_err());
-        assert!(size(Some("1K"), 0, 1 << 20).unwrap_err().contains("smallest"));
+        assert!(size(Some("1K"), 0, 1 << 20).unwrap_err().to_string().contains("smallest"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::sandbox::{self, RawSandbox, SandboxSpec};
 use super::{
     AuditArguments, DAY, EnumerationLimits, HOUR, HttpSpec, IntegrityPolicy, KeyProblem, MAX_SERVER_NAME_LEN, MINUTE, ProtocolChoice,
-    RestartPolicy, ServerSpec, StdioSpec, Transport, access, auth, optional_duration, positive, registry,
+    RestartPolicy, ServerSpec, StdioSpec, Transport, ValueError, access, auth, optional_duration, positive, registry,
 };
 use crate::secrets::Resolved;
 
@@ -295,23 +295,23 @@ fn integrity(changes: Option<&str>, new_tools: Option<&str>, pins: BTreeMap<Stri
     })
 }
 
-pub(super) fn check_name(name: &str) -> Result<(), String> {
+pub(super) fn check_name(name: &str) -> Result<(), ValueError> {
     let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if name.is_empty() || name.len() > MAX_SERVER_NAME_LEN || !valid_chars {
-        return Err(format!("a server name must be 1 to {MAX_SERVER_NAME_LEN} characters of letters, digits, '_' and '-'"));
+        return Err(ValueError::ServerNameChars);
     }
     // The first "__" in a qualified tool name ends the server part (see catalog::names).
     if name.contains("__") || name.ends_with('_') {
-        return Err("a server name must not contain \"__\" or end with '_' (it prefixes tool names as SERVER__TOOL)".to_owned());
+        return Err(ValueError::ServerNameSeparator);
     }
     Ok(())
 }
 
-fn hold_or_accept(value: Option<&str>) -> Result<bool, String> {
+fn hold_or_accept(value: Option<&str>) -> Result<bool, ValueError> {
     match value {
         None | Some("accept") => Ok(false),
         Some("hold") => Ok(true),
-        Some(other) => Err(format!("{other:?} is not \"accept\" or \"hold\"")),
+        Some(other) => Err(ValueError::NotHoldOrAccept { text: other.to_owned() }),
     }
 }
 

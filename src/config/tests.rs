@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::*;
 
-fn load(name: &str, text: &str) -> Result<Config, String> {
-    Config::parse(&Path::new("/etc/toolhost").join(name), text).map_err(|err| err.to_string())
+fn load(name: &str, text: &str) -> Result<Config, ConfigError> {
+    Config::parse(&Path::new("/etc/toolhost").join(name), text)
 }
 
 #[test]
@@ -91,12 +91,12 @@ fn every_error_names_the_file_the_key_and_the_problem() {
         ("[servers.a\ncommand = \"x\"\n", "/etc/toolhost/t.toml: line 1, column"),
     ];
     for (text, expected) in cases {
-        let message = load("t.toml", text).unwrap_err();
+        let message = load("t.toml", text).unwrap_err().to_string();
         assert!(message.contains(expected), "{message:?} should contain {expected:?}");
     }
-    let message = load("c.json", r#"{"mcpServers": {"a": {"args": 3}}}"#).unwrap_err();
+    let message = load("c.json", r#"{"mcpServers": {"a": {"args": 3}}}"#).unwrap_err().to_string();
     assert!(message.contains("mcpServers.a.args: invalid type"), "{message}");
-    let message = load("c.json", r#"{"servers": {}}"#).unwrap_err();
+    let message = load("c.json", r#"{"servers": {}}"#).unwrap_err().to_string();
     assert!(message.contains("missing field `mcpServers`"), "{message}");
 }
 
@@ -123,20 +123,20 @@ fn huge_durations_are_refused_with_the_key_and_the_limit() {
         ("[servers.a]\ncommand = \"x\"\nrestart.stable_after", "servers.a.restart.stable_after"),
         ("[telemetry]\nmetrics_interval", "telemetry.metrics_interval"),
     ] {
-        let error = load("toolhost.toml", &format!("{table} = \"{huge}\"\n")).unwrap_err();
+        let error = load("toolhost.toml", &format!("{table} = \"{huge}\"\n")).unwrap_err().to_string();
         assert!(error.contains(key), "{error}");
     }
-    let error = load("toolhost.toml", "[servers.a]\ncommand = \"x\"\nrequest_timeout = \"400d\"\n").unwrap_err();
+    let error = load("toolhost.toml", "[servers.a]\ncommand = \"x\"\nrequest_timeout = \"400d\"\n").unwrap_err().to_string();
     assert!(error.contains("servers.a.request_timeout") && error.contains("limit"), "{error}");
 }
 
 #[test]
 fn an_empty_or_comment_only_file_is_refused() {
     for text in ["", "  \n\n", "# nothing here\n"] {
-        let error = load("toolhost.toml", text).unwrap_err();
+        let error = load("toolhost.toml", text).unwrap_err().to_string();
         assert!(error.contains("empty"), "{error}");
     }
-    assert!(load("servers.json", "").unwrap_err().contains("empty"));
+    assert!(load("servers.json", "").unwrap_err().to_string().contains("empty"));
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn a_unix_listener_takes_a_mode_and_a_group() {
         ("{ address = \"unix:/t.sock\", mode = \"0066\" }", "own user"),
         ("{ address = \"127.0.0.1:1\", mode = \"0660\" }", "unix: sockets only"),
     ] {
-        let error = load("toolhost.toml", &format!("[grpc]\nlisten = [{listen}]\n")).unwrap_err();
+        let error = load("toolhost.toml", &format!("[grpc]\nlisten = [{listen}]\n")).unwrap_err().to_string();
         assert!(error.contains("grpc.listen[0]") && error.contains(expected), "{error}");
     }
 }
@@ -172,11 +172,11 @@ fn access_policies_are_checked_against_the_servers_and_name_the_key() {
         ("users = [\"no-such-user-anywhere\"]", "access.agents[0].users", "no user"),
         ("units = [\"bad unit\"]", "access.agents[0].units", "not a glob"),
     ] {
-        let error = load("toolhost.toml", &agent(body)).unwrap_err();
+        let error = load("toolhost.toml", &agent(body)).unwrap_err().to_string();
         assert!(error.contains(key) && error.contains(expected), "{body}: {error}");
     }
     let twice = format!("{server}[access]\n[[access.agents]]\nname = \"a\"\n[[access.agents]]\nname = \"a\"\n");
-    assert!(load("toolhost.toml", &twice).unwrap_err().contains("names two entries"));
+    assert!(load("toolhost.toml", &twice).unwrap_err().to_string().contains("names two entries"));
     let ok = load("toolhost.toml", &agent("allow = [\"files__read_*\", \"*__search\"]\nusers = [\"root\"]\nadmin = true")).unwrap();
     assert!(ok.access.configured && ok.access.agents[0].uids == [0] && ok.access.agents[0].admin);
     assert!(!load("toolhost.toml", server).unwrap().access.configured);
@@ -184,7 +184,7 @@ fn access_policies_are_checked_against_the_servers_and_name_the_key() {
 
 #[test]
 fn the_api_listens_on_loopback_or_a_unix_socket_only() {
-    let error = load("toolhost.toml", "[grpc]\nlisten = [\"0.0.0.0:50051\"]\n").unwrap_err();
+    let error = load("toolhost.toml", "[grpc]\nlisten = [\"0.0.0.0:50051\"]\n").unwrap_err().to_string();
     assert!(error.contains("grpc.listen[0]") && error.contains("not a loopback address"), "{error}");
     assert!(load("toolhost.toml", "[grpc]\nlisten = [\"[::1]:50051\", \"127.0.0.2:1\"]\n").is_ok());
 }
@@ -243,7 +243,7 @@ fn the_mcp_section_is_checked_key_by_key() {
             "mcp.profiles.x.lazy",
         ),
     ] {
-        let error = with(mcp).expect_err(mcp);
+        let error = with(mcp).expect_err(mcp).to_string();
         assert!(error.contains(expected), "{mcp}\n  gave: {error}\n  expected: {expected}");
     }
 }
@@ -284,7 +284,7 @@ fn the_fleet_section_is_checked_and_server_identities_are_stable() {
         ("url = \"postgres://h/db\"\nconnect_timeout = \"9999h\"", "fleet.connect_timeout", ""),
         ("url = \"${file:/nonexistent/fleet-url}\"", "fleet.url", "/nonexistent/fleet-url"),
     ] {
-        let error = load("toolhost.toml", &format!("[fleet]\n{fleet}\n")).unwrap_err();
+        let error = load("toolhost.toml", &format!("[fleet]\n{fleet}\n")).unwrap_err().to_string();
         assert!(error.contains(key) && error.contains(problem), "{fleet}: {error}");
     }
 }
@@ -342,17 +342,17 @@ fn an_auth_table_takes_a_grant_its_credentials_and_names_what_is_wrong() {
         ("grant = \"authorization_code\", client_id = \"a\", client_secret = \"s\"", "servers.remote.auth.issuer: missing"),
     ];
     for (auth, expected) in cases {
-        let message = load("t.toml", &http(auth)).unwrap_err();
+        let message = load("t.toml", &http(auth)).unwrap_err().to_string();
         assert!(message.contains(expected), "{message:?} should contain {expected:?}");
     }
     let first_seen = oauth(&http("grant = \"client_credentials\", client_id = \"a\", client_secret = \"s\", trust_first_issuer = true"));
     assert!(first_seen.trust_first_issuer && first_seen.issuer.is_none());
     let plain = "[servers.remote]\nurl = \"http://mcp.example/mcp\"\nauth = { grant = \"authorization_code\" }\n";
-    assert!(load("t.toml", plain).unwrap_err().contains("servers.remote.url: OAuth tokens are sent over HTTPS only"));
+    assert!(load("t.toml", plain).unwrap_err().to_string().contains("servers.remote.url: OAuth tokens are sent over HTTPS only"));
     let both = "[servers.remote]\nurl = \"https://h\"\nheaders = { Authorization = \"Bearer x\" }\nauth = { token = \"y-123456\" }\n";
-    assert!(load("t.toml", both).unwrap_err().contains("either auth or an Authorization header"));
+    assert!(load("t.toml", both).unwrap_err().to_string().contains("either auth or an Authorization header"));
     let stdio = "[servers.local]\ncommand = \"x\"\nauth = { token = \"y-123456\" }\n";
-    assert!(load("t.toml", stdio).unwrap_err().contains("only HTTP servers (url) take headers, auth and ca_file"));
+    assert!(load("t.toml", stdio).unwrap_err().to_string().contains("only HTTP servers (url) take headers, auth and ca_file"));
 }
 
 #[test]
@@ -396,13 +396,14 @@ fn the_console_listens_on_loopback_or_a_socket_and_on_its_own_address() {
     assert_eq!(config.console.allowed_origins, ["https://tools.example"]);
     assert_eq!(config.console.session_ttl, Duration::from_secs(7200));
     assert!(load("toolhost.toml", "[grpc]\nlisten = [\"unix:api.sock\"]\n").unwrap().console.listen.is_empty(), "off by default");
-    let public = load("toolhost.toml", "[console]\nlisten = [\"0.0.0.0:7070\"]\n").unwrap_err();
+    let public = load("toolhost.toml", "[console]\nlisten = [\"0.0.0.0:7070\"]\n").unwrap_err().to_string();
     assert!(public.contains("console.listen[0]") && public.contains("not a loopback address"), "{public}");
-    let shared = load("toolhost.toml", "[mcp]\nlisten = [\"127.0.0.1:7070\"]\n[console]\nlisten = [\"127.0.0.1:7070\"]\n").unwrap_err();
+    let shared =
+        load("toolhost.toml", "[mcp]\nlisten = [\"127.0.0.1:7070\"]\n[console]\nlisten = [\"127.0.0.1:7070\"]\n").unwrap_err().to_string();
     assert!(shared.contains("give the console its own address"), "{shared}");
-    let long = load("toolhost.toml", "[console]\nlisten = [\"127.0.0.1:7070\"]\nsession_ttl = \"30d\"\n").unwrap_err();
+    let long = load("toolhost.toml", "[console]\nlisten = [\"127.0.0.1:7070\"]\nsession_ttl = \"30d\"\n").unwrap_err().to_string();
     assert!(long.contains("console.session_ttl"), "{long}");
-    let origin = load("toolhost.toml", "[console]\nallowed_origins = [\"tools.example\"]\n").unwrap_err();
+    let origin = load("toolhost.toml", "[console]\nallowed_origins = [\"tools.example\"]\n").unwrap_err().to_string();
     assert!(origin.contains("console.allowed_origins[0]"), "{origin}");
 }
 
@@ -457,7 +458,7 @@ fn audit_sinks_and_the_signing_key_are_checked_key_by_key() {
         ("export = [{ syslog = \"nohost\" }]", "audit.export[0]", "not host:port"),
         ("export = [{ file = \"/x\", unix = \"/y\" }]", "audit.export[0]", "give one of"),
     ] {
-        let error = load("toolhost.toml", &format!("[audit]\n{audit}\n")).unwrap_err();
+        let error = load("toolhost.toml", &format!("[audit]\n{audit}\n")).unwrap_err().to_string();
         assert!(error.contains(key) && error.contains(problem), "{audit}: {error}");
     }
 }

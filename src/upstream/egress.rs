@@ -243,12 +243,49 @@ enum Ask {
     Forward { host: String, port: u16, head: String },
 }
 
+/// Why a client connection was refused or ended, as the log says it (`target` is already
+/// [`shown`]: the server wrote the name).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("no request in time")]
+    NoRequestInTime,
+    #[error(transparent)]
+    Head(#[from] HeadError),
+    #[error("a request this proxy does not take (CONNECT host:port, or a plain http:// URL)")]
+    NotTaken,
+    #[error("{target} {why}")]
+    NotAllowed { target: String, why: String },
+    #[error("{target}: the name did not resolve in time")]
+    ResolveTimeout { target: String },
+    #[error("{target}: {source}")]
+    Resolve { target: String, source: std::io::Error },
+    #[error("{target} resolves to this machine or its link only")]
+    Internal { target: String },
+    #[error("{target} did not answer")]
+    NoAnswer { target: String },
+    #[error("{0}")]
+    Relay(std::io::Error),
+}
+
+/// Why no request head was read.
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error("the request head is too long")]
+    TooLong,
+    #[error("the client closed before its request ended")]
+    Closed,
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("the request head is not text")]
+    NotText,
+}
+
 /// One client connection: its request checked, the host reached, the bytes relayed.
-async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Result<(), String> {
-    let head = tokio::time::timeout(STEP_TIMEOUT, read_head(&mut client)).await.map_err(|_| "no request in time".to_owned())??;
+async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Result<(), Refused> {
+    let head = tokio::time::timeout(STEP_TIMEOUT, read_head(&mut client)).await.map_err(|_| Refused::NoRequestInTime)??;
     let Some(ask) = ask_of(&head) else {
         let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
-        return Err("a request this proxy does not take (CONNECT host:port, or a plain http:// URL)".to_owned());
+        return Err(Refused::NotTaken);
     };
     let (host, port) = match &ask {
         Ask::Tunnel { host, port } | Ask::Forward { host, port, .. } => (host.clone(), *port),
@@ -263,19 +300,19 @@ async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Re
         };
         stats.deny(&target, fix);
         let _ = client.write_all(refusal(&target, &why).as_bytes()).await;
-        return Err(format!("{target} {why}"));
+        return Err(Refused::NotAllowed { target, why });
     };
     let addresses: Vec<SocketAddr> = tokio::time::timeout(STEP_TIMEOUT, tokio::net::lookup_host((host.trim_matches(['[', ']']), port)))
         .await
-        .map_err(|_| format!("{target}: the name did not resolve in time"))?
-        .map_err(|error| format!("{target}: {error}"))?
+        .map_err(|_| Refused::ResolveTimeout { target: target.clone() })?
+        .map_err(|source| Refused::Resolve { target: target.clone(), source })?
         .filter(|address| entry.is_address() || !internal(address.ip()))
         .collect();
     if addresses.is_empty() {
         stats.deny(&target, None);
         let why = "leads to this machine or its link, which network.allow reaches only by an address it names";
         let _ = client.write_all(refusal(&target, why).as_bytes()).await;
-        return Err(format!("{target} resolves to this machine or its link only"));
+        return Err(Refused::Internal { target });
     }
     let mut upstream = None;
     for address in addresses {
@@ -287,14 +324,14 @@ async fn tunnel(mut client: TcpStream, route: &Route, stats: &EgressStats) -> Re
     // The tunnel's port is held until the tunnel ends: the doors refuse it as the server's.
     let Some((mut upstream, _tunnel)) = upstream else {
         let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
-        return Err(format!("{target} did not answer"));
+        return Err(Refused::NoAnswer { target });
     };
     stats.tunnels.fetch_add(1, Ordering::Relaxed);
     match ask {
         Ask::Tunnel { .. } => client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await,
         Ask::Forward { head, .. } => upstream.write_all(head.as_bytes()).await,
     }
-    .map_err(|error| error.to_string())?;
+    .map_err(Refused::Relay)?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     Ok(())
 }
@@ -366,20 +403,20 @@ fn refusal(target: &str, why: &str) -> String {
 }
 
 /// Reads up to the blank line that ends the request head (no further: the tunnel's bytes follow).
-async fn read_head(client: &mut TcpStream) -> Result<String, String> {
+async fn read_head(client: &mut TcpStream) -> Result<String, HeadError> {
     let mut head = Vec::with_capacity(512);
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") {
         if head.len() >= MAX_HEAD {
-            return Err("the request head is too long".to_owned());
+            return Err(HeadError::TooLong);
         }
         match client.read(&mut byte).await {
-            Ok(0) => return Err("the client closed before its request ended".to_owned()),
+            Ok(0) => return Err(HeadError::Closed),
             Ok(_) => head.push(byte[0]),
-            Err(error) => return Err(error.to_string()),
+            Err(error) => return Err(HeadError::Read(error)),
         }
     }
-    String::from_utf8(head).map_err(|_| "the request head is not text".to_owned())
+    String::from_utf8(head).map_err(|_| HeadError::NotText)
 }
 
 /// Addresses an allowed name must not lead to: any of this machine's and the link itself.
