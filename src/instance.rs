@@ -41,20 +41,33 @@ impl InstanceLock {
         }
         // The store holds approvals and the audit trail: nobody else's to read.
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(store).map_err(io)?;
-        match file.try_lock() {
-            Ok(()) => Ok(InstanceLock { _file: file }),
-            Err(TryLockError::WouldBlock) => {
-                let holder = file
-                    .metadata()
-                    .ok()
-                    .and_then(|meta| holder_pid(meta.ino()))
-                    .map_or_else(|| "its pid is not visible from here".to_owned(), |pid| format!("pid {pid}"));
-                Err(InstanceError::Held { store: store.to_path_buf(), holder })
+        let mut passing_holds = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(InstanceLock { _file: file }),
+                Err(TryLockError::WouldBlock) => {
+                    let holder = file.metadata().ok().and_then(|meta| holder_pid(meta.ino()));
+                    // A lock no process is seen holding was let go between the two looks: its
+                    // holder was a process forked (with a copy of the descriptor) just before it
+                    // exec'd, or a daemon of this process that just stopped. Such a hold passes
+                    // in moments; another daemon's does not, and is named.
+                    if holder.is_none() && passing_holds < PASSING_HOLDS {
+                        passing_holds += 1;
+                        std::thread::sleep(PASSING_HOLD_WAIT);
+                        continue;
+                    }
+                    let holder = holder.map_or_else(|| "its pid is not visible from here".to_owned(), |pid| format!("pid {pid}"));
+                    return Err(InstanceError::Held { store: store.to_path_buf(), holder });
+                }
+                Err(TryLockError::Error(source)) => return Err(io(source)),
             }
-            Err(TryLockError::Error(source)) => Err(io(source)),
         }
     }
 }
+
+/// How often, and how far apart, a lock whose holder cannot be seen is tried again (1 s in all).
+const PASSING_HOLDS: u32 = 20;
+const PASSING_HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The pid that holds a `flock` on the file with inode `inode`, from `/proc/locks`.
 fn holder_pid(inode: u64) -> Option<u32> {

@@ -192,7 +192,11 @@ fn main() {
     if let (true, Some(path)) = (server.script.watch_tools_file, server.script.tools_file.clone()) {
         let out = server.out.clone();
         let subscription = server.modern().then(|| server.subscription.clone());
-        std::thread::spawn(move || watch_file(&path, &out, subscription.as_deref()));
+        // What the file holds now is read here, before the first request is read: a thread
+        // not yet scheduled when a test changes the file would take the new content for the
+        // old and never announce it.
+        let first = file_state(&path);
+        std::thread::spawn(move || watch_file(&path, first, &out, subscription.as_deref()));
     }
     let stdin = std::io::stdin();
     let mut log = server.script.log_file.as_ref().map(|path| {
@@ -574,12 +578,17 @@ fn write_line(out: &Mutex<std::io::Stdout>, line: &str) {
     let _ = out.flush();
 }
 
-fn watch_file(path: &str, out: &Mutex<std::io::Stdout>, subscription: Option<&Mutex<Option<Value>>>) {
-    let modified = || std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
-    let mut last = (modified(), std::fs::read(path).unwrap_or_default());
+/// A watched file's modification time and content.
+fn file_state(path: &str) -> (SystemTime, Vec<u8>) {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+    (modified, std::fs::read(path).unwrap_or_default())
+}
+
+fn watch_file(path: &str, first: (SystemTime, Vec<u8>), out: &Mutex<std::io::Stdout>, subscription: Option<&Mutex<Option<Value>>>) {
+    let mut last = first;
     loop {
         std::thread::sleep(Duration::from_millis(10));
-        let now = (modified(), std::fs::read(path).unwrap_or_default());
+        let now = file_state(path);
         if now != last {
             last = now;
             match subscription {
