@@ -133,12 +133,18 @@ impl Door {
     /// [`tasks::TaskError`].
     pub async fn start_task(&self, caller: &Caller, call: tasks::TaskCall) -> Result<tasks::Task, tasks::TaskError> {
         let started = (crate::catalog::record::now_ms(), Instant::now());
+        let sent = call::Given {
+            arguments: call.arguments.as_deref(),
+            expected_hash: call.expected_hash.as_deref(),
+            expected_revision: call.expected_revision,
+        }
+        .normalised();
         let call = tasks::TaskCall {
-            arguments: given(call.arguments.as_deref()).map(str::to_owned),
-            expected_hash: given(call.expected_hash.as_deref()).map(str::to_owned),
-            expected_revision: call.expected_revision.filter(|revision| *revision > 0),
+            arguments: sent.arguments.map(str::to_owned),
+            expected_hash: sent.expected_hash.map(str::to_owned),
+            expected_revision: sent.expected_revision,
             ttl: call.ttl.filter(|ttl| !ttl.is_zero()),
-            ..call
+            tool: call.tool,
         };
         let task = self.tasks.start(self, caller, call).await?;
         // The start in the trail (the call's end follows when it ends, as any call's does).

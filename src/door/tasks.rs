@@ -24,6 +24,7 @@ pub mod overview;
 
 use super::Door;
 use super::call::gate::{Following, Stage};
+use super::call::{Audit, Given};
 use crate::access::{Caller, Identity};
 use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, ToolRef, UpstreamTask};
 use crate::catalog::names::SEPARATOR;
@@ -141,7 +142,7 @@ impl Tasks {
                 (None, None, Some(request)) => match self.follow_approval(door, &task, request).await? {
                     Ok(run) => {
                         tracing::info!(task = %task.id, approval = %request, "following the approval request a task waits for across a restart");
-                        self.inner.tracker.spawn(run.run());
+                        self.inner.tracker.spawn(run.call());
                         continue;
                     }
                     Err(refused) => refused,
@@ -357,24 +358,34 @@ impl Tasks {
     }
 
     /// Starts a task of `caller`'s that follows the approval request its plain call of `tool`
-    /// (with `arguments`) waits for: its call finds the same request and waits for it. The
-    /// call's gate starts it; it runs the call's steps, never [`Door::call`].
+    /// (with `arguments`) waits for: its call finds the same request and waits for it.
+    /// [`Door::call`] starts it once the plain call is recorded, so its check records no
+    /// refusal (the call has its one record); it runs the call's steps, never [`Door::call`].
     ///
     /// # Errors
     /// As [`Tasks::start`].
     pub(super) async fn start_follower(&self, door: &Door, caller: &Caller, tool: ToolRef, arguments: String) -> Result<Task, TaskError> {
         let call = TaskCall { tool, arguments: Some(arguments), expected_hash: None, expected_revision: None, ttl: None };
-        self.start(door, caller, call).await
+        self.begin(door, caller, call, Audit::Silent).await
     }
 
     /// Starts `call` as a task of `caller`'s, after the checks a call gets before anything is
-    /// sent (refused, it is no task at all), within the limits.
+    /// sent (refused, it is no task at all, and recorded as the call would be), within the limits.
     pub(super) async fn start(&self, door: &Door, caller: &Caller, call: TaskCall) -> Result<Task, TaskError> {
+        self.begin(door, caller, call, Audit::Refusal).await
+    }
+
+    /// [`Tasks::start`], its check's refusal recorded or not (`audit`).
+    async fn begin(&self, door: &Door, caller: &Caller, call: TaskCall, audit: Audit) -> Result<Task, TaskError> {
         if self.inner.stopping.is_cancelled() {
             return Err(TaskError::ShuttingDown);
         }
-        let (expected_hash, arguments) = (call.expected_hash.as_deref(), call.arguments.as_deref());
-        super::call::preflight(door, caller, &call.tool, expected_hash, call.expected_revision, arguments).await?;
+        let given = Given {
+            arguments: call.arguments.as_deref(),
+            expected_hash: call.expected_hash.as_deref(),
+            expected_revision: call.expected_revision,
+        };
+        super::call::preflight(door, caller, given, &call.tool, audit).await?;
         let settings = &self.inner.settings;
         let ttl = call.ttl.unwrap_or(settings.default_ttl).clamp(Duration::from_secs(1), settings.max_ttl);
         // The id is the task's only handle: unguessable, from the kernel's CSPRNG.
@@ -426,7 +437,7 @@ impl Tasks {
             }
         }
         let run = Run { tasks: self.clone(), door: door.clone(), caller: caller.clone(), id, call, timeout: ttl, stop, follow: None };
-        self.inner.tracker.spawn(run.run());
+        self.inner.tracker.spawn(run.call());
         Ok(task)
     }
 }
@@ -445,12 +456,8 @@ struct Run {
 }
 
 impl Run {
-    /// Boxed: a task's call runs the call's steps ([`super::call::run`]), whose gate may start a
-    /// task itself (one following an approval request); the box ends that cycle of future types.
-    fn run(self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-        Box::pin(self.call())
-    }
-
+    /// Runs the call's steps ([`super::call::run`]), which start no task themselves; a call
+    /// cancelled or stopped here is recorded as `cancelled` when its future is dropped.
     async fn call(self) {
         let (started, mut told) = tokio::sync::oneshot::channel();
         let (progress, mut progressed) = tokio::sync::mpsc::channel(crate::upstream::session::PROGRESS_QUEUE);

@@ -172,6 +172,38 @@ async fn a_cancelled_call_reaches_the_upstream_as_notifications_cancelled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_by_its_client_after_it_was_sent_leaves_one_cancelled_record() {
+    let dir = TestDir::new();
+    let script = demo_script(&dir, "demo", json!({}));
+    let app = start(dir.config(&server_table("demo", &script, ""))).await;
+    wait_for_server(app.registry(), "demo", "ready", |v| v.state() == ServerState::Ready).await;
+    let mut caller = client(&app).await;
+    let sleep = caller.call_tool(call("demo__sleep", json!({"ms": 20000})));
+    let abandoned = tokio::select! {
+        answered = sleep => Some(answered),
+        () = eventually("the call reaches the server", async || dir.methods("demo").iter().any(|m| m == "tools/call").then_some(())) => None,
+    };
+    assert!(abandoned.is_none(), "the client gave up on a call that was sent: {abandoned:?}");
+    eventually("the server hears of the cancellation", async || {
+        dir.methods("demo").iter().any(|m| m == "notifications/cancelled").then_some(())
+    })
+    .await;
+    // A marker call after it: once its record is in, a cancelled call's would be too.
+    caller.call_tool(call("demo__echo", json!({"text": "marker"}))).await.expect("the marker call");
+    let mut operator = client(&app).await;
+    let records = eventually("the marker call's record", async || {
+        let records = operator.query_audit(pb::QueryAuditRequest { limit: 100, ..Default::default() }).await.unwrap().into_inner().records;
+        records.iter().any(|record| record.qualified_name == "demo__echo").then_some(records)
+    })
+    .await;
+    let sleeps: Vec<_> = records.iter().filter(|record| record.qualified_name == "demo__sleep").collect();
+    assert_eq!(sleeps.len(), 1, "exactly one record of the cancelled call: {records:#?}");
+    assert_eq!(sleeps[0].outcome, "cancelled", "{records:#?}");
+    assert!(sleeps[0].generation > 0 && !sleeps[0].definition_hash.is_empty(), "where it was sent: {records:#?}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_beyond_the_concurrency_limit_wait_their_turn() {
     let dir = TestDir::new();
     let script = demo_script(&dir, "one", json!({}));

@@ -3,11 +3,12 @@
 //! rate, the quotas): one [`Admitted`] value, whose slot is given back when it is dropped.
 //!
 //! The limits are taken after the gate, not at once: a call waiting for a person holds no slot
-//! and spends no rate, so one agent's pending approvals never stop its other calls.
+//! and spends no rate, so one agent's pending approvals never stop its other calls. Both are
+//! judged on the call's one snapshot (the quotas that cover the tool by the same names the
+//! entry's decision was made by).
 
 use crate::access::{Caller, InFlight, Limited};
 use crate::calls::{CallError, ToolRef};
-use crate::door::call::record::CallRecord;
 use crate::door::{Door, judge, refused_tool};
 use crate::registry::CatalogSnapshot;
 
@@ -21,20 +22,14 @@ pub(in crate::door) struct Admitted<'c> {
 }
 
 /// Judges `caller`'s use of `target` on `snapshot`, by both the tool's names. A tool its
-/// policy excludes is refused exactly as one that does not exist (operators get the truth),
-/// and recorded as denied.
+/// policy excludes is refused exactly as one that does not exist (operators get the truth);
+/// every refusal here is the policy's (the caller records it as denied).
 ///
 /// # Errors
 /// The [`CallError`] of a missing tool ([`refused_tool`]).
-pub(in crate::door) fn admit<'c>(
-    caller: &'c Caller,
-    snapshot: &CatalogSnapshot,
-    target: &ToolRef,
-    record: &mut CallRecord<'_>,
-) -> Result<Admitted<'c>, CallError> {
+pub(in crate::door) fn admit<'c>(caller: &'c Caller, snapshot: &CatalogSnapshot, target: &ToolRef) -> Result<Admitted<'c>, CallError> {
     let (allowed, needs_approval) = judge(snapshot, target, |tool| (caller.agent.may_use(tool), caller.agent.needs_approval(tool)));
     if !allowed {
-        record.denied();
         return Err(refused_tool(caller, snapshot, target));
     }
     Ok(Admitted { caller, needs_approval, in_flight: None })
@@ -42,13 +37,14 @@ pub(in crate::door) fn admit<'c>(
 
 impl Admitted<'_> {
     /// Takes the call's share of its entry's limits: a slot (one agent's flood waits behind no
-    /// one but itself), the rate, then every quota that covers `target` (counted in the store;
-    /// closed when the count cannot be written). A refusal is counted in the metrics.
+    /// one but itself), the rate, then every quota that covers `target` as `snapshot` (the one
+    /// the call was admitted on) names it (counted in the store; closed when the count cannot
+    /// be written). A refusal is counted in the metrics.
     ///
     /// # Errors
     /// [`CallError::CallerBusy`], [`CallError::RateLimited`], [`CallError::QuotaExhausted`],
     /// [`CallError::Store`].
-    pub(in crate::door) async fn limit(&mut self, door: &Door, target: &ToolRef) -> Result<(), CallError> {
+    pub(in crate::door) async fn limit(&mut self, door: &Door, snapshot: &CatalogSnapshot, target: &ToolRef) -> Result<(), CallError> {
         let agent = &self.caller.agent;
         let taken = match agent.begin_call() {
             Ok(in_flight) => in_flight,
@@ -63,7 +59,7 @@ impl Admitted<'_> {
             }
         };
         self.in_flight = Some(taken);
-        if let Err(refused) = self.take_quotas(door, target).await {
+        if let Err(refused) = self.take_quotas(door, snapshot, target).await {
             if matches!(refused, CallError::QuotaExhausted { .. }) {
                 door.metrics().record_limited(&agent.name, refused.kind());
             }
@@ -73,13 +69,12 @@ impl Admitted<'_> {
     }
 
     /// Counts the call against every quota of the caller's entry that covers `target`.
-    async fn take_quotas(&self, door: &Door, target: &ToolRef) -> Result<(), CallError> {
+    async fn take_quotas(&self, door: &Door, snapshot: &CatalogSnapshot, target: &ToolRef) -> Result<(), CallError> {
         let agent = &self.caller.agent;
         if agent.quotas.is_empty() {
             return Ok(());
         }
-        let snapshot = door.registry.snapshot();
-        let applies: Vec<_> = judge(&snapshot, target, |tool| agent.quotas.iter().filter(|quota| quota.applies_to(tool)).collect());
+        let applies: Vec<_> = judge(snapshot, target, |tool| agent.quotas.iter().filter(|quota| quota.applies_to(tool)).collect());
         for quota in applies {
             let taken = quota
                 .take(&door.store, &agent.name, crate::catalog::record::now_ms())

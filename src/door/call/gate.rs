@@ -1,15 +1,17 @@
 //! Step 3, gate: what lets a call leave besides its caller's policy. A call a person approves
 //! first waits here, holding no slot, and runs (once, with exactly the approved arguments and
-//! definition) only once approved; a plain call that stops waiting leaves a task following its
-//! request. A task's call is kept in its row at each step ([`Following`]): waiting for request
-//! X, then handed to generation G, before it is sent. (A held tool is refused by the send
-//! itself, checked again as the request leaves.)
+//! definition) only once approved; a plain call that stops waiting is answered with its
+//! request, and [`Door::call`], once the call is recorded, leaves a task following it
+//! ([`follow_approval`]): the gate itself starts no task, so a task's call never starts one.
+//! A task's call is kept in its row at each step ([`Following`]): waiting for request X, then
+//! handed to generation G, before it is sent. (A held tool is refused by the send itself,
+//! checked again as the request leaves.)
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::access::Caller;
-use crate::calls::{ApprovalError, CallError, CallRequest, ToolRef};
+use crate::calls::{CallError, CallRequest, ToolRef};
 use crate::catalog::record::now_ms;
 use crate::door::Door;
 use crate::door::approvals::{self, Approved, Asked};
@@ -65,13 +67,7 @@ pub(in crate::door) async fn approval(
         door.metrics().record_approval_wait(server, ended, started.1.elapsed());
         tracing::info!(agent = %caller.agent.name, tool = %target.qualified(), outcome = ended, "toolhost.approval");
     }
-    match gated {
-        Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })) if request.upstream_task.is_none() => {
-            let task = follow_approval(door, caller, target, arguments, &id).await;
-            Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task }))
-        }
-        other => other,
-    }
+    gated
 }
 
 /// Asks for `asked`'s approval (or follows its request), keeps the request a task waits for in
@@ -89,10 +85,12 @@ async fn ask(
     door.approvals.decision(asked, request, &door.registry).await.map(Some)
 }
 
-/// The task that follows approval request `id` for `caller`'s plain call of `tool`: the one
-/// already following it while it works, else a new one (its call finds the same request and
-/// waits for it). `None` when no task can be started (the caller's task limits).
-async fn follow_approval(door: &Door, caller: &Caller, tool: &ToolRef, arguments: &str, id: &str) -> Option<String> {
+/// The task that follows approval request `id` for `caller`'s plain call of `tool` (already
+/// recorded as pending): the one already following it while it works, else a new one (its call
+/// finds the same request and waits for it; its check writes no second record of the call).
+/// `None` when no task can be started (the caller's task limits). Run by [`Door::call`] after
+/// the call, never by a call's steps.
+pub(in crate::door) async fn follow_approval(door: &Door, caller: &Caller, tool: &ToolRef, arguments: &str, id: &str) -> Option<String> {
     let request = door.approvals.get(id).await.ok()??;
     if let Some(follower) = &request.task_id
         && door.tasks.get(caller, follower).await.is_ok_and(|task| !task.status.is_terminal())
@@ -104,9 +102,10 @@ async fn follow_approval(door: &Door, caller: &Caller, tool: &ToolRef, arguments
     record::event(door, caller, &task.qualified_name, format!("task_started:{}", task.id), started);
     match door.approvals.follow(id, request.task_id.as_deref(), &task.id).await {
         Ok(true) => Some(task.id),
-        // Another call of the same request made its own follower first: that one is followed.
+        // Another call of the same request made its own follower first: that one is followed,
+        // and ours ends quietly (the caller cancelled nothing: no event in its name).
         _ => {
-            let _ = door.cancel_task(caller, &task.id).await;
+            let _ = door.tasks.cancel(caller, &task.id).await;
             door.approvals.get(id).await.ok()?.and_then(|request| request.task_id)
         }
     }

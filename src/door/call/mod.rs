@@ -6,12 +6,13 @@
 //! 3. [`gate`]: a person's approval (waiting, or following a request); a task's steps kept.
 //! 4. [`send`]: the continued round, then [`crate::calls::Calls::call`].
 //! 5. [`classify`]: the continuation kept or given back.
-//! 6. [`record`]: the call's one audit record, begun at admission, finished once here whatever
-//!    the exit.
+//! 6. [`record`]: the call's one audit record, begun at admission, finished once here, or
+//!    written as `cancelled` when the call is dropped before it ends.
 //!
-//! [`Door::call`], a task's call ([`super::tasks`]) and a task started to follow an approval
-//! run [`run`]; a task is checked before it is made by [`preflight`]. Nothing calls back into
-//! [`Door::call`].
+//! [`Door::call`] and a task's call ([`super::tasks`]) run [`run`]; a task is checked before it
+//! is made by [`preflight`]. A plain call left pending on a person's approval is recorded, then
+//! [`Door::call`] starts the task that follows its request ([`gate::follow_approval`]): the
+//! steps start no task, so a task's call never leads back into another (no cycle of futures).
 
 pub(in crate::door) mod admit;
 pub(in crate::door) mod classify;
@@ -21,7 +22,7 @@ pub(in crate::door) mod resolve;
 pub(in crate::door) mod send;
 
 use crate::access::Caller;
-use crate::calls::{CallError, CallRequest, CallResult, ToolRef};
+use crate::calls::{ApprovalError, CallError, CallRequest, CallResult, ToolRef};
 use crate::door::{Door, given};
 use gate::Following;
 use record::CallRecord;
@@ -33,7 +34,19 @@ impl Door {
     /// # Errors
     /// [`CallError`]; a refusal is the error a missing tool would give (operators get the truth).
     pub async fn call(&self, caller: &Caller, request: CallRequest<'_>) -> Result<CallResult, CallError> {
-        run(self, caller, request, None).await
+        let request = normalise(request);
+        let (tool, arguments) = (request.tool.clone(), request.arguments);
+        let task_of_its_own = request.upstream_task.is_some();
+        let result = run(self, caller, request, None).await;
+        match result {
+            // Recorded as pending: a task follows the request from here, so that the caller that
+            // stops waiting gets the decision by the task's id.
+            Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })) if !task_of_its_own => {
+                let task = gate::follow_approval(self, caller, &tool, arguments.unwrap_or("{}"), &id).await;
+                Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task }))
+            }
+            other => other,
+        }
     }
 }
 
@@ -46,9 +59,10 @@ pub(in crate::door) async fn run(
     following: Option<&Following>,
 ) -> Result<CallResult, CallError> {
     let request = normalise(request);
-    let mut record = CallRecord::begin(caller, &request.tool, request.arguments);
+    // Dropped with the call's future (cancelled), it writes the record itself.
+    let mut record = CallRecord::begin(door, caller, &request.tool, request.arguments);
     let result = steps(door, caller, &mut record, request, following).await;
-    record.finish(door, &result);
+    record.finish(&result);
     result
 }
 
@@ -60,58 +74,99 @@ async fn steps<'a>(
     request: CallRequest<'a>,
     following: Option<&Following>,
 ) -> Result<CallResult, CallError> {
-    // Every decision of the policy is made on one snapshot: a tool it did not hold is called
-    // only if the call finds it unchanged there (else a stale-tool race), so that nothing
-    // published meanwhile runs undecided.
+    // The policy's decisions (the entry's, the quotas that cover the tool) are made on one
+    // snapshot, and a qualified name it did not hold is pinned to it: the tool is called only
+    // if the send, which resolves it again on the snapshot of its moment, finds it unchanged
+    // (else a stale-tool race), so that nothing published meanwhile runs undecided. An
+    // approval binds the definition current when it is asked, and the send must find that one.
     let snapshot = door.registry.snapshot();
-    let mut admitted = admit::admit(caller, &snapshot, &request.tool, record)?;
+    let mut admitted = admit::admit(caller, &snapshot, &request.tool).inspect_err(|_| record.denied())?;
     let mut request = resolve::pin(&snapshot, shorten(request));
     let approved = gate::approval(door, &admitted, &request, record, following).await?;
     if let Some(approved) = &approved {
         request.arguments = Some(&approved.record.arguments);
         request.expected_hash = Some(&approved.record.definition_hash);
     }
-    admitted.limit(door, &request.tool).await?;
+    admitted.limit(door, &snapshot, &request.tool).await?;
     let answer = request.answer;
     let resumed = send::resume(door, caller, answer.as_ref())?;
     gate::sending(door, following, &request.tool).await?;
+    let (generation, hash) = resolve::current(door, &request.tool);
+    record.sending(generation, hash);
     let result = send::send(door, request, resumed.as_ref()).await;
     classify::classify(door, caller, answer, resumed, result)
 }
 
+/// Whether a check writes the refusal it finds as the call's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::door) enum Audit {
+    /// A task a caller asked for: refused, it is recorded as the call would be.
+    Refusal,
+    /// The task following a plain call's approval request: that call has its record already.
+    Silent,
+}
+
 /// What a call of `tool` would be refused for before anything is sent: the caller's policy
 /// (a tool it may not use answers like one that does not exist), the arguments, an unknown,
-/// removed, changed or held tool. A refusal is recorded as the call's would be; a task is
-/// made only when there is none.
+/// removed, changed or held tool. A refusal is recorded as the call's would be (unless
+/// [`Audit::Silent`]); a task is made only when there is none.
 ///
 /// # Errors
 /// The [`CallError`] the call would get.
 pub(in crate::door) async fn preflight(
     door: &Door,
     caller: &Caller,
+    call: Given<'_>,
     tool: &ToolRef,
-    expected_hash: Option<&str>,
-    expected_revision: Option<u64>,
-    arguments: Option<&str>,
+    audit: Audit,
 ) -> Result<(), CallError> {
-    let mut record = CallRecord::begin(caller, tool, arguments);
-    let checked = match admit::admit(caller, &door.registry.snapshot(), tool, &mut record) {
-        Ok(_) => resolve::preflight(door, tool, expected_hash, expected_revision, arguments).await,
-        Err(refused) => Err(refused),
+    let started = (crate::catalog::record::now_ms(), std::time::Instant::now());
+    let (refused, denied) = match admit::admit(caller, &door.registry.snapshot(), tool) {
+        Ok(_) => match resolve::preflight(door, tool, call.expected_hash, call.expected_revision, call.arguments).await {
+            Ok(()) => return Ok(()),
+            Err(refused) => (refused, false),
+        },
+        Err(refused) => (refused, true),
     };
-    let Err(refused) = checked else { return Ok(()) };
     let refused = Err(refused);
-    record.finish(door, &refused);
+    if audit == Audit::Refusal {
+        // Begun only now: a check dropped half-way (its caller went away) made no call.
+        let mut record = CallRecord::begin_at(door, caller, tool, call.arguments, started);
+        if denied {
+            record.denied();
+        }
+        record.finish(&refused);
+    }
     refused.map(|_: CallResult| ())
 }
 
-/// The one normalisation of what a caller sent, whichever door it came through: an empty or
-/// blank string, a zero revision and an absent field all mean "not given". (A zero timeout is
-/// a deadline already spent, not an absent one.)
+/// What a caller sent of a call besides the tool, as the door takes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(in crate::door) struct Given<'r> {
+    pub(in crate::door) arguments: Option<&'r str>,
+    pub(in crate::door) expected_hash: Option<&'r str>,
+    pub(in crate::door) expected_revision: Option<u64>,
+}
+
+impl<'r> Given<'r> {
+    /// The one normalisation of what a caller sent, whichever door it came through and whether
+    /// it is a call or a task's ([`Door::start_task`]): an empty or blank string, a zero
+    /// revision and an absent field all mean "not given". (A zero timeout is a deadline
+    /// already spent, not an absent one.)
+    pub(in crate::door) fn normalised(self) -> Given<'r> {
+        Given {
+            arguments: given(self.arguments),
+            expected_hash: given(self.expected_hash),
+            expected_revision: self.expected_revision.filter(|revision| *revision > 0),
+        }
+    }
+}
+
+/// `request` with [`Given::normalised`] fields.
 fn normalise(mut request: CallRequest<'_>) -> CallRequest<'_> {
-    request.arguments = given(request.arguments);
-    request.expected_hash = given(request.expected_hash);
-    request.expected_revision = request.expected_revision.filter(|revision| *revision > 0);
+    let sent = Given { arguments: request.arguments, expected_hash: request.expected_hash, expected_revision: request.expected_revision };
+    let Given { arguments, expected_hash, expected_revision } = sent.normalised();
+    (request.arguments, request.expected_hash, request.expected_revision) = (arguments, expected_hash, expected_revision);
     request
 }
 

@@ -1,6 +1,8 @@
 //! Step 6, record: the one place a call is written to the audit trail. A [`CallRecord`] is
 //! begun when the call is admitted and finished exactly once with its outcome, whatever the
-//! exit (refused, limited, stale, waiting for approval, failed, done). What a caller did about a
+//! exit (refused, limited, stale, waiting for approval, failed, done); a call whose future is
+//! dropped before it ends (its client went away, an MCP cancellation, a task cancelled or
+//! stopped at shutdown) is written as `cancelled` when its record is dropped. What a caller did about a
 //! call that is not the call itself (a task started or cancelled, an approval requested or
 //! decided) is an [`event`]; a server's process knocking is [`server_process`]. Nothing else in
 //! the door builds an [`AuditRecord`].
@@ -20,8 +22,10 @@ const AUDIT_NAME_BYTES: usize = 256;
 const AUDIT_SERVER_BYTES: usize = 64;
 
 /// A call's audit record from its admission on: who, what, with which arguments, since when.
-/// Consumed by [`CallRecord::finish`], so that it is written once.
+/// Consumed by [`CallRecord::finish`], so that it is written once; dropped unfinished (the
+/// call's future was dropped), written as `cancelled`.
 pub(in crate::door) struct CallRecord<'a> {
+    door: &'a Door,
     caller: &'a Caller,
     target: ToolRef,
     /// As the caller sent them (an approval's arguments replace them only for the send).
@@ -29,17 +33,41 @@ pub(in crate::door) struct CallRecord<'a> {
     started: (i64, Instant),
     /// Refused by the caller's policy: recorded as `denied`, whatever the caller was told.
     denied: bool,
+    /// The generation and definition the call was handed to, once known: what a cancelled
+    /// call's record says it may have run against.
+    sent: Option<(u64, String)>,
+    /// Written: dropping it writes nothing more.
+    written: bool,
 }
 
 impl<'a> CallRecord<'a> {
-    pub(in crate::door) fn begin(caller: &'a Caller, target: &ToolRef, arguments: Option<&'a str>) -> CallRecord<'a> {
+    pub(in crate::door) fn begin(door: &'a Door, caller: &'a Caller, target: &ToolRef, arguments: Option<&'a str>) -> CallRecord<'a> {
+        CallRecord::begin_at(door, caller, target, arguments, (crate::catalog::record::now_ms(), Instant::now()))
+    }
+
+    /// A record of a call that started at `started` (a task's check, recorded only if refused).
+    pub(in crate::door) fn begin_at(
+        door: &'a Door,
+        caller: &'a Caller,
+        target: &ToolRef,
+        arguments: Option<&'a str>,
+        started: (i64, Instant),
+    ) -> CallRecord<'a> {
         CallRecord {
+            door,
             caller,
             target: target.clone(),
             arguments: arguments.unwrap_or("{}"),
-            started: (crate::catalog::record::now_ms(), Instant::now()),
+            started,
             denied: false,
+            sent: None,
+            written: false,
         }
+    }
+
+    /// The call is handed to `generation` of its server, to the definition `hash`.
+    pub(in crate::door) fn sending(&mut self, generation: u64, hash: String) {
+        self.sent = Some((generation, hash));
     }
 
     /// The call is refused by its caller's policy (the error it gets may say "unknown tool").
@@ -53,21 +81,28 @@ impl<'a> CallRecord<'a> {
     }
 
     /// The call's one record, with how it ended.
-    pub(in crate::door) fn finish(self, door: &Door, outcome: &Result<CallResult, CallError>) {
-        let (qualified, server, tool) = match &self.target {
-            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
-            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
-        };
+    pub(in crate::door) fn finish(mut self, outcome: &Result<CallResult, CallError>) {
         let (generation, definition_hash, outcome_text) = match outcome {
             Ok(result) => (result.generation, result.definition_hash.clone(), result.outcome.label().to_owned()),
             Err(CallError::Stale(stale)) => (stale.current_generation, String::new(), format!("stale_tool:{}", stale.kind.as_str())),
             Err(_) if self.denied => (0, String::new(), "denied".to_owned()),
             Err(error) => (0, String::new(), error.kind().to_owned()),
         };
-        let tool = match outcome {
-            Ok(result) => result.name.clone(),
-            Err(_) => tool,
+        let tool = outcome.as_ref().ok().map(|result| result.name.clone());
+        self.put(tool, generation, definition_hash, outcome_text);
+    }
+
+    /// Writes the record (once): `tool`, the server's own name for it when the answer gave it.
+    fn put(&mut self, tool: Option<String>, generation: u64, definition_hash: String, outcome: String) {
+        if std::mem::replace(&mut self.written, true) {
+            return;
+        }
+        let door = self.door;
+        let (qualified, server, named) = match &self.target {
+            ToolRef::Qualified(qualified) => (qualified.clone(), names::server_of(qualified).unwrap_or_default().to_owned(), String::new()),
+            ToolRef::ServerTool { server, name } => (names::qualify(server, name), server.clone(), name.clone()),
         };
+        let tool = tool.unwrap_or(named);
         let audit_arguments = door.registry.server(&server).map_or(AuditArguments::None, |view| view.shared().audit_arguments);
         let arguments = match audit_arguments {
             AuditArguments::None => None,
@@ -86,11 +121,20 @@ impl<'a> CallRecord<'a> {
                 tool: truncate(tool, AUDIT_NAME_BYTES),
                 generation,
                 definition_hash,
-                outcome: outcome_text,
+                outcome,
                 duration_us: elapsed_us(self.started.1),
                 arguments,
             },
         );
+    }
+}
+
+impl Drop for CallRecord<'_> {
+    /// A call dropped before it ended: its future was dropped (its client went away, an MCP
+    /// cancellation, a task cancelled or stopped). Recorded with what is known of where it went.
+    fn drop(&mut self) {
+        let (generation, hash) = self.sent.take().unwrap_or_default();
+        self.put(None, generation, hash, "cancelled".to_owned());
     }
 }
 

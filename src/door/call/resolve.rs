@@ -33,6 +33,15 @@ pub(in crate::door) async fn preflight(
     door.calls.preflight(tool, expected_hash, expected_revision).await
 }
 
+/// The generation of `tool`'s server now and the tool's definition hash in it (0 and empty when
+/// it has none): what a call is handed to, as far as its record can tell if it never ends.
+pub(in crate::door) fn current(door: &Door, tool: &ToolRef) -> (u64, String) {
+    let snapshot = door.registry.snapshot();
+    let Some((view, idx)) = locate(&snapshot.servers, tool) else { return (0, String::new()) };
+    let hash = view.generation().and_then(|generation| generation.tools.get(idx).map(|tool| tool.hash.clone()));
+    (view.generation_number(), hash.unwrap_or_default())
+}
+
 /// The generation of `tool`'s server now (0 when it has none): what a task's call is kept as
 /// handed to, read as it leaves.
 pub(in crate::door) fn generation_now(door: &Door, tool: &ToolRef) -> u64 {
