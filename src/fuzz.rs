@@ -10,7 +10,8 @@
 //! Each target feeds both raw bytes and inputs built from protocol fragments
 //! (`mcp::fuzzing`, shared by every target), and checks more than "no panic" where a property
 //! exists. The test suite runs a short campaign; `PROPTEST_CASES=200000 cargo test --release
-//! --lib fuzz::` runs a long one (FUZZING.md has the figures).
+//! --lib -- fuzz:: without_panicking` runs a long one of every target, the three beside their
+//! parsers too (their names end `without_panicking`; FUZZING.md has the figures).
 
 use proptest::prelude::*;
 use serde_json::value::RawValue;

@@ -289,10 +289,6 @@ pub fn requires_root(why: &str) -> bool {
     false
 }
 
-/// Whether a test may run: `present` says whether what it needs (PostgreSQL, Chromium) is
-/// there. Under the test command (`bash .ci/test`, which installs and starts all of it) a
-/// missing piece fails the test; under a plain `cargo test` the test is skipped, saying how to
-/// run it.
 /// A TLS server configuration with a fresh self-signed certificate for `names`, and that
 /// certificate (PEM) for a client to trust.
 pub fn self_signed_tls(names: &[&str]) -> (std::sync::Arc<rustls::ServerConfig>, String) {
@@ -307,6 +303,10 @@ pub fn self_signed_tls(names: &[&str]) -> (std::sync::Arc<rustls::ServerConfig>,
     (std::sync::Arc::new(config), certified.cert.pem())
 }
 
+/// Whether a test may run: `present` says whether what it needs (PostgreSQL, Chromium) is
+/// there. Under the test command (`bash .ci/test`, which installs and starts all of it) a
+/// missing piece fails the test; under a plain `cargo test` the test is skipped, saying how to
+/// run it.
 pub fn requires(what: &str, present: bool) -> bool {
     if present {
         return true;
