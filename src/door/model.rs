@@ -3,8 +3,10 @@
 //! The verbs are [`Door`](super::Door)'s (the agent side) and [`Operator`](super::operator::Operator)'s
 //! (the operator side); what a door shows of the live catalog is [`view`](super::view)'s, not
 //! the registry's. A front door names nothing below `door` but through here, which
-//! `.ci/door-face` checks. Only plain data is re-exported (values a door reads and converts to
-//! its wire, never a handle to live state), each group for the reason its comment gives.
+//! `.ci/door-face` checks. What is re-exported is data a door reads and converts to its wire,
+//! each group for the reason its comment gives; two carry live handles by design, because a
+//! door passes them on untouched: the admitted [`Caller`] (its entry's slots, rate and quotas)
+//! and a [`CallRequest`]'s progress channel.
 
 // Admission: the caller a door admits, the identity it reads off its connection, the refusal.
 pub use crate::access::{Caller, Identity, PeerInfo, Policy, Refusal, TlsPeerInfo, UnixPeer};

@@ -514,6 +514,12 @@ impl Run {
             Stage::Sent(generation) => Left::CutOff(Some(generation)),
             Stage::Before => Left::NotSent,
         };
+        if result.is_none() && left == Left::Kept && self.tasks.inner.stopping.is_cancelled() {
+            // The daemon stops under the call and the next start follows it again, recording
+            // its outcome: the call's future, dropped when this returns, must not record it
+            // as cancelled (a caller's cancellation still does).
+            following.hand_on();
+        }
         finish(&self.tasks, &self.id, &self.call.tool.qualified(), result, left).await;
     }
 }

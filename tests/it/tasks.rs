@@ -677,6 +677,20 @@ async fn a_task_waiting_for_approval_keeps_waiting_across_a_restart_and_runs_onc
     assert_eq!(done.task.as_ref().unwrap().outcome, "ok", "{done:?}");
     assert!(text_of(done.result.as_ref().unwrap()).contains("pay 12 to dora"), "{done:?}");
     assert_eq!(echoes(&dir), vec![json!({"text": "pay 12 to dora"})], "the call ran exactly once");
+    // One call, one record: its outcome, written by the start that followed it; the daemon
+    // that stopped under it handed it on and wrote no `cancelled`.
+    let store = app.store().clone();
+    let calls = eventually("the call's record", async || {
+        let records = store.audit().query(0, None, 100).await.ok()?;
+        let calls: Vec<String> = records
+            .into_iter()
+            .filter(|record| record.qualified_name == "demo__echo" && !record.outcome.contains(':'))
+            .map(|record| record.outcome)
+            .collect();
+        calls.iter().any(|outcome| outcome == "ok").then_some(calls)
+    })
+    .await;
+    assert_eq!(calls, ["ok"], "the call's records");
     app.shutdown().await;
 }
 

@@ -7,6 +7,7 @@
 //! handed to generation G, before it is sent. (A held tool is refused by the send itself,
 //! checked again as the request leaves.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -141,13 +142,16 @@ pub(in crate::door) struct Following {
     task: String,
     request: Option<String>,
     stage: Mutex<Stage>,
+    /// Set when the daemon stops under the call and the next start follows it again: the
+    /// call's outcome is that start's to record, so the dropped call writes none.
+    handed_on: AtomicBool,
 }
 
 impl Following {
     /// Task `task`'s call, following approval request `request` (then already kept in its row).
     pub(in crate::door) fn new(store: Store, task: String, request: Option<String>) -> Following {
         let stage = if request.is_some() { Stage::Waiting } else { Stage::Before };
-        Following { store, task, request, stage: Mutex::new(stage) }
+        Following { store, task, request, stage: Mutex::new(stage), handed_on: AtomicBool::new(false) }
     }
 
     /// The call waits for approval request `id`: kept, so that the next start follows it again.
@@ -172,6 +176,17 @@ impl Following {
 
     fn set(&self, stage: Stage) {
         *self.stage.lock().unwrap_or_else(PoisonError::into_inner) = stage;
+    }
+
+    /// The next start follows this call again (the daemon stops under it): its record is
+    /// that start's to write.
+    pub(in crate::door) fn hand_on(&self) {
+        self.handed_on.store(true, Ordering::Release);
+    }
+
+    /// What [`Following::hand_on`] sets, for the call's record to read when it is dropped.
+    pub(in crate::door) fn handed_on(&self) -> &AtomicBool {
+        &self.handed_on
     }
 
     /// Where the call is now.

@@ -61,6 +61,9 @@ pub(in crate::door) async fn run(
     let request = normalise(request);
     // Dropped with the call's future (cancelled), it writes the record itself.
     let mut record = CallRecord::begin(door, caller, &request.tool, request.arguments);
+    if let Some(following) = following {
+        record.handed_on_by(following.handed_on());
+    }
     let result = steps(door, caller, &mut record, request, following).await;
     record.finish(&result);
     result

@@ -8,6 +8,7 @@
 //! the door builds an [`AuditRecord`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::access::Caller;
@@ -38,6 +39,9 @@ pub(in crate::door) struct CallRecord<'a> {
     sent: Option<(u64, String)>,
     /// Written: dropping it writes nothing more.
     written: bool,
+    /// A task's call the next start follows again when the daemon stops under it: set, the
+    /// dropped call is that start's to record, not a cancellation.
+    handed_on: Option<&'a AtomicBool>,
 }
 
 impl<'a> CallRecord<'a> {
@@ -62,12 +66,18 @@ impl<'a> CallRecord<'a> {
             denied: false,
             sent: None,
             written: false,
+            handed_on: None,
         }
     }
 
     /// The call is handed to `generation` of its server, to the definition `hash`.
     pub(in crate::door) fn sending(&mut self, generation: u64, hash: String) {
         self.sent = Some((generation, hash));
+    }
+
+    /// A task's call: dropped while `handed_on` is set, it writes no record.
+    pub(in crate::door) fn handed_on_by(&mut self, handed_on: &'a AtomicBool) {
+        self.handed_on = Some(handed_on);
     }
 
     /// The call is refused by its caller's policy (the error it gets may say "unknown tool").
@@ -133,8 +143,13 @@ impl Drop for CallRecord<'_> {
     /// A call dropped before it ended: its future was dropped (its client went away, an MCP
     /// cancellation, a task cancelled or stopped). Recorded with what is known of where it went.
     fn drop(&mut self) {
+        if self.handed_on.is_some_and(|handed_on| handed_on.load(Ordering::Acquire)) {
+            return;
+        }
+        // Unwinding: the call ended in toolhost's own failure, not the caller's cancellation.
+        let outcome = if std::thread::panicking() { "error" } else { "cancelled" };
         let (generation, hash) = self.sent.take().unwrap_or_default();
-        self.put(None, generation, hash, "cancelled".to_owned());
+        self.put(None, generation, hash, outcome.to_owned());
     }
 }
 
