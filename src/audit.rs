@@ -72,10 +72,18 @@ impl Auditor {
     }
 
     pub fn record(&self, record: AuditRecord) {
-        if self.tx.try_send(record).is_err() {
+        if let Err(refused) = self.tx.try_send(record) {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if let Some(suppressed) = self.warnings.admit() {
-                tracing::error!(dropped, suppressed, "audit records dropped: the audit queue is full (is the disk keeping up?)");
+                match refused {
+                    tokio::sync::mpsc::error::TrySendError::Full(_) => {
+                        tracing::error!(dropped, suppressed, "audit records dropped: the audit queue is full (is the disk keeping up?)");
+                    }
+                    // A call that outlived the shutdown deadline ended after the writer stopped.
+                    tokio::sync::mpsc::error::TrySendError::Closed(_) => {
+                        tracing::error!(dropped, suppressed, "audit records dropped: the audit writer has stopped (shutdown)");
+                    }
+                }
             }
         }
     }

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 /// The one way a bare `tokio::spawn` is owned.
 const OWNED: &str = "AbortOnDropHandle::new(";
 
+/// The names the daemon gives its `TaskTracker`s and `JoinSet`s: `.spawn(` on one of them is
+/// owned, on any other receiver it is not.
+const OWNERS: &[&str] = &["tracker", "background", "tasks", "streams", "tunnels", "scope", "probes", "calls", "set"];
+
 /// Spawns the check cannot see an owner for, each with the owner that ends it: (file under
 /// `src/`, text on the spawning line, why it ends). An entry that matches nothing fails the test.
 const ALLOWED: &[(&str, &str, &str)] = &[
@@ -173,11 +177,15 @@ fn unowned(code: &str, at: usize, name: &str) -> bool {
         return false;
     }
     if let Some(receiver) = before.strip_suffix('.') {
-        // The statement so far: `tracker.spawn(`, `tasks.spawn(` (TaskTracker, JoinSet) and
-        // `Command::new(..).spawn()` are owned; a runtime handle or a task/thread builder is not.
-        let statement = &receiver[receiver.rfind([';', '{', '}']).map_or(0, |at| at + 1)..];
-        let lower = statement.to_lowercase();
-        return lower.contains("handle") || lower.contains("runtime") || statement.contains("Builder");
+        // `Command::new(..).spawn()` starts a process, not a task (the reaper owns those).
+        if code[at + name.len()..].trim_start().strip_prefix('(').is_some_and(|args| args.trim_start().starts_with(')')) {
+            return false;
+        }
+        // A task set or tracker by its name (`tracker.spawn(`, `self.tasks.spawn(`): a
+        // runtime handle, a task or thread builder, or anything held under another name is not
+        // one, however it was bound (`let rt = Handle::current(); rt.spawn(..)`).
+        let owner: String = receiver.chars().rev().take_while(|&c| is_ident(Some(c))).collect::<Vec<_>>().into_iter().rev().collect();
+        return !OWNERS.contains(&owner.as_str());
     }
     if let Some(path) = before.strip_suffix("::") {
         let start = path.rfind(|c: char| !(is_ident(Some(c)) || c == ':')).map_or(0, |at| at + 1);
@@ -193,11 +201,25 @@ fn unowned(code: &str, at: usize, name: &str) -> bool {
     !before.ends_with(OWNED)
 }
 
-/// `(line, code)` for every spawn in `text`'s production code that has no owner.
+/// `(line, code)` for every spawn in `text`'s production code that has no owner, and every
+/// renaming import of tokio or of threads (`use tokio as t;`, `use tokio::spawn as go;`),
+/// behind which a spawn could not be told from any other call.
 fn bare_spawns(text: &str) -> Vec<(usize, String)> {
     let code = without_test_blocks(&blank_literals(text));
     let lines: Vec<&str> = text.lines().collect();
     let mut found = Vec::new();
+    for (at, _) in code.match_indices("use ") {
+        if is_ident(code[..at].chars().next_back()) {
+            continue;
+        }
+        let statement = &code[at..code[at..].find(';').map_or(code.len(), |end| at + end)];
+        let path = statement["use ".len()..].trim_start();
+        let renames = statement.split_whitespace().any(|word| word == "as") || statement.contains(" as ");
+        if renames && (path.starts_with("tokio") || path.starts_with("std::thread") || path.starts_with("::tokio")) {
+            let line = code[..at].matches('\n').count();
+            found.push((line + 1, lines.get(line).map_or("", |line| line.trim()).to_owned()));
+        }
+    }
     for (at, _) in code.match_indices("spawn") {
         if is_ident(code[..at].chars().next_back()) {
             continue;
@@ -270,9 +292,20 @@ mod tests {
     fn b() { tokio::spawn(work()); if true { std::thread::spawn(|| ()); } }
 }
 fn c() { tokio::task::spawn_local(work()); }
+use tokio as t;
+use tokio::task as tk;
+use tokio::spawn as go;
+fn d(tracker: &TaskTracker) {
+    let rt = tokio::runtime::Handle::current(); rt.spawn(work());
+    let b = tokio::task::Builder::new(); b.spawn(work());
+    std::process::Command::new("x").spawn();
+    self.inner.tracker.spawn(work());
+    let reuse = because(use_it);
+}
 "#;
-    let lines: Vec<usize> = bare_spawns(text).into_iter().map(|(line, _)| line).collect();
-    assert_eq!(lines, [6, 9, 10, 11, 12, 13, 14, 26]);
+    let mut lines: Vec<usize> = bare_spawns(text).into_iter().map(|(line, _)| line).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, [6, 9, 10, 11, 12, 13, 14, 26, 27, 28, 29, 31, 32]);
     let declared = test_only_files(Path::new("src/store/mod.rs"), "#[cfg(test)]\nmod owners;\n#[cfg(test)]\nmod inline {}\n");
     assert!(declared.contains(&PathBuf::from("src/store/owners.rs")));
     assert!(!declared.iter().any(|path| path.ends_with("inline.rs")));
