@@ -229,6 +229,16 @@ impl Tasks {
         }
     }
 
+    /// Runs `work` to its end on the tasks' own tracker, whatever becomes of the caller that
+    /// awaits it: what must not stop half-way when a client goes away (a follower task started
+    /// but not yet linked to its approval request). Shutdown waits for it like for any task.
+    pub(in crate::door) fn see_through<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.inner.tracker.spawn(work)
+    }
+
     /// Stops every running task's call (each is then failed with an unknown outcome) and waits
     /// for them until `deadline`.
     pub async fn shutdown(&self, deadline: tokio::time::Instant) {

@@ -42,7 +42,11 @@ impl Door {
             // Recorded as pending: a task follows the request from here, so that the caller that
             // stops waiting gets the decision by the task's id.
             Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task: None })) if !task_of_its_own => {
-                let task = gate::follow_approval(self, caller, &tool, arguments.unwrap_or("{}"), &id).await;
+                // Seen through on the tasks' tracker: a client that goes away meanwhile must not
+                // leave a follower started but never linked to its request (nor its event unwritten).
+                let (door, who, arguments, request) = (self.clone(), caller.clone(), arguments.unwrap_or("{}").to_owned(), id.clone());
+                let follow = async move { gate::follow_approval(&door, &who, &tool, &arguments, &request).await };
+                let task = self.tasks.see_through(follow).await.ok().flatten();
                 Err(CallError::Approval(ApprovalError::Pending { id, expires_at_ms, task }))
             }
             other => other,
